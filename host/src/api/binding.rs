@@ -1,0 +1,169 @@
+//! `Binding` (namespaced) and `ClusterBinding` (cluster-scoped): which exported APIs a consumer
+//! uses through which Connection, and which Secrets/ConfigMaps travel alongside.
+
+use std::ops::Deref;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Binds APIs of a Connection for instances in this namespace.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "core.kbind.io",
+    version = "v1alpha1",
+    kind = "Binding",
+    namespaced,
+    status = "BindingStatus",
+    category = "kbind",
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Connection","type":"string","jsonPath":".spec.connectionRef.name"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct BindingSpec {
+    /// The Connection whose provider serves these APIs.
+    pub connection_ref: ConnectionReference,
+    /// Exported APIs to bind, as `<plural>.<group>`.
+    #[schemars(length(min = 1))]
+    pub apis: Vec<ApiReference>,
+    /// What to do with a provider target that exists without this consumer's markers.
+    #[serde(default)]
+    pub conflict_policy: ConflictPolicy,
+    /// Secrets and ConfigMaps copied alongside the bound instances.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub related_resources: Vec<RelatedResource>,
+}
+
+/// Binds APIs of a Connection for instances in every namespace, and cluster-scoped ones.
+#[derive(CustomResource, JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "core.kbind.io",
+    version = "v1alpha1",
+    kind = "ClusterBinding",
+    status = "BindingStatus",
+    category = "kbind",
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Connection","type":"string","jsonPath":".spec.connectionRef.name"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+pub struct ClusterBindingSpec {
+    /// The same fields as a Binding's spec.
+    #[serde(flatten)]
+    pub spec: BindingSpec,
+}
+
+impl Deref for ClusterBindingSpec {
+    type Target = BindingSpec;
+    fn deref(&self) -> &BindingSpec {
+        &self.spec
+    }
+}
+
+impl From<BindingSpec> for ClusterBindingSpec {
+    fn from(spec: BindingSpec) -> Self {
+        Self { spec }
+    }
+}
+
+/// A reference to a Connection by name.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, JsonSchema)]
+pub struct ConnectionReference {
+    /// Name of the Connection.
+    pub name: String,
+}
+
+/// A reference to an exported API.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema)]
+pub struct ApiReference {
+    /// `<plural>.<group>`.
+    pub name: String,
+}
+
+/// The policy for a provider target that already exists.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+pub enum ConflictPolicy {
+    /// Leave the target untouched and report a conflict.
+    #[default]
+    Fail,
+    /// Take ownership when both consumer ownership annotations are absent.
+    Adopt,
+}
+
+/// One kind of related object to copy, in one direction.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RelatedResource {
+    /// API group; only the core group ("") is supported.
+    #[serde(default)]
+    #[x_kube(validation = Rule::new("self == ''").message("only the core group \"\" is supported"))]
+    pub group: String,
+    /// secrets or configmaps.
+    pub resource: RelatedResourceKind,
+    /// Which way the copies go.
+    pub direction: RelatedDirection,
+    /// Which sources to copy; empty matches everything in scope.
+    #[serde(default)]
+    pub selector: RelatedSelector,
+}
+
+/// The kinds of related objects that can be copied.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum RelatedResourceKind {
+    /// core/v1 Secrets.
+    Secrets,
+    /// core/v1 ConfigMaps.
+    Configmaps,
+}
+
+/// Direction of a related-resource copy.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema)]
+pub enum RelatedDirection {
+    /// Provider → consumer.
+    FromProvider,
+    /// Consumer → provider.
+    FromConsumer,
+}
+
+/// Which related objects are selected. Both parts must match when both are given.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RelatedSelector {
+    /// Labels the source must carry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label_selector: Option<LabelSelector>,
+    /// Exact names the source must have.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub names: Vec<String>,
+}
+
+/// What the konnector observed about a binding.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BindingStatus {
+    /// One entry per bound API.
+    #[serde(default, rename = "boundAPIs", skip_serializing_if = "Vec::is_empty")]
+    pub bound_apis: Vec<BoundApi>,
+    /// Ready, Synced, Conflicts, PermissionDenied.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// The generation this status was computed for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// The state of one bound API.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BoundApi {
+    /// `<plural>.<group>`.
+    pub name: String,
+    /// Hash of the installed consumer CRD spec, to tell when it changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crd_hash: Option<String>,
+    /// Consumer instances carrying the conflict annotation.
+    #[serde(default)]
+    pub conflict_count: i64,
+}

@@ -1,0 +1,115 @@
+//! The condition vocabulary: types and reasons shared by every controller, so that an
+//! operator reading `kubectl get -o yaml` sees the same words everywhere.
+
+/// Condition types used on Connections, bindings and bound instances.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ConditionType {
+    /// The referenced kubeconfig Secret exists and holds a usable kubeconfig.
+    SecretValid,
+    /// Both cluster identities were read and match the pinned UIDs.
+    Connected,
+    /// Exported schemas are installed on the consumer as the schema policy asks.
+    SchemaInSync,
+    /// The provider credentials were refused by RBAC.
+    PermissionDenied,
+    /// The object is fully working.
+    Ready,
+    /// Bound instances are synchronised (bindings) or this instance is (instances).
+    Synced,
+    /// Some bound instances have a provider target owned by someone else.
+    Conflicts,
+}
+
+impl ConditionType {
+    /// The string stored in `status.conditions[].type`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::SecretValid => "SecretValid",
+            Self::Connected => "Connected",
+            Self::SchemaInSync => "SchemaInSync",
+            Self::PermissionDenied => "PermissionDenied",
+            Self::Ready => "Ready",
+            Self::Synced => "Synced",
+            Self::Conflicts => "Conflicts",
+        }
+    }
+}
+
+/// Condition reasons. Each names one case an operator has to tell apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Reason {
+    /// Everything is as it should be.
+    AsExpected,
+    /// A referenced object is not there yet; the controller retries soon.
+    Pending,
+    /// The kubeconfig Secret does not exist.
+    SecretNotFound,
+    /// The Secret exists but lacks the referenced data key.
+    SecretKeyMissing,
+    /// The Secret is outside the konnector's designated namespace.
+    SecretNamespaceNotAllowed,
+    /// The kubeconfig is not valid YAML or not a kubeconfig.
+    KubeconfigInvalid,
+    /// The kubeconfig names no usable current context, cluster or user.
+    KubeconfigIncomplete,
+    /// The provider (or consumer) cluster UID differs from the pinned one.
+    ClusterIdentityChanged,
+    /// The cluster identity could not be read.
+    IdentityUnavailable,
+    /// The provider does not export the API a binding lists.
+    APINotExported,
+    /// The Connection a binding references does not exist.
+    ConnectionNotFound,
+    /// The Connection a binding references is not Ready.
+    ConnectionNotReady,
+    /// Another Connection already serves this API on the consumer.
+    APIBoundElsewhere,
+    /// The provider target exists without ownership markers (and the policy is Fail).
+    ForeignObjectExists,
+    /// The provider target carries another consumer's or object's markers.
+    OwnedByAnother,
+    /// RBAC refused a request.
+    Forbidden,
+    /// A deleting Connection waits for bindings that still reference it.
+    DrainingBindings,
+    /// Schema installation on the consumer failed.
+    SchemaInstallFailed,
+    /// The consumer CRD exists but is not Established yet.
+    SchemaNotEstablished,
+    /// A policy module failed (trap, timeout, bad output).
+    PolicyFailed,
+    /// Some instances conflict with foreign provider objects.
+    ConflictsFound,
+    /// The provider API server could not be reached.
+    ProviderUnreachable,
+}
+
+impl Reason {
+    /// The string stored in `status.conditions[].reason` and in Event reasons.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::AsExpected => "AsExpected",
+            Self::Pending => "Pending",
+            Self::SecretNotFound => "SecretNotFound",
+            Self::SecretKeyMissing => "SecretKeyMissing",
+            Self::SecretNamespaceNotAllowed => "SecretNamespaceNotAllowed",
+            Self::KubeconfigInvalid => "KubeconfigInvalid",
+            Self::KubeconfigIncomplete => "KubeconfigIncomplete",
+            Self::ClusterIdentityChanged => "ClusterIdentityChanged",
+            Self::IdentityUnavailable => "IdentityUnavailable",
+            Self::APINotExported => "APINotExported",
+            Self::ConnectionNotFound => "ConnectionNotFound",
+            Self::ConnectionNotReady => "ConnectionNotReady",
+            Self::APIBoundElsewhere => "APIBoundElsewhere",
+            Self::ForeignObjectExists => "ForeignObjectExists",
+            Self::OwnedByAnother => "OwnedByAnother",
+            Self::Forbidden => "Forbidden",
+            Self::DrainingBindings => "DrainingBindings",
+            Self::SchemaInstallFailed => "SchemaInstallFailed",
+            Self::SchemaNotEstablished => "SchemaNotEstablished",
+            Self::PolicyFailed => "PolicyFailed",
+            Self::ConflictsFound => "ConflictsFound",
+            Self::ProviderUnreachable => "ProviderUnreachable",
+        }
+    }
+}

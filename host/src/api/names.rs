@@ -1,0 +1,67 @@
+//! Every label, annotation, finalizer, field manager and Lease name the konnector writes,
+//! spelled once. The spec fixes these strings; changing one breaks running installations.
+
+/// Label on every object the konnector manages on the provider (and on the autoBind binding).
+pub const MANAGED_LABEL: &str = "core.kbind.io/managed";
+/// Label on a provider CRD that makes it an exported API.
+pub const EXPORTED_LABEL: &str = "core.kbind.io/exported";
+/// Annotation on a provider copy: the UID of the consumer cluster that owns it.
+pub const CONSUMER_CLUSTER_UID_ANNOTATION: &str = "core.kbind.io/consumer-cluster-uid";
+/// Annotation on a provider copy: the UID of the consumer object it was copied from.
+pub const CONSUMER_OBJECT_UID_ANNOTATION: &str = "core.kbind.io/consumer-object-uid";
+/// Annotation on a consumer instance whose provider target is owned by someone else.
+pub const CONFLICT_ANNOTATION: &str = "core.kbind.io/conflict";
+/// Annotation on a consumer instance choosing what happens to its provider copy on delete.
+pub const DELETION_POLICY_ANNOTATION: &str = "core.kbind.io/deletion-policy";
+/// The only value of [`DELETION_POLICY_ANNOTATION`] that changes behaviour.
+pub const DELETION_POLICY_ORPHAN: &str = "Orphan";
+/// Annotation on a related Secret/ConfigMap copy: the UID of the binding that wrote it.
+pub const RELATED_BINDING_ANNOTATION: &str = "core.kbind.io/related-binding";
+/// Annotation on a consumer CRD installed from a provider: the Connection it is pinned to.
+pub const CONNECTION_ANNOTATION: &str = "core.kbind.io/connection";
+
+/// Finalizer on a consumer instance, placed before its first provider write.
+pub const SYNCER_FINALIZER: &str = "core.kbind.io/syncer";
+/// Finalizer on Connections, their credential Secrets, Bindings and ClusterBindings.
+pub const CLEANUP_FINALIZER: &str = "core.kbind.io/cleanup";
+
+/// Field manager for bound instance spec (provider) and status (consumer) writes.
+pub const FIELD_MANAGER: &str = "kbind-konnector";
+/// Field manager for related Secret/ConfigMap copies.
+pub const RELATED_FIELD_MANAGER: &str = "kbind-konnector-related";
+
+/// Default consumer-side leader-election Lease name.
+pub const LEADER_ELECTION_ID: &str = "konnector.kbind.io";
+/// Namespace of the provider heartbeat Lease when the kubeconfig context names none.
+pub const DEFAULT_HEARTBEAT_NAMESPACE: &str = "kbind";
+/// Duration written into the provider heartbeat Lease.
+pub const HEARTBEAT_LEASE_SECONDS: i32 = 60;
+/// The konnector's designated namespace for credential Secrets, unless configured otherwise.
+pub const DEFAULT_SECRET_NAMESPACE: &str = "kbind";
+/// Data key of the kubeconfig in a credential Secret when the reference names none.
+pub const DEFAULT_KUBECONFIG_KEY: &str = "kubeconfig";
+
+/// Name of the provider heartbeat Lease: Connection name, `-`, first ten characters of the
+/// consumer cluster UID.
+pub fn heartbeat_lease_name(connection: &str, consumer_cluster_uid: &str) -> String {
+    let prefix: String = consumer_cluster_uid.chars().take(10).collect();
+    format!("{connection}-{prefix}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn heartbeat_lease_is_named_after_connection_and_uid_prefix() {
+        assert_eq!(
+            heartbeat_lease_name("provider", "0f1e2d3c-4b5a-6978-8695-a4b3c2d1e0f9"),
+            "provider-0f1e2d3c-4"
+        );
+    }
+
+    #[test]
+    fn heartbeat_lease_name_keeps_short_uids_whole() {
+        assert_eq!(heartbeat_lease_name("p", "abc"), "p-abc");
+    }
+}

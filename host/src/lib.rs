@@ -1,0 +1,11 @@
+//! The kbind konnector: runs in a consumer cluster, connects out to provider clusters and
+//! keeps bound API objects in sync.
+//!
+//! ```text
+//! Secret ─▶ Connection ──(Ready)──▶ engagement registry ──▶ syncer supervisor
+//!              │                                              │
+//!              ▼                                              ▼
+//!      Binding / ClusterBinding ─────────────────────▶ per-API instance syncers
+//! ```
+
+pub mod api;

@@ -1,0 +1,45 @@
+//! The `konnector` binary.
+
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand};
+
+/// kbind konnector: binds provider cluster APIs into this consumer cluster.
+#[derive(Parser, Debug)]
+#[command(name = "konnector", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Write the three core.kbind.io CRD manifests into a directory (or print them).
+    Crds {
+        /// Directory to write into; prints a multi-document YAML stream when omitted.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Crds { out } => write_crds(out),
+    }
+}
+
+fn write_crds(out: Option<PathBuf>) -> anyhow::Result<()> {
+    for (file, crd) in konnector::api::core_crds() {
+        let yaml = konnector::api::crd_yaml(&crd)?;
+        match &out {
+            Some(dir) => {
+                let path = dir.join(file);
+                std::fs::write(&path, yaml).with_context(|| format!("writing {}", path.display()))?;
+            }
+            None => print!("---\n{yaml}"),
+        }
+    }
+    Ok(())
+}

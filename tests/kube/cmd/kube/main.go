@@ -1,0 +1,42 @@
+// Command kube is the real Kubernetes control plane used by kbind's tests and demo.
+//
+// One binary, three roles chosen by the first argument, so the shared dependency
+// graph of etcd, kube-apiserver and kube-controller-manager is compiled and linked once:
+//
+//	kube etcd [etcd flags]
+//	kube kube-apiserver [kube-apiserver flags]
+//	kube kube-controller-manager [kube-controller-manager flags]
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"go.etcd.io/etcd/server/v3/etcdmain"
+	"k8s.io/component-base/cli"
+	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
+	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: kube etcd|kube-apiserver|kube-controller-manager [flags]")
+		os.Exit(2)
+	}
+	role, args := os.Args[1], os.Args[2:]
+	switch role {
+	case "etcd":
+		etcdmain.Main(append([]string{"etcd"}, args...))
+	case "kube-apiserver":
+		cmd := apiserver.NewAPIServerCommand()
+		cmd.SetArgs(args)
+		os.Exit(cli.Run(cmd))
+	case "kube-controller-manager":
+		cmd := controllermanager.NewControllerManagerCommand()
+		cmd.SetArgs(args)
+		os.Exit(cli.Run(cmd))
+	default:
+		fmt.Fprintf(os.Stderr, "unknown role %q: want etcd, kube-apiserver or kube-controller-manager\n", role)
+		os.Exit(2)
+	}
+}

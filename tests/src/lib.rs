@@ -1,0 +1,1 @@
+//! Real kube-apiserver test environment.
