@@ -9,3 +9,4 @@
 //! ```
 
 pub mod api;
+pub mod provider;

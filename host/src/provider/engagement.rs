@@ -1,0 +1,146 @@
+//! The engagement registry: the one place where a Ready Connection's provider client lives.
+//!
+//! The Connection controller engages a Connection when it becomes Ready and disengages it when
+//! it stops being Ready; bindings and syncers only ever read from here. Losing an engagement
+//! stops syncers, it never deletes anything (spec: "Objects and CRDs are not deleted merely
+//! because connectivity is lost").
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use tokio::sync::watch;
+
+use crate::api::ExportedApi;
+
+/// A Ready Connection: its provider client and the identities pinned for it.
+#[derive(Clone)]
+pub struct Engagement {
+    /// Name of the Connection.
+    pub connection: String,
+    /// Client for the provider cluster, built from the Connection's kubeconfig.
+    pub provider: kube::Client,
+    /// Pinned provider cluster UID.
+    pub provider_uid: String,
+    /// Pinned consumer cluster UID, written into ownership markers.
+    pub consumer_uid: String,
+    /// APIs the provider exports, as last discovered.
+    pub exported: Vec<ExportedApi>,
+    /// Digest of the kubeconfig the client was built from; a change means a new client.
+    pub credentials_digest: String,
+    /// Bumped each time this Connection is (re)engaged with a new client, so that syncers
+    /// built for an older client know to rebuild.
+    pub epoch: u64,
+}
+
+impl std::fmt::Debug for Engagement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engagement")
+            .field("connection", &self.connection)
+            .field("provider_uid", &self.provider_uid)
+            .field("consumer_uid", &self.consumer_uid)
+            .field("exported", &self.exported.len())
+            .field("epoch", &self.epoch)
+            .finish()
+    }
+}
+
+/// Shared registry of engaged Connections; cheap to clone.
+#[derive(Clone)]
+pub struct Engagements {
+    inner: Arc<RwLock<Registry>>,
+    changes: watch::Sender<u64>,
+}
+
+#[derive(Default)]
+struct Registry {
+    by_connection: HashMap<String, Engagement>,
+    next_epoch: u64,
+}
+
+impl Default for Engagements {
+    fn default() -> Self {
+        let (changes, _) = watch::channel(0);
+        Self { inner: Arc::default(), changes }
+    }
+}
+
+impl std::fmt::Debug for Engagements {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engagements").finish_non_exhaustive()
+    }
+}
+
+impl Engagements {
+    /// Records a Ready Connection. The epoch is kept when the same credentials and identities
+    /// are engaged again (a periodic reconcile), and bumped when anything a syncer was built
+    /// for changed. Returns the engagement as stored.
+    pub fn engage(&self, mut engagement: Engagement) -> Engagement {
+        let mut registry = self.write();
+        let same_client = registry
+            .by_connection
+            .get(&engagement.connection)
+            .filter(|old| {
+                old.credentials_digest == engagement.credentials_digest
+                    && old.provider_uid == engagement.provider_uid
+                    && old.consumer_uid == engagement.consumer_uid
+            })
+            .map(|old| (old.epoch, old.provider.clone()));
+        let changed = match same_client {
+            Some((epoch, client)) => {
+                engagement.epoch = epoch;
+                engagement.provider = client;
+                registry
+                    .by_connection
+                    .get(&engagement.connection)
+                    .is_none_or(|old| old.exported != engagement.exported)
+            }
+            None => {
+                registry.next_epoch += 1;
+                engagement.epoch = registry.next_epoch;
+                true
+            }
+        };
+        registry
+            .by_connection
+            .insert(engagement.connection.clone(), engagement.clone());
+        drop(registry);
+        if changed {
+            self.changes.send_modify(|n| *n += 1);
+        }
+        engagement
+    }
+
+    /// Forgets a Connection that is no longer Ready; its syncers stop on the next change.
+    pub fn disengage(&self, connection: &str) {
+        let removed = self.write().by_connection.remove(connection).is_some();
+        if removed {
+            self.changes.send_modify(|n| *n += 1);
+        }
+    }
+
+    /// The current engagement of a Connection, if it is Ready.
+    pub fn get(&self, connection: &str) -> Option<Engagement> {
+        self.read().by_connection.get(connection).cloned()
+    }
+
+    /// Names of every engaged Connection.
+    pub fn connections(&self) -> Vec<String> {
+        self.read().by_connection.keys().cloned().collect()
+    }
+
+    /// A receiver that changes whenever a Connection is engaged, re-engaged with a different
+    /// client or exports, or disengaged.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Registry> {
+        // A poisoned lock only means another thread panicked mid-update of a HashMap insert or
+        // remove, which leaves the map consistent; keep serving.
+        self.inner.read().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Registry> {
+        self.inner.write().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
