@@ -9,4 +9,5 @@
 //! ```
 
 pub mod api;
+pub mod conditions;
 pub mod provider;

@@ -1,0 +1,155 @@
+//! Setting conditions the Kubernetes way, once for every controller: `lastTransitionTime`
+//! changes only when the status flips, and `observedGeneration` records what was seen.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+
+use crate::api::{ConditionType, Reason};
+
+/// A condition to set, before timestamps are decided.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Desired {
+    /// Which condition.
+    pub type_: ConditionType,
+    /// True or False.
+    pub status: bool,
+    /// Why, in one CamelCase word.
+    pub reason: Reason,
+    /// What happened and what the operator should do.
+    pub message: String,
+}
+
+impl Desired {
+    /// A True condition.
+    pub fn truthy(type_: ConditionType, reason: Reason, message: impl Into<String>) -> Self {
+        Self {
+            type_,
+            status: true,
+            reason,
+            message: message.into(),
+        }
+    }
+
+    /// A False condition.
+    pub fn falsy(type_: ConditionType, reason: Reason, message: impl Into<String>) -> Self {
+        Self {
+            type_,
+            status: false,
+            reason,
+            message: message.into(),
+        }
+    }
+}
+
+/// Sets `desired` in `conditions`, keeping `lastTransitionTime` unless the status flipped.
+pub fn set(conditions: &mut Vec<Condition>, desired: Desired, generation: Option<i64>) {
+    let status = if desired.status { "True" } else { "False" };
+    let type_ = desired.type_.as_str();
+    let now = Time(Timestamp::now());
+    match conditions.iter_mut().find(|c| c.type_ == type_) {
+        Some(existing) => {
+            if existing.status != status {
+                existing.last_transition_time = now;
+            }
+            existing.status = status.to_string();
+            existing.reason = desired.reason.as_str().to_string();
+            existing.message = desired.message;
+            existing.observed_generation = generation;
+        }
+        None => conditions.push(Condition {
+            type_: type_.to_string(),
+            status: status.to_string(),
+            reason: desired.reason.as_str().to_string(),
+            message: desired.message,
+            observed_generation: generation,
+            last_transition_time: now,
+        }),
+    }
+}
+
+/// Removes a condition that no longer applies.
+pub fn remove(conditions: &mut Vec<Condition>, type_: ConditionType) {
+    conditions.retain(|c| c.type_ != type_.as_str());
+}
+
+/// Whether the condition is present and True.
+pub fn is_true(conditions: &[Condition], type_: ConditionType) -> bool {
+    conditions
+        .iter()
+        .any(|c| c.type_ == type_.as_str() && c.status == "True")
+}
+
+/// Compares two condition lists ignoring `lastTransitionTime`, so that a status write is
+/// skipped when nothing an operator can see changed.
+pub fn same_ignoring_time(a: &[Condition], b: &[Condition]) -> bool {
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(x, y)| {
+            x.type_ == y.type_
+                && x.status == y.status
+                && x.reason == y.reason
+                && x.message == y.message
+                && x.observed_generation == y.observed_generation
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transition_time_is_kept_while_status_holds() {
+        let mut conditions = Vec::new();
+        set(
+            &mut conditions,
+            Desired::truthy(ConditionType::Ready, Reason::AsExpected, "ok"),
+            Some(1),
+        );
+        let first = conditions[0].last_transition_time.clone();
+        set(
+            &mut conditions,
+            Desired::truthy(ConditionType::Ready, Reason::AsExpected, "still ok"),
+            Some(2),
+        );
+        assert_eq!(conditions[0].last_transition_time, first);
+        assert_eq!(conditions[0].message, "still ok");
+        assert_eq!(conditions[0].observed_generation, Some(2));
+    }
+
+    #[test]
+    fn transition_time_moves_when_status_flips() {
+        let mut conditions = vec![Condition {
+            type_: "Ready".into(),
+            status: "True".into(),
+            reason: "AsExpected".into(),
+            message: String::new(),
+            observed_generation: None,
+            last_transition_time: Time(Timestamp::UNIX_EPOCH),
+        }];
+        set(
+            &mut conditions,
+            Desired::falsy(ConditionType::Ready, Reason::SecretNotFound, "x"),
+            None,
+        );
+        assert_ne!(
+            conditions[0].last_transition_time,
+            Time(Timestamp::UNIX_EPOCH)
+        );
+        assert_eq!(conditions[0].status, "False");
+        assert_eq!(conditions[0].reason, "SecretNotFound");
+    }
+
+    #[test]
+    fn comparison_ignores_only_transition_time() {
+        let mut a = Vec::new();
+        set(
+            &mut a,
+            Desired::truthy(ConditionType::Ready, Reason::AsExpected, "ok"),
+            None,
+        );
+        let mut b = a.clone();
+        b[0].last_transition_time = Time(Timestamp::UNIX_EPOCH);
+        assert!(same_ignoring_time(&a, &b));
+        b[0].message = "other".into();
+        assert!(!same_ignoring_time(&a, &b));
+    }
+}
