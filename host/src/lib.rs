@@ -9,5 +9,7 @@
 //! ```
 
 pub mod api;
+pub mod binding;
 pub mod conditions;
 pub mod provider;
+pub mod sync;

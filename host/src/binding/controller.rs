@@ -1,0 +1,353 @@
+//! The Binding and ClusterBinding controllers: one generic reconcile for both kinds, wrapped
+//! in kube-runtime's `finalizer()` with `core.kbind.io/cleanup`.
+//!
+//! ```text
+//! Binding / ClusterBinding ─▶ gather facts (Connection, engagement, consumer CRDs, index pin)
+//!        │                     ─▶ readiness verdict ─▶ binding index (selection for syncers)
+//!        │                     ─▶ count conflict annotations ─▶ status (written when changed)
+//!        └─ deleted ─▶ leave the index (stops selection) ─▶ release the finalizer
+//! ```
+//!
+//! Requeue policy, written down once: Ready → the periodic status interval (30 s by default,
+//! which is also when conflicts are counted); not Ready → soon (level-triggered, not an
+//! error); failures → `error_policy`, backing off per binding.
+
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{DynamicObject, ListParams, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::finalizer::{Event as Finalizer, finalizer};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Api, Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, instrument, warn};
+
+use crate::api::names::{
+    CLEANUP_FINALIZER, CONFLICT_ANNOTATION, CONNECTION_ANNOTATION, FIELD_MANAGER,
+};
+use crate::api::{Binding, BindingSpec, BindingStatus, ClusterBinding, Connection};
+use crate::sync::{ApiTarget, changes, is_established};
+
+use super::index::{BindingKey, Entry};
+use super::readiness::{self, ApiFacts, ConnectionState, CrdFacts};
+use super::status;
+use super::{Context, Error, Result};
+
+/// What the controller needs from either binding kind.
+pub trait BindingObject:
+    Resource<DynamicType = ()> + Clone + DeserializeOwned + Serialize + Debug + Send + Sync + 'static
+{
+    /// The shared spec.
+    fn binding_spec(&self) -> &BindingSpec;
+    /// The stored status.
+    fn binding_status(&self) -> Option<&BindingStatus>;
+    /// The index key; `None` for an object without a name.
+    fn index_key(&self) -> Option<BindingKey>;
+    /// The API to patch this object through.
+    fn api_for(&self, client: kube::Client) -> Api<Self>;
+}
+
+impl BindingObject for Binding {
+    fn binding_spec(&self) -> &BindingSpec {
+        &self.spec
+    }
+    fn binding_status(&self) -> Option<&BindingStatus> {
+        self.status.as_ref()
+    }
+    fn index_key(&self) -> Option<BindingKey> {
+        Some(BindingKey::Namespaced {
+            namespace: self.metadata.namespace.clone()?,
+            name: self.metadata.name.clone()?,
+        })
+    }
+    fn api_for(&self, client: kube::Client) -> Api<Self> {
+        match &self.metadata.namespace {
+            Some(ns) => Api::namespaced(client, ns),
+            None => Api::all(client),
+        }
+    }
+}
+
+impl BindingObject for ClusterBinding {
+    fn binding_spec(&self) -> &BindingSpec {
+        &self.spec
+    }
+    fn binding_status(&self) -> Option<&BindingStatus> {
+        self.status.as_ref()
+    }
+    fn index_key(&self) -> Option<BindingKey> {
+        Some(BindingKey::Cluster {
+            name: self.metadata.name.clone()?,
+        })
+    }
+    fn api_for(&self, client: kube::Client) -> Api<Self> {
+        Api::all(client)
+    }
+}
+
+/// Runs the controller for one binding kind until `shutdown`.
+pub async fn run<K: BindingObject>(ctx: Arc<Context>, shutdown: CancellationToken) {
+    let client = ctx.consumer.clone();
+    let mut config = watcher::Config::default();
+    if let Some(selector) = &ctx.settings.binding_selector {
+        config = config.labels(selector);
+    }
+    let controller = Controller::new(Api::<K>::all(client.clone()), config);
+    let by_connection = controller.store();
+    let by_api = controller.store();
+    controller
+        // A Connection changing (appearing, Ready flipping) concerns the bindings naming it.
+        .watches(
+            Api::<Connection>::all(client.clone()),
+            watcher::Config::default(),
+            move |connection| {
+                let name = connection.name_any();
+                by_connection
+                    .state()
+                    .iter()
+                    .filter(|b| b.binding_spec().connection_ref.name == name)
+                    .map(|b| ObjectRef::from_obj(&**b))
+                    .collect::<Vec<_>>()
+            },
+        )
+        // A consumer CRD appearing or becoming Established concerns the bindings listing it.
+        .watches(
+            Api::<CustomResourceDefinition>::all(client),
+            watcher::Config::default(),
+            move |crd| {
+                let name = crd.name_any();
+                by_api
+                    .state()
+                    .iter()
+                    .filter(|b| b.binding_spec().apis.iter().any(|a| a.name == name))
+                    .map(|b| ObjectRef::from_obj(&**b))
+                    .collect::<Vec<_>>()
+            },
+        )
+        .reconcile_all_on(changes(ctx.engagements.subscribe()))
+        .reconcile_all_on(changes(ctx.index.subscribe()))
+        .graceful_shutdown_on(shutdown.cancelled_owned())
+        .run(reconcile::<K>, error_policy::<K>, ctx)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                debug!(error = %e, "binding controller event");
+            }
+        })
+        .await;
+}
+
+#[instrument(skip(obj, ctx), fields(kind = %K::kind(&()), namespace = obj.namespace().unwrap_or_default(), name = %obj.name_any()))]
+async fn reconcile<K: BindingObject>(obj: Arc<K>, ctx: Arc<Context>) -> Result<Action> {
+    let failure_key = failure_key(&*obj);
+    let api = obj.api_for(ctx.consumer.clone());
+    let action = finalizer(&api, CLEANUP_FINALIZER, obj, |event| async {
+        match event {
+            Finalizer::Apply(obj) => apply(&*obj, &api, &ctx).await,
+            Finalizer::Cleanup(obj) => cleanup(&*obj, &ctx).await,
+        }
+    })
+    .await
+    .map_err(|e| Error::Finalizer(Box::new(e)));
+    if action.is_ok() {
+        ctx.forget_failures(&failure_key);
+    }
+    action
+}
+
+async fn apply<K: BindingObject>(obj: &K, api: &Api<K>, ctx: &Context) -> Result<Action> {
+    let key = obj.index_key().ok_or(Error::MissingName)?;
+    let spec = obj.binding_spec();
+    let connection = spec.connection_ref.name.as_str();
+    let engagement = ctx.engagements.get(connection);
+    let state = match &engagement {
+        Some(e) => ConnectionState::Engaged {
+            exported: e.exported.clone(),
+        },
+        None => match Api::<Connection>::all(ctx.consumer.clone())
+            .get_opt(connection)
+            .await
+            .map_err(Error::ReadConnection)?
+        {
+            Some(_) => ConnectionState::NotReady,
+            None => ConnectionState::NotFound,
+        },
+    };
+    // The candidate entry, so this binding takes part in "who serves this API" before its
+    // own entry is written.
+    let candidate = Entry {
+        connection: connection.to_string(),
+        apis: spec.apis.iter().map(|a| (a.name.clone(), None)).collect(),
+        conflict_policy: spec.conflict_policy,
+        ready: false,
+        created: obj.meta().creation_timestamp.as_ref().map(|t| t.0),
+    };
+    // For `schema.pullPolicy: Bound` the consumer CRD is installed here through
+    // `schema::ensure_installed` once that module is on main; until then CRDs are installed
+    // by whoever manages them (pullPolicy None) and this only reads them.
+    let crds = Api::<CustomResourceDefinition>::all(ctx.consumer.clone());
+    let mut facts = Vec::with_capacity(spec.apis.len());
+    let mut hashes = BTreeMap::new();
+    for listed in &spec.apis {
+        let name = &listed.name;
+        let crd = crds.get_opt(name).await.map_err(|source| Error::ReadCrd {
+            name: name.clone(),
+            source,
+        })?;
+        let exported_versions = engagement
+            .as_ref()
+            .and_then(|e| e.exported.iter().find(|x| x.name == *name))
+            .map(|x| x.versions.clone())
+            .unwrap_or_default();
+        if let Some(crd) = &crd {
+            hashes.insert(name.clone(), status::crd_hash(crd));
+        }
+        let index_pin = ctx.index.read(|i| {
+            i.pinned_connection(name, Some((&key, &candidate)))
+                .map(str::to_string)
+        });
+        facts.push(ApiFacts {
+            name: name.clone(),
+            crd: crd.map(|crd| CrdFacts {
+                established: is_established(&crd),
+                pinned_to: crd.annotations().get(CONNECTION_ANNOTATION).cloned(),
+                target: ApiTarget::from_crd(&crd, &exported_versions),
+            }),
+            index_pin,
+        });
+    }
+    let verdict = readiness::evaluate(connection, &state, &facts);
+    let ready = verdict.is_ready();
+    ctx.index.apply(
+        key.clone(),
+        Entry {
+            apis: verdict.targets.clone(),
+            ready,
+            ..candidate
+        },
+    );
+
+    // Count conflicts among the instances in this binding's scope (spec: "Bindings count
+    // conflict annotations on a periodic reconciliation").
+    let mut counts = BTreeMap::new();
+    for fact in &facts {
+        let Some(target) = fact.crd.as_ref().and_then(|c| c.target.as_ref()) else {
+            continue;
+        };
+        let count = count_conflicts(ctx, target, obj.namespace().as_deref())
+            .await
+            .map_err(|source| Error::CountConflicts {
+                api: fact.name.clone(),
+                source,
+            })?;
+        counts.insert(fact.name.clone(), count);
+    }
+    let listed: Vec<String> = spec.apis.iter().map(|a| a.name.clone()).collect();
+    let new_status = status::build(
+        obj.binding_status(),
+        &verdict,
+        &listed,
+        &hashes,
+        &counts,
+        obj.meta().generation,
+    );
+    if obj.binding_status() != Some(&new_status) {
+        write_status(obj, api, &new_status).await?;
+        info!(
+            ready,
+            reason = verdict.ready.reason.as_str(),
+            "binding status updated"
+        );
+    }
+    Ok(Action::requeue(if ready {
+        ctx.settings.status_interval
+    } else {
+        ctx.settings.pending_requeue
+    }))
+}
+
+async fn count_conflicts(
+    ctx: &Context,
+    target: &ApiTarget,
+    namespace: Option<&str>,
+) -> Result<i64, kube::Error> {
+    let ar = target.api_resource();
+    let api: Api<DynamicObject> = match namespace {
+        Some(ns) if target.namespaced => Api::namespaced_with(ctx.consumer.clone(), ns, &ar),
+        _ => Api::all_with(ctx.consumer.clone(), &ar),
+    };
+    let list = api.list_metadata(&ListParams::default()).await?;
+    let count = list
+        .items
+        .iter()
+        .filter(|o| o.annotations().contains_key(CONFLICT_ANNOTATION))
+        .count();
+    Ok(i64::try_from(count).unwrap_or(i64::MAX))
+}
+
+async fn write_status<K: BindingObject>(
+    obj: &K,
+    api: &Api<K>,
+    status: &BindingStatus,
+) -> Result<()> {
+    let mut metadata = json!({ "name": obj.name_any() });
+    if let Some(ns) = obj.namespace() {
+        metadata["namespace"] = json!(ns);
+    }
+    let body = json!({
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
+        "metadata": metadata,
+        "status": status,
+    });
+    api.patch_status(
+        &obj.name_any(),
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&body),
+    )
+    .await
+    .map_err(Error::WriteStatus)?;
+    Ok(())
+}
+
+async fn cleanup<K: BindingObject>(obj: &K, ctx: &Context) -> Result<Action> {
+    // Spec: "Deleting one stops it being selected for new instance sync and runs cleanup."
+    // Leaving the index stops selection at once; the supervisor stops syncers nothing else
+    // needs.
+    if let Some(key) = obj.index_key() {
+        ctx.index.delete(&key);
+    }
+    // issue 6: the teardown itself — drain instances (delete owned provider copies in scope,
+    // release instance finalizers) when no other binding lists the API, delete the consumer
+    // CRD for the last ClusterBinding, delete owned related-resource copies. Until then the
+    // finalizer is released right away and instances keep their syncer finalizers.
+    info!("binding deleted; selection stopped");
+    Ok(Action::await_change())
+}
+
+fn error_policy<K: BindingObject>(obj: Arc<K>, err: &Error, ctx: Arc<Context>) -> Action {
+    let failures = ctx.record_failure(&failure_key(&*obj));
+    let delay = crate::sync::backoff(
+        failures,
+        ctx.settings.sync.error_backoff_base,
+        ctx.settings.sync.error_backoff_max,
+    );
+    warn!(kind = %K::kind(&()), name = %obj.name_any(), error = %err, ?delay, "binding reconcile failed");
+    Action::requeue(delay)
+}
+
+fn failure_key<K: BindingObject>(obj: &K) -> String {
+    format!(
+        "{}/{}/{}",
+        K::kind(&()),
+        obj.namespace().unwrap_or_default(),
+        obj.name_any()
+    )
+}

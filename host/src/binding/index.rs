@@ -1,0 +1,436 @@
+//! The binding index: which binding covers which (Connection, API, namespace), and with which
+//! conflict policy. A pure in-memory structure (linkerd's "index, separate writers" habit):
+//! the binding controllers write it after each reconcile, the syncer supervisor reads it to
+//! decide which syncers run, and each instance reconcile reads it to decide whether its object
+//! is selected.
+//!
+//! ```text
+//! Binding / ClusterBinding reconcile ──apply/delete──▶ BindingIndex ──▶ supervisor: which syncers
+//!                                                           └────────▶ syncer: is this object selected,
+//!                                                                       under which conflictPolicy
+//! ```
+//!
+//! Rules encoded here, and nowhere else:
+//! - a Binding selects instances in its own namespace, a ClusterBinding in every namespace and
+//!   cluster-scoped instances (spec, "Selection");
+//! - where a ClusterBinding and a Binding cover the same API on the same Connection, the
+//!   ClusterBinding wins (DESIGN.md);
+//! - one API is served by one Connection: the first binding by rank (ClusterBindings first,
+//!   then the oldest, then by name) pins it, and a binding listing it for another Connection is
+//!   `APIBoundElsewhere`;
+//! - only Ready bindings select anything.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, RwLock};
+
+use k8s_openapi::jiff::Timestamp;
+use tokio::sync::watch;
+
+use crate::api::ConflictPolicy;
+use crate::sync::ApiTarget;
+
+/// Identifies one binding object.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum BindingKey {
+    /// A ClusterBinding, by name. Sorts before every Binding.
+    Cluster {
+        /// Name of the ClusterBinding.
+        name: String,
+    },
+    /// A namespaced Binding.
+    Namespaced {
+        /// Namespace of the Binding, which is also the only namespace it selects.
+        namespace: String,
+        /// Name of the Binding.
+        name: String,
+    },
+}
+
+impl std::fmt::Display for BindingKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Cluster { name } => write!(f, "ClusterBinding/{name}"),
+            Self::Namespaced { namespace, name } => write!(f, "Binding/{namespace}/{name}"),
+        }
+    }
+}
+
+/// What the index knows about one binding.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    /// The Connection it references.
+    pub connection: String,
+    /// Listed APIs, each with the resolved target once its consumer CRD is Established.
+    pub apis: BTreeMap<String, Option<ApiTarget>>,
+    /// The binding's `conflictPolicy`.
+    pub conflict_policy: ConflictPolicy,
+    /// Whether the binding is Ready; only Ready bindings select instances.
+    pub ready: bool,
+    /// Creation time, for the "oldest binding pins the API" rule.
+    pub created: Option<Timestamp>,
+}
+
+/// The binding that selects an instance, and the policy it brings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Coverage {
+    /// The selecting binding.
+    pub binding: BindingKey,
+    /// Its conflict policy.
+    pub conflict_policy: ConflictPolicy,
+}
+
+/// All known bindings. Cheap queries, no I/O.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BindingIndex {
+    entries: BTreeMap<BindingKey, Entry>,
+}
+
+/// Ordering of bindings for every tie: ClusterBindings first, then older, then by key.
+fn rank<'a>(key: &'a BindingKey, entry: &Entry) -> (bool, bool, Option<Timestamp>, &'a BindingKey) {
+    (
+        matches!(key, BindingKey::Namespaced { .. }),
+        entry.created.is_none(),
+        entry.created,
+        key,
+    )
+}
+
+impl BindingIndex {
+    /// Records (or replaces) a binding. Returns whether anything changed.
+    pub fn apply(&mut self, key: BindingKey, entry: Entry) -> bool {
+        match self.entries.get(&key) {
+            Some(old) if *old == entry => false,
+            _ => {
+                self.entries.insert(key, entry);
+                true
+            }
+        }
+    }
+
+    /// Forgets a binding. Returns whether it was known.
+    pub fn delete(&mut self, key: &BindingKey) -> bool {
+        self.entries.remove(key).is_some()
+    }
+
+    /// Replaces everything, e.g. after a full relist. Returns whether anything changed.
+    pub fn reset(&mut self, entries: impl IntoIterator<Item = (BindingKey, Entry)>) -> bool {
+        let new: BTreeMap<_, _> = entries.into_iter().collect();
+        let changed = new != self.entries;
+        self.entries = new;
+        changed
+    }
+
+    /// The entry of one binding.
+    pub fn get(&self, key: &BindingKey) -> Option<&Entry> {
+        self.entries.get(key)
+    }
+
+    /// The Connection that serves `api`: the one of the first binding by rank listing it,
+    /// with `candidate` counted as if it were already recorded (so a binding can ask before
+    /// its own entry is written).
+    pub fn pinned_connection<'a>(
+        &'a self,
+        api: &str,
+        candidate: Option<(&'a BindingKey, &'a Entry)>,
+    ) -> Option<&'a str> {
+        let recorded = self
+            .entries
+            .iter()
+            .filter(|(key, _)| candidate.is_none_or(|(c, _)| c != *key));
+        recorded
+            .chain(candidate)
+            .filter(|(_, e)| e.apis.contains_key(api))
+            .min_by(|(ka, ea), (kb, eb)| rank(ka, ea).cmp(&rank(kb, eb)))
+            .map(|(_, e)| e.connection.as_str())
+    }
+
+    /// The Ready binding that selects an instance of `api` through `connection` in
+    /// `namespace` (`None` for a cluster-scoped instance, which only a ClusterBinding selects).
+    pub fn covering(
+        &self,
+        connection: &str,
+        api: &str,
+        namespace: Option<&str>,
+    ) -> Option<Coverage> {
+        self.entries
+            .iter()
+            .filter(|(_, e)| e.ready && e.connection == connection && e.apis.contains_key(api))
+            .filter(|(key, _)| match key {
+                BindingKey::Cluster { .. } => true,
+                BindingKey::Namespaced { namespace: ns, .. } => Some(ns.as_str()) == namespace,
+            })
+            .min_by(|(ka, ea), (kb, eb)| rank(ka, ea).cmp(&rank(kb, eb)))
+            .map(|(key, e)| Coverage {
+                binding: key.clone(),
+                conflict_policy: e.conflict_policy,
+            })
+    }
+
+    /// Every (Connection, API) that at least one Ready binding selects and whose consumer CRD
+    /// is resolved, with its target: the syncers that should run (if the Connection is engaged).
+    pub fn active(&self) -> BTreeMap<(String, String), ApiTarget> {
+        let mut ranked: Vec<_> = self.entries.iter().filter(|(_, e)| e.ready).collect();
+        ranked.sort_by(|(ka, ea), (kb, eb)| rank(ka, ea).cmp(&rank(kb, eb)));
+        let mut out = BTreeMap::new();
+        for (_, entry) in ranked {
+            for (api, target) in &entry.apis {
+                if let Some(target) = target {
+                    out.entry((entry.connection.clone(), api.clone()))
+                        .or_insert_with(|| target.clone());
+                }
+            }
+        }
+        out
+    }
+
+    /// Every binding that lists `api`, Ready or not.
+    pub fn listing(&self, api: &str) -> BTreeSet<&BindingKey> {
+        self.entries
+            .iter()
+            .filter(|(_, e)| e.apis.contains_key(api))
+            .map(|(k, _)| k)
+            .collect()
+    }
+}
+
+/// The index shared between controllers, supervisor and syncers, with a change signal.
+#[derive(Clone)]
+pub struct SharedIndex {
+    inner: Arc<RwLock<BindingIndex>>,
+    changes: watch::Sender<u64>,
+}
+
+impl Default for SharedIndex {
+    fn default() -> Self {
+        let (changes, _) = watch::channel(0);
+        Self {
+            inner: Arc::default(),
+            changes,
+        }
+    }
+}
+
+impl std::fmt::Debug for SharedIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedIndex").finish_non_exhaustive()
+    }
+}
+
+impl SharedIndex {
+    /// Records a binding and signals subscribers when that changed anything.
+    pub fn apply(&self, key: BindingKey, entry: Entry) -> bool {
+        let changed = self.write().apply(key, entry);
+        self.notify(changed)
+    }
+
+    /// Forgets a binding and signals subscribers when it was known.
+    pub fn delete(&self, key: &BindingKey) -> bool {
+        let changed = self.write().delete(key);
+        self.notify(changed)
+    }
+
+    /// Runs a query against the current index.
+    pub fn read<T>(&self, f: impl FnOnce(&BindingIndex) -> T) -> T {
+        let guard = self
+            .inner
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        f(&guard)
+    }
+
+    /// A receiver that changes whenever the index content changes.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, BindingIndex> {
+        // A poisoned lock means a panic mid-insert of a BTreeMap, which stays consistent.
+        self.inner
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn notify(&self, changed: bool) -> bool {
+        if changed {
+            self.changes.send_modify(|n| *n += 1);
+        }
+        changed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target(group: &str) -> ApiTarget {
+        ApiTarget {
+            group: group.into(),
+            version: "v1".into(),
+            kind: "Widget".into(),
+            plural: "widgets".into(),
+            namespaced: true,
+            status_subresource: true,
+        }
+    }
+
+    fn cluster(name: &str) -> BindingKey {
+        BindingKey::Cluster { name: name.into() }
+    }
+
+    fn ns(namespace: &str, name: &str) -> BindingKey {
+        BindingKey::Namespaced {
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+
+    fn entry(connection: &str, apis: &[&str], policy: ConflictPolicy, created: i64) -> Entry {
+        Entry {
+            connection: connection.into(),
+            apis: apis
+                .iter()
+                .map(|a| ((*a).to_string(), Some(target("example.org"))))
+                .collect(),
+            conflict_policy: policy,
+            ready: true,
+            created: Timestamp::from_second(created).ok(),
+        }
+    }
+
+    const W: &str = "widgets.example.org";
+
+    #[test]
+    fn namespaced_binding_selects_only_its_namespace() {
+        let mut index = BindingIndex::default();
+        index.apply(ns("team-a", "b"), entry("p", &[W], ConflictPolicy::Fail, 1));
+        assert!(index.covering("p", W, Some("team-a")).is_some());
+        assert!(index.covering("p", W, Some("team-b")).is_none());
+        assert!(
+            index.covering("p", W, None).is_none(),
+            "cluster-scoped needs a ClusterBinding"
+        );
+        assert!(
+            index.covering("q", W, Some("team-a")).is_none(),
+            "other Connection"
+        );
+        assert!(
+            index
+                .covering("p", "gadgets.example.org", Some("team-a"))
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn cluster_binding_selects_every_namespace_and_cluster_scope() {
+        let mut index = BindingIndex::default();
+        index.apply(cluster("all"), entry("p", &[W], ConflictPolicy::Fail, 1));
+        assert!(index.covering("p", W, Some("anything")).is_some());
+        assert!(index.covering("p", W, None).is_some());
+    }
+
+    #[test]
+    fn cluster_binding_wins_over_binding_for_the_same_api_and_connection() {
+        let mut index = BindingIndex::default();
+        // The Binding is older and says Adopt; the ClusterBinding still wins.
+        index.apply(
+            ns("team-a", "b"),
+            entry("p", &[W], ConflictPolicy::Adopt, 1),
+        );
+        index.apply(cluster("c"), entry("p", &[W], ConflictPolicy::Fail, 9));
+        let cov = index.covering("p", W, Some("team-a")).expect("covered");
+        assert_eq!(cov.binding, cluster("c"));
+        assert_eq!(cov.conflict_policy, ConflictPolicy::Fail);
+    }
+
+    #[test]
+    fn binding_policy_applies_when_no_cluster_binding_covers() {
+        let mut index = BindingIndex::default();
+        index.apply(
+            ns("team-a", "b"),
+            entry("p", &[W], ConflictPolicy::Adopt, 1),
+        );
+        let cov = index.covering("p", W, Some("team-a")).expect("covered");
+        assert_eq!(cov.conflict_policy, ConflictPolicy::Adopt);
+    }
+
+    #[test]
+    fn unready_binding_selects_nothing() {
+        let mut index = BindingIndex::default();
+        let mut e = entry("p", &[W], ConflictPolicy::Fail, 1);
+        e.ready = false;
+        index.apply(cluster("c"), e);
+        assert!(index.covering("p", W, Some("x")).is_none());
+        assert!(index.active().is_empty());
+    }
+
+    #[test]
+    fn oldest_binding_pins_the_api_and_cluster_bindings_rank_first() {
+        let mut index = BindingIndex::default();
+        index.apply(ns("a", "old"), entry("p", &[W], ConflictPolicy::Fail, 1));
+        index.apply(ns("b", "new"), entry("q", &[W], ConflictPolicy::Fail, 5));
+        assert_eq!(index.pinned_connection(W, None), Some("p"));
+        let late_cluster = entry("q", &[W], ConflictPolicy::Fail, 9);
+        let key = cluster("late");
+        assert_eq!(
+            index.pinned_connection(W, Some((&key, &late_cluster))),
+            Some("q"),
+            "a ClusterBinding outranks older Bindings"
+        );
+        assert_eq!(index.pinned_connection("other.example.org", None), None);
+    }
+
+    #[test]
+    fn candidate_replaces_its_own_recorded_entry_when_pinning() {
+        let mut index = BindingIndex::default();
+        let key = ns("a", "b");
+        index.apply(key.clone(), entry("p", &[W], ConflictPolicy::Fail, 1));
+        let moved = entry("q", &[W], ConflictPolicy::Fail, 1);
+        assert_eq!(index.pinned_connection(W, Some((&key, &moved))), Some("q"));
+    }
+
+    #[test]
+    fn active_lists_each_connection_api_pair_once_with_resolved_targets() {
+        let mut index = BindingIndex::default();
+        index.apply(ns("a", "b"), entry("p", &[W], ConflictPolicy::Fail, 1));
+        index.apply(
+            cluster("c"),
+            entry("p", &[W, "gadgets.example.org"], ConflictPolicy::Fail, 2),
+        );
+        let mut unresolved = entry("p", &["pending.example.org"], ConflictPolicy::Fail, 3);
+        unresolved.apis.insert("pending.example.org".into(), None);
+        index.apply(cluster("d"), unresolved);
+        let active = index.active();
+        assert_eq!(
+            active.keys().cloned().collect::<Vec<_>>(),
+            vec![
+                ("p".to_string(), "gadgets.example.org".to_string()),
+                ("p".to_string(), W.to_string()),
+            ]
+        );
+    }
+
+    #[test]
+    fn apply_reports_changes_only() {
+        let mut index = BindingIndex::default();
+        let e = entry("p", &[W], ConflictPolicy::Fail, 1);
+        assert!(index.apply(cluster("c"), e.clone()));
+        assert!(!index.apply(cluster("c"), e.clone()));
+        assert!(index.delete(&cluster("c")));
+        assert!(!index.delete(&cluster("c")));
+        assert!(index.reset([(cluster("c"), e.clone())]));
+        assert!(!index.reset([(cluster("c"), e)]));
+    }
+
+    #[test]
+    fn shared_index_signals_only_real_changes() {
+        let shared = SharedIndex::default();
+        let rx = shared.subscribe();
+        let e = entry("p", &[W], ConflictPolicy::Fail, 1);
+        shared.apply(cluster("c"), e.clone());
+        assert!(rx.has_changed().unwrap_or(false));
+        let seen = *rx.borrow();
+        shared.apply(cluster("c"), e);
+        assert_eq!(*shared.subscribe().borrow(), seen);
+        assert_eq!(shared.read(|i| i.listing(W).len()), 1);
+    }
+}

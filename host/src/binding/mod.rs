@@ -1,0 +1,181 @@
+//! Bindings: which consumer instances of which exported APIs are synced through which
+//! Connection, and the one entry point that runs everything downstream of a Connection.
+//!
+//! ```text
+//! Connection ──(Ready)──▶ engagement registry ─────────────┐
+//!                                                          ▼
+//! Binding / ClusterBinding ──▶ controller ──▶ index ──▶ syncer supervisor ──▶ syncers
+//!                                  │                         (crate::sync)
+//!                                  └──▶ status: Ready, boundAPIs[].conflictCount, Conflicts
+//! ```
+//!
+//! - [`controller`]: the reconcile shared by both kinds (finalizer `core.kbind.io/cleanup`).
+//! - [`readiness`]: when a binding is Ready, and the reason when it is not.
+//! - [`index`]: which binding selects which instance, under which conflict policy.
+//! - [`status`]: building the status value and deciding whether it changed.
+//!
+//! [`run`] starts the two binding controllers and the syncer supervisor from one [`Context`];
+//! the `konnector run` command wires it next to the Connection controller.
+
+pub mod controller;
+pub mod index;
+pub mod readiness;
+pub mod status;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kube::Client;
+use kube::runtime::events::Reporter;
+use tokio_util::sync::CancellationToken;
+
+use crate::api::{Binding, ClusterBinding};
+use crate::provider::Engagements;
+use crate::sync::{DecideConflict, Supervisor, SyncSettings};
+
+pub use index::{BindingIndex, BindingKey, Coverage, Entry, SharedIndex};
+
+/// Why reconciling a binding failed. Each variant names the operation.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The binding has no name (or no namespace for a Binding).
+    #[error("binding has no name")]
+    MissingName,
+    /// Reading the referenced Connection.
+    #[error("reading the Connection: {0}")]
+    ReadConnection(#[source] kube::Error),
+    /// Reading a listed API's consumer CRD.
+    #[error("reading CustomResourceDefinition {name}: {source}")]
+    ReadCrd {
+        /// The CRD (API) name.
+        name: String,
+        /// What the consumer said.
+        #[source]
+        source: kube::Error,
+    },
+    /// Listing instances to count conflict annotations.
+    #[error("counting conflicts of {api}: {source}")]
+    CountConflicts {
+        /// The API.
+        api: String,
+        /// What the consumer said.
+        #[source]
+        source: kube::Error,
+    },
+    /// Writing the binding status.
+    #[error("writing binding status: {0}")]
+    WriteStatus(#[source] kube::Error),
+    /// Adding or removing `core.kbind.io/cleanup`, or the apply/cleanup wrapped by it.
+    #[error("binding finalizer: {0}")]
+    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
+}
+
+/// Result of binding operations.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Timings and scope of the binding controllers, and the sync engine's settings.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Periodic reconcile of a Ready binding: conflict counting and status refresh
+    /// (spec: "normally every 30 seconds").
+    pub status_interval: Duration,
+    /// Requeue of a binding that is not Ready yet (waiting on a CRD, a Connection...).
+    pub pending_requeue: Duration,
+    /// Only bindings matching this label selector are handled (`None`: all). Lets several
+    /// konnectors share one consumer cluster, each with its own bindings.
+    pub binding_selector: Option<String>,
+    /// The instance sync engine's settings.
+    pub sync: SyncSettings,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            status_interval: Duration::from_secs(30),
+            pending_requeue: Duration::from_secs(5),
+            binding_selector: None,
+            sync: SyncSettings::default(),
+        }
+    }
+}
+
+/// Everything the binding controllers and the syncer supervisor share.
+pub struct Context {
+    /// Consumer cluster client.
+    pub consumer: Client,
+    /// Ready Connections' provider clients (written by the Connection controller).
+    pub engagements: Engagements,
+    /// Which binding selects which instance.
+    pub index: SharedIndex,
+    /// The conflict policy (the Wasm module in production).
+    pub decider: Arc<dyn DecideConflict>,
+    /// Who Events are reported as.
+    pub reporter: Reporter,
+    /// Timings.
+    pub settings: Settings,
+    failures: Mutex<HashMap<String, u32>>,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Context {
+    /// A context with a fresh index and the default reporter (`kbind-konnector`).
+    pub fn new(
+        consumer: Client,
+        engagements: Engagements,
+        decider: Arc<dyn DecideConflict>,
+        settings: Settings,
+    ) -> Self {
+        Self {
+            consumer,
+            engagements,
+            index: SharedIndex::default(),
+            decider,
+            reporter: Reporter {
+                controller: crate::api::names::FIELD_MANAGER.to_string(),
+                instance: std::env::var("POD_NAME").ok(),
+            },
+            settings,
+            failures: Mutex::default(),
+        }
+    }
+
+    fn record_failure(&self, key: &str) -> u32 {
+        let mut failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
+        let n = failures.entry(key.to_string()).or_default();
+        *n = n.saturating_add(1);
+        *n
+    }
+
+    fn forget_failures(&self, key: &str) {
+        self.failures
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(key);
+    }
+}
+
+/// Runs the Binding and ClusterBinding controllers and the syncer supervisor until
+/// `shutdown`; stopping deletes nothing.
+pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
+    let supervisor = Supervisor::new(
+        ctx.consumer.clone(),
+        ctx.engagements.clone(),
+        ctx.index.clone(),
+        ctx.decider.clone(),
+        ctx.reporter.clone(),
+        ctx.settings.sync.clone(),
+    );
+    tokio::join!(
+        controller::run::<Binding>(ctx.clone(), shutdown.clone()),
+        controller::run::<ClusterBinding>(ctx.clone(), shutdown.clone()),
+        supervisor.run(shutdown),
+    );
+}

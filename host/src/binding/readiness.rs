@@ -1,0 +1,305 @@
+//! When is a binding Ready, and if not, which reason says why. Pure: the controller gathers
+//! the facts (Connection, engagement, consumer CRDs, the index's pin) and this module judges.
+//!
+//! ```text
+//! Connection exists? ── no ──▶ ConnectionNotFound
+//!   │ engaged (Ready)? ── no ──▶ ConnectionNotReady
+//!   ▼ for every listed API:
+//!   exported by it? ── no ──▶ APINotExported
+//!   served by this Connection (CRD annotation, oldest binding)? ── no ──▶ APIBoundElsewhere
+//!   consumer CRD there? ── no ──▶ Pending;  Established? ── no ──▶ SchemaNotEstablished
+//!   ▼
+//! Ready=True, with the resolved target of every API
+//! ```
+
+use std::collections::BTreeMap;
+
+use crate::api::{ConditionType, ExportedApi, Reason};
+use crate::conditions::Desired;
+use crate::sync::ApiTarget;
+
+/// What the engagement registry and the consumer say about the referenced Connection.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ConnectionState {
+    /// No Connection object of that name.
+    NotFound,
+    /// The Connection exists but is not engaged (not Ready).
+    NotReady,
+    /// The Connection is engaged; these are the APIs its provider exports.
+    Engaged {
+        /// Exported APIs as last discovered.
+        exported: Vec<ExportedApi>,
+    },
+}
+
+/// What the consumer cluster has for one listed API.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CrdFacts {
+    /// The CRD has `Established=True`.
+    pub established: bool,
+    /// Its `core.kbind.io/connection` annotation, if any.
+    pub pinned_to: Option<String>,
+    /// The resolved target, when a served version is also exported.
+    pub target: Option<ApiTarget>,
+}
+
+/// The facts about one listed API.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ApiFacts {
+    /// `<plural>.<group>`.
+    pub name: String,
+    /// The consumer CRD, if it exists.
+    pub crd: Option<CrdFacts>,
+    /// The Connection that the binding index says serves this API (this binding included).
+    pub index_pin: Option<String>,
+}
+
+/// The judgement on one binding.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Verdict {
+    /// The `Ready` condition to set.
+    pub ready: Desired,
+    /// Every listed API with its target, resolved only when the binding is Ready.
+    pub targets: BTreeMap<String, Option<ApiTarget>>,
+}
+
+impl Verdict {
+    /// Whether the binding is Ready.
+    pub fn is_ready(&self) -> bool {
+        self.ready.status
+    }
+}
+
+/// Judges a binding that references `connection`.
+pub fn evaluate(connection: &str, state: &ConnectionState, apis: &[ApiFacts]) -> Verdict {
+    let unresolved = || apis.iter().map(|a| (a.name.clone(), None)).collect();
+    let exported = match state {
+        ConnectionState::NotFound => {
+            return Verdict {
+                ready: Desired::falsy(
+                    ConditionType::Ready,
+                    Reason::ConnectionNotFound,
+                    format!("Connection {connection} does not exist"),
+                ),
+                targets: unresolved(),
+            };
+        }
+        ConnectionState::NotReady => {
+            return Verdict {
+                ready: Desired::falsy(
+                    ConditionType::Ready,
+                    Reason::ConnectionNotReady,
+                    format!("Connection {connection} is not Ready"),
+                ),
+                targets: unresolved(),
+            };
+        }
+        ConnectionState::Engaged { exported } => exported,
+    };
+    let mut problems: Vec<(Reason, String)> = Vec::new();
+    let mut targets = BTreeMap::new();
+    for api in apis {
+        let name = &api.name;
+        let mut target = None;
+        if !exported.iter().any(|e| e.name == *name) {
+            problems.push((
+                Reason::APINotExported,
+                format!("{name} is not exported by Connection {connection}"),
+            ));
+        } else if let Some(other) = api
+            .crd
+            .as_ref()
+            .and_then(|c| c.pinned_to.as_deref())
+            .filter(|other| *other != connection)
+        {
+            problems.push((
+                Reason::APIBoundElsewhere,
+                format!("{name} is installed for Connection {other}"),
+            ));
+        } else if let Some(other) = api.index_pin.as_deref().filter(|o| *o != connection) {
+            problems.push((
+                Reason::APIBoundElsewhere,
+                format!("{name} is already bound through Connection {other}"),
+            ));
+        } else {
+            match &api.crd {
+                None => problems.push((
+                    Reason::Pending,
+                    format!("waiting for CustomResourceDefinition {name} on the consumer"),
+                )),
+                Some(crd) if !crd.established => problems.push((
+                    Reason::SchemaNotEstablished,
+                    format!("CustomResourceDefinition {name} is not Established yet"),
+                )),
+                Some(CrdFacts { target: None, .. }) => problems.push((
+                    Reason::APINotExported,
+                    format!("no served version of {name} is exported by Connection {connection}"),
+                )),
+                Some(CrdFacts {
+                    target: Some(t), ..
+                }) => target = Some(t.clone()),
+            }
+        }
+        targets.insert(name.clone(), target);
+    }
+    let ready = match problems.first() {
+        None => Desired::truthy(
+            ConditionType::Ready,
+            Reason::AsExpected,
+            format!("all APIs are bound through Connection {connection}"),
+        ),
+        Some((reason, _)) => Desired::falsy(
+            ConditionType::Ready,
+            *reason,
+            problems
+                .iter()
+                .map(|(_, m)| m.as_str())
+                .collect::<Vec<_>>()
+                .join("; "),
+        ),
+    };
+    if !ready.status {
+        targets.values_mut().for_each(|t| *t = None);
+    }
+    Verdict { ready, targets }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::ResourceScope;
+
+    const W: &str = "widgets.example.org";
+
+    fn exported(names: &[&str]) -> ConnectionState {
+        ConnectionState::Engaged {
+            exported: names
+                .iter()
+                .map(|n| ExportedApi {
+                    name: (*n).into(),
+                    group: "example.org".into(),
+                    resource: "widgets".into(),
+                    scope: ResourceScope::Namespaced,
+                    versions: vec!["v1".into()],
+                })
+                .collect(),
+        }
+    }
+
+    fn target() -> ApiTarget {
+        ApiTarget {
+            group: "example.org".into(),
+            version: "v1".into(),
+            kind: "Widget".into(),
+            plural: "widgets".into(),
+            namespaced: true,
+            status_subresource: true,
+        }
+    }
+
+    fn established(name: &str) -> ApiFacts {
+        ApiFacts {
+            name: name.into(),
+            crd: Some(CrdFacts {
+                established: true,
+                pinned_to: None,
+                target: Some(target()),
+            }),
+            index_pin: Some("p".into()),
+        }
+    }
+
+    #[test]
+    fn ready_when_connection_engaged_api_exported_and_crd_established() {
+        let v = evaluate("p", &exported(&[W]), &[established(W)]);
+        assert!(v.is_ready());
+        assert_eq!(v.ready.reason, Reason::AsExpected);
+        assert_eq!(v.targets.get(W), Some(&Some(target())));
+    }
+
+    #[test]
+    fn missing_connection_says_so() {
+        let v = evaluate("p", &ConnectionState::NotFound, &[established(W)]);
+        assert_eq!(v.ready.reason, Reason::ConnectionNotFound);
+        assert!(!v.is_ready());
+        assert_eq!(v.targets.get(W), Some(&None));
+    }
+
+    #[test]
+    fn connection_not_ready_says_so() {
+        let v = evaluate("p", &ConnectionState::NotReady, &[established(W)]);
+        assert_eq!(v.ready.reason, Reason::ConnectionNotReady);
+    }
+
+    #[test]
+    fn api_not_exported_names_the_api_and_unresolves_every_target() {
+        let v = evaluate(
+            "p",
+            &exported(&[W]),
+            &[established(W), established("gadgets.example.org")],
+        );
+        assert_eq!(v.ready.reason, Reason::APINotExported);
+        assert!(v.ready.message.contains("gadgets.example.org"));
+        assert!(
+            v.targets.values().all(Option::is_none),
+            "a not-Ready binding selects nothing"
+        );
+    }
+
+    #[test]
+    fn api_pinned_to_another_connection_by_crd_annotation_is_bound_elsewhere() {
+        let mut facts = established(W);
+        if let Some(crd) = facts.crd.as_mut() {
+            crd.pinned_to = Some("q".into());
+        }
+        let v = evaluate("p", &exported(&[W]), &[facts]);
+        assert_eq!(v.ready.reason, Reason::APIBoundElsewhere);
+        assert!(v.ready.message.contains("Connection q"));
+    }
+
+    #[test]
+    fn api_bound_through_another_connection_by_an_older_binding_is_bound_elsewhere() {
+        let mut facts = established(W);
+        facts.index_pin = Some("q".into());
+        let v = evaluate("p", &exported(&[W]), &[facts]);
+        assert_eq!(v.ready.reason, Reason::APIBoundElsewhere);
+    }
+
+    #[test]
+    fn missing_or_unestablished_crd_is_pending() {
+        let mut facts = established(W);
+        facts.crd = None;
+        assert_eq!(
+            evaluate("p", &exported(&[W]), &[facts.clone()])
+                .ready
+                .reason,
+            Reason::Pending
+        );
+        facts.crd = Some(CrdFacts {
+            established: false,
+            pinned_to: None,
+            target: Some(target()),
+        });
+        assert_eq!(
+            evaluate("p", &exported(&[W]), &[facts]).ready.reason,
+            Reason::SchemaNotEstablished
+        );
+    }
+
+    #[test]
+    fn every_problem_is_in_the_message_and_the_first_gives_the_reason() {
+        let mut pending = established("gadgets.example.org");
+        pending.crd = None;
+        let v = evaluate(
+            "p",
+            &exported(&["gadgets.example.org"]),
+            &[established(W), pending],
+        );
+        assert_eq!(v.ready.reason, Reason::APINotExported);
+        assert!(
+            v.ready
+                .message
+                .contains("waiting for CustomResourceDefinition gadgets")
+        );
+    }
+}

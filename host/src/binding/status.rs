@@ -1,0 +1,164 @@
+//! A binding's status as a value: built from the readiness verdict and the conflict counts,
+//! compared as a whole with the stored one, written only when different (STYLE.md, habit 5:
+//! compare normalised structs, never a hand-picked list of fields).
+//!
+//! Spec: "Bindings count conflict annotations on a periodic reconciliation ... Conflicts=True
+//! does not necessarily make Ready or Synced false" — so `Conflicts` is its own condition and
+//! never feeds `Ready`.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+
+use crate::api::{BindingStatus, BoundApi, ConditionType, Reason};
+use crate::conditions::{self, Desired};
+
+use super::readiness::Verdict;
+
+/// Builds the status to store, starting from the stored one so that condition transition
+/// times only move when a condition flips. `listed` are the binding's APIs; `hashes` the
+/// consumer CRD hashes of those that exist; `conflicts` the conflict counts of those that
+/// could be counted.
+pub fn build(
+    old: Option<&BindingStatus>,
+    verdict: &Verdict,
+    listed: &[String],
+    hashes: &BTreeMap<String, String>,
+    conflicts: &BTreeMap<String, i64>,
+    generation: Option<i64>,
+) -> BindingStatus {
+    let mut names: Vec<&String> = listed.iter().collect();
+    names.sort();
+    names.dedup();
+    let bound_apis = names
+        .into_iter()
+        .filter(|name| hashes.contains_key(*name))
+        .map(|name| BoundApi {
+            name: name.clone(),
+            crd_hash: hashes.get(name).cloned(),
+            conflict_count: conflicts.get(name).copied().unwrap_or(0),
+        })
+        .collect();
+    let mut conds = old.map(|s| s.conditions.clone()).unwrap_or_default();
+    conditions::set(&mut conds, verdict.ready.clone(), generation);
+    let total: i64 = conflicts.values().sum();
+    let conflict_condition = if total > 0 {
+        let per_api = conflicts
+            .iter()
+            .filter(|(_, n)| **n > 0)
+            .map(|(api, n)| format!("{api}: {n}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        Desired::truthy(
+            ConditionType::Conflicts,
+            Reason::ConflictsFound,
+            format!(
+                "{total} instance(s) have a provider target owned by someone else ({per_api}); see their core.kbind.io/conflict annotation"
+            ),
+        )
+    } else {
+        Desired::falsy(ConditionType::Conflicts, Reason::AsExpected, "no conflicts")
+    };
+    conditions::set(&mut conds, conflict_condition, generation);
+    BindingStatus {
+        bound_apis,
+        conditions: conds,
+        observed_generation: generation,
+    }
+}
+
+/// A stable hash of a consumer CRD's spec (FNV-1a over its JSON), to tell when it changed.
+pub fn crd_hash(crd: &CustomResourceDefinition) -> String {
+    let bytes = serde_json::to_vec(&crd.spec).unwrap_or_default();
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        hash ^= u64::from(b);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{hash:016x}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::binding::readiness::{ConnectionState, evaluate};
+
+    fn verdict(ready: bool) -> Verdict {
+        let state = if ready {
+            ConnectionState::Engaged { exported: vec![] }
+        } else {
+            ConnectionState::NotReady
+        };
+        evaluate("p", &state, &[])
+    }
+
+    #[test]
+    fn conflicts_are_counted_per_api_without_touching_ready() {
+        let listed = vec!["b.x".to_string(), "a.x".to_string()];
+        let hashes = BTreeMap::from([("a.x".into(), "h1".into()), ("b.x".into(), "h2".into())]);
+        let counts = BTreeMap::from([("a.x".into(), 2), ("b.x".into(), 0)]);
+        let s = build(None, &verdict(true), &listed, &hashes, &counts, Some(3));
+        assert_eq!(
+            s.bound_apis
+                .iter()
+                .map(|b| (b.name.as_str(), b.conflict_count))
+                .collect::<Vec<_>>(),
+            vec![("a.x", 2), ("b.x", 0)]
+        );
+        assert!(conditions::is_true(&s.conditions, ConditionType::Conflicts));
+        assert!(conditions::is_true(&s.conditions, ConditionType::Ready));
+        assert_eq!(s.observed_generation, Some(3));
+    }
+
+    #[test]
+    fn rebuilding_an_unchanged_status_compares_equal() {
+        let listed = vec!["a.x".to_string()];
+        let hashes = BTreeMap::from([("a.x".into(), "h".into())]);
+        let counts = BTreeMap::new();
+        let first = build(None, &verdict(true), &listed, &hashes, &counts, Some(1));
+        let again = build(
+            Some(&first),
+            &verdict(true),
+            &listed,
+            &hashes,
+            &counts,
+            Some(1),
+        );
+        assert_eq!(first, again, "no write when nothing changed");
+        let flipped = build(
+            Some(&first),
+            &verdict(false),
+            &listed,
+            &hashes,
+            &counts,
+            Some(1),
+        );
+        assert_ne!(first, flipped);
+    }
+
+    #[test]
+    fn apis_without_a_crd_are_not_listed_as_bound() {
+        let s = build(
+            None,
+            &verdict(false),
+            &["a.x".into()],
+            &BTreeMap::new(),
+            &BTreeMap::new(),
+            None,
+        );
+        assert!(s.bound_apis.is_empty());
+        assert!(!conditions::is_true(
+            &s.conditions,
+            ConditionType::Conflicts
+        ));
+    }
+
+    #[test]
+    fn crd_hash_is_stable_and_changes_with_the_spec() {
+        let mut crd = CustomResourceDefinition::default();
+        let a = crd_hash(&crd);
+        assert_eq!(a, crd_hash(&crd));
+        crd.spec.group = "example.org".into();
+        assert_ne!(a, crd_hash(&crd));
+    }
+}

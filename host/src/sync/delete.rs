@@ -1,0 +1,130 @@
+//! Deleting one consumer instance (spec, "Delete one consumer instance"):
+//!
+//! ```text
+//! deletion-policy=Orphan? ──yes──▶ release the finalizer (the copy and its markers stay)
+//!        │ no
+//!        ▼
+//! read the provider target ── absent ──────────────────────────▶ release the finalizer
+//!        │ present: both UIDs ours?
+//!        ├── no (foreign, conflicting, or owned by an older incarnation) ─▶ release, delete nothing
+//!        ▼ yes
+//! delete the owned copy (UID precondition) and keep the finalizer until it is gone
+//! ```
+//!
+//! An unreachable provider or a provider-side finalizer therefore holds the consumer deletion
+//! open, visibly: the finalizer stays and an Event says what it waits for.
+
+use kube::ResourceExt;
+use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, Preconditions};
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use serde_json::json;
+use tracing::{debug, info};
+
+use crate::api::Reason;
+use crate::api::names::{DELETION_POLICY_ANNOTATION, DELETION_POLICY_ORPHAN, SYNCER_FINALIZER};
+
+use super::conflict::TargetMarkers;
+use super::reconcile::publish;
+use super::syncer::SyncContext;
+use super::{Error, Result, api_code};
+
+/// Runs the deletion path for an instance that carries the syncer finalizer.
+pub async fn cleanup(obj: &DynamicObject, ctx: &SyncContext) -> Result<Action> {
+    if obj
+        .annotations()
+        .get(DELETION_POLICY_ANNOTATION)
+        .is_some_and(|v| v == DELETION_POLICY_ORPHAN)
+    {
+        info!("deletion-policy Orphan: keeping the provider copy");
+        release_finalizer(obj, ctx).await?;
+        return Ok(Action::await_change());
+    }
+    let uid = obj.metadata.uid.as_deref().ok_or(Error::MissingIdentity)?;
+    // Spec: "Reads the provider target and checks both ownership UIDs." A live read: the
+    // decision to delete must not rest on a cache.
+    let Some(target) = ctx.live_target(obj).await? else {
+        release_finalizer(obj, ctx).await?;
+        return Ok(Action::await_change());
+    };
+    let owned = TargetMarkers::from_annotations(target.annotations())
+        .owned_by(&ctx.consumer_cluster_uid, uid);
+    if !owned {
+        // Spec: "Deleting a conflicting consumer object does not delete the foreign provider
+        // object."
+        info!("provider object is not ours; releasing without deleting it");
+        release_finalizer(obj, ctx).await?;
+        return Ok(Action::await_change());
+    }
+    if target.metadata.deletion_timestamp.is_none() {
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: target.metadata.uid.clone(),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match ctx
+            .provider_api(obj.metadata.namespace.as_deref())
+            .delete(&obj.name_any(), &params)
+            .await
+        {
+            Ok(_) => info!("provider copy deletion requested"),
+            Err(e) if api_code(&e) == Some(404) => {
+                release_finalizer(obj, ctx).await?;
+                return Ok(Action::await_change());
+            }
+            // 409: the precondition failed, the object was replaced; look again.
+            Err(e) if api_code(&e) == Some(409) => {
+                return Ok(Action::requeue(ctx.settings.error_backoff_base));
+            }
+            Err(e) => return Err(Error::DeleteFromProvider(e)),
+        }
+    } else {
+        debug!("provider copy is terminating");
+        publish(
+            ctx,
+            obj,
+            EventType::Normal,
+            Reason::Pending,
+            "Delete",
+            "waiting for the provider copy to be deleted (provider-side finalizers)",
+        )
+        .await;
+    }
+    // Spec: "Waits for the provider object to disappear before releasing the consumer
+    // finalizer." The provider watch reports the disappearance; the poll is a backstop.
+    Ok(Action::requeue(ctx.settings.deletion_poll))
+}
+
+/// Removes the syncer finalizer by index with a `test`, so a concurrent change to the list
+/// fails the patch instead of removing someone else's finalizer.
+async fn release_finalizer(obj: &DynamicObject, ctx: &SyncContext) -> Result<()> {
+    let Some(index) = obj.finalizers().iter().position(|f| f == SYNCER_FINALIZER) else {
+        return Ok(());
+    };
+    let path = format!("/metadata/finalizers/{index}");
+    let patch = json!([
+        { "op": "test", "path": path, "value": SYNCER_FINALIZER },
+        { "op": "remove", "path": path },
+    ]);
+    let patch = serde_json::from_value(patch)
+        .map_err(|e| Error::RemoveFinalizer(kube::Error::SerdeError(e)))?;
+    match ctx
+        .consumer_api(obj.metadata.namespace.as_deref())
+        .patch(
+            &obj.name_any(),
+            &PatchParams::default(),
+            &Patch::<()>::Json(patch),
+        )
+        .await
+    {
+        Ok(_) => {
+            info!("finalizer released");
+            Ok(())
+        }
+        // Already gone: the last finalizer went and the object with it.
+        Err(e) if api_code(&e) == Some(404) => Ok(()),
+        Err(e) => Err(Error::RemoveFinalizer(e)),
+    }
+}

@@ -1,0 +1,179 @@
+//! The instance sync engine: one syncer per bound (Connection, API), copying `spec` from
+//! consumer instances to their provider copies and `status` back, behind an ownership check.
+//!
+//! ```text
+//!  engagement registry ─┐
+//!  binding index ───────┴▶ supervisor: one syncer per (Connection, API), rebuilt on a new epoch
+//!                              │  consumer watch ─┐
+//!                              │  provider watch ─┴▶ queue keyed by consumer object
+//!                              ▼                     (dedup, bounded concurrency, resync)
+//!                    reconcile one object ──▶ conflict policy (Wasm) ──▶ provider SSA
+//!                              └─────────────── status copy back ◀───────────┘
+//! ```
+//!
+//! - [`supervisor`] owns syncer lifetimes; a syncer never outlives its Connection's engagement
+//!   (spec: "When a Connection becomes not Ready ... its per-API instance syncers stop").
+//! - [`syncer`] wires the two watches into one kube-runtime `Controller` keyed by the consumer
+//!   object, which gives deduplication, bounded concurrency and no per-object tasks.
+//! - [`reconcile`] and [`delete`] are the per-object logic; [`desired`] and [`conflict`] are
+//!   the pure parts they are built from.
+//!
+//! Losing a provider deletes nothing: syncers stop, finalizers stay, objects stay.
+
+pub mod conflict;
+pub mod delete;
+pub mod desired;
+pub mod reconcile;
+pub mod supervisor;
+pub mod syncer;
+mod target;
+
+use std::time::Duration;
+
+pub use conflict::{
+    ConflictDecision, ConflictInput, ConflictReason, DecideConflict, TargetMarkers,
+};
+pub use supervisor::Supervisor;
+pub use target::{ApiTarget, is_established};
+
+use crate::api::names::SYNCER_FINALIZER;
+
+/// Why reconciling one instance failed. Each variant names the operation.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The instance has no name or UID (should never come from an API server).
+    #[error("instance has no name or uid")]
+    MissingIdentity,
+    /// Patching the syncer finalizer onto the consumer instance.
+    #[error("adding finalizer {SYNCER_FINALIZER} to the consumer instance: {0}")]
+    AddFinalizer(#[source] kube::Error),
+    /// Patching the syncer finalizer off the consumer instance.
+    #[error("removing finalizer {SYNCER_FINALIZER} from the consumer instance: {0}")]
+    RemoveFinalizer(#[source] kube::Error),
+    /// Creating the instance's namespace on the provider.
+    #[error("creating namespace {namespace} on the provider: {source}")]
+    CreateNamespace {
+        /// The namespace.
+        namespace: String,
+        /// What the provider said.
+        #[source]
+        source: kube::Error,
+    },
+    /// Reading the provider target.
+    #[error("reading the provider target: {0}")]
+    ReadTarget(#[source] kube::Error),
+    /// The conflict policy module failed; nothing was written.
+    #[error("conflict policy failed: {0}")]
+    DecideConflict(String),
+    /// Server-side apply of the provider copy.
+    #[error("applying the provider copy: {0}")]
+    ApplyToProvider(#[source] kube::Error),
+    /// Deleting the owned provider copy.
+    #[error("deleting the provider copy: {0}")]
+    DeleteFromProvider(#[source] kube::Error),
+    /// Writing provider status to the consumer status subresource.
+    #[error("copying status to the consumer: {0}")]
+    CopyStatus(#[source] kube::Error),
+    /// Setting the conflict annotation on the consumer instance.
+    #[error("annotating the consumer instance with its conflict: {0}")]
+    MarkConflict(#[source] kube::Error),
+    /// Removing the conflict annotation from the consumer instance.
+    #[error("clearing the conflict annotation from the consumer instance: {0}")]
+    ClearConflict(#[source] kube::Error),
+}
+
+/// Result of instance operations.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Timing and concurrency of the sync engine.
+#[derive(Clone, Debug)]
+pub struct SyncSettings {
+    /// Every instance is reconciled again after this long, as a backstop for missed events
+    /// (spec: "There are periodic resyncs as a backstop").
+    pub resync_interval: Duration,
+    /// Reconciles running at once per syncer.
+    pub concurrency: u16,
+    /// First retry delay after a failed reconcile; doubles per consecutive failure.
+    pub error_backoff_base: Duration,
+    /// Longest retry delay after failures.
+    pub error_backoff_max: Duration,
+    /// How often a deleting instance re-checks a provider copy that is still there (the
+    /// provider watch normally reports the deletion first).
+    pub deletion_poll: Duration,
+    /// How often the supervisor re-checks syncers even without a change signal.
+    pub supervisor_tick: Duration,
+}
+
+impl Default for SyncSettings {
+    fn default() -> Self {
+        Self {
+            resync_interval: Duration::from_secs(300),
+            concurrency: 16,
+            error_backoff_base: Duration::from_millis(500),
+            error_backoff_max: Duration::from_secs(300),
+            deletion_poll: Duration::from_secs(10),
+            supervisor_tick: Duration::from_secs(10),
+        }
+    }
+}
+
+/// The HTTP status code of an API error, if it is one.
+pub(crate) fn api_code(err: &kube::Error) -> Option<u16> {
+    match err {
+        kube::Error::Api(status) => Some(status.code),
+        _ => None,
+    }
+}
+
+/// A stream that yields once per change of a watch channel: how registry and index changes
+/// become "reconcile everything" triggers for kube-runtime controllers.
+pub(crate) fn changes(
+    rx: tokio::sync::watch::Receiver<u64>,
+) -> impl futures::Stream<Item = ()> + Send + 'static {
+    futures::stream::unfold(rx, |mut rx| async move {
+        rx.changed().await.ok().map(|()| ((), rx))
+    })
+}
+
+/// Exponential backoff: `base * 2^(failures-1)`, capped.
+pub(crate) fn backoff(failures: u32, base: Duration, max: Duration) -> Duration {
+    let factor = 2u32.saturating_pow(failures.saturating_sub(1).min(20));
+    base.saturating_mul(factor).min(max)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_and_caps() {
+        let base = Duration::from_millis(500);
+        let max = Duration::from_secs(10);
+        assert_eq!(backoff(1, base, max), Duration::from_millis(500));
+        assert_eq!(backoff(2, base, max), Duration::from_secs(1));
+        assert_eq!(backoff(4, base, max), Duration::from_secs(4));
+        assert_eq!(backoff(60, base, max), max);
+    }
+
+    #[test]
+    fn error_texts_name_their_operation() {
+        let e = Error::CreateNamespace {
+            namespace: "team-a".into(),
+            source: kube::Error::LinesCodecMaxLineLengthExceeded,
+        };
+        assert!(
+            e.to_string()
+                .starts_with("creating namespace team-a on the provider")
+        );
+        assert!(
+            Error::RemoveFinalizer(kube::Error::LinesCodecMaxLineLengthExceeded)
+                .to_string()
+                .starts_with("removing finalizer core.kbind.io/syncer")
+        );
+        assert!(
+            Error::AddFinalizer(kube::Error::LinesCodecMaxLineLengthExceeded)
+                .to_string()
+                .starts_with("adding finalizer core.kbind.io/syncer")
+        );
+    }
+}

@@ -1,0 +1,387 @@
+//! Reconciling one consumer instance: the arrows of the data path, in the order the spec
+//! fixes them.
+//!
+//! ```text
+//! consumer instance
+//!   │ 1. selected by a Ready binding? (binding index)        no ─▶ leave it alone
+//!   │ 2. finalizer core.kbind.io/syncer, before the first provider write
+//!   │ 3. namespace on the provider (create attempt, AlreadyExists is fine)
+//!   │ 4. target's two UID markers ─▶ conflict policy (Wasm)
+//!   │      Conflict ─▶ annotation + Warning Event + Synced=False, stop here
+//!   │ 5. provider copy already matches? skip : SSA (kbind-konnector, force)
+//!   │ 6. provider status ─▶ consumer status subresource (absent status never clears)
+//!   ▼
+//! conflict annotation cleared when the conflict is gone
+//! ```
+//!
+//! Deleting instances is in [`super::delete`].
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType};
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+use tracing::{debug, info, instrument, warn};
+
+use crate::api::Reason;
+use crate::api::names::{CONFLICT_ANNOTATION, FIELD_MANAGER, SYNCER_FINALIZER};
+
+use super::conflict::{ConflictDecision, ConflictInput, TargetMarkers, conflict_annotation_value};
+use super::desired;
+use super::syncer::SyncContext;
+use super::{Error, Result, api_code};
+
+/// Reconciles one consumer instance. Wired into the syncer's controller.
+#[instrument(skip(obj, ctx), fields(
+    connection = %ctx.connection,
+    api = %ctx.api,
+    namespace = obj.metadata.namespace.as_deref().unwrap_or(""),
+    name = obj.metadata.name.as_deref().unwrap_or(""),
+))]
+pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<SyncContext>) -> Result<Action> {
+    let action = reconcile_inner(&obj, &ctx).await;
+    if action.is_ok() {
+        ctx.forget_failures(&obj);
+    }
+    action
+}
+
+async fn reconcile_inner(obj: &DynamicObject, ctx: &SyncContext) -> Result<Action> {
+    let namespace = obj.metadata.namespace.as_deref();
+    let has_finalizer = obj.finalizers().iter().any(|f| f == SYNCER_FINALIZER);
+    if obj.metadata.deletion_timestamp.is_some() {
+        // A finalizer means this engine once wrote to the provider and owes the cleanup,
+        // whether or not a binding still selects the object.
+        return if has_finalizer {
+            super::delete::cleanup(obj, ctx).await
+        } else {
+            Ok(Action::await_change())
+        };
+    }
+    let Some(coverage) = ctx
+        .index
+        .read(|i| i.covering(&ctx.connection, &ctx.api, namespace))
+    else {
+        debug!("not selected by any Ready binding");
+        return Ok(Action::await_change());
+    };
+    let uid = obj.metadata.uid.as_deref().ok_or(Error::MissingIdentity)?;
+    if !ctx.provider_cache_ready().await {
+        debug!("provider cache not synced yet");
+        return Ok(Action::requeue(ctx.settings.error_backoff_base));
+    }
+
+    // Spec: "The engine places core.kbind.io/syncer on the consumer instance before its
+    // first provider write."
+    if !has_finalizer {
+        add_finalizer(obj, ctx).await?;
+    }
+    if let Some(ns) = namespace {
+        ctx.ensure_provider_namespace(ns).await?;
+    }
+
+    // The decision is re-taken from a live read once if the cached target moved under us
+    // (the apply carries the resourceVersion the decision was made on).
+    let mut target = ctx.cached_target(obj);
+    if target.is_none() {
+        // Never create from a possibly stale "absent": confirm with the provider.
+        target = ctx.live_target(obj).await?;
+    }
+    for attempt in 0..2 {
+        let input = ConflictInput {
+            consumer_cluster_uid: ctx.consumer_cluster_uid.clone(),
+            consumer_object_uid: uid.to_string(),
+            policy: coverage.conflict_policy,
+            target: target
+                .as_ref()
+                .map(|t| TargetMarkers::from_annotations(t.annotations())),
+        };
+        let decision = match ctx.decider.decide(&input).await {
+            Ok(decision) => decision,
+            Err(message) => {
+                report_policy_failure(obj, ctx, &message).await;
+                return Err(Error::DecideConflict(message));
+            }
+        };
+        let written = match decision {
+            ConflictDecision::Conflict { reason, message } => {
+                mark_conflict(obj, ctx, reason, &message).await?;
+                return Ok(Action::requeue(ctx.settings.resync_interval));
+            }
+            ConflictDecision::Create => apply_to_provider(obj, ctx, uid, None).await,
+            ConflictDecision::UpdateOwned | ConflictDecision::Adopt => {
+                let Some(existing) = target.as_ref() else {
+                    return Err(Error::DecideConflict(format!(
+                        "policy answered {decision:?} for an absent target"
+                    )));
+                };
+                if desired::provider_copy_matches(existing, obj, &ctx.consumer_cluster_uid, uid) {
+                    debug!("provider copy already matches");
+                    Ok(existing.clone())
+                } else {
+                    if decision == ConflictDecision::Adopt {
+                        info!("adopting unmarked provider object");
+                    }
+                    apply_to_provider(obj, ctx, uid, existing.resource_version().as_deref()).await
+                }
+            }
+        };
+        match written {
+            Ok(copy) => {
+                finish(obj, ctx, &copy).await?;
+                return Ok(Action::requeue(ctx.settings.resync_interval));
+            }
+            // 409: the target changed since it was read; decide again on a fresh read.
+            Err(Error::ApplyToProvider(e)) if attempt == 0 && api_code(&e) == Some(409) => {
+                debug!("provider target changed while deciding; re-reading");
+                target = ctx.live_target(obj).await?;
+            }
+            Err(e) => {
+                if let (Error::ApplyToProvider(inner), Some(ns)) = (&e, namespace)
+                    && api_code(inner) == Some(404)
+                {
+                    // The namespace may have been deleted on the provider since we made it.
+                    ctx.forget_provider_namespace(ns);
+                }
+                return Err(e);
+            }
+        }
+    }
+    Err(Error::DecideConflict(
+        "provider target kept changing while deciding".into(),
+    ))
+}
+
+/// After a successful write (or a skipped one): clear a resolved conflict and copy status.
+async fn finish(obj: &DynamicObject, ctx: &SyncContext, copy: &DynamicObject) -> Result<()> {
+    let had_conflict = obj.annotations().contains_key(CONFLICT_ANNOTATION);
+    if had_conflict {
+        clear_conflict(obj, ctx).await?;
+    }
+    if !ctx.target.status_subresource {
+        return Ok(());
+    }
+    let consumer = ctx.consumer_api(obj.metadata.namespace.as_deref());
+    let name = obj.name_any();
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    if let Some(body) = desired::status_copy(copy, obj, &ctx.ar) {
+        consumer
+            .patch_status(&name, &params, &Patch::Apply(&body))
+            .await
+            .map_err(Error::CopyStatus)?;
+        debug!("status copied to the consumer");
+    } else if had_conflict && let Some(body) = desired::synced_condition(obj, &ctx.ar, None) {
+        // Best-effort, like setting it: the schema may prune conditions.
+        if let Err(e) = consumer
+            .patch_status(&name, &params, &Patch::Apply(&body))
+            .await
+        {
+            debug!(error = %e, "could not remove the Synced condition");
+        }
+    }
+    Ok(())
+}
+
+/// Server-side apply of the provider copy, forced: the policy has allowed it. When another
+/// field manager owns fields under `spec` that the consumer does not have (drift that added
+/// fields), those fields are first taken over and then dropped, so the copy ends up with
+/// exactly the consumer's spec.
+async fn apply_to_provider(
+    obj: &DynamicObject,
+    ctx: &SyncContext,
+    uid: &str,
+    resource_version: Option<&str>,
+) -> Result<DynamicObject> {
+    let api = ctx.provider_api(obj.metadata.namespace.as_deref());
+    let name = obj.name_any();
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    let body = desired::provider_copy(
+        obj,
+        &ctx.ar,
+        &ctx.consumer_cluster_uid,
+        uid,
+        resource_version,
+    );
+    let mut applied = api
+        .patch(&name, &params, &Patch::Apply(&body))
+        .await
+        .map_err(Error::ApplyToProvider)?;
+    if desired::spec_differs(&applied, obj) && desired::foreign_spec_managers(&applied) {
+        debug!("taking over foreign spec fields to drop them");
+        let mut takeover =
+            desired::provider_copy(obj, &ctx.ar, &ctx.consumer_cluster_uid, uid, None);
+        if let Some(spec) = applied.data.get("spec") {
+            takeover["spec"] = spec.clone();
+        }
+        api.patch(&name, &params, &Patch::Apply(&takeover))
+            .await
+            .map_err(Error::ApplyToProvider)?;
+        let plain = desired::provider_copy(obj, &ctx.ar, &ctx.consumer_cluster_uid, uid, None);
+        applied = api
+            .patch(&name, &params, &Patch::Apply(&plain))
+            .await
+            .map_err(Error::ApplyToProvider)?;
+    }
+    info!("provider copy written");
+    Ok(applied)
+}
+
+/// JSON patch with a `test`, like kube-runtime's `finalizer()`: fails instead of clobbering a
+/// concurrent finalizer change.
+async fn add_finalizer(obj: &DynamicObject, ctx: &SyncContext) -> Result<()> {
+    let api = ctx.consumer_api(obj.metadata.namespace.as_deref());
+    let patch = if obj.finalizers().is_empty() {
+        json!([
+            { "op": "test", "path": "/metadata/finalizers", "value": null },
+            { "op": "add", "path": "/metadata/finalizers", "value": [SYNCER_FINALIZER] },
+        ])
+    } else {
+        json!([
+            { "op": "test", "path": "/metadata/finalizers", "value": obj.finalizers() },
+            { "op": "add", "path": "/metadata/finalizers/-", "value": SYNCER_FINALIZER },
+        ])
+    };
+    let patch = serde_json::from_value(patch)
+        .map_err(|e| Error::AddFinalizer(kube::Error::SerdeError(e)))?;
+    api.patch(
+        &obj.name_any(),
+        &PatchParams::default(),
+        &Patch::<()>::Json(patch),
+    )
+    .await
+    .map_err(Error::AddFinalizer)?;
+    Ok(())
+}
+
+/// Conflict: the durable annotation, a Warning Event when the conflict is new or changed, and
+/// the best-effort `Synced=False` condition. Nothing is written to the provider.
+async fn mark_conflict(
+    obj: &DynamicObject,
+    ctx: &SyncContext,
+    reason: super::ConflictReason,
+    message: &str,
+) -> Result<()> {
+    let value = conflict_annotation_value(reason, message);
+    let reason = reason.reason();
+    if obj.annotations().get(CONFLICT_ANNOTATION) == Some(&value) {
+        return Ok(());
+    }
+    warn!(
+        reason = reason.as_str(),
+        message, "provider target conflict"
+    );
+    let api = ctx.consumer_api(obj.metadata.namespace.as_deref());
+    let patch = json!({ "metadata": { "annotations": { CONFLICT_ANNOTATION: value } } });
+    api.patch(
+        &obj.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await
+    .map_err(Error::MarkConflict)?;
+    publish(ctx, obj, EventType::Warning, reason, "Sync", message).await;
+    if ctx.target.status_subresource
+        && let Some(body) = desired::synced_condition(obj, &ctx.ar, Some((reason, message)))
+        && let Err(e) = api
+            .patch_status(
+                &obj.name_any(),
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&body),
+            )
+            .await
+    {
+        debug!(error = %e, "could not set the Synced condition");
+    }
+    Ok(())
+}
+
+async fn clear_conflict(obj: &DynamicObject, ctx: &SyncContext) -> Result<()> {
+    let api = ctx.consumer_api(obj.metadata.namespace.as_deref());
+    let patch = json!({ "metadata": { "annotations": { CONFLICT_ANNOTATION: null } } });
+    api.patch(
+        &obj.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await
+    .map_err(Error::ClearConflict)?;
+    info!("conflict resolved");
+    Ok(())
+}
+
+async fn report_policy_failure(obj: &DynamicObject, ctx: &SyncContext, message: &str) {
+    warn!(message, "conflict policy failed");
+    publish(
+        ctx,
+        obj,
+        EventType::Warning,
+        Reason::PolicyFailed,
+        "Sync",
+        message,
+    )
+    .await;
+}
+
+/// Publishes an Event about a consumer instance; failures are logged, never fatal.
+pub(crate) async fn publish(
+    ctx: &SyncContext,
+    obj: &DynamicObject,
+    type_: EventType,
+    reason: Reason,
+    action: &str,
+    note: &str,
+) {
+    let reference = obj.object_ref(&ctx.ar);
+    let event = Event {
+        type_,
+        reason: reason.as_str().into(),
+        note: Some(note.into()),
+        action: action.into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&event, &reference).await {
+        debug!(error = %e, "could not publish event");
+    }
+}
+
+impl SyncContext {
+    /// Creates the namespace on the provider unless this syncer already saw it exist.
+    /// Spec: "Namespace creation and source/target RBAC are still required."
+    async fn ensure_provider_namespace(&self, ns: &str) -> Result<()> {
+        if self.namespace_known(ns) {
+            return Ok(());
+        }
+        let api: kube::Api<Namespace> = kube::Api::all(self.provider.clone());
+        let namespace = Namespace {
+            metadata: kube::api::ObjectMeta {
+                name: Some(ns.to_string()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        match api.create(&PostParams::default(), &namespace).await {
+            Ok(_) => info!(namespace = ns, "namespace created on the provider"),
+            Err(e) if api_code(&e) == Some(409) => {}
+            // Credentials may not create namespaces the provider pre-created; the apply that
+            // follows tells whether it exists.
+            Err(e) if api_code(&e) == Some(403) => {
+                debug!(
+                    namespace = ns,
+                    "namespace create forbidden; assuming it exists"
+                );
+                return Ok(());
+            }
+            Err(source) => {
+                return Err(Error::CreateNamespace {
+                    namespace: ns.to_string(),
+                    source,
+                });
+            }
+        }
+        self.remember_namespace(ns);
+        Ok(())
+    }
+}

@@ -1,0 +1,204 @@
+//! The syncer supervisor: the one owner of syncer lifetimes.
+//!
+//! ```text
+//! engagement registry (Ready Connections, epoch) ─┐
+//! binding index (Ready bindings, resolved APIs) ──┴▶ desired: (Connection, API) → (epoch, target)
+//!                                                        │ compare with running handles
+//!                                                        ▼
+//!                         start missing · stop unwanted · rebuild on a new epoch or target
+//! ```
+//!
+//! A handle records what its syncer was built for (the engagement epoch and the resolved
+//! target), a cancellation token and a join handle; lifetimes never hang off a reconcile call
+//! (STYLE.md, habit 4). Spec: "When a Connection becomes not Ready, the provider cache is
+//! disengaged and its per-API instance syncers stop. When it becomes Ready again, syncers are
+//! rebuilt against the newly engaged provider." Stopping a syncer deletes nothing.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::Client;
+use kube::runtime::events::{Recorder, Reporter};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::binding::index::SharedIndex;
+use crate::provider::Engagements;
+
+use super::syncer::{self, SyncerSpec};
+use super::{ApiTarget, DecideConflict, SyncSettings};
+
+/// How long a stopping syncer may take to finish its in-flight reconciles.
+const STOP_GRACE: Duration = Duration::from_secs(30);
+
+/// What one syncer was built for; any difference means a rebuild.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Identity {
+    epoch: u64,
+    provider_uid: String,
+    consumer_uid: String,
+    target: ApiTarget,
+}
+
+struct Handle {
+    identity: Identity,
+    token: CancellationToken,
+    join: JoinHandle<()>,
+}
+
+/// Starts, stops and rebuilds syncers as engagements and bindings change.
+pub struct Supervisor {
+    consumer: Client,
+    engagements: Engagements,
+    index: SharedIndex,
+    decider: Arc<dyn DecideConflict>,
+    reporter: Reporter,
+    settings: SyncSettings,
+    handles: HashMap<(String, String), Handle>,
+    reconcile_all: watch::Sender<u64>,
+}
+
+impl std::fmt::Debug for Supervisor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Supervisor")
+            .field("syncers", &self.handles.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Supervisor {
+    /// A supervisor with no syncers yet.
+    pub fn new(
+        consumer: Client,
+        engagements: Engagements,
+        index: SharedIndex,
+        decider: Arc<dyn DecideConflict>,
+        reporter: Reporter,
+        settings: SyncSettings,
+    ) -> Self {
+        Self {
+            consumer,
+            engagements,
+            index,
+            decider,
+            reporter,
+            settings,
+            handles: HashMap::new(),
+            reconcile_all: watch::channel(0).0,
+        }
+    }
+
+    /// Runs until `shutdown`, then stops every syncer (deleting nothing).
+    pub async fn run(mut self, shutdown: CancellationToken) {
+        let mut engagements = self.engagements.subscribe();
+        let mut index = self.index.subscribe();
+        let mut tick = tokio::time::interval(self.settings.supervisor_tick);
+        loop {
+            self.converge().await;
+            tokio::select! {
+                () = shutdown.cancelled() => break,
+                changed = engagements.changed() => if changed.is_err() { break },
+                changed = index.changed() => {
+                    if changed.is_err() { break }
+                    // Selection may have changed for running syncers too (a new namespace).
+                    self.reconcile_all.send_modify(|n| *n += 1);
+                }
+                _ = tick.tick() => {}
+            }
+        }
+        let keys: Vec<_> = self.handles.keys().cloned().collect();
+        for key in keys {
+            self.stop(&key).await;
+        }
+    }
+
+    /// The (Connection, API) pairs that should have a syncer, with what to build it for.
+    fn desired(&self) -> BTreeMap<(String, String), (Identity, crate::provider::Engagement)> {
+        self.index
+            .read(|i| i.active())
+            .into_iter()
+            .filter_map(|((connection, api), target)| {
+                let engagement = self.engagements.get(&connection)?;
+                let identity = Identity {
+                    epoch: engagement.epoch,
+                    provider_uid: engagement.provider_uid.clone(),
+                    consumer_uid: engagement.consumer_uid.clone(),
+                    target,
+                };
+                Some(((connection, api), (identity, engagement)))
+            })
+            .collect()
+    }
+
+    async fn converge(&mut self) {
+        let desired = self.desired();
+        let stale: Vec<_> = self
+            .handles
+            .iter()
+            .filter(|(key, handle)| {
+                handle.join.is_finished()
+                    || desired
+                        .get(*key)
+                        .is_none_or(|(identity, _)| *identity != handle.identity)
+            })
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in stale {
+            self.stop(&key).await;
+        }
+        for (key, (identity, engagement)) in desired {
+            if self.handles.contains_key(&key) {
+                continue;
+            }
+            let (connection, api) = key.clone();
+            info!(%connection, %api, epoch = identity.epoch, "starting syncer");
+            let spec = SyncerSpec {
+                connection,
+                api,
+                target: identity.target.clone(),
+                consumer: self.consumer.clone(),
+                provider: engagement.provider.clone(),
+                consumer_cluster_uid: engagement.consumer_uid.clone(),
+                index: self.index.clone(),
+                decider: self.decider.clone(),
+                recorder: Recorder::new(self.consumer.clone(), self.reporter.clone()),
+                settings: self.settings.clone(),
+            };
+            let token = CancellationToken::new();
+            let join = tokio::spawn(syncer::run(
+                spec,
+                self.reconcile_all.subscribe(),
+                token.clone(),
+            ));
+            self.handles.insert(
+                key,
+                Handle {
+                    identity,
+                    token,
+                    join,
+                },
+            );
+        }
+    }
+
+    async fn stop(&mut self, key: &(String, String)) {
+        let Some(handle) = self.handles.remove(key) else {
+            return;
+        };
+        let (connection, api) = key;
+        info!(%connection, %api, epoch = handle.identity.epoch, "stopping syncer");
+        handle.token.cancel();
+        let abort = handle.join.abort_handle();
+        match tokio::time::timeout(STOP_GRACE, handle.join).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => warn!(%connection, %api, error = %e, "syncer task ended abnormally"),
+            Err(_) => {
+                warn!(%connection, %api, "syncer did not stop in time; aborting it");
+                abort.abort();
+            }
+        }
+    }
+}

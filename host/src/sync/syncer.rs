@@ -1,0 +1,265 @@
+//! One syncer: a consumer watch and a provider watch of one API, feeding one kube-runtime
+//! `Controller` whose queue is keyed by the consumer object.
+//!
+//! ```text
+//! consumer watch (DynamicObject, all namespaces) ──────────────┐
+//! provider watch ──▶ provider cache ──▶ same namespace/name ───┼─▶ queue keyed by consumer object
+//! index changes ("reconcile all"), per-object resync ──────────┘   (dedup, N at a time)
+//! ```
+//!
+//! The controller gives what the issue asks of the queue: one entry per object however many
+//! events arrive, at most `concurrency` reconciles at once, never two for the same object,
+//! and no task per object. Watch restarts and `410 Gone` are handled by kube-runtime's
+//! `watcher`. Provider events are how drift on a provider copy gets reverted.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::api::DynamicObject;
+use kube::core::ApiResource;
+use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::events::Recorder;
+use kube::runtime::reflector::{self, ObjectRef, Store, reflector};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, ResourceExt};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::binding::index::SharedIndex;
+
+use super::{ApiTarget, DecideConflict, Error, Result, SyncSettings, api_code, backoff, changes};
+
+/// Everything one syncer's reconciles share.
+pub struct SyncContext {
+    /// The Connection this syncer works for.
+    pub connection: String,
+    /// The bound API, `<plural>.<group>`.
+    pub api: String,
+    /// The resolved resource on both clusters.
+    pub target: ApiTarget,
+    /// `target` as a dynamic resource.
+    pub ar: ApiResource,
+    /// Consumer cluster client.
+    pub consumer: Client,
+    /// Provider cluster client from the engagement this syncer was built for.
+    pub provider: Client,
+    /// The pinned consumer cluster UID, written into ownership markers.
+    pub consumer_cluster_uid: String,
+    /// Which binding selects which object.
+    pub index: SharedIndex,
+    /// The conflict policy.
+    pub decider: Arc<dyn DecideConflict>,
+    /// Event recorder for consumer instances.
+    pub recorder: Recorder,
+    /// The provider watch's cache.
+    pub provider_store: Store<DynamicObject>,
+    /// Timings.
+    pub settings: SyncSettings,
+    known_namespaces: Mutex<HashSet<String>>,
+    failures: Mutex<HashMap<(Option<String>, String), u32>>,
+}
+
+impl std::fmt::Debug for SyncContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SyncContext")
+            .field("connection", &self.connection)
+            .field("api", &self.api)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a syncer is built from (besides the store, which `run` creates).
+#[derive(Clone)]
+pub struct SyncerSpec {
+    /// The Connection.
+    pub connection: String,
+    /// The API, `<plural>.<group>`.
+    pub api: String,
+    /// The resolved resource.
+    pub target: ApiTarget,
+    /// Consumer client.
+    pub consumer: Client,
+    /// Provider client of the current engagement.
+    pub provider: Client,
+    /// Pinned consumer cluster UID.
+    pub consumer_cluster_uid: String,
+    /// The binding index.
+    pub index: SharedIndex,
+    /// The conflict policy.
+    pub decider: Arc<dyn DecideConflict>,
+    /// Event recorder.
+    pub recorder: Recorder,
+    /// Timings.
+    pub settings: SyncSettings,
+}
+
+impl SyncContext {
+    pub(crate) fn consumer_api(&self, ns: Option<&str>) -> Api<DynamicObject> {
+        scoped_api(&self.consumer, &self.ar, self.target.namespaced, ns)
+    }
+
+    pub(crate) fn provider_api(&self, ns: Option<&str>) -> Api<DynamicObject> {
+        scoped_api(&self.provider, &self.ar, self.target.namespaced, ns)
+    }
+
+    /// Waits briefly for the provider cache's first list; decisions need it.
+    pub(crate) async fn provider_cache_ready(&self) -> bool {
+        tokio::time::timeout(
+            Duration::from_secs(5),
+            self.provider_store.wait_until_ready(),
+        )
+        .await
+        .is_ok_and(|r| r.is_ok())
+    }
+
+    /// The provider object with the instance's namespace and name, from the cache.
+    pub(crate) fn cached_target(&self, obj: &DynamicObject) -> Option<DynamicObject> {
+        let mut key = ObjectRef::new_with(&obj.name_any(), self.ar.clone());
+        key.namespace = obj.metadata.namespace.clone();
+        self.provider_store.get(&key).map(|o| (*o).clone())
+    }
+
+    /// The provider object with the instance's namespace and name, read live.
+    pub(crate) async fn live_target(&self, obj: &DynamicObject) -> Result<Option<DynamicObject>> {
+        self.provider_api(obj.metadata.namespace.as_deref())
+            .get_opt(&obj.name_any())
+            .await
+            .map_err(Error::ReadTarget)
+    }
+
+    pub(crate) fn namespace_known(&self, ns: &str) -> bool {
+        lock(&self.known_namespaces).contains(ns)
+    }
+
+    pub(crate) fn remember_namespace(&self, ns: &str) {
+        lock(&self.known_namespaces).insert(ns.to_string());
+    }
+
+    pub(crate) fn forget_provider_namespace(&self, ns: &str) {
+        lock(&self.known_namespaces).remove(ns);
+    }
+
+    pub(crate) fn forget_failures(&self, obj: &DynamicObject) {
+        lock(&self.failures).remove(&failure_key(obj));
+    }
+
+    fn record_failure(&self, obj: &DynamicObject) -> u32 {
+        let mut failures = lock(&self.failures);
+        let n = failures.entry(failure_key(obj)).or_default();
+        *n = n.saturating_add(1);
+        *n
+    }
+}
+
+fn failure_key(obj: &DynamicObject) -> (Option<String>, String) {
+    (obj.metadata.namespace.clone(), obj.name_any())
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // The guarded maps stay consistent even if a holder panicked.
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn scoped_api(
+    client: &Client,
+    ar: &ApiResource,
+    namespaced: bool,
+    ns: Option<&str>,
+) -> Api<DynamicObject> {
+    match (namespaced, ns) {
+        (true, Some(ns)) => Api::namespaced_with(client.clone(), ns, ar),
+        _ => Api::all_with(client.clone(), ar),
+    }
+}
+
+/// Per-object backoff on failure, written down once: the delay doubles per consecutive
+/// failure of the same object, capped; a success resets it.
+fn error_policy(obj: Arc<DynamicObject>, err: &Error, ctx: Arc<SyncContext>) -> Action {
+    let failures = ctx.record_failure(&obj);
+    let delay = backoff(
+        failures,
+        ctx.settings.error_backoff_base,
+        ctx.settings.error_backoff_max,
+    );
+    // Conflicts (409) are expected under concurrency and are not worth a warning.
+    let quiet = matches!(err, Error::ApplyToProvider(e) | Error::RemoveFinalizer(e) | Error::AddFinalizer(e) if api_code(e) == Some(409) || api_code(e) == Some(422));
+    if quiet {
+        debug!(name = %obj.name_any(), error = %err, ?delay, "reconcile retry");
+    } else {
+        warn!(
+            connection = %ctx.connection,
+            api = %ctx.api,
+            namespace = obj.metadata.namespace.as_deref().unwrap_or(""),
+            name = %obj.name_any(),
+            error = %err,
+            ?delay,
+            "instance reconcile failed"
+        );
+    }
+    Action::requeue(delay)
+}
+
+/// Runs one syncer until `shutdown`. `reconcile_all` ticks when the binding index changed, so
+/// that newly selected namespaces are picked up without waiting for a resync.
+pub async fn run(
+    spec: SyncerSpec,
+    reconcile_all: watch::Receiver<u64>,
+    shutdown: CancellationToken,
+) {
+    let ar = spec.target.api_resource();
+    let writer = reflector::store::Writer::new(ar.clone());
+    let provider_store = writer.as_reader();
+    let provider_events = reflector(
+        writer,
+        watcher(
+            Api::<DynamicObject>::all_with(spec.provider.clone(), &ar),
+            watcher::Config::default(),
+        ),
+    )
+    .default_backoff()
+    .touched_objects();
+    let ctx = Arc::new(SyncContext {
+        connection: spec.connection,
+        api: spec.api,
+        target: spec.target.clone(),
+        ar: ar.clone(),
+        consumer: spec.consumer.clone(),
+        provider: spec.provider,
+        consumer_cluster_uid: spec.consumer_cluster_uid,
+        index: spec.index,
+        decider: spec.decider,
+        recorder: spec.recorder,
+        provider_store,
+        settings: spec.settings.clone(),
+        known_namespaces: Mutex::default(),
+        failures: Mutex::default(),
+    });
+    info!(connection = %ctx.connection, api = %ctx.api, version = %ar.version, "syncer started");
+    let consumer_api = Api::<DynamicObject>::all_with(spec.consumer, &ar);
+    let mapper_ar = ar.clone();
+    Controller::new_with(consumer_api, watcher::Config::default(), ar.clone())
+        .with_config(ControllerConfig::default().concurrency(spec.settings.concurrency))
+        // A provider event concerns the consumer object with the same namespace and name.
+        .watches_stream_with(
+            provider_events,
+            move |provider_obj: DynamicObject| {
+                let mut key = ObjectRef::new_with(&provider_obj.name_any(), mapper_ar.clone());
+                key.namespace = provider_obj.metadata.namespace.clone();
+                Some(key)
+            },
+            ar,
+        )
+        .reconcile_all_on(changes(reconcile_all))
+        .graceful_shutdown_on(shutdown.cancelled_owned())
+        .run(super::reconcile::reconcile, error_policy, ctx.clone())
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                debug!(error = %e, "syncer controller event");
+            }
+        })
+        .await;
+    info!(connection = %ctx.connection, api = %ctx.api, "syncer stopped");
+}
