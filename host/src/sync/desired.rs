@@ -82,32 +82,97 @@ fn spec_of(obj: &DynamicObject) -> Option<&Value> {
     obj.data.get("spec").filter(|s| !s.is_null())
 }
 
-/// Whether some field manager other than our own apply owns fields under `spec` on the
-/// provider copy. Server-side apply never removes fields another manager owns, so drift that
-/// *adds* fields survives a plain apply; this tells the reconciler to take those fields over
-/// and drop them (see `reconcile::apply_to_provider`).
-pub fn foreign_spec_managers(target: &DynamicObject) -> bool {
-    target
+/// Fields under the provider copy's `spec` that the consumer's spec does not have and that
+/// another field manager owns, as key paths (objects only; lists are atomic and replaced by
+/// the forced apply). Server-side apply never removes a field another manager owns, so drift
+/// that *adds* fields survives a plain apply; these are removed by [`prune_patch`].
+///
+/// Fields nobody else owns (defaults, or what a mutating webhook adds to our own writes) are
+/// left alone: removing them would only bring them back and loop.
+pub fn foreign_extra_spec_fields(
+    target: &DynamicObject,
+    consumer: &DynamicObject,
+) -> Vec<Vec<String>> {
+    let (Some(have), want) = (spec_of(target), spec_of(consumer)) else {
+        return Vec::new();
+    };
+    let mut extra = Vec::new();
+    extra_paths(
+        have,
+        want.unwrap_or(&Value::Null),
+        &mut Vec::new(),
+        &mut extra,
+    );
+    let foreign: Vec<&Value> = target
         .metadata
         .managed_fields
         .iter()
         .flatten()
         .filter(|m| m.subresource.as_deref().unwrap_or("").is_empty())
-        .filter(|m| {
-            !(m.manager.as_deref() == Some(FIELD_MANAGER)
-                && m.operation.as_deref() == Some("Apply"))
-        })
-        .any(|m| {
-            m.fields_v1
-                .as_ref()
-                .and_then(|f| f.0.get("f:spec"))
-                .is_some_and(|spec| spec.as_object().is_none_or(|o| !o.is_empty()))
-        })
+        .filter(|m| m.manager.as_deref() != Some(FIELD_MANAGER))
+        .filter_map(|m| m.fields_v1.as_ref().and_then(|f| f.0.get("f:spec")))
+        .collect();
+    extra.retain(|path| foreign.iter().any(|owned| owns(owned, path)));
+    extra
 }
 
-/// Whether the provider copy's spec differs from the consumer's.
-pub fn spec_differs(target: &DynamicObject, consumer: &DynamicObject) -> bool {
-    spec_of(target) != spec_of(consumer)
+/// Collects key paths present in `have` but absent from `want`, descending into objects
+/// present on both sides.
+fn extra_paths(have: &Value, want: &Value, prefix: &mut Vec<String>, out: &mut Vec<Vec<String>>) {
+    let (Some(have), Some(want)) = (have.as_object(), want.as_object()) else {
+        if prefix.is_empty() && have.is_object() {
+            // The consumer has no spec at all: every provider key is extra.
+            for key in have.as_object().into_iter().flat_map(|o| o.keys()) {
+                out.push(vec![key.clone()]);
+            }
+        }
+        return;
+    };
+    for (key, value) in have {
+        prefix.push(key.clone());
+        match want.get(key) {
+            None => out.push(prefix.clone()),
+            Some(wanted) => extra_paths(value, wanted, prefix, out),
+        }
+        prefix.pop();
+    }
+}
+
+/// Whether a `fieldsV1` tree (below `f:spec`) covers `path`.
+fn owns(fields: &Value, path: &[String]) -> bool {
+    let Some((first, rest)) = path.split_first() else {
+        return true;
+    };
+    match fields.get(format!("f:{first}")) {
+        Some(child) => {
+            rest.is_empty() || child.as_object().is_some_and(|o| o.is_empty()) || owns(child, rest)
+        }
+        None => false,
+    }
+}
+
+/// A JSON merge patch removing `paths` under `spec`, guarded by the resourceVersion the
+/// decision was made on.
+pub fn prune_patch(paths: &[Vec<String>], resource_version: Option<&str>) -> Value {
+    let mut spec = json!({});
+    for path in paths {
+        let mut node = &mut spec;
+        for (i, key) in path.iter().enumerate() {
+            if i + 1 == path.len() {
+                node[key.as_str()] = Value::Null;
+            } else {
+                if !node.get(key.as_str()).is_some_and(Value::is_object) {
+                    node[key.as_str()] = json!({});
+                }
+                node = &mut node[key.as_str()];
+            }
+        }
+    }
+    let mut patch = json!({ "spec": spec });
+    if let Some(rv) = resource_version {
+        patch["metadata"] = json!({ "resourceVersion": rv });
+    }
+    patch
 }
 
 /// The status-subresource apply body copying the provider's `status` to the consumer, or
@@ -301,30 +366,78 @@ mod tests {
     }
 
     #[test]
-    fn foreign_spec_owner_is_detected_but_our_apply_and_status_writers_are_not() {
-        let mut p = provider_of(&consumer());
+    fn extra_fields_owned_by_another_manager_are_found_at_any_depth() {
+        let mut c = consumer();
+        c.data["spec"] = json!({ "size": 3, "db": { "engine": "pg" } });
+        let mut p = provider_of(&c);
+        p.data["spec"] = json!({ "size": 3, "sneaked": 1, "db": { "engine": "pg", "extra": true }, "defaulted": 0 });
         p.metadata.managed_fields = Some(vec![
             managed(
                 FIELD_MANAGER,
                 "Apply",
-                json!({ "f:spec": { "f:size": {} } }),
+                json!({ "f:spec": { "f:size": {}, "f:db": { "f:engine": {} } } }),
+            ),
+            managed(
+                "kubectl-edit",
+                "Update",
+                json!({ "f:spec": { "f:sneaked": {}, "f:db": { "f:extra": {} } } }),
             ),
             managed(
                 "operator",
                 "Update",
-                json!({ "f:status": { "f:phase": {} } }),
+                json!({ "f:status": { "f:defaulted": {} } }),
             ),
         ]);
-        assert!(!foreign_spec_managers(&p));
-        p.metadata
-            .managed_fields
-            .get_or_insert_with(Vec::new)
-            .push(managed(
-                "kubectl-edit",
-                "Update",
-                json!({ "f:spec": { "f:extra": {} } }),
-            ));
-        assert!(foreign_spec_managers(&p));
+        assert_eq!(
+            foreign_extra_spec_fields(&p, &c),
+            vec![
+                vec!["db".to_string(), "extra".to_string()],
+                vec!["sneaked".to_string()],
+            ],
+            "`defaulted` has no other owner and stays"
+        );
+    }
+
+    #[test]
+    fn our_own_fields_are_never_pruned() {
+        let c = consumer();
+        let mut p = provider_of(&c);
+        p.data["spec"]["webhook"] = json!("injected");
+        p.metadata.managed_fields = Some(vec![managed(
+            FIELD_MANAGER,
+            "Update",
+            json!({ "f:spec": { "f:webhook": {} } }),
+        )]);
+        assert!(foreign_extra_spec_fields(&p, &c).is_empty());
+    }
+
+    #[test]
+    fn atomic_ownership_of_a_parent_covers_its_children() {
+        let mut c = consumer();
+        c.data["spec"] = json!({ "db": {} });
+        let mut p = provider_of(&c);
+        p.data["spec"] = json!({ "db": { "extra": 1 } });
+        p.metadata.managed_fields = Some(vec![managed(
+            "other",
+            "Update",
+            json!({ "f:spec": { "f:db": {} } }),
+        )]);
+        assert_eq!(
+            foreign_extra_spec_fields(&p, &c),
+            vec![vec!["db".to_string(), "extra".to_string()]]
+        );
+    }
+
+    #[test]
+    fn prune_patch_nulls_each_path_under_a_resource_version_guard() {
+        let paths = vec![
+            vec!["a".to_string()],
+            vec!["b".to_string(), "c".to_string()],
+        ];
+        assert_eq!(
+            prune_patch(&paths, Some("7")),
+            json!({ "spec": { "a": null, "b": { "c": null } }, "metadata": { "resourceVersion": "7" } })
+        );
     }
 
     #[test]

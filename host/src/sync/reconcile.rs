@@ -185,10 +185,9 @@ async fn finish(obj: &DynamicObject, ctx: &SyncContext, copy: &DynamicObject) ->
     Ok(())
 }
 
-/// Server-side apply of the provider copy, forced: the policy has allowed it. When another
-/// field manager owns fields under `spec` that the consumer does not have (drift that added
-/// fields), those fields are first taken over and then dropped, so the copy ends up with
-/// exactly the consumer's spec.
+/// Server-side apply of the provider copy, forced: the policy has allowed it. Fields another
+/// manager added under `spec` (drift that adds, or what an adopted object had) are then
+/// removed with a merge patch, so the copy ends up with exactly the consumer's spec.
 async fn apply_to_provider(
     obj: &DynamicObject,
     ctx: &SyncContext,
@@ -197,7 +196,6 @@ async fn apply_to_provider(
 ) -> Result<DynamicObject> {
     let api = ctx.provider_api(obj.metadata.namespace.as_deref());
     let name = obj.name_any();
-    let params = PatchParams::apply(FIELD_MANAGER).force();
     let body = desired::provider_copy(
         obj,
         &ctx.ar,
@@ -206,22 +204,23 @@ async fn apply_to_provider(
         resource_version,
     );
     let mut applied = api
-        .patch(&name, &params, &Patch::Apply(&body))
+        .patch(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&body),
+        )
         .await
         .map_err(Error::ApplyToProvider)?;
-    if desired::spec_differs(&applied, obj) && desired::foreign_spec_managers(&applied) {
-        debug!("taking over foreign spec fields to drop them");
-        let mut takeover =
-            desired::provider_copy(obj, &ctx.ar, &ctx.consumer_cluster_uid, uid, None);
-        if let Some(spec) = applied.data.get("spec") {
-            takeover["spec"] = spec.clone();
-        }
-        api.patch(&name, &params, &Patch::Apply(&takeover))
-            .await
-            .map_err(Error::ApplyToProvider)?;
-        let plain = desired::provider_copy(obj, &ctx.ar, &ctx.consumer_cluster_uid, uid, None);
+    let extra = desired::foreign_extra_spec_fields(&applied, obj);
+    if !extra.is_empty() {
+        debug!(fields = ?extra, "removing spec fields another manager added");
+        let patch = desired::prune_patch(&extra, applied.resource_version().as_deref());
+        let params = PatchParams {
+            field_manager: Some(FIELD_MANAGER.to_string()),
+            ..PatchParams::default()
+        };
         applied = api
-            .patch(&name, &params, &Patch::Apply(&plain))
+            .patch(&name, &params, &Patch::Merge(&patch))
             .await
             .map_err(Error::ApplyToProvider)?;
     }
