@@ -6,3 +6,6 @@
 //! kube-apiserver with RBAC, admission and CEL validation exactly as a user's cluster has them.
 
 pub mod testenv;
+mod wait;
+
+pub use wait::eventually;

@@ -3,6 +3,7 @@
 //! `testenv up DIR` starts both clusters detached and returns when they are ready, leaving
 //! `DIR/provider.kubeconfig` and `DIR/consumer.kubeconfig` (admin) behind; `testenv down DIR`
 //! stops them. Data and credentials stay in DIR, so `up` again resumes the same clusters.
+//! `testenv run DIR` starts them in the foreground instead, tied to the command's lifetime.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -26,6 +27,12 @@ enum Command {
         #[arg(default_value = ".testenv")]
         dir: PathBuf,
     },
+    /// Start both clusters in the foreground; they stop when this command ends (Ctrl-C).
+    Run {
+        /// Directory for data, logs and kubeconfigs.
+        #[arg(default_value = ".testenv")]
+        dir: PathBuf,
+    },
     /// Stop the clusters started in DIR.
     Down {
         /// The directory given to `up`.
@@ -36,7 +43,15 @@ enum Command {
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
-        Command::Up { dir } => up(dir),
+        // Detached clusters outlive the pair value and this process.
+        Command::Up { dir } => up(dir, Supervision::Detached).map(drop),
+        Command::Run { dir } => {
+            let _pair = up(dir, Supervision::Watchdog)?;
+            // The clusters die with this process (watchdog), however it ends.
+            loop {
+                std::thread::park();
+            }
+        }
         Command::Down { dir } => {
             let stopped = ClusterPair::stop_recorded(&dir)?;
             println!("stopped {stopped} processes in {}", dir.display());
@@ -45,7 +60,7 @@ fn main() -> anyhow::Result<()> {
     }
 }
 
-fn up(dir: PathBuf) -> anyhow::Result<()> {
+fn up(dir: PathBuf, supervision: Supervision) -> anyhow::Result<ClusterPair> {
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let dir = dir
         .canonicalize()
@@ -58,7 +73,7 @@ fn up(dir: PathBuf) -> anyhow::Result<()> {
         );
     }
     let began = Instant::now();
-    let pair = ClusterPair::start_with(&dir, Supervision::Detached)?;
+    let pair = ClusterPair::start_with(&dir, supervision)?;
     println!("provider and consumer ready in {:.1?}", began.elapsed());
     for cluster in [&pair.provider, &pair.consumer] {
         println!(
@@ -73,5 +88,5 @@ fn up(dir: PathBuf) -> anyhow::Result<()> {
         "try: kubectl --kubeconfig {} get namespaces",
         pair.consumer.admin().kubeconfig_path().display()
     );
-    Ok(())
+    Ok(pair)
 }

@@ -132,7 +132,7 @@ impl ClusterPair {
         drop(guard);
         result.map_err(|e| {
             let e: anyhow::Error = e.into();
-            anyhow::anyhow!("{e:?}\n\n{}", self.report())
+            anyhow::anyhow!("{e:#}\n\n{}", self.report())
         })
     }
 }
