@@ -15,8 +15,6 @@
 //! stopped from any thread, inside or outside a tokio runtime; only the client helpers are
 //! async. Readiness is probed with a real client on a private runtime in a scoped thread.
 
-use std::io::{Read, Write};
-use std::net::{Ipv4Addr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::thread::sleep;
@@ -25,12 +23,13 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::api::{Api, ObjectMeta, PostParams};
-use serde::{Deserialize, Serialize};
 
 use super::identity::{Auth, Endpoint, Identity, write_kubeconfig};
-use super::pki::{Pki, random_token};
+use super::pki::Pki;
+use super::probe::{etcd_health, readyz};
 use super::process::{self, Component, Process, Supervision};
-use super::{Error, Result, binary, flags, fsutil, ports};
+use super::state::{State, load_or_create_state};
+use super::{Error, Result, binary, flags, fsutil};
 
 /// How long a component may take to become ready.
 const READY_TIMEOUT: Duration = Duration::from_secs(90);
@@ -39,15 +38,6 @@ const STOP_GRACE: Duration = Duration::from_secs(15);
 /// The user of the static admin token.
 pub const ADMIN_TOKEN_USER: &str = "admin-token";
 
-/// What stays fixed for a cluster's life, so a restart looks like the same cluster.
-#[derive(Serialize, Deserialize)]
-pub(crate) struct State {
-    pub(crate) etcd_client_port: u16,
-    pub(crate) etcd_peer_port: u16,
-    pub(crate) apiserver_port: u16,
-    pub(crate) admin_token: String,
-}
-
 /// A named cluster. Dropping it kills its processes (unless detached); data stays on disk.
 pub struct Cluster {
     name: String,
@@ -55,7 +45,7 @@ pub struct Cluster {
     root: PathBuf,
     binary: PathBuf,
     supervision: Supervision,
-    pub(crate) state: State,
+    state: State,
     pki: Pki,
     ca_pem: String,
     admin: Identity,
@@ -200,7 +190,8 @@ impl Cluster {
 
     /// Creates service account `namespace/name` (if missing; the namespace must exist) and
     /// returns a token identity for it. Unlike certificates, this credential can be revoked:
-    /// deleting the service account invalidates the token.
+    /// deleting the service account invalidates the token (within about 10 s, the apiserver's
+    /// token authentication cache).
     pub async fn mint_service_account(&self, namespace: &str, name: &str) -> Result<Identity> {
         let error = |source| Error::ServiceAccountToken {
             namespace: namespace.to_string(),
@@ -482,63 +473,4 @@ fn file_safe(name: &str) -> String {
             _ => '_',
         })
         .collect()
-}
-
-fn load_or_create_state(path: &Path) -> Result<State> {
-    if path.exists() {
-        let text = fsutil::read(path)?;
-        return serde_json::from_str(&text).map_err(|source| Error::ParseState {
-            path: path.to_path_buf(),
-            source,
-        });
-    }
-    let ports = ports::free_ports(3)?;
-    let state = State {
-        etcd_client_port: ports[0],
-        etcd_peer_port: ports[1],
-        apiserver_port: ports[2],
-        admin_token: random_token()?,
-    };
-    let text = serde_json::to_string_pretty(&state).map_err(|source| Error::ParseState {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    fsutil::write_private(path, &text)?;
-    Ok(state)
-}
-
-/// etcd's `/health` over plain HTTP on loopback.
-fn etcd_health(port: u16) -> Result<(), String> {
-    let timeout = Duration::from_secs(1);
-    let mut stream = TcpStream::connect((Ipv4Addr::LOCALHOST, port)).map_err(|e| e.to_string())?;
-    stream
-        .set_read_timeout(Some(timeout))
-        .map_err(|e| e.to_string())?;
-    stream
-        .write_all(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
-        .map_err(|e| e.to_string())?;
-    let mut response = String::new();
-    stream
-        .read_to_string(&mut response)
-        .map_err(|e| e.to_string())?;
-    if response.contains(r#""health":"true""#) {
-        Ok(())
-    } else {
-        Err(format!(
-            "etcd /health: {}",
-            response.lines().last().unwrap_or("")
-        ))
-    }
-}
-
-/// The apiserver's `/readyz`, as the admin.
-async fn readyz(client: &kube::Client) -> Result<(), String> {
-    let request = http::Request::get("/readyz")
-        .body(Vec::new())
-        .map_err(|e| e.to_string())?;
-    match tokio::time::timeout(Duration::from_secs(2), client.request_text(request)).await {
-        Ok(Ok(_)) => Ok(()),
-        Ok(Err(e)) => Err(format!("/readyz: {e}")),
-        Err(_) => Err("/readyz: timed out".to_string()),
-    }
 }

@@ -10,8 +10,8 @@
 
 use std::path::Path;
 
-use super::cluster::State;
 use super::pki::Pki;
+use super::state::State;
 
 /// Controllers kube-controller-manager runs: namespace deletion empties namespaces, and
 /// ownerReference garbage collection removes dependents, as in a real cluster.

@@ -37,7 +37,9 @@ mod identity;
 mod pair;
 mod pki;
 mod ports;
+mod probe;
 mod process;
+mod state;
 
 use std::path::PathBuf;
 use std::process::ExitStatus;
