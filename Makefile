@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: test lint unit e2e tools kube-bin wasm-target testenv-up testenv-down demo bench crds
+.PHONY: test lint unit e2e tools kube-bin helm wasm-target testenv-up testenv-down demo bench crds image
 
 test: tools lint
 	$(CARGO) test --workspace --all-targets
@@ -11,7 +11,7 @@ lint: tools
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
-tools: wasm-target kube-bin
+tools: wasm-target kube-bin helm
 
 # The policy modules are built for wasm32-wasip2; install the target when it is missing.
 wasm-target:
@@ -20,6 +20,10 @@ wasm-target:
 # Real etcd + kube-apiserver + kube-controller-manager, built from Go once per machine.
 kube-bin:
 	@scripts/kube-bin.sh >/dev/null
+
+# helm, built from the Go module pinned in tools/helm once per machine (the chart tests use it).
+helm:
+	@scripts/helm.sh >/dev/null
 
 # Regenerate the committed core CRDs from the Rust types.
 crds:
