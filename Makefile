@@ -25,6 +25,19 @@ kube-bin:
 helm:
 	@scripts/helm.sh >/dev/null
 
+# The konnector container image (Dockerfile). Needs a reachable container engine (docker or
+# podman): machines without one (like CI) check the Dockerfile in tests/tests/dockerfile.rs.
+CONTAINER_ENGINE ?= docker
+IMAGE ?= kbind-local/konnector:git-$(shell git rev-parse --short=12 HEAD 2>/dev/null || echo dev)
+PLATFORM ?=
+image:
+	@if ! $(CONTAINER_ENGINE) info >/dev/null 2>&1; then \
+	  echo "make image: no container engine is reachable ('$(CONTAINER_ENGINE) info' failed)." >&2; \
+	  echo "  Start docker (or set CONTAINER_ENGINE=podman) and retry; this target cannot build the image without one." >&2; \
+	  exit 1; \
+	fi
+	$(CONTAINER_ENGINE) build $(if $(PLATFORM),--platform $(PLATFORM)) -t $(IMAGE) .
+
 # Regenerate the committed core CRDs from the Rust types.
 crds:
 	$(CARGO) run -q -p konnector -- crds --out charts/konnector/files/crds
