@@ -14,30 +14,31 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context as _, anyhow};
-use k8s_openapi::api::core::v1::Namespace;
-use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use konnector::api::names::{CONNECTION_ANNOTATION, EXPORTED_LABEL};
 use konnector::api::{
     ApiReference, Binding, BindingSpec, ClusterBinding, ConflictPolicy, ConnectionReference,
-    ExportedApi, ResourceScope,
 };
 use konnector::binding::{Context, Settings};
 use konnector::provider::{Engagement, Engagements};
-use konnector::sync::{DecideConflict, SyncSettings, is_established};
-use kube::api::{
-    DeleteParams, DynamicObject, ListParams, ObjectMeta, Patch, PatchParams, PostParams,
-};
-use kube::core::{ApiResource, GroupVersionKind};
+use konnector::sync::{DecideConflict, SyncSettings};
+use kube::api::{ListParams, PostParams};
 use kube::{Api, Client, ResourceExt};
-use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::testenv::ClusterPair;
+
+mod fixtures;
+mod helpers;
+
+pub use fixtures::TestApi;
+use fixtures::install_core_crds;
+pub use helpers::{
+    cluster_uid, delete, ensure_namespace, events_for, init_logging, merge, set_status, stays,
+    wait_for,
+};
 
 /// Label selecting the bindings one test's stack handles.
 pub const STACK_LABEL: &str = "kbind.test/stack";
@@ -323,306 +324,4 @@ mod interim {
             })
         }
     }
-}
-
-/// A test API `widgets.<group>`, kind `Widget`, version `v1`, with a status subresource and
-/// free-form `spec` and `status`.
-#[derive(Clone, Debug)]
-pub struct TestApi {
-    /// API group, unique per test.
-    pub group: String,
-    /// Namespaced or cluster-scoped.
-    pub namespaced: bool,
-}
-
-impl TestApi {
-    /// A namespaced API in `group`.
-    pub fn namespaced(group: &str) -> Self {
-        Self {
-            group: group.to_string(),
-            namespaced: true,
-        }
-    }
-
-    /// A cluster-scoped API in `group`.
-    pub fn cluster_scoped(group: &str) -> Self {
-        Self {
-            group: group.to_string(),
-            namespaced: false,
-        }
-    }
-
-    /// `widgets.<group>`.
-    pub fn name(&self) -> String {
-        format!("widgets.{}", self.group)
-    }
-
-    /// The export record the Connection controller would discover.
-    pub fn exported(&self) -> ExportedApi {
-        ExportedApi {
-            name: self.name(),
-            group: self.group.clone(),
-            resource: "widgets".into(),
-            scope: if self.namespaced {
-                ResourceScope::Namespaced
-            } else {
-                ResourceScope::Cluster
-            },
-            versions: vec!["v1".into()],
-        }
-    }
-
-    /// The dynamic resource.
-    pub fn resource(&self) -> ApiResource {
-        ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk(&self.group, "v1", "Widget"),
-            "widgets",
-        )
-    }
-
-    /// The API in one namespace (or cluster-wide for a cluster-scoped API).
-    pub fn api(&self, client: &Client, namespace: Option<&str>) -> Api<DynamicObject> {
-        match namespace {
-            Some(ns) if self.namespaced => {
-                Api::namespaced_with(client.clone(), ns, &self.resource())
-            }
-            _ => Api::all_with(client.clone(), &self.resource()),
-        }
-    }
-
-    /// The API across namespaces.
-    pub fn all(&self, client: &Client) -> Api<DynamicObject> {
-        Api::all_with(client.clone(), &self.resource())
-    }
-
-    /// An object of this API with `spec`.
-    pub fn object(&self, namespace: Option<&str>, name: &str, spec: Value) -> DynamicObject {
-        let mut obj = DynamicObject::new(name, &self.resource()).data(json!({ "spec": spec }));
-        if self.namespaced {
-            obj.metadata.namespace = namespace.map(str::to_string);
-        }
-        obj
-    }
-
-    /// Creates an object, and its namespace when needed.
-    pub async fn create(
-        &self,
-        client: &Client,
-        namespace: Option<&str>,
-        name: &str,
-        spec: Value,
-    ) -> anyhow::Result<DynamicObject> {
-        if let (Some(ns), true) = (namespace, self.namespaced) {
-            ensure_namespace(client, ns).await?;
-        }
-        Ok(self
-            .api(client, namespace)
-            .create(&PostParams::default(), &self.object(namespace, name, spec))
-            .await?)
-    }
-
-    /// The CRD, as the provider exports it.
-    pub fn crd(&self) -> anyhow::Result<CustomResourceDefinition> {
-        let free_form = json!({ "type": "object", "x-kubernetes-preserve-unknown-fields": true });
-        Ok(serde_json::from_value(json!({
-            "apiVersion": "apiextensions.k8s.io/v1",
-            "kind": "CustomResourceDefinition",
-            "metadata": { "name": self.name() },
-            "spec": {
-                "group": self.group,
-                "names": { "kind": "Widget", "plural": "widgets", "singular": "widget", "listKind": "WidgetList" },
-                "scope": if self.namespaced { "Namespaced" } else { "Cluster" },
-                "versions": [{
-                    "name": "v1", "served": true, "storage": true,
-                    "subresources": { "status": {} },
-                    "schema": { "openAPIV3Schema": {
-                        "type": "object",
-                        "properties": { "spec": free_form, "status": free_form },
-                    }},
-                }],
-            },
-        }))?)
-    }
-
-    /// Installs the CRD on the provider, labelled exported, and waits until Established.
-    pub async fn install_on_provider(&self, provider: &Client) -> anyhow::Result<()> {
-        let mut crd = self.crd()?;
-        crd.metadata.labels = Some(BTreeMap::from([(
-            EXPORTED_LABEL.to_string(),
-            "true".to_string(),
-        )]));
-        apply_crd(provider, &crd).await
-    }
-
-    /// Installs the CRD on the consumer as schema installation would (pinned to `connection`)
-    /// and waits until Established.
-    pub async fn install_on_consumer(
-        &self,
-        consumer: &Client,
-        connection: Option<&str>,
-    ) -> anyhow::Result<()> {
-        let mut crd = self.crd()?;
-        if let Some(connection) = connection {
-            crd.metadata.annotations = Some(BTreeMap::from([(
-                CONNECTION_ANNOTATION.to_string(),
-                connection.to_string(),
-            )]));
-        }
-        apply_crd(consumer, &crd).await
-    }
-
-    /// Installs on both clusters (consumer pinned to the stack's Connection).
-    pub async fn install(&self, stack: &Stack) -> anyhow::Result<()> {
-        self.install_on_provider(&stack.provider).await?;
-        self.install_on_consumer(&stack.consumer, Some(&stack.name))
-            .await
-    }
-}
-
-async fn apply_crd(client: &Client, crd: &CustomResourceDefinition) -> anyhow::Result<()> {
-    let api = Api::<CustomResourceDefinition>::all(client.clone());
-    let name = crd.name_any();
-    api.patch(
-        &name,
-        &PatchParams::apply(TEST_MANAGER).force(),
-        &Patch::Apply(crd),
-    )
-    .await
-    .with_context(|| format!("applying CRD {name}"))?;
-    wait_for(
-        &format!("CRD {name} Established"),
-        Duration::from_secs(30),
-        || async { Ok(api.get_opt(&name).await?.filter(is_established).map(|_| ())) },
-    )
-    .await
-}
-
-async fn install_core_crds(consumer: &Client) -> anyhow::Result<()> {
-    for (_, crd) in konnector::api::core_crds() {
-        apply_crd(consumer, &crd).await?;
-    }
-    Ok(())
-}
-
-/// The cluster identity used when no kcp logical cluster exists: kube-system's UID.
-pub async fn cluster_uid(client: &Client) -> anyhow::Result<String> {
-    Api::<Namespace>::all(client.clone())
-        .get("kube-system")
-        .await?
-        .uid()
-        .context("kube-system has no uid")
-}
-
-/// Creates a namespace unless it exists.
-pub async fn ensure_namespace(client: &Client, name: &str) -> anyhow::Result<()> {
-    let ns = Namespace {
-        metadata: ObjectMeta {
-            name: Some(name.to_string()),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    match Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-        Err(e) => Err(e.into()),
-    }
-}
-
-/// Waits until `probe` yields `Some` (retrying with [`crate::eventually`]); on timeout the
-/// error says what was awaited and the probe's last error.
-pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut probe: F) -> anyhow::Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = anyhow::Result<Option<T>>>,
-{
-    crate::eventually(timeout, || {
-        let attempt = probe();
-        async move { attempt.await?.context("not yet") }
-    })
-    .await
-    .with_context(|| format!("timed out after {timeout:?} waiting for {what}"))
-}
-
-/// Asserts that `probe` keeps yielding `true` for `period` (for "nothing happens" checks,
-/// after a positive signal showed the machinery is running).
-pub async fn stays<F, Fut>(what: &str, period: Duration, mut probe: F) -> anyhow::Result<()>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = anyhow::Result<bool>>,
-{
-    let start = Instant::now();
-    while start.elapsed() < period {
-        anyhow::ensure!(probe().await?, "expected {what} to hold for {period:?}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    Ok(())
-}
-
-/// Events about a consumer object (by name) in `namespace` (`default` for cluster-scoped).
-pub async fn events_for(
-    consumer: &Client,
-    namespace: Option<&str>,
-    name: &str,
-) -> anyhow::Result<Vec<Event>> {
-    let ns = namespace.unwrap_or("default");
-    let list = Api::<Event>::namespaced(consumer.clone(), ns)
-        .list(&ListParams::default())
-        .await?;
-    Ok(list
-        .items
-        .into_iter()
-        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
-        .collect())
-}
-
-/// Deletes an object, ignoring NotFound.
-pub async fn delete(api: &Api<DynamicObject>, name: &str) -> anyhow::Result<()> {
-    match api.delete(name, &DeleteParams::default()).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        Err(e) => Err(e.into()),
-    }
-}
-
-/// Writes a status onto an object through its status subresource.
-pub async fn set_status(
-    api: &Api<DynamicObject>,
-    name: &str,
-    status: Value,
-) -> anyhow::Result<DynamicObject> {
-    Ok(api
-        .patch_status(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({ "status": status })),
-        )
-        .await?)
-}
-
-/// Merge-patches an object.
-pub async fn merge(
-    api: &Api<DynamicObject>,
-    name: &str,
-    patch: Value,
-) -> anyhow::Result<DynamicObject> {
-    Ok(api
-        .patch(name, &PatchParams::default(), &Patch::Merge(patch))
-        .await?)
-}
-
-/// Sends the konnector's logs to the test output (shown for failing tests), once per binary.
-pub fn init_logging() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("konnector=info"));
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(filter)
-            .with_test_writer()
-            .try_init();
-    });
 }
