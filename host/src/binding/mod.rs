@@ -179,3 +179,50 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
         supervisor.run(shutdown),
     );
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api_error() -> kube::Error {
+        kube::Error::LinesCodecMaxLineLengthExceeded
+    }
+
+    #[test]
+    fn error_texts_name_their_operation() {
+        let read = Error::ReadCrd {
+            name: "widgets.example.org".into(),
+            source: api_error(),
+        };
+        assert!(
+            read.to_string()
+                .starts_with("reading CustomResourceDefinition widgets.example.org")
+        );
+        let count = Error::CountConflicts {
+            api: "widgets.example.org".into(),
+            source: api_error(),
+        };
+        assert!(
+            count
+                .to_string()
+                .starts_with("counting conflicts of widgets.example.org")
+        );
+        assert!(
+            Error::ReadConnection(api_error())
+                .to_string()
+                .starts_with("reading the Connection")
+        );
+        assert!(
+            Error::WriteStatus(api_error())
+                .to_string()
+                .starts_with("writing binding status")
+        );
+    }
+
+    #[test]
+    fn default_settings_follow_the_spec_periods() {
+        let settings = Settings::default();
+        assert_eq!(settings.status_interval, Duration::from_secs(30));
+        assert!(settings.binding_selector.is_none());
+    }
+}

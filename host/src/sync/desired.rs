@@ -191,6 +191,27 @@ pub fn status_copy(
     Some(status_body(consumer, ar, status.clone()))
 }
 
+/// Reasons of the `Synced=False` instance condition this engine sets (and may remove).
+pub const SYNCED_FAILURE_REASONS: [Reason; 3] = [
+    Reason::ForeignObjectExists,
+    Reason::OwnedByAnother,
+    Reason::PolicyFailed,
+];
+
+/// Whether the consumer instance carries a `Synced` condition this engine set.
+pub fn has_synced_failure(consumer: &DynamicObject) -> bool {
+    consumer.data["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| {
+            c["type"] == ConditionType::Synced.as_str()
+                && SYNCED_FAILURE_REASONS
+                    .iter()
+                    .any(|r| c["reason"] == r.as_str())
+        })
+}
+
 /// The consumer status with the instance condition `Synced` set (`Some`) or removed (`None`),
 /// as a status apply body; `None` when that would change nothing. Best-effort by design: the
 /// API's status schema may prune it (spec, "Ownership and conflicts").
@@ -217,6 +238,15 @@ pub fn synced_condition(
     match (failure, existing) {
         (None, None) => return None,
         (None, Some(i)) => {
+            // Only a condition this engine set is removed; a provider's own `Synced`
+            // condition copied with its status is not ours to drop.
+            let ours = conditions[i]
+                .get("reason")
+                .and_then(Value::as_str)
+                .is_some_and(|r| SYNCED_FAILURE_REASONS.iter().any(|o| o.as_str() == r));
+            if !ours {
+                return None;
+            }
             conditions.remove(i);
         }
         (Some((reason, message)), i) => {
@@ -473,9 +503,19 @@ mod tests {
             synced_condition(&c, &ar(), Some((Reason::OwnedByAnother, "m"))),
             None
         );
+        assert!(has_synced_failure(&c));
         let cleared = synced_condition(&c, &ar(), None).expect("removed");
         assert_eq!(cleared["status"]["conditions"], json!([]));
         c.data["status"] = cleared["status"].clone();
+        assert!(!has_synced_failure(&c));
+        assert_eq!(synced_condition(&c, &ar(), None), None);
+    }
+
+    #[test]
+    fn a_providers_own_synced_condition_is_never_removed() {
+        let mut c = consumer();
+        c.data["status"] = json!({ "conditions": [{ "type": "Synced", "status": "False", "reason": "BackendDown" }] });
+        assert!(!has_synced_failure(&c));
         assert_eq!(synced_condition(&c, &ar(), None), None);
     }
 }

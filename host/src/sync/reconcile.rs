@@ -173,7 +173,9 @@ async fn finish(obj: &DynamicObject, ctx: &SyncContext, copy: &DynamicObject) ->
             .await
             .map_err(Error::CopyStatus)?;
         debug!("status copied to the consumer");
-    } else if had_conflict && let Some(body) = desired::synced_condition(obj, &ctx.ar, None) {
+    } else if desired::has_synced_failure(obj)
+        && let Some(body) = desired::synced_condition(obj, &ctx.ar, None)
+    {
         // Best-effort, like setting it: the schema may prune conditions.
         if let Err(e) = consumer
             .patch_status(&name, &params, &Patch::Apply(&body))
@@ -282,19 +284,31 @@ async fn mark_conflict(
     .await
     .map_err(Error::MarkConflict)?;
     publish(ctx, obj, EventType::Warning, reason, "Sync", message).await;
-    if ctx.target.status_subresource
-        && let Some(body) = desired::synced_condition(obj, &ctx.ar, Some((reason, message)))
-        && let Err(e) = api
-            .patch_status(
-                &obj.name_any(),
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(&body),
-            )
-            .await
+    set_synced_failure(obj, ctx, reason, message).await;
+    Ok(())
+}
+
+/// The best-effort `Synced=False` instance condition: the API's status schema may prune it,
+/// so a failure to write it is only logged (spec: "the annotation is the durable
+/// diagnostic").
+async fn set_synced_failure(obj: &DynamicObject, ctx: &SyncContext, reason: Reason, message: &str) {
+    if !ctx.target.status_subresource {
+        return;
+    }
+    let Some(body) = desired::synced_condition(obj, &ctx.ar, Some((reason, message))) else {
+        return;
+    };
+    if let Err(e) = ctx
+        .consumer_api(obj.metadata.namespace.as_deref())
+        .patch_status(
+            &obj.name_any(),
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&body),
+        )
+        .await
     {
         debug!(error = %e, "could not set the Synced condition");
     }
-    Ok(())
 }
 
 async fn clear_conflict(obj: &DynamicObject, ctx: &SyncContext) -> Result<()> {
@@ -322,6 +336,7 @@ async fn report_policy_failure(obj: &DynamicObject, ctx: &SyncContext, message: 
         message,
     )
     .await;
+    set_synced_failure(obj, ctx, Reason::PolicyFailed, message).await;
 }
 
 /// Publishes an Event about a consumer instance; failures are logged, never fatal.
