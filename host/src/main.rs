@@ -36,7 +36,8 @@ fn write_crds(out: Option<PathBuf>) -> anyhow::Result<()> {
         match &out {
             Some(dir) => {
                 let path = dir.join(file);
-                std::fs::write(&path, yaml).with_context(|| format!("writing {}", path.display()))?;
+                std::fs::write(&path, yaml)
+                    .with_context(|| format!("writing {}", path.display()))?;
             }
             None => print!("---\n{yaml}"),
         }

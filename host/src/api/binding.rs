@@ -75,7 +75,9 @@ pub struct ConnectionReference {
 }
 
 /// A reference to an exported API.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema)]
+#[derive(
+    Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema,
+)]
 pub struct ApiReference {
     /// `<plural>.<group>`.
     pub name: String,
@@ -109,7 +111,9 @@ pub struct RelatedResource {
 }
 
 /// The kinds of related objects that can be copied.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema)]
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum RelatedResourceKind {
     /// core/v1 Secrets.
@@ -119,7 +123,9 @@ pub enum RelatedResourceKind {
 }
 
 /// Direction of a related-resource copy.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema)]
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema,
+)]
 pub enum RelatedDirection {
     /// Provider → consumer.
     FromProvider,

@@ -119,16 +119,28 @@ pub enum UpdatePolicy {
 #[x_kube(validation = Rule::new("!has(oldSelf.remoteClusterUID) || (has(self.remoteClusterUID) && self.remoteClusterUID == oldSelf.remoteClusterUID)").message("remoteClusterUID is immutable once set"))]
 pub struct ConnectionStatus {
     /// UID of the provider cluster, pinned on first success.
-    #[serde(default, rename = "remoteClusterUID", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        rename = "remoteClusterUID",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub remote_cluster_uid: Option<String>,
     /// UID of the consumer cluster, pinned on first success.
-    #[serde(default, rename = "localClusterUID", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        rename = "localClusterUID",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub local_cluster_uid: Option<String>,
     /// The schema source in effect (CRD or OpenAPI; Auto resolves to one of them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub active_schema_source: Option<String>,
     /// APIs the provider exports.
-    #[serde(default, rename = "exportedAPIs", skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        rename = "exportedAPIs",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub exported_apis: Vec<ExportedApi>,
     /// SecretValid, Connected, SchemaInSync, PermissionDenied, Ready.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -156,7 +168,9 @@ pub struct ExportedApi {
 }
 
 /// Whether an API's objects live in namespaces.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, JsonSchema)]
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, JsonSchema,
+)]
 pub enum ResourceScope {
     /// Objects live in namespaces.
     Namespaced,

@@ -60,7 +60,10 @@ struct Registry {
 impl Default for Engagements {
     fn default() -> Self {
         let (changes, _) = watch::channel(0);
-        Self { inner: Arc::default(), changes }
+        Self {
+            inner: Arc::default(),
+            changes,
+        }
     }
 }
 
@@ -137,10 +140,14 @@ impl Engagements {
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Registry> {
         // A poisoned lock only means another thread panicked mid-update of a HashMap insert or
         // remove, which leaves the map consistent; keep serving.
-        self.inner.read().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.inner
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, Registry> {
-        self.inner.write().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.inner
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
