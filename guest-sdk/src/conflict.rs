@@ -30,7 +30,7 @@ macro_rules! export_conflict_policy {
         #[cfg(target_arch = "wasm32")]
         #[allow(unsafe_code)]
         const _: () = {
-    $crate::__export_conflict_policy!($ty with_types_in $crate::conflict::bindings);
+    $crate::conflict::bindings::__export_conflict_policy!($ty with_types_in $crate::conflict::bindings);
         };
     };
 }

@@ -59,7 +59,7 @@ macro_rules! export_related_selection {
         #[cfg(target_arch = "wasm32")]
         #[allow(unsafe_code)]
         const _: () = {
-    $crate::__export_related_selection!($ty with_types_in $crate::related::bindings);
+    $crate::related::bindings::__export_related_selection!($ty with_types_in $crate::related::bindings);
         };
     };
 }

@@ -49,7 +49,7 @@ macro_rules! export_schema_synthesis {
         #[cfg(target_arch = "wasm32")]
         #[allow(unsafe_code)]
         const _: () = {
-    $crate::__export_schema_synthesis!($ty with_types_in $crate::schema::bindings);
+    $crate::schema::bindings::__export_schema_synthesis!($ty with_types_in $crate::schema::bindings);
         };
     };
 }

@@ -9,4 +9,5 @@
 //! ```
 
 pub mod api;
+pub mod policy;
 pub mod provider;
