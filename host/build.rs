@@ -13,9 +13,18 @@ use std::process::Command;
 
 /// (package, environment variable naming the built file)
 const POLICIES: &[(&str, &str)] = &[
-    ("kbind-policy-schema-synthesis", "KBIND_POLICY_SCHEMA_SYNTHESIS_WASM"),
-    ("kbind-policy-conflict-policy", "KBIND_POLICY_CONFLICT_POLICY_WASM"),
-    ("kbind-policy-related-selection", "KBIND_POLICY_RELATED_SELECTION_WASM"),
+    (
+        "kbind-policy-schema-synthesis",
+        "KBIND_POLICY_SCHEMA_SYNTHESIS_WASM",
+    ),
+    (
+        "kbind-policy-conflict-policy",
+        "KBIND_POLICY_CONFLICT_POLICY_WASM",
+    ),
+    (
+        "kbind-policy-related-selection",
+        "KBIND_POLICY_RELATED_SELECTION_WASM",
+    ),
 ];
 
 const TARGET: &str = "wasm32-wasip2";
@@ -34,13 +43,24 @@ fn run() -> Result<(), String> {
         .parent()
         .ok_or("the host crate has no parent directory")?
         .to_path_buf();
-    for path in ["wit", "guest-sdk/src", "guest-sdk/Cargo.toml", "Cargo.toml", "Cargo.lock"] {
+    for path in [
+        "wit",
+        "guest-sdk/src",
+        "guest-sdk/Cargo.toml",
+        "Cargo.toml",
+        "Cargo.lock",
+    ] {
         println!("cargo:rerun-if-changed={}", root.join(path).display());
     }
     for (package, _) in POLICIES {
-        let dir = root.join("policies").join(package.trim_start_matches("kbind-policy-"));
+        let dir = root
+            .join("policies")
+            .join(package.trim_start_matches("kbind-policy-"));
         println!("cargo:rerun-if-changed={}", dir.join("src").display());
-        println!("cargo:rerun-if-changed={}", dir.join("Cargo.toml").display());
+        println!(
+            "cargo:rerun-if-changed={}",
+            dir.join("Cargo.toml").display()
+        );
     }
     println!("cargo:rerun-if-env-changed=CARGO_TARGET_DIR");
 
@@ -73,9 +93,7 @@ fn run() -> Result<(), String> {
             cmd.env_remove(key);
         }
     }
-    let status = cmd
-        .status()
-        .map_err(|e| format!("running {cargo}: {e}"))?;
+    let status = cmd.status().map_err(|e| format!("running {cargo}: {e}"))?;
     if !status.success() {
         return Err(format!(
             "`cargo build --target {TARGET} --profile {PROFILE}` for the policies exited with {status}; \

@@ -9,5 +9,6 @@
 //! ```
 
 pub mod api;
+pub mod cli;
 pub mod policy;
 pub mod provider;

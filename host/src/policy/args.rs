@@ -20,10 +20,20 @@ pub struct PolicyArgs {
     #[arg(long, value_name = "FILE.wasm", env = "KBIND_RELATED_POLICY")]
     pub related_policy: Option<PathBuf>,
     /// Wall-clock budget of one policy call, in milliseconds.
-    #[arg(long, value_name = "MS", default_value_t = 2000, env = "KBIND_POLICY_TIMEOUT_MS")]
+    #[arg(
+        long,
+        value_name = "MS",
+        default_value_t = 2000,
+        env = "KBIND_POLICY_TIMEOUT_MS"
+    )]
     pub policy_timeout_ms: u64,
     /// Memory cap of one policy call, in MiB.
-    #[arg(long, value_name = "MIB", default_value_t = 128, env = "KBIND_POLICY_MEMORY_MIB")]
+    #[arg(
+        long,
+        value_name = "MIB",
+        default_value_t = 128,
+        env = "KBIND_POLICY_MEMORY_MIB"
+    )]
     pub policy_memory_mib: usize,
 }
 

@@ -48,7 +48,10 @@ pub enum PolicyError {
         message: String,
     },
     /// The module trapped (a panic, `unreachable`, an out-of-bounds access...).
-    #[error("the {role} policy {origin} trapped: {message}{}", stderr_suffix(stderr))]
+    #[error(
+        "the {role} policy {origin} trapped: {message}{}",
+        stderr_suffix(stderr)
+    )]
     PolicyTrap {
         /// The role.
         role: PolicyRole,

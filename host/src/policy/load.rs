@@ -131,9 +131,9 @@ pub fn read_file(path: &Path) -> std::io::Result<Vec<u8>> {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
-    let name = path.file_name().ok_or_else(|| {
-        std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file path")
-    })?;
+    let name = path
+        .file_name()
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file path"))?;
     let dir = cap_std::fs::Dir::open_ambient_dir(parent, cap_std::ambient_authority())?;
     dir.read(name)
 }

@@ -182,13 +182,12 @@ impl Policies {
             Err(e) => return Err(store.data().classify(e, role, &slot.origin, limits)),
         };
         store.data().drain_output(role, &slot.origin);
-        let decision = bindings::conflict_decision(answer.map_err(|message| {
-            PolicyError::PolicyRejected {
+        let decision =
+            bindings::conflict_decision(answer.map_err(|message| PolicyError::PolicyRejected {
                 role,
                 origin: slot.origin.to_string(),
                 message,
-            }
-        })?);
+            })?);
         validate::decision(&decision, input).map_err(|message| PolicyError::InvalidOutput {
             role,
             origin: slot.origin.to_string(),
@@ -259,13 +258,12 @@ impl Policies {
             Err(e) => return Err(store.data().classify(e, role, &slot.origin, limits)),
         };
         store.data().drain_output(role, &slot.origin);
-        let plan = bindings::related_plan(answer.map_err(|message| {
-            PolicyError::PolicyRejected {
+        let plan =
+            bindings::related_plan(answer.map_err(|message| PolicyError::PolicyRejected {
                 role,
                 origin: slot.origin.to_string(),
                 message,
-            }
-        })?);
+            })?);
         validate::plan(&plan, input).map_err(|message| PolicyError::InvalidOutput {
             role,
             origin: slot.origin.to_string(),

@@ -32,7 +32,10 @@ pub(crate) fn crd(json: &str, input: &SchemaInput) -> Result<CustomResourceDefin
         ));
     }
     if spec.group != input.group {
-        return Err(format!("spec.group is {:?}, expected {:?}", spec.group, input.group));
+        return Err(format!(
+            "spec.group is {:?}, expected {:?}",
+            spec.group, input.group
+        ));
     }
     if spec.names.plural != input.resource || spec.names.kind != input.kind {
         return Err(format!(
@@ -55,7 +58,10 @@ pub(crate) fn crd(json: &str, input: &SchemaInput) -> Result<CustomResourceDefin
             .and_then(|s| s.open_api_v3_schema.as_ref())
             .ok_or_else(|| format!("version {:?} has no openAPIV3Schema", v.name))?;
         if root.type_.as_deref() != Some("object") {
-            return Err(format!("version {:?}: the root schema is not of type object", v.name));
+            return Err(format!(
+                "version {:?}: the root schema is not of type object",
+                v.name
+            ));
         }
     }
     Ok(crd)
@@ -111,7 +117,10 @@ pub(crate) fn plan(plan: &RelatedPlan, input: &RelatedInput) -> Result<(), Strin
     for c in &plan.copy {
         let key = (c.namespace.as_str(), c.name.as_str());
         if !sources.contains(&key) || !in_scope(&c.namespace) {
-            return Err(format!("copy {}/{} is not a source in scope", c.namespace, c.name));
+            return Err(format!(
+                "copy {}/{} is not a source in scope",
+                c.namespace, c.name
+            ));
         }
         if others.contains(&key) {
             return Err(format!(
