@@ -21,6 +21,10 @@ wasm-target:
 kube-bin:
 	@scripts/kube-bin.sh >/dev/null
 
+# Per-call latency (median, p99) and first-call vs warm cost of the built-in policies.
+bench: wasm-target
+	$(CARGO) bench -p konnector --bench policy
+
 # Regenerate the committed core CRDs from the Rust types.
 crds:
 	$(CARGO) run -q -p konnector -- crds --out charts/konnector/files/crds

@@ -83,6 +83,7 @@ const BAD_DISCRIMINANT: &str = r#"(i32.store8 (i32.const 20) (i32.const 9)) (i32
 /// answering `ok("{\"kind\":\"NotACrd\"}")`.
 fn invalid_crd_module() -> Vec<u8> {
     let text = r#"{"kind":"NotACrd"}"#;
+    let len = format!("\\{:02x}", text.len());
     component(
         "schema-synthesis",
         &format!(
@@ -100,7 +101,6 @@ fn invalid_crd_module() -> Vec<u8> {
   (func (export "kbind:policy/schema@0.1.0#synthesize")
     (param i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32) (result i32)
     (i32.const 16)))"#,
-            len = format!("\\{:02x}", text.len()),
             escaped = text.replace('"', "\\\""),
         ),
     )

@@ -140,3 +140,149 @@ pub(crate) fn plan(plan: &RelatedPlan, input: &RelatedInput) -> Result<(), Strin
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{RelatedDirection, RelatedResource, RelatedResourceKind, RelatedSelector};
+    use crate::policy::types::{ObjectRef, RelatedSource, RelatedTarget};
+
+    fn input(namespace: Option<&str>) -> RelatedInput {
+        RelatedInput {
+            binding_uid: "b".into(),
+            binding_namespace: namespace.map(Into::into),
+            entry: RelatedResource {
+                group: String::new(),
+                resource: RelatedResourceKind::Secrets,
+                direction: RelatedDirection::FromProvider,
+                selector: RelatedSelector::default(),
+            },
+            sources: vec![RelatedSource {
+                namespace: "a".into(),
+                name: "src".into(),
+                labels: Default::default(),
+            }],
+            targets: vec![
+                RelatedTarget {
+                    namespace: "a".into(),
+                    name: "mine".into(),
+                    related_binding: Some("b".into()),
+                },
+                RelatedTarget {
+                    namespace: "a".into(),
+                    name: "theirs".into(),
+                    related_binding: Some("other".into()),
+                },
+                RelatedTarget {
+                    namespace: "a".into(),
+                    name: "src".into(),
+                    related_binding: None,
+                },
+            ],
+        }
+    }
+
+    fn plan(copy: &[&str], delete: &[&str]) -> RelatedPlan {
+        let r = |n: &&str| ObjectRef {
+            namespace: "a".into(),
+            name: (*n).into(),
+        };
+        RelatedPlan {
+            binding_uid: "b".into(),
+            resource: RelatedResourceKind::Secrets,
+            direction: RelatedDirection::FromProvider,
+            copy: copy.iter().map(r).collect(),
+            skip: vec![],
+            delete: delete.iter().map(r).collect(),
+        }
+    }
+
+    #[test]
+    fn plan_deleting_own_copies_is_valid() {
+        assert_eq!(super::plan(&plan(&[], &["mine"]), &input(None)), Ok(()));
+    }
+
+    #[test]
+    fn plan_deleting_another_bindings_object_is_invalid() {
+        let e = super::plan(&plan(&[], &["theirs"]), &input(None));
+        assert!(e.is_err_and(|e| e.contains("delete a/theirs is not a copy of this binding")));
+    }
+
+    #[test]
+    fn plan_overwriting_an_unmarked_target_is_invalid() {
+        let e = super::plan(&plan(&["src"], &[]), &input(None));
+        assert!(e.is_err_and(|e| e.contains("not this binding's copy")));
+    }
+
+    #[test]
+    fn plan_copying_an_unknown_source_is_invalid() {
+        let e = super::plan(&plan(&["invented"], &[]), &input(None));
+        assert!(e.is_err_and(|e| e.contains("copy a/invented is not a source in scope")));
+    }
+
+    #[test]
+    fn plan_outside_the_bindings_namespace_is_invalid() {
+        let e = super::plan(&plan(&[], &["mine"]), &input(Some("elsewhere")));
+        assert!(e.is_err());
+    }
+
+    #[test]
+    fn plan_with_another_key_is_invalid() {
+        let mut p = plan(&[], &[]);
+        p.direction = RelatedDirection::FromConsumer;
+        assert!(super::plan(&p, &input(None)).is_err_and(|e| e.contains("keyed")));
+    }
+
+    #[test]
+    fn decisions_must_fit_the_target() {
+        let mut i = ConflictInput {
+            consumer_cluster_uid: "c".into(),
+            consumer_object_uid: "o".into(),
+            conflict_policy: Default::default(),
+            target: None,
+        };
+        assert!(decision(&ConflictDecision::Create, &i).is_ok());
+        assert!(decision(&ConflictDecision::Adopt, &i).is_err());
+        assert!(decision(&ConflictDecision::UpdateOwned, &i).is_err());
+        i.target = Some(Default::default());
+        assert!(decision(&ConflictDecision::Create, &i).is_err());
+        assert!(decision(&ConflictDecision::Adopt, &i).is_ok());
+    }
+
+    fn schema_input() -> SchemaInput {
+        serde_json::from_value(serde_json::json!({
+            "group": "example.org", "resource": "widgets", "kind": "Widget", "scope": "Namespaced",
+            "versions": [{"name": "v1", "served": true, "storage": true, "openapi": {}}]
+        }))
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn crd_json(name: &str, storage: bool) -> String {
+        serde_json::json!({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": name},
+            "spec": {"group": "example.org", "scope": "Namespaced",
+                "names": {"plural": "widgets", "kind": "Widget"},
+                "versions": [{"name": "v1", "served": true, "storage": storage,
+                    "schema": {"openAPIV3Schema": {"type": "object"}}}]}
+        })
+        .to_string()
+    }
+
+    #[test]
+    fn crd_for_the_requested_resource_is_valid() {
+        assert!(crd(&crd_json("widgets.example.org", true), &schema_input()).is_ok());
+    }
+
+    #[test]
+    fn crd_for_another_resource_is_invalid() {
+        let e = crd(&crd_json("gadgets.example.org", true), &schema_input());
+        assert!(e.is_err_and(|e| e.contains("metadata.name")));
+    }
+
+    #[test]
+    fn crd_without_storage_version_is_invalid() {
+        let e = crd(&crd_json("widgets.example.org", false), &schema_input());
+        assert!(e.is_err_and(|e| e.contains("0 storage versions")));
+    }
+}

@@ -46,9 +46,7 @@ pub fn decide(input: &ConflictInput) -> Decision {
             ConflictPolicy::Adopt => Decision::Adopt,
             ConflictPolicy::Fail => Decision::Conflict(Conflict {
                 reason: ConflictReason::ForeignObjectExists,
-                message: format!(
-                    "the provider object exists without ownership markers and conflictPolicy is Fail; set conflictPolicy: Adopt on the binding to take it over"
-                ),
+                message: "the provider object exists without ownership markers and conflictPolicy is Fail; set conflictPolicy: Adopt on the binding to take it over".to_owned(),
             }),
         },
         (Some(c), Some(o)) => {

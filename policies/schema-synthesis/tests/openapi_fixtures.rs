@@ -149,7 +149,7 @@ fn assert_structural(node: &Value, path: &str) -> usize {
     n
 }
 
-fn schema_of<'a>(crd: &'a Value, version: usize) -> &'a Value {
+fn schema_of(crd: &Value, version: usize) -> &Value {
     &crd["spec"]["versions"][version]["schema"]["openAPIV3Schema"]
 }
 
