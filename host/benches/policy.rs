@@ -14,9 +14,18 @@ use konnector::policy::{
     builtin,
 };
 
+/// Warm calls per row under `cargo bench`; `cargo test --all-targets` runs this file as a
+/// smoke test with a handful.
 const WARM_CALLS: usize = 200;
+const SMOKE_CALLS: usize = 3;
 
 fn main() -> anyhow::Result<()> {
+    // `cargo bench` passes `--bench`; `cargo test` runs bench targets without it.
+    let calls = if std::env::args().any(|a| a == "--bench") {
+        WARM_CALLS
+    } else {
+        SMOKE_CALLS
+    };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -110,6 +119,7 @@ fn main() -> anyhow::Result<()> {
 fn row<F, Fut>(
     rt: &tokio::runtime::Runtime,
     policies: &Policies,
+    calls: usize,
     role: PolicyRole,
     label: &str,
     size: usize,
@@ -127,8 +137,8 @@ where
         rt.block_on(call(fresh.clone()))?;
         started.elapsed()
     };
-    let mut samples = Vec::with_capacity(WARM_CALLS);
-    for _ in 0..WARM_CALLS {
+    let mut samples = Vec::with_capacity(calls);
+    for _ in 0..calls {
         let started = Instant::now();
         rt.block_on(call(fresh.clone()))?;
         samples.push(started.elapsed());

@@ -81,3 +81,90 @@ async fn an_empty_fixture_folder_is_an_error() {
         .err();
     assert!(err.is_some_and(|e| e.to_string().contains("no fixture cases")));
 }
+
+#[test]
+fn policy_test_command_reports_cases_and_fails_on_a_failing_case() {
+    let bin = env!("CARGO_BIN_EXE_konnector");
+    let fixtures =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../policies/conflict-policy/fixtures");
+    let ok = std::process::Command::new(bin)
+        .args(["policy", "test", "--role", "conflict"])
+        .arg(&fixtures)
+        .output()
+        .unwrap_or_else(|e| panic!("running {bin}: {e}"));
+    let stdout = String::from_utf8_lossy(&ok.stdout);
+    assert!(ok.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("PASS partial-markers-cluster-only-count-as-foreign"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.lines().any(|l| l == "11 passed, 0 failed"),
+        "{stdout}"
+    );
+
+    // The conflict fixtures run against the related-selection role: every case fails.
+    let failing = std::process::Command::new(bin)
+        .args(["policy", "test", "--role", "related"])
+        .arg(&fixtures)
+        .output()
+        .unwrap_or_else(|e| panic!("running {bin}: {e}"));
+    let stdout = String::from_utf8_lossy(&failing.stdout);
+    assert!(!failing.status.success());
+    assert!(
+        stdout.lines().any(|l| l == "0 passed, 11 failed"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn policy_eval_command_prints_the_decision() {
+    let bin = env!("CARGO_BIN_EXE_konnector");
+    let input = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(
+        "../policies/conflict-policy/fixtures/adopt-with-both-markers-absent-adopts.input.json",
+    );
+    let out = std::process::Command::new(bin)
+        .args(["policy", "eval", "--role", "conflict", "--input"])
+        .arg(&input)
+        .output()
+        .unwrap_or_else(|e| panic!("running {bin}: {e}"));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let decision: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(decision, serde_json::json!({"decision": "Adopt"}));
+}
+
+#[test]
+fn swapping_in_a_module_for_another_role_refuses_to_load() {
+    let bin = env!("CARGO_BIN_EXE_konnector");
+    // The built-in related-selection component, offered as the conflict policy.
+    let dir = std::env::temp_dir().join(format!("kbind-swap-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+    let module = dir.join("related.wasm");
+    std::fs::write(&module, konnector::policy::builtin::RELATED_SELECTION)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let out = std::process::Command::new(bin)
+        .args([
+            "policy",
+            "eval",
+            "--role",
+            "conflict",
+            "--input",
+            "-",
+            "--conflict-policy",
+        ])
+        .arg(&module)
+        .output()
+        .unwrap_or_else(|e| panic!("running {bin}: {e}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("does not implement the world kbind:policy/conflict-policy@0.1.0"),
+        "{stderr}"
+    );
+}

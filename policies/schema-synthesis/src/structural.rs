@@ -287,8 +287,7 @@ impl Converter<'_> {
             Some("array") => {
                 out.insert("type".into(), json!("array"));
                 let items_out = match items {
-                    Some(Value::Object(_)) => {
-                        let i = items.unwrap_or(&Value::Null);
+                    Some(i @ Value::Object(_)) => {
                         self.convert(i, &at("items"), &field.child("[*]"))?
                     }
                     Some(_) => {
@@ -355,8 +354,7 @@ impl Converter<'_> {
             out.insert("properties".into(), Value::Object(converted));
         }
         match additional {
-            Some(Value::Object(_)) if properties.is_none_or(Map::is_empty) => {
-                let a = additional.unwrap_or(&Value::Null);
+            Some(a @ Value::Object(_)) if properties.is_none_or(Map::is_empty) => {
                 let value = self.convert(a, &at("additionalProperties"), &field.child(".*"))?;
                 out.insert("additionalProperties".into(), value);
             }
