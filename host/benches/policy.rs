@@ -69,6 +69,7 @@ fn main() -> anyhow::Result<()> {
     row(
         &rt,
         &policies,
+        calls,
         PolicyRole::ConflictPolicy,
         "one target, foreign markers",
         conflict_size,
@@ -85,6 +86,7 @@ fn main() -> anyhow::Result<()> {
         row(
             &rt,
             &policies,
+            calls,
             PolicyRole::RelatedSelection,
             label,
             size,
@@ -102,6 +104,7 @@ fn main() -> anyhow::Result<()> {
         row(
             &rt,
             &policies,
+            calls,
             PolicyRole::SchemaSynthesis,
             label,
             size,
