@@ -54,7 +54,7 @@ fn main() -> anyhow::Result<()> {
     )?)?;
 
     println!(
-        "policy runtime benchmark ({WARM_CALLS} warm calls per row; fresh store + instance per call)"
+        "policy runtime benchmark ({calls} warm calls per row; fresh store + instance per call)"
     );
     println!(
         "loading the three built-in modules (compile + world check): {}",
