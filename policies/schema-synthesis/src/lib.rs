@@ -13,6 +13,7 @@
 //! storage version. The status subresource is enabled for a version when discovery lists
 //! `status` for it. Errors name the input field or the JSON pointer in the OpenAPI document.
 
+mod rules;
 pub mod structural;
 
 use kbind_policy_sdk::openapi::Document;
