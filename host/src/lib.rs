@@ -10,4 +10,6 @@
 
 pub mod api;
 pub mod conditions;
+pub mod cli;
+pub mod policy;
 pub mod provider;
