@@ -11,5 +11,7 @@
 pub mod api;
 pub mod binding;
 pub mod conditions;
+pub mod cli;
+pub mod policy;
 pub mod provider;
 pub mod sync;
