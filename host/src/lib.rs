@@ -10,8 +10,8 @@
 
 pub mod api;
 pub mod binding;
-pub mod conditions;
 pub mod cli;
+pub mod conditions;
 pub mod policy;
 pub mod provider;
 pub mod sync;

@@ -31,8 +31,9 @@ use kube::runtime::events::Reporter;
 use tokio_util::sync::CancellationToken;
 
 use crate::api::{Binding, ClusterBinding};
+use crate::policy::Policies;
 use crate::provider::Engagements;
-use crate::sync::{DecideConflict, Supervisor, SyncSettings};
+use crate::sync::{Supervisor, SyncSettings};
 
 pub use index::{BindingIndex, BindingKey, Coverage, Entry, SharedIndex};
 
@@ -109,7 +110,7 @@ pub struct Context {
     /// Which binding selects which instance.
     pub index: SharedIndex,
     /// The conflict policy (the Wasm module in production).
-    pub decider: Arc<dyn DecideConflict>,
+    pub policies: Policies,
     /// Who Events are reported as.
     pub reporter: Reporter,
     /// Timings.
@@ -130,14 +131,14 @@ impl Context {
     pub fn new(
         consumer: Client,
         engagements: Engagements,
-        decider: Arc<dyn DecideConflict>,
+        policies: Policies,
         settings: Settings,
     ) -> Self {
         Self {
             consumer,
             engagements,
             index: SharedIndex::default(),
-            decider,
+            policies,
             reporter: Reporter {
                 controller: crate::api::names::FIELD_MANAGER.to_string(),
                 instance: std::env::var("POD_NAME").ok(),
@@ -169,7 +170,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
         ctx.consumer.clone(),
         ctx.engagements.clone(),
         ctx.index.clone(),
-        ctx.decider.clone(),
+        ctx.policies.clone(),
         ctx.reporter.clone(),
         ctx.settings.sync.clone(),
     );

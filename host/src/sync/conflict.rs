@@ -1,138 +1,105 @@
 //! The ownership check in front of every provider write: read the target's two ownership
-//! markers, hand them to the conflict policy, and act on its decision.
+//! markers, ask the conflict-policy module, act on its answer.
 //!
 //! ```text
-//! provider target ──markers──▶ ConflictInput ──▶ conflict policy (Wasm) ──▶ Create | UpdateOwned
-//!                                                                       | Adopt | Conflict
+//! provider target ──markers──▶ ConflictInput ──▶ Policies::decide_conflict (Wasm)
+//!                                                   ──▶ Create | UpdateOwned | Adopt | Conflict
 //! ```
 //!
-//! The decision itself is not made here: it comes from the conflict-policy module behind the
-//! [`DecideConflict`] trait, so the host keeps no second decision table. This module only
-//! extracts the markers (both UID annotations, never the managed label or the name: spec,
-//! "The ownership check uses both UIDs") and names the outcomes.
+//! The decision table lives in the conflict-policy module only (`policies/conflict-policy`),
+//! so an operator can swap it; the host keeps no second table. What stays here is reading the
+//! markers (both UID annotations, never the managed label or the name: spec, "The ownership
+//! check uses both UIDs") and the deletion path's "is this copy ours" check, which is not a
+//! policy choice: deletion only ever touches a copy carrying exactly this object's markers.
 
-use std::collections::BTreeMap;
+use kube::ResourceExt;
+use kube::api::DynamicObject;
 
-use futures::future::BoxFuture;
+use crate::api::ConflictPolicy;
+use crate::api::Reason;
+use crate::policy::{ConflictInput, ConflictReason, OwnershipMarkers};
 
-use crate::api::names::{CONSUMER_CLUSTER_UID_ANNOTATION, CONSUMER_OBJECT_UID_ANNOTATION};
-use crate::api::{ConflictPolicy, Reason};
-
-/// The ownership markers found on an existing provider target.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct TargetMarkers {
-    /// `core.kbind.io/consumer-cluster-uid`, when present.
-    pub cluster_uid: Option<String>,
-    /// `core.kbind.io/consumer-object-uid`, when present.
-    pub object_uid: Option<String>,
-}
-
-impl TargetMarkers {
-    /// Reads both markers from a target's annotations.
-    pub fn from_annotations(annotations: &BTreeMap<String, String>) -> Self {
-        Self {
-            cluster_uid: annotations.get(CONSUMER_CLUSTER_UID_ANNOTATION).cloned(),
-            object_uid: annotations.get(CONSUMER_OBJECT_UID_ANNOTATION).cloned(),
-        }
-    }
-
-    /// Whether both markers name exactly this consumer cluster and object.
-    pub fn owned_by(&self, cluster_uid: &str, object_uid: &str) -> bool {
-        self.cluster_uid.as_deref() == Some(cluster_uid)
-            && self.object_uid.as_deref() == Some(object_uid)
+/// The question for the conflict policy about writing `consumer`'s copy over `target`.
+pub fn conflict_input(
+    consumer_cluster_uid: &str,
+    consumer_object_uid: &str,
+    policy: ConflictPolicy,
+    target: Option<&DynamicObject>,
+) -> ConflictInput {
+    ConflictInput {
+        consumer_cluster_uid: consumer_cluster_uid.to_string(),
+        consumer_object_uid: consumer_object_uid.to_string(),
+        conflict_policy: policy,
+        target: target.map(|t| OwnershipMarkers::from_annotations(t.annotations())),
     }
 }
 
-/// Everything the conflict policy is told about one write.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ConflictInput {
-    /// UID of this consumer cluster (pinned on the Connection).
-    pub consumer_cluster_uid: String,
-    /// UID of the consumer instance being synced.
-    pub consumer_object_uid: String,
-    /// The selecting binding's `conflictPolicy`.
-    pub policy: ConflictPolicy,
-    /// The existing provider target's markers, or `None` when there is no target.
-    pub target: Option<TargetMarkers>,
-}
-
-/// Why a target is refused.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ConflictReason {
-    /// The target exists without ownership markers and the policy is `Fail`.
-    ForeignObjectExists,
-    /// The target carries another consumer's or object's markers (or only one of them).
-    OwnedByAnother,
-}
-
-impl ConflictReason {
-    /// The condition/Event reason.
-    pub const fn reason(self) -> Reason {
-        match self {
-            Self::ForeignObjectExists => Reason::ForeignObjectExists,
-            Self::OwnedByAnother => Reason::OwnedByAnother,
-        }
-    }
-}
-
-/// What the conflict policy allows.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ConflictDecision {
-    /// No target: create it.
-    Create,
-    /// The target is ours: update it.
-    UpdateOwned,
-    /// The target is unmarked and the policy is `Adopt`: take it over.
-    Adopt,
-    /// Leave the target untouched and report.
-    Conflict {
-        /// Which kind of conflict.
-        reason: ConflictReason,
-        /// Operator-facing explanation.
-        message: String,
-    },
-}
-
-/// The conflict policy, as the sync engine sees it. Implemented by the Wasm policy runtime.
-pub trait DecideConflict: Send + Sync + 'static {
-    /// Decides one write. An `Err` is a policy failure (trap, timeout, malformed output) and
-    /// must never lead to a write.
-    fn decide<'a>(
-        &'a self,
-        input: &'a ConflictInput,
-    ) -> BoxFuture<'a, Result<ConflictDecision, String>>;
+/// Whether `target` carries both markers naming exactly this consumer cluster and object.
+pub fn owned_by(
+    target: &DynamicObject,
+    consumer_cluster_uid: &str,
+    consumer_object_uid: &str,
+) -> bool {
+    let markers = OwnershipMarkers::from_annotations(target.annotations());
+    markers.cluster_uid.as_deref() == Some(consumer_cluster_uid)
+        && markers.object_uid.as_deref() == Some(consumer_object_uid)
 }
 
 /// The text stored in the consumer's `core.kbind.io/conflict` annotation: reason and message.
 pub fn conflict_annotation_value(reason: ConflictReason, message: &str) -> String {
-    format!("{}: {message}", reason.reason().as_str())
+    format!("{}: {message}", Reason::from(reason).as_str())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::names::{
+        CONSUMER_CLUSTER_UID_ANNOTATION, CONSUMER_OBJECT_UID_ANNOTATION, MANAGED_LABEL,
+    };
+    use std::collections::BTreeMap;
+
+    fn target(annotations: &[(&str, &str)]) -> DynamicObject {
+        let mut obj = DynamicObject {
+            types: None,
+            metadata: Default::default(),
+            data: serde_json::Value::Null,
+        };
+        obj.metadata.annotations = Some(
+            annotations
+                .iter()
+                .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+                .collect::<BTreeMap<_, _>>(),
+        );
+        obj.metadata.labels = Some(BTreeMap::from([(MANAGED_LABEL.into(), "true".into())]));
+        obj
+    }
 
     #[test]
     fn markers_come_from_both_annotations_only() {
-        let annotations = BTreeMap::from([
-            (CONSUMER_CLUSTER_UID_ANNOTATION.to_string(), "c".to_string()),
-            ("core.kbind.io/managed".to_string(), "true".to_string()),
-        ]);
-        let m = TargetMarkers::from_annotations(&annotations);
-        assert_eq!(m.cluster_uid.as_deref(), Some("c"));
-        assert_eq!(m.object_uid, None);
-        assert!(!m.owned_by("c", "o"), "a partial marker is not ownership");
+        let t = target(&[(CONSUMER_CLUSTER_UID_ANNOTATION, "c")]);
+        let input = conflict_input("c", "o", ConflictPolicy::Adopt, Some(&t));
+        let markers = input.target.expect("a target");
+        assert_eq!(markers.cluster_uid.as_deref(), Some("c"));
+        assert_eq!(markers.object_uid, None);
+        assert!(
+            !owned_by(&t, "c", "o"),
+            "a partial marker (and the label) is not ownership"
+        );
+        assert_eq!(
+            conflict_input("c", "o", ConflictPolicy::Fail, None).target,
+            None
+        );
     }
 
     #[test]
     fn ownership_needs_both_uids_to_match() {
-        let m = TargetMarkers {
-            cluster_uid: Some("c".into()),
-            object_uid: Some("o".into()),
-        };
-        assert!(m.owned_by("c", "o"));
-        assert!(!m.owned_by("c", "other"));
-        assert!(!m.owned_by("other", "o"));
+        let t = target(&[
+            (CONSUMER_CLUSTER_UID_ANNOTATION, "c"),
+            (CONSUMER_OBJECT_UID_ANNOTATION, "o"),
+        ]);
+        assert!(owned_by(&t, "c", "o"));
+        assert!(!owned_by(&t, "c", "other"));
+        assert!(!owned_by(&t, "other", "o"));
     }
 
     #[test]

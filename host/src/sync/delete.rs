@@ -24,7 +24,7 @@ use tracing::{debug, info};
 use crate::api::Reason;
 use crate::api::names::{DELETION_POLICY_ANNOTATION, DELETION_POLICY_ORPHAN, SYNCER_FINALIZER};
 
-use super::conflict::TargetMarkers;
+use super::conflict::owned_by;
 use super::reconcile::publish;
 use super::syncer::SyncContext;
 use super::{Error, Result, api_code};
@@ -47,8 +47,7 @@ pub async fn cleanup(obj: &DynamicObject, ctx: &SyncContext) -> Result<Action> {
         release_finalizer(obj, ctx).await?;
         return Ok(Action::await_change());
     };
-    let owned = TargetMarkers::from_annotations(target.annotations())
-        .owned_by(&ctx.consumer_cluster_uid, uid);
+    let owned = owned_by(&target, &ctx.consumer_cluster_uid, uid);
     if !owned {
         // Spec: "Deleting a conflicting consumer object does not delete the foreign provider
         // object."

@@ -20,7 +20,7 @@ use crate::api::names::{
 };
 use crate::api::{ConditionType, Reason};
 
-use super::conflict::TargetMarkers;
+use super::conflict::owned_by;
 
 /// The server-side apply body for the provider copy: identity, the managed label, both
 /// ownership markers and `spec`, nothing else. `resource_version` makes the apply fail if
@@ -72,9 +72,7 @@ pub fn provider_copy_matches(
         .as_ref()
         .and_then(|l| l.get(MANAGED_LABEL))
         .is_some_and(|v| v == "true");
-    let owned = target.metadata.annotations.as_ref().is_some_and(|a| {
-        TargetMarkers::from_annotations(a).owned_by(consumer_cluster_uid, consumer_object_uid)
-    });
+    let owned = owned_by(target, consumer_cluster_uid, consumer_object_uid);
     labelled && owned && spec_of(target) == spec_of(consumer)
 }
 

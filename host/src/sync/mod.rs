@@ -30,9 +30,6 @@ mod target;
 
 use std::time::Duration;
 
-pub use conflict::{
-    ConflictDecision, ConflictInput, ConflictReason, DecideConflict, TargetMarkers,
-};
 pub use supervisor::Supervisor;
 pub use target::{ApiTarget, is_established};
 
@@ -62,9 +59,19 @@ pub enum Error {
     /// Reading the provider target.
     #[error("reading the provider target: {0}")]
     ReadTarget(#[source] kube::Error),
-    /// The conflict policy module failed; nothing was written.
-    #[error("conflict policy failed: {0}")]
-    DecideConflict(String),
+    /// The conflict policy module failed (trap, timeout, malformed answer); nothing was
+    /// written.
+    #[error("deciding the conflict policy: {0}")]
+    DecideConflict(#[source] crate::policy::PolicyError),
+    /// The conflict policy allowed a write the target contradicts (e.g. an update of an
+    /// absent target); nothing was written.
+    #[error("the conflict policy answered {decision} for {target}")]
+    UnexpectedDecision {
+        /// The decision.
+        decision: String,
+        /// What the target looked like.
+        target: &'static str,
+    },
     /// Server-side apply of the provider copy.
     #[error("applying the provider copy: {0}")]
     ApplyToProvider(#[source] kube::Error),

@@ -28,8 +28,9 @@ use tracing::{debug, info, instrument, warn};
 
 use crate::api::Reason;
 use crate::api::names::{CONFLICT_ANNOTATION, FIELD_MANAGER, SYNCER_FINALIZER};
+use crate::policy::{ConflictDecision, ConflictReason};
 
-use super::conflict::{ConflictDecision, ConflictInput, TargetMarkers, conflict_annotation_value};
+use super::conflict::{conflict_annotation_value, conflict_input};
 use super::desired;
 use super::syncer::SyncContext;
 use super::{Error, Result, api_code};
@@ -90,20 +91,20 @@ async fn reconcile_inner(obj: &DynamicObject, ctx: &SyncContext) -> Result<Actio
         // Never create from a possibly stale "absent": confirm with the provider.
         target = ctx.live_target(obj).await?;
     }
-    for attempt in 0..2 {
-        let input = ConflictInput {
-            consumer_cluster_uid: ctx.consumer_cluster_uid.clone(),
-            consumer_object_uid: uid.to_string(),
-            policy: coverage.conflict_policy,
-            target: target
-                .as_ref()
-                .map(|t| TargetMarkers::from_annotations(t.annotations())),
-        };
-        let decision = match ctx.decider.decide(&input).await {
+    let mut reread = false;
+    loop {
+        let input = conflict_input(
+            &ctx.consumer_cluster_uid,
+            uid,
+            coverage.conflict_policy,
+            target.as_ref(),
+        );
+        // Spec: force ownership only "after the object-ownership check".
+        let decision = match ctx.policies.decide_conflict(&input).await {
             Ok(decision) => decision,
-            Err(message) => {
-                report_policy_failure(obj, ctx, &message).await;
-                return Err(Error::DecideConflict(message));
+            Err(e) => {
+                report_policy_failure(obj, ctx, &e.to_string()).await;
+                return Err(Error::DecideConflict(e));
             }
         };
         let written = match decision {
@@ -111,12 +112,19 @@ async fn reconcile_inner(obj: &DynamicObject, ctx: &SyncContext) -> Result<Actio
                 mark_conflict(obj, ctx, reason, &message).await?;
                 return Ok(Action::requeue(ctx.settings.resync_interval));
             }
+            ConflictDecision::Create if target.is_some() => {
+                return Err(Error::UnexpectedDecision {
+                    decision: "Create".into(),
+                    target: "an existing target",
+                });
+            }
             ConflictDecision::Create => apply_to_provider(obj, ctx, uid, None).await,
             ConflictDecision::UpdateOwned | ConflictDecision::Adopt => {
                 let Some(existing) = target.as_ref() else {
-                    return Err(Error::DecideConflict(format!(
-                        "policy answered {decision:?} for an absent target"
-                    )));
+                    return Err(Error::UnexpectedDecision {
+                        decision: format!("{decision:?}"),
+                        target: "an absent target",
+                    });
                 };
                 if desired::provider_copy_matches(existing, obj, &ctx.consumer_cluster_uid, uid) {
                     debug!("provider copy already matches");
@@ -135,8 +143,9 @@ async fn reconcile_inner(obj: &DynamicObject, ctx: &SyncContext) -> Result<Actio
                 return Ok(Action::requeue(ctx.settings.resync_interval));
             }
             // 409: the target changed since it was read; decide again on a fresh read.
-            Err(Error::ApplyToProvider(e)) if attempt == 0 && api_code(&e) == Some(409) => {
+            Err(Error::ApplyToProvider(e)) if !reread && api_code(&e) == Some(409) => {
                 debug!("provider target changed while deciding; re-reading");
+                reread = true;
                 target = ctx.live_target(obj).await?;
             }
             Err(e) => {
@@ -150,9 +159,6 @@ async fn reconcile_inner(obj: &DynamicObject, ctx: &SyncContext) -> Result<Actio
             }
         }
     }
-    Err(Error::DecideConflict(
-        "provider target kept changing while deciding".into(),
-    ))
 }
 
 /// After a successful write (or a skipped one): clear a resolved conflict and copy status.
@@ -262,11 +268,11 @@ async fn add_finalizer(obj: &DynamicObject, ctx: &SyncContext) -> Result<()> {
 async fn mark_conflict(
     obj: &DynamicObject,
     ctx: &SyncContext,
-    reason: super::ConflictReason,
+    reason: ConflictReason,
     message: &str,
 ) -> Result<()> {
     let value = conflict_annotation_value(reason, message);
-    let reason = reason.reason();
+    let reason = Reason::from(reason);
     if obj.annotations().get(CONFLICT_ANNOTATION) == Some(&value) {
         return Ok(());
     }

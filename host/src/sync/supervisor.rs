@@ -15,7 +15,6 @@
 //! rebuilt against the newly engaged provider." Stopping a syncer deletes nothing.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
 use std::time::Duration;
 
 use kube::Client;
@@ -26,10 +25,11 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::binding::index::SharedIndex;
+use crate::policy::Policies;
 use crate::provider::Engagements;
 
 use super::syncer::{self, SyncerSpec};
-use super::{ApiTarget, DecideConflict, SyncSettings};
+use super::{ApiTarget, SyncSettings};
 
 /// How long a stopping syncer may take to finish its in-flight reconciles.
 const STOP_GRACE: Duration = Duration::from_secs(30);
@@ -54,7 +54,7 @@ pub struct Supervisor {
     consumer: Client,
     engagements: Engagements,
     index: SharedIndex,
-    decider: Arc<dyn DecideConflict>,
+    policies: Policies,
     reporter: Reporter,
     settings: SyncSettings,
     handles: HashMap<(String, String), Handle>,
@@ -75,7 +75,7 @@ impl Supervisor {
         consumer: Client,
         engagements: Engagements,
         index: SharedIndex,
-        decider: Arc<dyn DecideConflict>,
+        policies: Policies,
         reporter: Reporter,
         settings: SyncSettings,
     ) -> Self {
@@ -83,7 +83,7 @@ impl Supervisor {
             consumer,
             engagements,
             index,
-            decider,
+            policies,
             reporter,
             settings,
             handles: HashMap::new(),
@@ -163,7 +163,7 @@ impl Supervisor {
                 provider: engagement.provider.clone(),
                 consumer_cluster_uid: engagement.consumer_uid.clone(),
                 index: self.index.clone(),
-                decider: self.decider.clone(),
+                policies: self.policies.clone(),
                 recorder: Recorder::new(self.consumer.clone(), self.reporter.clone()),
                 settings: self.settings.clone(),
             };

@@ -29,8 +29,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::binding::index::SharedIndex;
+use crate::policy::Policies;
 
-use super::{ApiTarget, DecideConflict, Error, Result, SyncSettings, api_code, backoff, changes};
+use super::{ApiTarget, Error, Result, SyncSettings, api_code, backoff, changes};
 
 /// Everything one syncer's reconciles share.
 pub struct SyncContext {
@@ -51,7 +52,7 @@ pub struct SyncContext {
     /// Which binding selects which object.
     pub index: SharedIndex,
     /// The conflict policy.
-    pub decider: Arc<dyn DecideConflict>,
+    pub policies: Policies,
     /// Event recorder for consumer instances.
     pub recorder: Recorder,
     /// The provider watch's cache.
@@ -89,7 +90,7 @@ pub struct SyncerSpec {
     /// The binding index.
     pub index: SharedIndex,
     /// The conflict policy.
-    pub decider: Arc<dyn DecideConflict>,
+    pub policies: Policies,
     /// Event recorder.
     pub recorder: Recorder,
     /// Timings.
@@ -230,7 +231,7 @@ pub async fn run(
         provider: spec.provider,
         consumer_cluster_uid: spec.consumer_cluster_uid,
         index: spec.index,
-        decider: spec.decider,
+        policies: spec.policies,
         recorder: spec.recorder,
         provider_store,
         settings: spec.settings.clone(),

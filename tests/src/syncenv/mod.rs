@@ -21,8 +21,9 @@ use konnector::api::{
     ApiReference, Binding, BindingSpec, ClusterBinding, ConflictPolicy, ConnectionReference,
 };
 use konnector::binding::{Context, Settings};
+use konnector::policy::Policies;
 use konnector::provider::{Engagement, Engagements};
-use konnector::sync::{DecideConflict, SyncSettings};
+use konnector::sync::SyncSettings;
 use kube::api::{ListParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use tokio::task::JoinHandle;
@@ -102,7 +103,7 @@ impl Stack {
         let ctx = Arc::new(Context::new(
             consumer.clone(),
             engagements.clone(),
-            conflict_policy(),
+            Policies::builtin()?,
             settings,
         ));
         let shutdown = CancellationToken::new();
@@ -276,52 +277,4 @@ impl Drop for Stack {
 
 fn yaml<T: serde::Serialize>(items: &[T]) -> String {
     serde_yaml::to_string(items).unwrap_or_else(|e| format!("(unprintable: {e})"))
-}
-
-/// The conflict policy the stacks use.
-///
-/// Temporary: a native table standing in for the Wasm conflict-policy module until
-/// `konnector::policy::Policies` is on main; then this returns the Wasm runtime and the table
-/// goes away (the decision must come from the module).
-pub fn conflict_policy() -> Arc<dyn DecideConflict> {
-    Arc::new(interim::InterimConflictPolicy)
-}
-
-mod interim {
-    use futures::future::BoxFuture;
-    use konnector::api::ConflictPolicy;
-    use konnector::sync::{ConflictDecision, ConflictInput, ConflictReason, DecideConflict};
-
-    pub(super) struct InterimConflictPolicy;
-
-    impl DecideConflict for InterimConflictPolicy {
-        fn decide<'a>(
-            &'a self,
-            input: &'a ConflictInput,
-        ) -> BoxFuture<'a, Result<ConflictDecision, String>> {
-            Box::pin(async move {
-                Ok(match &input.target {
-                    None => ConflictDecision::Create,
-                    Some(m)
-                        if m.owned_by(&input.consumer_cluster_uid, &input.consumer_object_uid) =>
-                    {
-                        ConflictDecision::UpdateOwned
-                    }
-                    Some(m) if m.cluster_uid.is_none() && m.object_uid.is_none() => {
-                        match input.policy {
-                            ConflictPolicy::Adopt => ConflictDecision::Adopt,
-                            ConflictPolicy::Fail => ConflictDecision::Conflict {
-                                reason: ConflictReason::ForeignObjectExists,
-                                message: "provider object exists without ownership markers".into(),
-                            },
-                        }
-                    }
-                    Some(_) => ConflictDecision::Conflict {
-                        reason: ConflictReason::OwnedByAnother,
-                        message: "provider object is owned by another consumer object".into(),
-                    },
-                })
-            })
-        }
-    }
 }
