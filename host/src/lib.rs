@@ -10,4 +10,8 @@
 
 pub mod api;
 pub mod conditions;
+pub mod connection;
+pub mod heartbeat;
+pub mod policy;
 pub mod provider;
+pub mod schema;
