@@ -12,6 +12,8 @@ pub mod api;
 pub mod conditions;
 pub mod connection;
 pub mod heartbeat;
+pub mod leader;
 pub mod policy;
 pub mod provider;
 pub mod schema;
+pub mod telemetry;

@@ -30,6 +30,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
+use tokio_util::sync::CancellationToken;
 use tracing::{info, instrument, warn};
 
 use crate::api::names::{CLEANUP_FINALIZER, DEFAULT_SECRET_NAMESPACE, FIELD_MANAGER};
@@ -166,8 +167,8 @@ pub enum Error {
 
 type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// Runs the Connection controller until the stream ends (shutdown).
-pub async fn run(ctx: Arc<Context>) {
+/// Runs the Connection controller until `shutdown` is cancelled.
+pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
     let connections: Api<Connection> = Api::all(ctx.client.clone());
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ctx.config.secret_namespace);
     let controller = Controller::new(connections, watcher::Config::default().any_semantic());
@@ -191,7 +192,7 @@ pub async fn run(ctx: Arc<Context>) {
                     .collect::<Vec<_>>()
             },
         )
-        .shutdown_on_signal()
+        .graceful_shutdown_on(shutdown.cancelled_owned())
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
             if let Err(error) = result {
