@@ -24,3 +24,13 @@ kube-bin:
 # Regenerate the committed core CRDs from the Rust types.
 crds:
 	$(CARGO) run -q -p konnector -- crds --out charts/konnector/files/crds
+
+# The e2e tests' provider and consumer clusters, for a developer's shell: admin kubeconfigs in
+# $(TESTENV_DIR)/provider.kubeconfig and $(TESTENV_DIR)/consumer.kubeconfig.
+TESTENV_DIR ?= .testenv
+
+testenv-up: kube-bin
+	$(CARGO) run -q -p kbind-tests --bin testenv -- up $(TESTENV_DIR)
+
+testenv-down:
+	$(CARGO) run -q -p kbind-tests --bin testenv -- down $(TESTENV_DIR)

@@ -1,1 +1,11 @@
-//! Real kube-apiserver test environment.
+//! kbind's end-to-end test support: a real two-cluster Kubernetes environment (etcd,
+//! kube-apiserver and kube-controller-manager built from Go, see `tests/kube`) that the e2e
+//! tests under `tests/tests/` and the `testenv` CLI start on loopback ports.
+//!
+//! Nothing here is a mock of Kubernetes: every test that crosses a cluster talks to a real
+//! kube-apiserver with RBAC, admission and CEL validation exactly as a user's cluster has them.
+
+pub mod testenv;
+mod wait;
+
+pub use wait::eventually;

@@ -1,0 +1,476 @@
+//! One named test cluster: etcd, kube-apiserver and kube-controller-manager on loopback
+//! ports, with its key material, identities, data and logs in one directory.
+//!
+//! ```text
+//! <root>/<name>.kubeconfig          admin (system:masters, client certificate)
+//! <root>/<name>/state.json          ports and static tokens, fixed for the cluster's life
+//! <root>/<name>/pki/                CA, serving and client certificates, SA signing key
+//! <root>/<name>/kubeconfigs/        one kubeconfig per other identity
+//! <root>/<name>/etcd/               etcd data (kept across stop/start)
+//! <root>/<name>/logs/<role>.log     each process's output, appended across restarts
+//! <root>/<name>/pids                running processes, for `testenv down`
+//! ```
+//!
+//! Process management is synchronous (`std::process`), so a cluster can be started and
+//! stopped from any thread, inside or outside a tokio runtime; only the client helpers are
+//! async. Readiness is probed with a real client on a private runtime in a scoped thread.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::ServiceAccount;
+use kube::api::{Api, ObjectMeta, PostParams};
+
+use super::identity::{Auth, Endpoint, Identity, write_kubeconfig};
+use super::pki::Pki;
+use super::probe::{etcd_health, readyz};
+use super::process::{self, Component, Process, Supervision};
+use super::state::{State, load_or_create_state};
+use super::{Error, Result, binary, flags, fsutil};
+
+/// How long a component may take to become ready.
+const READY_TIMEOUT: Duration = Duration::from_secs(90);
+/// How long a graceful stop may take before the process is killed.
+const STOP_GRACE: Duration = Duration::from_secs(15);
+/// The user of the static admin token.
+pub const ADMIN_TOKEN_USER: &str = "admin-token";
+
+/// A named cluster. Dropping it kills its processes (unless detached); data stays on disk.
+pub struct Cluster {
+    name: String,
+    dir: PathBuf,
+    root: PathBuf,
+    binary: PathBuf,
+    supervision: Supervision,
+    state: State,
+    pki: Pki,
+    ca_pem: String,
+    admin: Identity,
+    admin_token: Identity,
+    controller_manager: Identity,
+    processes: Mutex<Vec<Process>>,
+    startup: Mutex<Option<Duration>>,
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster")
+            .field("name", &self.name)
+            .field("dir", &self.dir)
+            .field("server", &self.server())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Cluster {
+    /// Prepares cluster `name` under `root` (key material, ports, kubeconfigs), reusing what
+    /// an earlier run left there. Processes are supervised: they die with this process.
+    /// Nothing runs until [`Cluster::start`].
+    pub fn new(root: &Path, name: &str) -> Result<Self> {
+        Self::with_supervision(root, name, Supervision::Watchdog)
+    }
+
+    /// Like [`Cluster::new`], choosing how the processes are tied to this process.
+    pub fn with_supervision(root: &Path, name: &str, supervision: Supervision) -> Result<Self> {
+        let dir = root.join(name);
+        for sub in ["kubeconfigs", "logs", "etcd"] {
+            fsutil::create_dir(&dir.join(sub))?;
+        }
+        let binary = binary::kube_binary()?;
+        let pki = Pki::load_or_create(&dir.join("pki"), name)?;
+        let state = load_or_create_state(&dir.join("state.json"))?;
+        fsutil::write_private(
+            &dir.join("tokens.csv"),
+            &format!(
+                "{},{ADMIN_TOKEN_USER},{ADMIN_TOKEN_USER},\"system:masters\"\n",
+                state.admin_token
+            ),
+        )?;
+        let ca_pem = fsutil::read(&pki.ca_cert())?;
+        let server = server_url(state.apiserver_port);
+        let endpoint = Endpoint {
+            cluster: name,
+            server: &server,
+            ca_pem: &ca_pem,
+        };
+        let cert_identity = |path: &Path, stem: &str, user: &str, groups: &[&str]| {
+            let cert = pki.issue_client(stem, user, groups)?;
+            let (cert_pem, key_pem) = (fsutil::read(&cert.cert)?, fsutil::read(&cert.key)?);
+            let auth = Auth::Certificate {
+                cert_pem: &cert_pem,
+                key_pem: &key_pem,
+            };
+            write_kubeconfig(path, &endpoint, user, &auth)
+        };
+        let admin = cert_identity(
+            &root.join(format!("{name}.kubeconfig")),
+            "admin",
+            "admin",
+            &["system:masters"],
+        )?;
+        // With one client for all its controllers (no per-controller service accounts), the
+        // controller manager needs to delete anything a namespace or an owner held.
+        let controller_manager = cert_identity(
+            &dir.join("kubeconfigs/kube-controller-manager.kubeconfig"),
+            "kube-controller-manager",
+            "system:kube-controller-manager",
+            &["system:masters"],
+        )?;
+        let admin_token = write_kubeconfig(
+            &dir.join(format!("kubeconfigs/{ADMIN_TOKEN_USER}.kubeconfig")),
+            &endpoint,
+            ADMIN_TOKEN_USER,
+            &Auth::Token(&state.admin_token),
+        )?;
+        Ok(Self {
+            name: name.to_string(),
+            dir,
+            root: root.to_path_buf(),
+            binary,
+            supervision,
+            state,
+            pki,
+            ca_pem,
+            admin,
+            admin_token,
+            controller_manager,
+            processes: Mutex::new(Vec::new()),
+            startup: Mutex::new(None),
+        })
+    }
+
+    /// The cluster's name (`provider`, `consumer`, ...).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The cluster's own directory, `<root>/<name>`.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The apiserver URL, `https://127.0.0.1:<port>`; the same across restarts.
+    pub fn server(&self) -> String {
+        server_url(self.state.apiserver_port)
+    }
+
+    /// The admin identity (client certificate, `system:masters`); its kubeconfig is
+    /// `<root>/<name>.kubeconfig`.
+    pub fn admin(&self) -> &Identity {
+        &self.admin
+    }
+
+    /// An admin identity that authenticates with a static bearer token (`--token-auth-file`).
+    pub fn admin_token(&self) -> &Identity {
+        &self.admin_token
+    }
+
+    /// A client acting as the admin.
+    pub async fn client(&self) -> Result<kube::Client> {
+        self.admin.client().await
+    }
+
+    /// Mints a user with a client certificate: user `user`, in `groups` (at most
+    /// [`MAX_CERT_GROUPS`](super::MAX_CERT_GROUPS)). It starts with no permissions beyond
+    /// what every authenticated user has; the test grants it RBAC. Works while stopped.
+    pub fn mint_user(&self, user: &str, groups: &[&str]) -> Result<Identity> {
+        let stem = format!("user-{}", file_safe(user));
+        let cert = self.pki.issue_client(&stem, user, groups)?;
+        let (cert_pem, key_pem) = (fsutil::read(&cert.cert)?, fsutil::read(&cert.key)?);
+        let path = self.dir.join(format!("kubeconfigs/{stem}.kubeconfig"));
+        let auth = Auth::Certificate {
+            cert_pem: &cert_pem,
+            key_pem: &key_pem,
+        };
+        write_kubeconfig(&path, &self.endpoint(&self.server()), user, &auth)
+    }
+
+    /// Creates service account `namespace/name` (if missing; the namespace must exist) and
+    /// returns a token identity for it. Unlike certificates, this credential can be revoked:
+    /// deleting the service account invalidates the token (within about 10 s, the apiserver's
+    /// token authentication cache).
+    pub async fn mint_service_account(&self, namespace: &str, name: &str) -> Result<Identity> {
+        let error = |source| Error::ServiceAccountToken {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            source,
+        };
+        let accounts: Api<ServiceAccount> = Api::namespaced(self.client().await?, namespace);
+        let account = ServiceAccount {
+            metadata: ObjectMeta {
+                name: Some(name.to_string()),
+                ..ObjectMeta::default()
+            },
+            ..ServiceAccount::default()
+        };
+        match accounts.create(&PostParams::default(), &account).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 409 => {}
+            Err(source) => return Err(error(source)),
+        }
+        let request = TokenRequest {
+            spec: Some(TokenRequestSpec {
+                expiration_seconds: Some(24 * 3600),
+                ..TokenRequestSpec::default()
+            }),
+            ..TokenRequest::default()
+        };
+        let issued = accounts
+            .create_token_request(name, &PostParams::default(), &request)
+            .await
+            .map_err(error)?;
+        let token =
+            issued
+                .status
+                .and_then(|s| s.token)
+                .ok_or_else(|| Error::EmptyTokenRequest {
+                    namespace: namespace.to_string(),
+                    name: name.to_string(),
+                })?;
+        let user = format!("system:serviceaccount:{namespace}:{name}");
+        let path = self.dir.join(format!(
+            "kubeconfigs/sa-{}-{}.kubeconfig",
+            file_safe(namespace),
+            file_safe(name)
+        ));
+        write_kubeconfig(
+            &path,
+            &self.endpoint(&self.server()),
+            &user,
+            &Auth::Token(&token),
+        )
+    }
+
+    /// Starts etcd, then kube-apiserver, then kube-controller-manager, and returns when the
+    /// apiserver answers `/readyz` (the controller manager is not waited for). On failure every
+    /// process started here is killed and the error carries the failing process's log tail.
+    pub fn start(&self) -> Result<()> {
+        let mut processes = self.lock();
+        if processes.iter_mut().any(|p| p.exit_status().is_none()) {
+            return Err(Error::AlreadyRunning {
+                cluster: self.name.clone(),
+            });
+        }
+        processes.clear();
+        let began = Instant::now();
+        // A private runtime for the readiness probe must not run on a runtime's thread, and the
+        // caller may be one (an async test), hence the scoped thread.
+        let list: &mut Vec<Process> = &mut processes;
+        let result = std::thread::scope(|scope| {
+            scope
+                .spawn(move || self.start_components(list))
+                .join()
+                .unwrap_or_else(|_| Err(Error::StartPanicked(self.name.clone())))
+        });
+        match result {
+            Ok(()) => {
+                *self.startup.lock().unwrap_or_else(PoisonError::into_inner) =
+                    Some(began.elapsed());
+                process::record(&self.pid_file(), &processes)
+            }
+            Err(e) => {
+                while let Some(mut p) = processes.pop() {
+                    p.kill();
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Stops the cluster gracefully (controller manager, apiserver, then etcd), keeping its
+    /// data, ports and credentials for [`Cluster::start`]. Clients see connection errors until
+    /// then. Do not stop the shared pair's clusters.
+    pub fn stop(&self) {
+        let mut processes = self.lock();
+        while let Some(mut p) = processes.pop() {
+            p.stop(STOP_GRACE);
+        }
+        let _ = std::fs::remove_file(self.pid_file());
+    }
+
+    /// Whether every process of the cluster is running.
+    pub fn is_running(&self) -> bool {
+        let mut processes = self.lock();
+        processes.len() == Component::ALL.len()
+            && processes.iter_mut().all(|p| p.exit_status().is_none())
+    }
+
+    /// How long the last successful [`Cluster::start`] took.
+    pub fn startup_time(&self) -> Option<Duration> {
+        *self.startup.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The log file of one component.
+    pub fn log_path(&self, component: Component) -> PathBuf {
+        self.dir.join(format!("logs/{}.log", component.role()))
+    }
+
+    /// The last `lines` lines of one component's log.
+    pub fn log_tail(&self, component: Component, lines: usize) -> String {
+        fsutil::tail(&self.log_path(component), lines)
+    }
+
+    /// A failure report: each process's state, and the tail of the apiserver log (and of any
+    /// process that exited).
+    pub fn report(&self, lines: usize) -> String {
+        let mut out = format!("--- cluster {} ({}) ---\n", self.name, self.server());
+        let mut tails = vec![Component::ApiServer];
+        {
+            let mut processes = self.lock();
+            if processes.is_empty() {
+                out.push_str("not running\n");
+            }
+            for p in processes.iter_mut() {
+                match p.exit_status() {
+                    None => out.push_str(&format!("{}: running\n", p.component())),
+                    Some(status) => {
+                        out.push_str(&format!("{}: exited ({status})\n", p.component()));
+                        if !tails.contains(&p.component()) {
+                            tails.push(p.component());
+                        }
+                    }
+                }
+            }
+        }
+        for component in tails {
+            out.push_str(&format!(
+                "--- last {lines} lines of {} ---\n{}\n",
+                self.log_path(component).display(),
+                self.log_tail(component, lines)
+            ));
+        }
+        out
+    }
+
+    /// The directory holding this cluster's directory and admin kubeconfig.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Kills every process at once (no graceful shutdown), newest first.
+    pub(crate) fn kill(&self) {
+        let mut processes = self.lock();
+        while let Some(mut p) = processes.pop() {
+            p.kill();
+        }
+    }
+
+    pub(crate) fn pid_file(&self) -> PathBuf {
+        self.dir.join("pids")
+    }
+
+    fn start_components(&self, processes: &mut Vec<Process>) -> Result<()> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(Error::Runtime)?;
+        processes.push(self.spawn(Component::Etcd)?);
+        let etcd_port = self.state.etcd_client_port;
+        self.wait_ready(processes, Component::Etcd, || etcd_health(etcd_port))?;
+        processes.push(self.spawn(Component::ApiServer)?);
+        let client = runtime.block_on(self.admin.client())?;
+        self.wait_ready(processes, Component::ApiServer, || {
+            runtime.block_on(readyz(&client))
+        })?;
+        drop(client);
+        processes.push(self.spawn(Component::ControllerManager)?);
+        Ok(())
+    }
+
+    fn spawn(&self, component: Component) -> Result<Process> {
+        let args = match component {
+            Component::Etcd => flags::etcd(&self.name, &self.dir, &self.state),
+            Component::ApiServer => flags::apiserver(&self.dir, &self.pki, &self.state),
+            Component::ControllerManager => {
+                flags::controller_manager(self.controller_manager.kubeconfig_path())
+            }
+        };
+        Process::spawn(
+            &self.binary,
+            component,
+            &args,
+            &self.log_path(component),
+            self.supervision,
+        )
+        .map_err(|source| Error::Spawn {
+            cluster: self.name.clone(),
+            component,
+            source,
+        })
+    }
+
+    /// Polls `probe` until it succeeds, failing early when any process has exited.
+    fn wait_ready(
+        &self,
+        processes: &mut [Process],
+        component: Component,
+        mut probe: impl FnMut() -> Result<(), String>,
+    ) -> Result<()> {
+        let began = Instant::now();
+        loop {
+            for p in processes.iter_mut() {
+                if let Some(status) = p.exit_status() {
+                    return Err(Error::ExitedDuringStartup {
+                        cluster: self.name.clone(),
+                        component: p.component(),
+                        status,
+                        log_tail: self.log_tail(p.component(), 40),
+                    });
+                }
+            }
+            let last_error = match probe() {
+                Ok(()) => return Ok(()),
+                Err(e) => e,
+            };
+            if began.elapsed() > READY_TIMEOUT {
+                return Err(Error::NotReady {
+                    cluster: self.name.clone(),
+                    component,
+                    waited: began.elapsed(),
+                    last_error,
+                    log_tail: self.log_tail(component, 40),
+                });
+            }
+            sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn endpoint<'a>(&'a self, server: &'a str) -> Endpoint<'a> {
+        Endpoint {
+            cluster: &self.name,
+            server,
+            ca_pem: &self.ca_pem,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Vec<Process>> {
+        self.processes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if self.supervision == Supervision::Watchdog {
+            self.kill();
+        }
+    }
+}
+
+fn server_url(port: u16) -> String {
+    format!("https://127.0.0.1:{port}")
+}
+
+/// A user or namespace name as a file-name fragment.
+fn file_safe(name: &str) -> String {
+    name.chars()
+        .map(|c| match c {
+            'a'..='z' | 'A'..='Z' | '0'..='9' | '-' | '.' | '_' => c,
+            _ => '_',
+        })
+        .collect()
+}

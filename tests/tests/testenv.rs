@@ -1,0 +1,231 @@
+//! The test environment itself: its clusters behave like real ones where the konnector leans
+//! on them (namespace deletion, ownerReference garbage collection, token authentication), and
+//! no kube process outlives the cluster handle or the process that started it.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail, ensure};
+use k8s_openapi::api::authentication::v1::SelfSubjectReview;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, ServiceAccount};
+use kbind_tests::eventually;
+use kbind_tests::testenv::{ADMIN_TOKEN_USER, Cluster, Credential, shared_pair};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+
+#[tokio::test]
+async fn controllers_delete_namespaces_and_collect_garbage() -> anyhow::Result<()> {
+    let pair = shared_pair()?;
+    pair.diagnose(async {
+        let client = pair.consumer.client().await?;
+        let ns = "controllers";
+        create_namespace(&client, ns).await?;
+        let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+        let owner = config_maps
+            .create(&PostParams::default(), &config_map("owner", json!([]))?)
+            .await?;
+        let owner_ref = json!([{
+            "apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner.uid(),
+        }]);
+        config_maps
+            .create(&PostParams::default(), &config_map("dependent", owner_ref)?)
+            .await?;
+        config_maps
+            .create(&PostParams::default(), &config_map("leftover", json!([]))?)
+            .await?;
+
+        // The garbage collector removes the dependent of a deleted owner.
+        config_maps
+            .delete("owner", &DeleteParams::background())
+            .await?;
+        eventually(Duration::from_secs(30), || async {
+            match config_maps.get_opt("dependent").await? {
+                None => anyhow::Ok(()),
+                Some(_) => bail!("dependent ConfigMap still there"),
+            }
+        })
+        .await?;
+
+        // The namespace controller empties and removes a deleted namespace.
+        let namespaces: Api<Namespace> = Api::all(client.clone());
+        namespaces.delete(ns, &DeleteParams::default()).await?;
+        eventually(Duration::from_secs(60), || async {
+            match namespaces.get_opt(ns).await? {
+                None => anyhow::Ok(()),
+                Some(n) => bail!("namespace still there: {:?}", n.status),
+            }
+        })
+        .await?;
+        anyhow::Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn token_identities_authenticate_and_service_account_tokens_revoke() -> anyhow::Result<()> {
+    let pair = shared_pair()?;
+    pair.diagnose(async {
+        let cluster = &pair.consumer;
+        // The static token file's admin.
+        let admin_token = cluster.admin_token();
+        assert_eq!(admin_token.credential(), Credential::Token);
+        let (user, groups) = whoami(&admin_token.client().await?).await?;
+        assert_eq!(user, ADMIN_TOKEN_USER);
+        assert!(groups.iter().any(|g| g == "system:masters"), "{groups:?}");
+
+        // A service-account token: authenticated, authorized for nothing, revocable.
+        let ns = "tokens";
+        create_namespace(&cluster.client().await?, ns).await?;
+        let robot = cluster.mint_service_account(ns, "robot").await?;
+        assert_eq!(robot.credential(), Credential::Token);
+        let as_robot = robot.client().await?;
+        let (user, _) = whoami(&as_robot).await?;
+        assert_eq!(user, "system:serviceaccount:tokens:robot");
+        let secrets: Api<Secret> = Api::namespaced(as_robot.clone(), ns);
+        expect_status(secrets.list(&ListParams::default()).await, 403)?;
+
+        Api::<ServiceAccount>::namespaced(cluster.client().await?, ns)
+            .delete("robot", &DeleteParams::default())
+            .await?;
+        eventually(Duration::from_secs(30), || async {
+            expect_status(whoami(&as_robot).await, 401)
+        })
+        .await?;
+        anyhow::Ok(())
+    })
+    .await
+}
+
+#[test]
+fn a_dropped_cluster_leaves_no_kube_process() -> anyhow::Result<()> {
+    let root = scratch_dir("dropped")?;
+    let cluster = Cluster::new(&root, "single")?;
+    let began = Instant::now();
+    cluster.start()?;
+    eprintln!("single cluster started in {:.1?}", began.elapsed());
+    ensure!(cluster.is_running());
+    // etcd, apiserver and controller manager, each under its watchdog wrapper.
+    let running = processes_mentioning(&root);
+    ensure!(
+        running.len() >= 3,
+        "expected kube processes, found {running:?}"
+    );
+    drop(cluster);
+    let left = processes_mentioning(&root);
+    ensure!(left.is_empty(), "left behind: {left:?}");
+    std::fs::remove_dir_all(&root)?;
+    Ok(())
+}
+
+#[test]
+fn a_killed_test_process_leaves_no_kube_process() -> anyhow::Result<()> {
+    let root = scratch_dir("killed")?;
+    // `testenv run` holds a supervised pair, like a test binary with a shared pair does.
+    let mut run = Command::new(env!("CARGO_BIN_EXE_testenv"))
+        .arg("run")
+        .arg(&root)
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let stdout = run.stdout.take().context("no stdout")?;
+    // Read up to its last line ("try: ..."), keeping the pipe open: a closed pipe would make
+    // its next print fail and end it early.
+    let mut lines = BufReader::new(stdout).lines();
+    let mut ready = false;
+    for line in lines.by_ref() {
+        let line = line?;
+        eprintln!("testenv run: {line}");
+        ready |= line.contains("ready in");
+        if line.starts_with("try:") {
+            break;
+        }
+    }
+    ensure!(ready, "testenv run ended before the pair was ready");
+    let running = processes_mentioning(&root);
+    ensure!(
+        running.len() >= 6,
+        "expected kube processes, found {running:?}"
+    );
+
+    // SIGKILL: no destructor runs; only the watchdog pipe can clean up.
+    run.kill()?;
+    run.wait()?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut left = processes_mentioning(&root);
+    while !left.is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+        left = processes_mentioning(&root);
+    }
+    ensure!(left.is_empty(), "left behind: {left:?}");
+    drop(lines);
+    std::fs::remove_dir_all(&root)?;
+    Ok(())
+}
+
+async fn create_namespace(client: &Client, name: &str) -> anyhow::Result<()> {
+    let namespace = serde_json::from_value(json!({ "metadata": { "name": name } }))?;
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &namespace)
+        .await?;
+    Ok(())
+}
+
+fn config_map(name: &str, owner_references: serde_json::Value) -> anyhow::Result<ConfigMap> {
+    Ok(serde_json::from_value(json!({
+        "metadata": { "name": name, "ownerReferences": owner_references },
+    }))?)
+}
+
+/// The user and groups the apiserver authenticated `client` as.
+async fn whoami(client: &Client) -> Result<(String, Vec<String>), kube::Error> {
+    let review = Api::<SelfSubjectReview>::all(client.clone())
+        .create(&PostParams::default(), &SelfSubjectReview::default())
+        .await?;
+    let info = review.status.and_then(|s| s.user_info).unwrap_or_default();
+    Ok((
+        info.username.unwrap_or_default(),
+        info.groups.unwrap_or_default(),
+    ))
+}
+
+fn expect_status<T: std::fmt::Debug>(
+    result: Result<T, kube::Error>,
+    code: u16,
+) -> anyhow::Result<()> {
+    match result {
+        Err(kube::Error::Api(status)) if status.code == code => Ok(()),
+        other => bail!("expected HTTP {code}, got {other:?}"),
+    }
+}
+
+/// A fresh directory for a cluster of this test binary.
+fn scratch_dir(name: &str) -> anyhow::Result<PathBuf> {
+    let root = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("testenv-{name}-{}", std::process::id()));
+    if root.exists() {
+        std::fs::remove_dir_all(&root)?;
+    }
+    std::fs::create_dir_all(&root)?;
+    Ok(root)
+}
+
+/// Live processes whose command line mentions `dir` (kube processes and their wrappers).
+fn processes_mentioning(dir: &Path) -> Vec<(u32, String)> {
+    let needle = dir.display().to_string();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            cmdline
+                .contains(&needle)
+                .then(|| (pid, cmdline.chars().take(120).collect()))
+        })
+        .collect()
+}
