@@ -82,6 +82,7 @@ pub fn start_konnector(consumer: &Cluster) -> anyhow::Result<Konnector> {
             runtime.block_on(async move {
                 let started = async {
                     let client = admin.client().await?;
+                    install_core_crds(&client).await?;
                     ensure_namespace(&client, SECRET_NAMESPACE).await?;
                     let policies = Policies::builtin()?;
                     let recorder = Recorder::new(client.clone(), Reporter { controller: "kbind-konnector".into(), instance: None });
@@ -253,6 +254,14 @@ pub fn private_cluster(name: &str) -> anyhow::Result<Cluster> {
     let cluster = Cluster::new(&root, name)?;
     cluster.start()?;
     Ok(cluster)
+}
+
+/// Installs the three core.kbind.io CRDs, as the Helm chart does.
+pub async fn install_core_crds(client: &kube::Client) -> anyhow::Result<()> {
+    for (_, crd) in konnector::api::core_crds() {
+        install_crd(client, &crd).await?;
+    }
+    Ok(())
 }
 
 /// Applies a CRD and waits until it is Established.

@@ -70,7 +70,7 @@ async fn grant(provider: &kube::Client, user: &str, rules: Vec<PolicyRule>) -> a
             &ClusterRoleBinding {
                 metadata: meta,
                 role_ref: RoleRef {
-                    api_group: "rbac.authorization.k8s.io".into(),
+                    api_group: Some("rbac.authorization.k8s.io".into()),
                     kind: "ClusterRole".into(),
                     name: user.into(),
                 },
