@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: test lint unit e2e tools kube-bin wasm-target testenv-up testenv-down demo bench crds
+.PHONY: test lint unit e2e tools kube-bin helm wasm-target testenv-up testenv-down demo bench crds image
 
 test: tools lint
 	$(CARGO) test --workspace --all-targets
@@ -11,7 +11,7 @@ lint: tools
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
-tools: wasm-target kube-bin
+tools: wasm-target kube-bin helm
 
 # The policy modules are built for wasm32-wasip2; install the target when it is missing.
 wasm-target:
@@ -20,6 +20,23 @@ wasm-target:
 # Real etcd + kube-apiserver + kube-controller-manager, built from Go once per machine.
 kube-bin:
 	@scripts/kube-bin.sh >/dev/null
+
+# helm, built from the Go module pinned in tools/helm once per machine (the chart tests use it).
+helm:
+	@scripts/helm.sh >/dev/null
+
+# The konnector container image (Dockerfile). Needs a reachable container engine (docker or
+# podman): machines without one (like CI) check the Dockerfile in tests/tests/dockerfile.rs.
+CONTAINER_ENGINE ?= docker
+IMAGE ?= kbind-local/konnector:git-$(shell git rev-parse --short=12 HEAD 2>/dev/null || echo dev)
+PLATFORM ?=
+image:
+	@if ! $(CONTAINER_ENGINE) info >/dev/null 2>&1; then \
+	  echo "make image: no container engine is reachable ('$(CONTAINER_ENGINE) info' failed)." >&2; \
+	  echo "  Start docker (or set CONTAINER_ENGINE=podman) and retry; this target cannot build the image without one." >&2; \
+	  exit 1; \
+	fi
+	$(CONTAINER_ENGINE) build $(if $(PLATFORM),--platform $(PLATFORM)) -t $(IMAGE) .
 
 # Regenerate the committed core CRDs from the Rust types.
 crds:
