@@ -38,6 +38,10 @@ image:
 	fi
 	$(CONTAINER_ENGINE) build $(if $(PLATFORM),--platform $(PLATFORM)) -t $(IMAGE) .
 
+# Per-call latency (median, p99) and first-call vs warm cost of the built-in policies.
+bench: wasm-target
+	$(CARGO) bench -p konnector --bench policy
+
 # Regenerate the committed core CRDs from the Rust types.
 crds:
 	$(CARGO) run -q -p konnector -- crds --out charts/konnector/files/crds

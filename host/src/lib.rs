@@ -13,6 +13,7 @@ pub mod conditions;
 pub mod connection;
 pub mod heartbeat;
 pub mod leader;
+pub mod cli;
 pub mod policy;
 pub mod provider;
 pub mod schema;

@@ -21,12 +21,20 @@ enum Command {
         #[arg(long)]
         out: Option<PathBuf>,
     },
+    /// Evaluate and test policy modules (built-in or .wasm files) without a cluster.
+    #[command(subcommand)]
+    Policy(konnector::cli::policy::PolicyCommand),
 }
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .init();
     match cli.command {
         Command::Crds { out } => write_crds(out),
+        Command::Policy(command) => konnector::cli::policy::run(command),
     }
 }
 

@@ -1,0 +1,230 @@
+//! `konnector policy eval` and `konnector policy test`: a policy author's loop without a
+//! cluster. Both load the module the way the konnector does (same sandbox, same limits,
+//! same world check) and speak the JSON shapes of [`crate::policy`]'s types.
+//!
+//! A fixture folder holds cases as file pairs: `<case>.input.json` (the role's input) and
+//! `<case>.expected.json` (the expected output, or `{"expectError": "<substring>"}` when
+//! the policy must fail with a message containing that text).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, bail};
+use serde_json::Value;
+
+use crate::policy::{
+    ConflictInput, Policies, PolicyArgs, PolicyError, PolicyRole, RelatedInput, SchemaInput,
+    read_file,
+};
+
+/// `konnector policy ...`
+#[derive(clap::Subcommand, Debug)]
+pub enum PolicyCommand {
+    /// Evaluate a policy module on one JSON input and print its output.
+    Eval {
+        #[command(flatten)]
+        target: ModuleArgs,
+        /// The input JSON file (`-` for stdin).
+        #[arg(long, value_name = "FILE")]
+        input: PathBuf,
+    },
+    /// Run a folder of fixture cases (`<case>.input.json` + `<case>.expected.json`).
+    Test {
+        #[command(flatten)]
+        target: ModuleArgs,
+        /// The fixture folder.
+        #[arg(value_name = "DIR")]
+        dir: PathBuf,
+    },
+}
+
+/// Which role and module to run.
+#[derive(clap::Args, Debug)]
+pub struct ModuleArgs {
+    /// The role the module plays.
+    #[arg(long, value_enum)]
+    pub role: PolicyRole,
+    /// A component (.wasm) for the role; the built-in one when omitted.
+    #[arg(long, value_name = "FILE.wasm")]
+    pub module: Option<PathBuf>,
+    #[command(flatten)]
+    pub policies: PolicyArgs,
+}
+
+impl ModuleArgs {
+    /// Loads the policies, with `--module` serving `--role`.
+    pub fn load(&self) -> anyhow::Result<Policies> {
+        let mut args = self.policies.clone();
+        if let Some(module) = &self.module {
+            args.set_module(self.role, Some(module.clone()));
+        }
+        Ok(Policies::load(&args)?)
+    }
+}
+
+/// Runs a `konnector policy` subcommand.
+pub fn run(command: PolicyCommand) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    match command {
+        PolicyCommand::Eval { target, input } => {
+            let policies = target.load()?;
+            let text = if input == Path::new("-") {
+                std::io::read_to_string(std::io::stdin()).context("reading stdin")?
+            } else {
+                let bytes =
+                    read_file(&input).with_context(|| format!("reading {}", input.display()))?;
+                String::from_utf8(bytes)
+                    .with_context(|| format!("{} is not UTF-8", input.display()))?
+            };
+            let input: Value = serde_json::from_str(&text).context("the input is not JSON")?;
+            let output = rt.block_on(evaluate(&policies, target.role, input))??;
+            println!("{}", serde_json::to_string_pretty(&output)?);
+            Ok(())
+        }
+        PolicyCommand::Test { target, dir } => {
+            let policies = target.load()?;
+            let report = rt.block_on(run_fixtures(&policies, target.role, &dir))?;
+            for case in &report.cases {
+                match &case.failure {
+                    None => println!("PASS {}", case.name),
+                    Some(why) => println!("FAIL {}: {why}", case.name),
+                }
+            }
+            println!("{} passed, {} failed", report.passed(), report.failed());
+            if report.failed() > 0 {
+                bail!(
+                    "{} of {} fixture cases failed",
+                    report.failed(),
+                    report.cases.len()
+                );
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Runs a role's policy on JSON input. The outer error means the input does not fit the
+/// role; the inner one is the policy's failure.
+pub async fn evaluate(
+    policies: &Policies,
+    role: PolicyRole,
+    input: Value,
+) -> anyhow::Result<Result<Value, PolicyError>> {
+    Ok(match role {
+        PolicyRole::ConflictPolicy => {
+            let input: ConflictInput =
+                serde_json::from_value(input).context("not a conflict-policy input")?;
+            match policies.decide_conflict(&input).await {
+                Ok(out) => Ok(to_json(out)?),
+                Err(e) => Err(e),
+            }
+        }
+        PolicyRole::SchemaSynthesis => {
+            let input: SchemaInput =
+                serde_json::from_value(input).context("not a schema-synthesis input")?;
+            match policies.synthesize_schema(&input).await {
+                Ok(out) => Ok(to_json(out)?),
+                Err(e) => Err(e),
+            }
+        }
+        PolicyRole::RelatedSelection => {
+            let input: RelatedInput =
+                serde_json::from_value(input).context("not a related-selection input")?;
+            match policies.select_related(&input).await {
+                Ok(out) => Ok(to_json(out)?),
+                Err(e) => Err(e),
+            }
+        }
+    })
+}
+
+fn to_json<T: serde::Serialize>(v: T) -> anyhow::Result<Value> {
+    Ok(serde_json::to_value(v)?)
+}
+
+/// The outcome of one fixture case.
+#[derive(Debug)]
+pub struct CaseResult {
+    /// The case name (file name without `.input.json`).
+    pub name: String,
+    /// Why it failed, or `None` when it passed.
+    pub failure: Option<String>,
+}
+
+/// The outcome of a fixture folder.
+#[derive(Debug, Default)]
+pub struct FixtureReport {
+    /// Every case, in name order.
+    pub cases: Vec<CaseResult>,
+}
+
+impl FixtureReport {
+    /// Cases that passed.
+    pub fn passed(&self) -> usize {
+        self.cases.iter().filter(|c| c.failure.is_none()).count()
+    }
+    /// Cases that failed.
+    pub fn failed(&self) -> usize {
+        self.cases.len() - self.passed()
+    }
+}
+
+/// Runs every case in `dir`. A folder without cases is an error (a typo in the path should
+/// not pass).
+pub async fn run_fixtures(
+    policies: &Policies,
+    role: PolicyRole,
+    dir: &Path,
+) -> anyhow::Result<FixtureReport> {
+    let folder = cap_std::fs::Dir::open_ambient_dir(dir, cap_std::ambient_authority())
+        .with_context(|| format!("opening fixture folder {}", dir.display()))?;
+    let mut names = Vec::new();
+    for entry in folder.entries()? {
+        let file = entry?.file_name();
+        if let Some(name) = file.to_str().and_then(|f| f.strip_suffix(".input.json")) {
+            names.push(name.to_owned());
+        }
+    }
+    names.sort();
+    if names.is_empty() {
+        bail!("no fixture cases (*.input.json) in {}", dir.display());
+    }
+    let mut report = FixtureReport::default();
+    for name in names {
+        let failure = run_case(policies, role, &folder, &name).await.err();
+        report.cases.push(CaseResult {
+            name,
+            failure: failure.map(|e| format!("{e:#}")),
+        });
+    }
+    Ok(report)
+}
+
+async fn run_case(
+    policies: &Policies,
+    role: PolicyRole,
+    folder: &cap_std::fs::Dir,
+    name: &str,
+) -> anyhow::Result<()> {
+    let read = |file: String| -> anyhow::Result<Value> {
+        let text = folder
+            .read_to_string(&file)
+            .with_context(|| format!("reading {file}"))?;
+        serde_json::from_str(&text).with_context(|| format!("{file} is not JSON"))
+    };
+    let input = read(format!("{name}.input.json"))?;
+    let expected = read(format!("{name}.expected.json"))?;
+    let actual = evaluate(policies, role, input).await?;
+    match (expected.get("expectError").and_then(Value::as_str), actual) {
+        (Some(want), Err(e)) if e.to_string().contains(want) => Ok(()),
+        (Some(want), Err(e)) => bail!("expected an error containing {want:?}, got: {e}"),
+        (Some(want), Ok(out)) => bail!("expected an error containing {want:?}, got output {out}"),
+        (None, Err(e)) => bail!("{e}"),
+        (None, Ok(out)) if out == expected => Ok(()),
+        (None, Ok(out)) => {
+            bail!("output differs from expected:\n  expected: {expected}\n  actual:   {out}")
+        }
+    }
+}

@@ -1,0 +1,79 @@
+//! Command-line flags that swap a role's module and bound every call; the `run` command
+//! flattens [`PolicyArgs`], and `konnector policy` uses it too.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::role::PolicyRole;
+use super::runtime::PolicyLimits;
+
+/// Which module serves each role, and the limits of each call.
+#[derive(clap::Args, Debug, Clone, PartialEq, Eq)]
+pub struct PolicyArgs {
+    /// A schema-synthesis component (.wasm) to use instead of the built-in one.
+    #[arg(long, value_name = "FILE.wasm", env = "KBIND_SCHEMA_POLICY")]
+    pub schema_policy: Option<PathBuf>,
+    /// A conflict-policy component (.wasm) to use instead of the built-in one.
+    #[arg(long, value_name = "FILE.wasm", env = "KBIND_CONFLICT_POLICY")]
+    pub conflict_policy: Option<PathBuf>,
+    /// A related-selection component (.wasm) to use instead of the built-in one.
+    #[arg(long, value_name = "FILE.wasm", env = "KBIND_RELATED_POLICY")]
+    pub related_policy: Option<PathBuf>,
+    /// Wall-clock budget of one policy call, in milliseconds.
+    #[arg(
+        long,
+        value_name = "MS",
+        default_value_t = 2000,
+        env = "KBIND_POLICY_TIMEOUT_MS"
+    )]
+    pub policy_timeout_ms: u64,
+    /// Memory cap of one policy call, in MiB.
+    #[arg(
+        long,
+        value_name = "MIB",
+        default_value_t = 128,
+        env = "KBIND_POLICY_MEMORY_MIB"
+    )]
+    pub policy_memory_mib: usize,
+}
+
+impl Default for PolicyArgs {
+    fn default() -> Self {
+        let limits = PolicyLimits::default();
+        Self {
+            schema_policy: None,
+            conflict_policy: None,
+            related_policy: None,
+            policy_timeout_ms: u64::try_from(limits.timeout.as_millis()).unwrap_or(u64::MAX),
+            policy_memory_mib: limits.memory_bytes / (1024 * 1024),
+        }
+    }
+}
+
+impl PolicyArgs {
+    /// The module file given for a role, if any.
+    pub fn module(&self, role: PolicyRole) -> Option<&PathBuf> {
+        match role {
+            PolicyRole::SchemaSynthesis => self.schema_policy.as_ref(),
+            PolicyRole::ConflictPolicy => self.conflict_policy.as_ref(),
+            PolicyRole::RelatedSelection => self.related_policy.as_ref(),
+        }
+    }
+
+    /// Sets the module file for a role.
+    pub fn set_module(&mut self, role: PolicyRole, path: Option<PathBuf>) {
+        match role {
+            PolicyRole::SchemaSynthesis => self.schema_policy = path,
+            PolicyRole::ConflictPolicy => self.conflict_policy = path,
+            PolicyRole::RelatedSelection => self.related_policy = path,
+        }
+    }
+
+    /// The limits the flags describe.
+    pub fn limits(&self) -> PolicyLimits {
+        PolicyLimits {
+            timeout: Duration::from_millis(self.policy_timeout_ms),
+            memory_bytes: self.policy_memory_mib.saturating_mul(1024 * 1024),
+        }
+    }
+}

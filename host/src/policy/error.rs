@@ -1,0 +1,149 @@
+//! Every way a policy call or a policy load can fail, as one typed error the controllers
+//! turn into a condition (reason `PolicyFailed`), an Event and a log line. None of them is
+//! fatal to the process: the next call gets a fresh instance.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::role::PolicyRole;
+
+/// A policy failure.
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyError {
+    /// The Wasm engine could not be created (a host configuration problem).
+    #[error("creating the policy engine: {message}")]
+    CreateEngine {
+        /// The engine's explanation.
+        message: String,
+    },
+    /// A module file could not be read.
+    #[error("reading the {role} module {}: {source}", path.display())]
+    ReadModule {
+        /// The role the file was given for.
+        role: PolicyRole,
+        /// The file.
+        path: PathBuf,
+        /// Why it could not be read.
+        source: std::io::Error,
+    },
+    /// The bytes are not a WebAssembly component (or do not compile).
+    #[error("the {role} module {origin} is not a valid WebAssembly component: {message}")]
+    CompileModule {
+        /// The role.
+        role: PolicyRole,
+        /// `built-in` or the file path.
+        origin: String,
+        /// The compiler's explanation.
+        message: String,
+    },
+    /// The component does not implement the role's world (wrong exports, or imports the
+    /// sandbox does not provide).
+    #[error("the {role} module {origin} does not implement the world {}: {message}", role.world())]
+    WrongWorld {
+        /// The role.
+        role: PolicyRole,
+        /// `built-in` or the file path.
+        origin: String,
+        /// What does not match.
+        message: String,
+    },
+    /// The module trapped (a panic, `unreachable`, an out-of-bounds access...).
+    #[error(
+        "the {role} policy {origin} trapped: {message}{}",
+        stderr_suffix(stderr)
+    )]
+    PolicyTrap {
+        /// The role.
+        role: PolicyRole,
+        /// `built-in` or the file path.
+        origin: String,
+        /// The trap and its Wasm backtrace.
+        message: String,
+        /// What the module wrote to stderr (a Rust panic message lands here).
+        stderr: String,
+    },
+    /// The module ran past its deadline.
+    #[error("the {role} policy {origin} did not finish within {limit:?}")]
+    PolicyTimeout {
+        /// The role.
+        role: PolicyRole,
+        /// `built-in` or the file path.
+        origin: String,
+        /// The deadline.
+        limit: Duration,
+    },
+    /// The module tried to grow its memory past the cap.
+    #[error("the {role} policy {origin} exceeded its memory limit of {limit_bytes} bytes")]
+    PolicyMemoryLimit {
+        /// The role.
+        role: PolicyRole,
+        /// `built-in` or the file path.
+        origin: String,
+        /// The cap.
+        limit_bytes: usize,
+    },
+    /// The module answered with an error of its own (a WIT `result` error).
+    #[error("the {role} policy {origin} refused the input: {message}")]
+    PolicyRejected {
+        /// The role.
+        role: PolicyRole,
+        /// `built-in` or the file path.
+        origin: String,
+        /// The module's explanation.
+        message: String,
+    },
+    /// The module's answer failed validation (not a CRD, a plan naming unknown objects...).
+    #[error("the {role} policy {origin} returned invalid output: {message}")]
+    InvalidOutput {
+        /// The role.
+        role: PolicyRole,
+        /// `built-in` or the file path.
+        origin: String,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// The input could not be handed to the module.
+    #[error("encoding the input for the {role} policy: {message}")]
+    EncodeInput {
+        /// The role.
+        role: PolicyRole,
+        /// What went wrong.
+        message: String,
+    },
+    /// The blocking task running the call was lost (the runtime is shutting down).
+    #[error("the {role} policy call did not complete: {message}")]
+    CallAborted {
+        /// The role.
+        role: PolicyRole,
+        /// What happened to the task.
+        message: String,
+    },
+}
+
+fn stderr_suffix(stderr: &str) -> String {
+    let trimmed = stderr.trim();
+    if trimmed.is_empty() {
+        String::new()
+    } else {
+        format!(" (module stderr: {trimmed})")
+    }
+}
+
+impl PolicyError {
+    /// A short stable label for metrics and logs.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::CreateEngine { .. } => "create_engine",
+            Self::ReadModule { .. } => "read_module",
+            Self::CompileModule { .. } => "compile_module",
+            Self::WrongWorld { .. } => "wrong_world",
+            Self::PolicyTrap { .. } => "trap",
+            Self::PolicyTimeout { .. } => "timeout",
+            Self::PolicyMemoryLimit { .. } => "memory_limit",
+            Self::PolicyRejected { .. } => "rejected",
+            Self::InvalidOutput { .. } => "invalid_output",
+            Self::EncodeInput { .. } => "encode_input",
+            Self::CallAborted { .. } => "call_aborted",
+        }
+    }
+}

@@ -1,0 +1,139 @@
+//! Loading a role's module: read the file (through cap-std), compile it once, and check it
+//! against the role's world by building the generated `*Pre`, which type-checks the
+//! component's exports and resolves its imports against the sandbox linker. A module that
+//! fails here is refused at start-up with a message naming the role and the file.
+//!
+//! The built-in modules are compiled once per process and their `*Pre`s shared.
+
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
+
+use wasmtime::component::InstancePre;
+
+use super::bindings::{conflict, related, schema};
+use super::builtin;
+use super::error::PolicyError;
+use super::role::PolicyRole;
+use super::runtime::{HostState, runtime};
+
+/// A role's pre-instantiated component, with where it came from.
+#[derive(Clone)]
+pub(crate) struct Slot<P> {
+    pub(crate) pre: P,
+    pub(crate) origin: Arc<str>,
+}
+
+/// The generated `*Pre` type of one role.
+pub(crate) trait RolePre: Clone + Send + Sync + 'static {
+    /// The role.
+    const ROLE: PolicyRole;
+    /// Type-checks the instance-pre against the role's world.
+    fn new(pre: InstancePre<HostState>) -> wasmtime::Result<Self>;
+    /// The process-wide cache of the built-in module.
+    fn builtin_cell() -> &'static OnceLock<Result<Self, String>>;
+}
+
+impl RolePre for schema::SchemaSynthesisPre<HostState> {
+    const ROLE: PolicyRole = PolicyRole::SchemaSynthesis;
+    fn new(pre: InstancePre<HostState>) -> wasmtime::Result<Self> {
+        schema::SchemaSynthesisPre::new(pre)
+    }
+    fn builtin_cell() -> &'static OnceLock<Result<Self, String>> {
+        static CELL: OnceLock<Result<schema::SchemaSynthesisPre<HostState>, String>> =
+            OnceLock::new();
+        &CELL
+    }
+}
+
+impl RolePre for conflict::ConflictPolicyPre<HostState> {
+    const ROLE: PolicyRole = PolicyRole::ConflictPolicy;
+    fn new(pre: InstancePre<HostState>) -> wasmtime::Result<Self> {
+        conflict::ConflictPolicyPre::new(pre)
+    }
+    fn builtin_cell() -> &'static OnceLock<Result<Self, String>> {
+        static CELL: OnceLock<Result<conflict::ConflictPolicyPre<HostState>, String>> =
+            OnceLock::new();
+        &CELL
+    }
+}
+
+impl RolePre for related::RelatedSelectionPre<HostState> {
+    const ROLE: PolicyRole = PolicyRole::RelatedSelection;
+    fn new(pre: InstancePre<HostState>) -> wasmtime::Result<Self> {
+        related::RelatedSelectionPre::new(pre)
+    }
+    fn builtin_cell() -> &'static OnceLock<Result<Self, String>> {
+        static CELL: OnceLock<Result<related::RelatedSelectionPre<HostState>, String>> =
+            OnceLock::new();
+        &CELL
+    }
+}
+
+/// The built-in module of a role (compiled on first use, then shared).
+pub(crate) fn builtin<P: RolePre>() -> Result<Slot<P>, PolicyError> {
+    let cached = P::builtin_cell().get_or_init(|| {
+        from_bytes::<P>(builtin::component(P::ROLE), builtin::ORIGIN).map_err(|e| e.to_string())
+    });
+    match cached {
+        Ok(pre) => Ok(Slot {
+            pre: pre.clone(),
+            origin: Arc::from(builtin::ORIGIN),
+        }),
+        // The embedded module is ours: failing to load it is a build problem, reported
+        // with the original message.
+        Err(message) => Err(PolicyError::CompileModule {
+            role: P::ROLE,
+            origin: builtin::ORIGIN.to_owned(),
+            message: message.clone(),
+        }),
+    }
+}
+
+/// A module for a role from bytes (`origin` names it in errors and logs).
+pub(crate) fn from_bytes<P: RolePre>(bytes: &[u8], origin: &str) -> Result<P, PolicyError> {
+    let rt = runtime()?;
+    let component = rt.compile(P::ROLE, bytes, origin)?;
+    let wrong_world = |e: wasmtime::Error| PolicyError::WrongWorld {
+        role: P::ROLE,
+        origin: origin.to_owned(),
+        message: format!("{e:#}"),
+    };
+    let pre = rt.linker.instantiate_pre(&component).map_err(wrong_world)?;
+    P::new(pre).map_err(wrong_world)
+}
+
+/// A module for a role from a file, or the built-in one when `path` is `None`.
+pub(crate) fn slot<P: RolePre>(path: Option<&Path>) -> Result<Slot<P>, PolicyError> {
+    let Some(path) = path else {
+        return builtin::<P>();
+    };
+    let bytes = read_module(P::ROLE, path)?;
+    let origin = path.display().to_string();
+    Ok(Slot {
+        pre: from_bytes::<P>(&bytes, &origin)?,
+        origin: Arc::from(origin.as_str()),
+    })
+}
+
+/// Reads a module file through cap-std: the directory is opened with ambient authority
+/// (the operator named it on the command line) and only that one file is read from it.
+pub fn read_module(role: PolicyRole, path: &Path) -> Result<Vec<u8>, PolicyError> {
+    read_file(path).map_err(|source| PolicyError::ReadModule {
+        role,
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// Reads a whole file through cap-std.
+pub fn read_file(path: &Path) -> std::io::Result<Vec<u8>> {
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let name = path
+        .file_name()
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file path"))?;
+    let dir = cap_std::fs::Dir::open_ambient_dir(parent, cap_std::ambient_authority())?;
+    dir.read(name)
+}

@@ -1,0 +1,276 @@
+//! The sandbox every policy call runs in.
+//!
+//! ```text
+//!   one Engine (epoch interruption) ◀── ticker thread: increment_epoch() every TICK
+//!   one Linker: WASI p2, deny-by-default
+//!        │
+//!   Component (compiled once) ──▶ *Pre (type-checked against the role's world, cached)
+//!        │
+//!   per call: fresh Store { WASI ctx, memory cap, stdout/stderr pipes }
+//!             epoch deadline: yield to tokio every tick, trap at the time limit
+//! ```
+//!
+//! A trapped instance is poisoned, so nothing outlives a call but the `*Pre`. Modules get no
+//! capabilities: no preopened directories, no environment or arguments, no sockets or name
+//! lookups, empty stdin, frozen clocks and a deterministic random source; what they write to
+//! stdout/stderr is captured (bounded) and forwarded to `tracing`.
+
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use wasmtime::component::{Component, Linker, ResourceTable};
+use wasmtime::{Config, Engine, ResourceLimiter, Store, Trap, UpdateDeadline};
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::{
+    Deterministic, HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxBuilder, WasiCtxView,
+    WasiView,
+};
+
+use super::error::PolicyError;
+use super::role::PolicyRole;
+
+/// How often the epoch advances; also how often a running module yields to tokio.
+const TICK: Duration = Duration::from_millis(5);
+/// How much of a module's stdout/stderr is kept per call.
+const OUTPUT_CAP: usize = 16 * 1024;
+
+/// CPU and memory bounds of one policy call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PolicyLimits {
+    /// Wall-clock budget of one call (instantiation included).
+    pub timeout: Duration,
+    /// Cap on a module's linear memory, in bytes.
+    pub memory_bytes: usize,
+}
+
+impl Default for PolicyLimits {
+    fn default() -> Self {
+        Self {
+            timeout: Duration::from_secs(2),
+            memory_bytes: 128 * 1024 * 1024,
+        }
+    }
+}
+
+/// The process-wide engine and linker.
+pub(crate) struct Runtime {
+    pub(crate) engine: Engine,
+    pub(crate) linker: Linker<HostState>,
+}
+
+static RUNTIME: OnceLock<Result<Runtime, String>> = OnceLock::new();
+
+/// The one engine of the process, created (with its epoch ticker) on first use.
+pub(crate) fn runtime() -> Result<&'static Runtime, PolicyError> {
+    RUNTIME
+        .get_or_init(|| Runtime::new().map_err(|e| format!("{e:#}")))
+        .as_ref()
+        .map_err(|message| PolicyError::CreateEngine {
+            message: message.clone(),
+        })
+}
+
+impl Runtime {
+    fn new() -> wasmtime::Result<Self> {
+        let mut config = Config::new();
+        config.epoch_interruption(true);
+        config.wasm_component_model(true);
+        let engine = Engine::new(&config)?;
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+        let ticker = engine.clone();
+        std::thread::Builder::new()
+            .name("policy-epoch".into())
+            .spawn(move || {
+                loop {
+                    std::thread::sleep(TICK);
+                    ticker.increment_epoch();
+                }
+            })
+            .map_err(|e| wasmtime::Error::msg(format!("starting the epoch ticker: {e}")))?;
+        Ok(Self { engine, linker })
+    }
+
+    /// Compiles a component for a role.
+    pub(crate) fn compile(
+        &self,
+        role: PolicyRole,
+        bytes: &[u8],
+        origin: &str,
+    ) -> Result<Component, PolicyError> {
+        Component::new(&self.engine, bytes).map_err(|e| PolicyError::CompileModule {
+            role,
+            origin: origin.to_owned(),
+            message: format!("{e:#}"),
+        })
+    }
+
+    /// A fresh store for one call, with the sandbox's WASI context and the call's limits.
+    pub(crate) fn store(&self, limits: PolicyLimits) -> Store<HostState> {
+        let stdout = MemoryOutputPipe::new(OUTPUT_CAP);
+        let stderr = MemoryOutputPipe::new(OUTPUT_CAP);
+        let wasi = WasiCtxBuilder::new()
+            .stdout(stdout.clone())
+            .stderr(stderr.clone())
+            .wall_clock(FrozenClock)
+            .monotonic_clock(FrozenClock)
+            .secure_random(Deterministic::new(vec![0x6b, 0x62, 0x69, 0x6e, 0x64]))
+            .insecure_random(Deterministic::new(vec![0x70, 0x6f, 0x6c]))
+            .insecure_random_seed(0)
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
+            .build();
+        let state = HostState {
+            wasi,
+            table: ResourceTable::new(),
+            memory: MemoryCap {
+                limit: limits.memory_bytes,
+                hit: false,
+            },
+            stdout,
+            stderr,
+            timed_out: false,
+        };
+        let mut store = Store::new(&self.engine, state);
+        store.limiter(|s| &mut s.memory);
+        let started = Instant::now();
+        let timeout = limits.timeout;
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(move |mut ctx| {
+            if started.elapsed() >= timeout {
+                ctx.data_mut().timed_out = true;
+                Err(wasmtime::Error::msg("policy call deadline exceeded"))
+            } else {
+                // Let other tasks on this tokio worker run, then keep going.
+                Ok(UpdateDeadline::Yield(1))
+            }
+        });
+        store
+    }
+}
+
+/// Per-call state of a store.
+pub(crate) struct HostState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    memory: MemoryCap,
+    stdout: MemoryOutputPipe,
+    stderr: MemoryOutputPipe,
+    timed_out: bool,
+}
+
+impl WasiView for HostState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl HostState {
+    /// Forwards what the module printed to `tracing` and returns its stderr.
+    pub(crate) fn drain_output(&self, role: PolicyRole, origin: &str) -> String {
+        let stdout = String::from_utf8_lossy(&self.stdout.contents()).into_owned();
+        let stderr = String::from_utf8_lossy(&self.stderr.contents()).into_owned();
+        if !stdout.trim().is_empty() {
+            tracing::debug!(role = %role, origin, output = %stdout.trim_end(), "policy stdout");
+        }
+        if !stderr.trim().is_empty() {
+            tracing::debug!(role = %role, origin, output = %stderr.trim_end(), "policy stderr");
+        }
+        stderr
+    }
+
+    /// Turns a failed call into the error that says what happened.
+    pub(crate) fn classify(
+        &self,
+        err: wasmtime::Error,
+        role: PolicyRole,
+        origin: &str,
+        limits: PolicyLimits,
+    ) -> PolicyError {
+        let stderr = self.drain_output(role, origin);
+        let origin = origin.to_owned();
+        if self.timed_out {
+            PolicyError::PolicyTimeout {
+                role,
+                origin,
+                limit: limits.timeout,
+            }
+        } else if self.memory.hit {
+            PolicyError::PolicyMemoryLimit {
+                role,
+                origin,
+                limit_bytes: limits.memory_bytes,
+            }
+        } else if err.downcast_ref::<Trap>().is_some() {
+            PolicyError::PolicyTrap {
+                role,
+                origin,
+                message: format!("{err:#}"),
+                stderr,
+            }
+        } else {
+            // Not a trap: the canonical ABI could not lift what the module returned
+            // (a bad discriminant, a string out of bounds or not UTF-8...).
+            PolicyError::InvalidOutput {
+                role,
+                origin,
+                message: format!("{err:#}"),
+            }
+        }
+    }
+}
+
+/// Refuses memory growth past the cap, and remembers that it did.
+struct MemoryCap {
+    limit: usize,
+    hit: bool,
+}
+
+impl ResourceLimiter for MemoryCap {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.limit {
+            self.hit = true;
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= 1_000_000)
+    }
+}
+
+/// A clock that always says the Unix epoch: modules get no time source.
+struct FrozenClock;
+
+impl HostWallClock for FrozenClock {
+    fn resolution(&self) -> Duration {
+        Duration::from_secs(1)
+    }
+    fn now(&self) -> Duration {
+        Duration::ZERO
+    }
+}
+
+impl HostMonotonicClock for FrozenClock {
+    fn resolution(&self) -> u64 {
+        1_000_000_000
+    }
+    fn now(&self) -> u64 {
+        0
+    }
+}

@@ -1,0 +1,288 @@
+//! The host never trusts a module's answer: each output is checked against its input before
+//! a controller acts on it. A failed check is [`PolicyError::InvalidOutput`], so a broken or
+//! hostile module can make the konnector do nothing, but never write a CRD for another
+//! resource, take an object the decision table cannot allow, or delete objects that are
+//! not this binding's copies.
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+
+use super::types::{ConflictDecision, ConflictInput, RelatedInput, RelatedPlan, SchemaInput};
+
+/// Parses and checks a synthesised CRD.
+pub(crate) fn crd(json: &str, input: &SchemaInput) -> Result<CustomResourceDefinition, String> {
+    let value: serde_json::Value =
+        serde_json::from_str(json).map_err(|e| format!("not a JSON document: {e}"))?;
+    let api_version = value.get("apiVersion").and_then(|v| v.as_str());
+    let kind = value.get("kind").and_then(|v| v.as_str());
+    if api_version != Some("apiextensions.k8s.io/v1") || kind != Some("CustomResourceDefinition") {
+        return Err(format!(
+            "expected an apiextensions.k8s.io/v1 CustomResourceDefinition, got apiVersion {api_version:?} kind {kind:?}"
+        ));
+    }
+    let crd: CustomResourceDefinition = serde_json::from_value(value)
+        .map_err(|e| format!("not a valid CustomResourceDefinition: {e}"))?;
+    let spec = &crd.spec;
+    let expected_name = format!("{}.{}", input.resource, input.group);
+    if crd.metadata.name.as_deref() != Some(expected_name.as_str()) {
+        return Err(format!(
+            "metadata.name is {:?}, expected {expected_name:?}",
+            crd.metadata.name
+        ));
+    }
+    if spec.group != input.group {
+        return Err(format!(
+            "spec.group is {:?}, expected {:?}",
+            spec.group, input.group
+        ));
+    }
+    if spec.names.plural != input.resource || spec.names.kind != input.kind {
+        return Err(format!(
+            "spec.names are {}/{}, expected {}/{}",
+            spec.names.plural, spec.names.kind, input.resource, input.kind
+        ));
+    }
+    let storage = spec.versions.iter().filter(|v| v.storage).count();
+    if storage != 1 {
+        return Err(format!("{storage} storage versions, expected exactly one"));
+    }
+    let known: BTreeSet<&str> = input.versions.iter().map(|v| v.name.as_str()).collect();
+    for v in &spec.versions {
+        if !known.contains(v.name.as_str()) {
+            return Err(format!("version {:?} was not discovered", v.name));
+        }
+        let root = v
+            .schema
+            .as_ref()
+            .and_then(|s| s.open_api_v3_schema.as_ref())
+            .ok_or_else(|| format!("version {:?} has no openAPIV3Schema", v.name))?;
+        if root.type_.as_deref() != Some("object") {
+            return Err(format!(
+                "version {:?}: the root schema is not of type object",
+                v.name
+            ));
+        }
+    }
+    Ok(crd)
+}
+
+/// Checks a conflict decision is possible for its input.
+pub(crate) fn decision(d: &ConflictDecision, input: &ConflictInput) -> Result<(), String> {
+    match (d, &input.target) {
+        (ConflictDecision::Create, Some(_)) => {
+            Err("decided Create, but a provider object already exists".into())
+        }
+        (ConflictDecision::UpdateOwned | ConflictDecision::Adopt, None) => Err(format!(
+            "decided {d:?}, but there is no provider object to update"
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Checks a related plan only names objects it may touch.
+pub(crate) fn plan(plan: &RelatedPlan, input: &RelatedInput) -> Result<(), String> {
+    if plan.binding_uid != input.binding_uid
+        || plan.resource != input.entry.resource
+        || plan.direction != input.entry.direction
+    {
+        return Err(format!(
+            "the plan is keyed {}/{:?}/{:?}, expected {}/{:?}/{:?}",
+            plan.binding_uid,
+            plan.resource,
+            plan.direction,
+            input.binding_uid,
+            input.entry.resource,
+            input.entry.direction
+        ));
+    }
+    let in_scope = |ns: &str| input.binding_namespace.as_deref().is_none_or(|b| b == ns);
+    let sources: BTreeSet<(&str, &str)> = input
+        .sources
+        .iter()
+        .map(|s| (s.namespace.as_str(), s.name.as_str()))
+        .collect();
+    let ours: BTreeSet<(&str, &str)> = input
+        .targets
+        .iter()
+        .filter(|t| t.related_binding.as_deref() == Some(input.binding_uid.as_str()))
+        .map(|t| (t.namespace.as_str(), t.name.as_str()))
+        .collect();
+    let others: BTreeSet<(&str, &str)> = input
+        .targets
+        .iter()
+        .filter(|t| t.related_binding.as_deref() != Some(input.binding_uid.as_str()))
+        .map(|t| (t.namespace.as_str(), t.name.as_str()))
+        .collect();
+    for c in &plan.copy {
+        let key = (c.namespace.as_str(), c.name.as_str());
+        if !sources.contains(&key) || !in_scope(&c.namespace) {
+            return Err(format!(
+                "copy {}/{} is not a source in scope",
+                c.namespace, c.name
+            ));
+        }
+        if others.contains(&key) {
+            return Err(format!(
+                "copy {}/{} would overwrite a target that is not this binding's copy",
+                c.namespace, c.name
+            ));
+        }
+    }
+    for d in &plan.delete {
+        let key = (d.namespace.as_str(), d.name.as_str());
+        if !ours.contains(&key) || !in_scope(&d.namespace) {
+            return Err(format!(
+                "delete {}/{} is not a copy of this binding in scope",
+                d.namespace, d.name
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{RelatedDirection, RelatedResource, RelatedResourceKind, RelatedSelector};
+    use crate::policy::types::{ObjectRef, RelatedSource, RelatedTarget};
+
+    fn input(namespace: Option<&str>) -> RelatedInput {
+        RelatedInput {
+            binding_uid: "b".into(),
+            binding_namespace: namespace.map(Into::into),
+            entry: RelatedResource {
+                group: String::new(),
+                resource: RelatedResourceKind::Secrets,
+                direction: RelatedDirection::FromProvider,
+                selector: RelatedSelector::default(),
+            },
+            sources: vec![RelatedSource {
+                namespace: "a".into(),
+                name: "src".into(),
+                labels: Default::default(),
+            }],
+            targets: vec![
+                RelatedTarget {
+                    namespace: "a".into(),
+                    name: "mine".into(),
+                    related_binding: Some("b".into()),
+                },
+                RelatedTarget {
+                    namespace: "a".into(),
+                    name: "theirs".into(),
+                    related_binding: Some("other".into()),
+                },
+                RelatedTarget {
+                    namespace: "a".into(),
+                    name: "src".into(),
+                    related_binding: None,
+                },
+            ],
+        }
+    }
+
+    fn plan(copy: &[&str], delete: &[&str]) -> RelatedPlan {
+        let r = |n: &&str| ObjectRef {
+            namespace: "a".into(),
+            name: (*n).into(),
+        };
+        RelatedPlan {
+            binding_uid: "b".into(),
+            resource: RelatedResourceKind::Secrets,
+            direction: RelatedDirection::FromProvider,
+            copy: copy.iter().map(r).collect(),
+            skip: vec![],
+            delete: delete.iter().map(r).collect(),
+        }
+    }
+
+    #[test]
+    fn plan_deleting_own_copies_is_valid() {
+        assert_eq!(super::plan(&plan(&[], &["mine"]), &input(None)), Ok(()));
+    }
+
+    #[test]
+    fn plan_deleting_another_bindings_object_is_invalid() {
+        let e = super::plan(&plan(&[], &["theirs"]), &input(None));
+        assert!(e.is_err_and(|e| e.contains("delete a/theirs is not a copy of this binding")));
+    }
+
+    #[test]
+    fn plan_overwriting_an_unmarked_target_is_invalid() {
+        let e = super::plan(&plan(&["src"], &[]), &input(None));
+        assert!(e.is_err_and(|e| e.contains("not this binding's copy")));
+    }
+
+    #[test]
+    fn plan_copying_an_unknown_source_is_invalid() {
+        let e = super::plan(&plan(&["invented"], &[]), &input(None));
+        assert!(e.is_err_and(|e| e.contains("copy a/invented is not a source in scope")));
+    }
+
+    #[test]
+    fn plan_outside_the_bindings_namespace_is_invalid() {
+        let e = super::plan(&plan(&[], &["mine"]), &input(Some("elsewhere")));
+        assert!(e.is_err());
+    }
+
+    #[test]
+    fn plan_with_another_key_is_invalid() {
+        let mut p = plan(&[], &[]);
+        p.direction = RelatedDirection::FromConsumer;
+        assert!(super::plan(&p, &input(None)).is_err_and(|e| e.contains("keyed")));
+    }
+
+    #[test]
+    fn decisions_must_fit_the_target() {
+        let mut i = ConflictInput {
+            consumer_cluster_uid: "c".into(),
+            consumer_object_uid: "o".into(),
+            conflict_policy: Default::default(),
+            target: None,
+        };
+        assert!(decision(&ConflictDecision::Create, &i).is_ok());
+        assert!(decision(&ConflictDecision::Adopt, &i).is_err());
+        assert!(decision(&ConflictDecision::UpdateOwned, &i).is_err());
+        i.target = Some(Default::default());
+        assert!(decision(&ConflictDecision::Create, &i).is_err());
+        assert!(decision(&ConflictDecision::Adopt, &i).is_ok());
+    }
+
+    fn schema_input() -> SchemaInput {
+        serde_json::from_value(serde_json::json!({
+            "group": "example.org", "resource": "widgets", "kind": "Widget", "scope": "Namespaced",
+            "versions": [{"name": "v1", "served": true, "storage": true, "openapi": {}}]
+        }))
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn crd_json(name: &str, storage: bool) -> String {
+        serde_json::json!({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": name},
+            "spec": {"group": "example.org", "scope": "Namespaced",
+                "names": {"plural": "widgets", "kind": "Widget"},
+                "versions": [{"name": "v1", "served": true, "storage": storage,
+                    "schema": {"openAPIV3Schema": {"type": "object"}}}]}
+        })
+        .to_string()
+    }
+
+    #[test]
+    fn crd_for_the_requested_resource_is_valid() {
+        assert!(crd(&crd_json("widgets.example.org", true), &schema_input()).is_ok());
+    }
+
+    #[test]
+    fn crd_for_another_resource_is_invalid() {
+        let e = crd(&crd_json("gadgets.example.org", true), &schema_input());
+        assert!(e.is_err_and(|e| e.contains("metadata.name")));
+    }
+
+    #[test]
+    fn crd_without_storage_version_is_invalid() {
+        let e = crd(&crd_json("widgets.example.org", false), &schema_input());
+        assert!(e.is_err_and(|e| e.contains("0 storage versions")));
+    }
+}

@@ -1,0 +1,127 @@
+//! The built-in schema synthesis: from discovery facts and the provider's OpenAPI v3
+//! document for each version, the apiextensions.k8s.io/v1 CustomResourceDefinition the
+//! konnector installs on the consumer.
+//!
+//! ```text
+//! discovery facts ──┐
+//!                   ├─▶ per version: find the kind's schema (x-kubernetes-group-version-kind)
+//! /openapi/v3 doc ──┘       └─▶ structural::root_schema (inline $refs, structural rules)
+//!                                  └─▶ CRD {names, scope, versions[served, storage, status]}
+//! ```
+//!
+//! Served and storage flags come from discovery as given; exactly one version must be the
+//! storage version. The status subresource is enabled for a version when discovery lists
+//! `status` for it. Errors name the input field or the JSON pointer in the OpenAPI document.
+
+mod rules;
+pub mod structural;
+
+use kbind_policy_sdk::openapi::Document;
+use kbind_policy_sdk::schema::{Guest, ResourceScope, SchemaInput, SynthesisError};
+use serde_json::{Value, json};
+
+/// The built-in policy, exported as the component's `kbind:policy/schema` interface.
+pub struct BuiltinSchemaSynthesis;
+
+impl Guest for BuiltinSchemaSynthesis {
+    fn synthesize(input: SchemaInput) -> Result<String, SynthesisError> {
+        let crd = synthesize(&input)?;
+        serde_json::to_string(&crd)
+            .map_err(|e| SynthesisError::at("", format!("serialising the CRD: {e}")))
+    }
+}
+
+kbind_policy_sdk::export_schema_synthesis!(BuiltinSchemaSynthesis);
+
+/// Builds the CRD as a JSON value.
+pub fn synthesize(input: &SchemaInput) -> Result<Value, SynthesisError> {
+    validate_facts(input)?;
+    let mut versions = Vec::with_capacity(input.versions.len());
+    for (i, v) in input.versions.iter().enumerate() {
+        let doc = Document::parse(&v.openapi)
+            .map_err(|e| SynthesisError::at(format!("versions/{i}/openapi"), e.message))?;
+        let (pointer, _) = doc.schema_for_kind(&input.group, &v.name, &input.kind)?;
+        let schema = structural::root_schema(&doc, &pointer)?;
+        let mut version = json!({
+            "name": v.name,
+            "served": v.served,
+            "storage": v.storage,
+            "schema": {"openAPIV3Schema": schema},
+        });
+        if v.subresources.iter().any(|s| s == "status") {
+            version["subresources"] = json!({"status": {}});
+        }
+        versions.push(version);
+    }
+    let singular = if input.singular.is_empty() {
+        input.kind.to_lowercase()
+    } else {
+        input.singular.clone()
+    };
+    let mut names = json!({
+        "plural": input.resource,
+        "singular": singular,
+        "kind": input.kind,
+        "listKind": format!("{}List", input.kind),
+    });
+    if !input.short_names.is_empty() {
+        names["shortNames"] = json!(input.short_names);
+    }
+    if !input.categories.is_empty() {
+        names["categories"] = json!(input.categories);
+    }
+    Ok(json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{}.{}", input.resource, input.group)},
+        "spec": {
+            "group": input.group,
+            "names": names,
+            "scope": match input.scope {
+                ResourceScope::Namespaced => "Namespaced",
+                ResourceScope::Cluster => "Cluster",
+            },
+            "versions": versions,
+        },
+    }))
+}
+
+fn validate_facts(input: &SchemaInput) -> Result<(), SynthesisError> {
+    if !input.group.contains('.') {
+        return Err(SynthesisError::at(
+            "group",
+            format!(
+                "group {:?} cannot be served by a CRD: a CRD group must be a domain name with at least one dot",
+                input.group
+            ),
+        ));
+    }
+    if input.resource.is_empty() {
+        return Err(SynthesisError::at(
+            "resource",
+            "the plural resource name is empty",
+        ));
+    }
+    if input.kind.is_empty() {
+        return Err(SynthesisError::at("kind", "the kind is empty"));
+    }
+    if input.versions.is_empty() {
+        return Err(SynthesisError::at("versions", "discovery lists no version"));
+    }
+    let storage: Vec<&str> = input
+        .versions
+        .iter()
+        .filter(|v| v.storage)
+        .map(|v| v.name.as_str())
+        .collect();
+    if storage.len() != 1 {
+        return Err(SynthesisError::at(
+            "versions",
+            format!(
+                "exactly one version must be the storage version, found {}: {storage:?}",
+                storage.len()
+            ),
+        ));
+    }
+    Ok(())
+}
