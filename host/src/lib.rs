@@ -9,11 +9,12 @@
 //! ```
 
 pub mod api;
+pub mod cli;
 pub mod conditions;
 pub mod connection;
 pub mod heartbeat;
 pub mod leader;
-pub mod cli;
+pub mod manager;
 pub mod policy;
 pub mod provider;
 pub mod schema;

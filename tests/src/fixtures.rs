@@ -72,7 +72,11 @@ pub fn start_konnector(consumer: &Cluster) -> anyhow::Result<Konnector> {
     std::thread::Builder::new()
         .name("konnector".into())
         .spawn(move || {
-            let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+            let runtime = match tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+            {
                 Ok(runtime) => runtime,
                 Err(e) => {
                     let _ = ready_tx.send(Err(e.into()));
@@ -85,7 +89,13 @@ pub fn start_konnector(consumer: &Cluster) -> anyhow::Result<Konnector> {
                     install_core_crds(&client).await?;
                     ensure_namespace(&client, SECRET_NAMESPACE).await?;
                     let policies = Policies::builtin()?;
-                    let recorder = Recorder::new(client.clone(), Reporter { controller: "kbind-konnector".into(), instance: None });
+                    let recorder = Recorder::new(
+                        client.clone(),
+                        Reporter {
+                            controller: "kbind-konnector".into(),
+                            instance: None,
+                        },
+                    );
                     let ctx = konnector::connection::Context::new(
                         client,
                         thread_engagements,
@@ -108,8 +118,13 @@ pub fn start_konnector(consumer: &Cluster) -> anyhow::Result<Konnector> {
             });
         })
         .context("spawning the konnector thread")?;
-    ready_rx.recv().context("the konnector thread ended before starting")??;
-    Ok(Konnector { engagements, shutdown })
+    ready_rx
+        .recv()
+        .context("the konnector thread ended before starting")??;
+    Ok(Konnector {
+        engagements,
+        shutdown,
+    })
 }
 
 /// A name unique within this test process: `<prefix>-<n>`.
@@ -122,7 +137,10 @@ pub fn unique(prefix: &str) -> String {
 pub async fn ensure_namespace(client: &kube::Client, name: &str) -> anyhow::Result<()> {
     let namespaces: Api<Namespace> = Api::all(client.clone());
     let namespace = Namespace {
-        metadata: ObjectMeta { name: Some(name.into()), ..ObjectMeta::default() },
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..ObjectMeta::default()
+        },
         ..Namespace::default()
     };
     match namespaces.create(&PostParams::default(), &namespace).await {
@@ -133,7 +151,11 @@ pub async fn ensure_namespace(client: &kube::Client, name: &str) -> anyhow::Resu
 }
 
 /// Writes (creates or replaces) a kubeconfig Secret in the credential namespace.
-pub async fn put_kubeconfig_secret(consumer: &kube::Client, name: &str, kubeconfig: &str) -> anyhow::Result<()> {
+pub async fn put_kubeconfig_secret(
+    consumer: &kube::Client,
+    name: &str,
+    kubeconfig: &str,
+) -> anyhow::Result<()> {
     let secrets: Api<Secret> = Api::namespaced(consumer.clone(), SECRET_NAMESPACE);
     let secret = json!({
         "apiVersion": "v1",
@@ -142,7 +164,11 @@ pub async fn put_kubeconfig_secret(consumer: &kube::Client, name: &str, kubeconf
         "data": {"kubeconfig": ByteString(kubeconfig.as_bytes().to_vec())},
     });
     secrets
-        .patch(name, &PatchParams::apply("kbind-tests").force(), &Patch::Apply(&secret))
+        .patch(
+            name,
+            &PatchParams::apply("kbind-tests").force(),
+            &Patch::Apply(&secret),
+        )
         .await
         .with_context(|| format!("writing Secret {SECRET_NAMESPACE}/{name}"))?;
     Ok(())
@@ -174,12 +200,22 @@ pub async fn connect(
 ) -> anyhow::Result<Connection> {
     put_kubeconfig_secret(consumer, name, &provider.admin().kubeconfig_yaml()?).await?;
     let connections: Api<Connection> = Api::all(consumer.clone());
-    Ok(connections.create(&PostParams::default(), &connection(name, name, schema, auto_bind)).await?)
+    Ok(connections
+        .create(
+            &PostParams::default(),
+            &connection(name, name, schema, auto_bind),
+        )
+        .await?)
 }
 
 /// The named condition of a Connection, if set.
 pub fn condition<'a>(connection: &'a Connection, type_: &str) -> Option<&'a Condition> {
-    connection.status.as_ref()?.conditions.iter().find(|c| c.type_ == type_)
+    connection
+        .status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
 }
 
 /// Waits until `check` accepts the Connection, returning it; fails with the last state seen.
@@ -195,7 +231,10 @@ pub async fn wait_connection(
         if check(&current) {
             Ok(current)
         } else {
-            Err(anyhow::anyhow!("Connection {name}: waiting for {what}; status is {:?}", current.status))
+            Err(anyhow::anyhow!(
+                "Connection {name}: waiting for {what}; status is {:?}",
+                current.status
+            ))
         }
     })
     .await
@@ -207,7 +246,11 @@ pub fn has_condition(connection: &Connection, type_: &str, status: &str, reason:
 }
 
 /// A CRD for a namespaced `Widget`-like kind with spec and status, optionally exported.
-pub fn widget_crd(group: &str, kind: &str, exported: bool) -> anyhow::Result<CustomResourceDefinition> {
+pub fn widget_crd(
+    group: &str,
+    kind: &str,
+    exported: bool,
+) -> anyhow::Result<CustomResourceDefinition> {
     let plural = format!("{}s", kind.to_lowercase());
     let mut labels = BTreeMap::new();
     if exported {
@@ -247,9 +290,11 @@ pub fn widget_crd(group: &str, kind: &str, exported: bool) -> anyhow::Result<Cus
 /// Starts a cluster of its own for a test that changes cluster-wide state (exports, identity).
 /// It is killed when the returned value is dropped.
 pub fn private_cluster(name: &str) -> anyhow::Result<Cluster> {
-    let root = std::env::temp_dir()
-        .join("kbind-testenv")
-        .join(format!("{}-{}", std::process::id(), unique("private")));
+    let root = std::env::temp_dir().join("kbind-testenv").join(format!(
+        "{}-{}",
+        std::process::id(),
+        unique("private")
+    ));
     std::fs::create_dir_all(&root)?;
     let cluster = Cluster::new(&root, name)?;
     cluster.start()?;
@@ -265,12 +310,19 @@ pub async fn install_core_crds(client: &kube::Client) -> anyhow::Result<()> {
 }
 
 /// Applies a CRD and waits until it is Established.
-pub async fn install_crd(client: &kube::Client, crd: &CustomResourceDefinition) -> anyhow::Result<()> {
+pub async fn install_crd(
+    client: &kube::Client,
+    crd: &CustomResourceDefinition,
+) -> anyhow::Result<()> {
     let name = crd.metadata.name.clone().unwrap_or_default();
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    crds.patch(&name, &PatchParams::apply("kbind-tests").force(), &Patch::Apply(crd))
-        .await
-        .with_context(|| format!("applying CRD {name}"))?;
+    crds.patch(
+        &name,
+        &PatchParams::apply("kbind-tests").force(),
+        &Patch::Apply(crd),
+    )
+    .await
+    .with_context(|| format!("applying CRD {name}"))?;
     konnector::schema::established(client, &name, CONVERGE).await?;
     Ok(())
 }

@@ -7,7 +7,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::APIGroup;
 use serde_json::Value;
 
 use super::install::SchemaError;
-use crate::api::{ExportedApi, ResourceScope};
+use crate::api::ExportedApi;
 use crate::policy::{SchemaInput, SchemaVersion};
 
 /// Discovery facts and OpenAPI documents for one API, as read from the provider.
@@ -34,12 +34,10 @@ pub struct ApiFacts {
 pub struct VersionFacts {
     /// Version name.
     pub name: String,
-    /// Whether `<plural>/status` is served.
-    pub status: bool,
-    /// Whether `<plural>/scale` is served.
-    pub scale: bool,
-    /// The `/openapi/v3` document for this group-version, as JSON text.
-    pub openapi: String,
+    /// Subresources discovery lists (`status`, `scale`, ...).
+    pub subresources: Vec<String>,
+    /// The `/openapi/v3` document for this group-version.
+    pub openapi: Value,
 }
 
 impl ApiFacts {
@@ -52,16 +50,16 @@ impl ApiFacts {
             singular: self.singular.clone(),
             short_names: self.short_names.clone(),
             categories: self.categories.clone(),
-            namespaced: self.api.scope == ResourceScope::Namespaced,
+            scope: self.api.scope,
             versions: self
                 .versions
                 .iter()
                 .map(|v| SchemaVersion {
                     name: v.name.clone(),
+                    served: true,
                     storage: v.name == self.storage_version,
-                    status_subresource: v.status,
-                    scale_subresource: v.scale,
-                    openapi_document: v.openapi.clone(),
+                    subresources: v.subresources.clone(),
+                    openapi: v.openapi.clone(),
                 })
                 .collect(),
         }
@@ -111,11 +109,12 @@ pub async fn fetch_facts(
                 resource.categories.clone().unwrap_or_default(),
             )
         });
-        let has = |sub: &str| {
-            list.resources
-                .iter()
-                .any(|r| r.name == format!("{}/{sub}", api.resource))
-        };
+        let prefix = format!("{}/", api.resource);
+        let subresources = list
+            .resources
+            .iter()
+            .filter_map(|r| r.name.strip_prefix(&prefix).map(str::to_string))
+            .collect();
         let url = index
             .pointer(&format!(
                 "/paths/apis~1{}~1{}/serverRelativeURL",
@@ -126,9 +125,8 @@ pub async fn fetch_facts(
         let document: Value = provider.request(get(url)?).await.map_err(read)?;
         versions.push(VersionFacts {
             name: version.clone(),
-            status: has("status"),
-            scale: has("scale"),
-            openapi: document.to_string(),
+            subresources,
+            openapi: document,
         });
     }
     let (kind, singular, short_names, categories) =
