@@ -866,3 +866,90 @@ async fn shared_secret_keeps_its_finalizer_until_the_last_connection_is_gone() -
     })
     .await
 }
+
+/// A provider CRD with the constructs schema synthesis must carry over.
+fn rich_crd() -> anyhow::Result<CustomResourceDefinition> {
+    Ok(serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "gears.rich.example.org"},
+        "spec": {
+            "group": "rich.example.org",
+            "names": {"plural": "gears", "singular": "gear", "kind": "Gear", "listKind": "GearList", "shortNames": ["gr"], "categories": ["machines"]},
+            "scope": "Namespaced",
+            "versions": [{
+                "name": "v1",
+                "served": true,
+                "storage": true,
+                "subresources": {"status": {}},
+                "schema": {"openAPIV3Schema": {
+                    "type": "object",
+                    "properties": {
+                        "spec": {"type": "object", "required": ["size"], "properties": {
+                            "size": {"type": "integer", "minimum": 1},
+                            "mode": {"type": "string", "enum": ["fast", "slow"]},
+                            "port": {"x-kubernetes-int-or-string": true},
+                            "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+                            "teeth": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"],
+                                "items": {"type": "object", "required": ["name"], "properties": {
+                                    "name": {"type": "string"},
+                                    "angle": {"type": "number"}
+                                }}},
+                            "tags": {"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "string"}},
+                            "extra": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                            "nested": {"type": "object", "properties": {"inner": {"type": "object", "properties": {"flag": {"type": "boolean"}}}}}
+                        }},
+                        "status": {"type": "object", "properties": {"phase": {"type": "string"}, "observed": {"type": "integer"}}}
+                    }
+                }}
+            }]
+        }
+    }))?)
+}
+
+#[tokio::test]
+async fn openapi_source_with_pull_all_synthesizes_a_crd_that_round_trips_every_field() -> anyhow::Result<()> {
+    let pair = setup()?;
+    let provider_cluster = tokio::task::spawn_blocking(|| private_cluster("synth")).await??;
+    pair.diagnose(async {
+        let consumer = pair.consumer.client().await?;
+        let provider = provider_cluster.client().await?;
+        install_crd(&provider, &rich_crd()?).await?;
+        let name = unique("synth");
+        let schema = SchemaPolicy { source: SchemaSource::OpenApi, pull_policy: PullPolicy::All, update_policy: UpdatePolicy::Always };
+        connect(&consumer, &provider_cluster, &name, schema, false).await?;
+        wait_connection(&consumer, &name, "SchemaInSync", |c| has_condition(c, "SchemaInSync", "True", "AsExpected")).await?;
+
+        let installed = Api::<CustomResourceDefinition>::all(consumer.clone()).get("gears.rich.example.org").await?;
+        assert_eq!(installed.annotations().get(CONNECTION_ANNOTATION), Some(&name));
+        assert_eq!(installed.spec.names.short_names.as_deref(), Some(&["gr".to_string()][..]));
+        let version = &installed.spec.versions[0];
+        assert!(version.subresources.as_ref().and_then(|s| s.status.as_ref()).is_some(), "status subresource carried over");
+
+        let resource = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("rich.example.org", "v1", "Gear"), "gears");
+        ensure_namespace(&consumer, &name).await?;
+        let gears: Api<DynamicObject> = Api::namespaced_with(consumer.clone(), &name, &resource);
+        let spec = json!({
+            "size": 3,
+            "mode": "fast",
+            "port": "http",
+            "labels": {"a": "b"},
+            "teeth": [{"name": "t1", "angle": 1.5}, {"name": "t2", "angle": 2.5}],
+            "tags": ["x", "y"],
+            "extra": {"anything": {"goes": [1, 2]}},
+            "nested": {"inner": {"flag": true}}
+        });
+        let mut gear = DynamicObject::new("g1", &resource).within(&name);
+        gear.data = json!({"spec": spec});
+        gears.create(&PostParams::default(), &gear).await?;
+        let read = gears.get("g1").await?;
+        assert_eq!(read.data["spec"], spec, "every field survives the synthesized schema");
+
+        let mut bad = DynamicObject::new("g2", &resource).within(&name);
+        bad.data = json!({"spec": {"size": 3, "mode": "sideways"}});
+        let refused = gears.create(&PostParams::default(), &bad).await;
+        assert!(matches!(refused, Err(kube::Error::Api(ref s)) if s.code == 422), "enum kept: {refused:?}");
+        anyhow::Ok(())
+    })
+    .await
+}
