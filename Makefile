@@ -42,6 +42,13 @@ image:
 bench: wasm-target
 	$(CARGO) bench -p konnector --bench policy
 
+# The whole data path on two local kube-apiservers; Ctrl-C tears down.
+TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),target)
+demo: tools
+	$(CARGO) build -q -p konnector --bin konnector
+	$(CARGO) build -q -p kbind-tests --bin demo
+	$(TARGET_DIR)/debug/demo --konnector $(TARGET_DIR)/debug/konnector
+
 # Regenerate the committed core CRDs from the Rust types.
 crds:
 	$(CARGO) run -q -p konnector -- crds --out charts/konnector/files/crds

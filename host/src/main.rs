@@ -15,6 +15,8 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Run the konnector's controllers against the consumer cluster.
+    Run(Box<konnector::cli::run::RunArgs>),
     /// Write the three core.kbind.io CRD manifests into a directory (or print them).
     Crds {
         /// Directory to write into; prints a multi-document YAML stream when omitted.
@@ -28,6 +30,13 @@ enum Command {
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    if let Command::Run(args) = cli.command {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .context("starting the async runtime")?;
+        return runtime.block_on(konnector::cli::run::run(*args));
+    }
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_writer(std::io::stderr)
@@ -35,6 +44,7 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Crds { out } => write_crds(out),
         Command::Policy(command) => konnector::cli::policy::run(command),
+        Command::Run(_) => Ok(()),
     }
 }
 

@@ -26,10 +26,10 @@ async fn bound(name: &str, policy: ConflictPolicy) -> anyhow::Result<(Stack, Tes
     let pair = shared_pair()?;
     let stack = Stack::start(pair, name).await?;
     let api = TestApi::namespaced(&format!("{name}.e2e.kbind.io"));
-    api.install(&stack).await?;
+    api.export(&stack).await?;
     stack.engage(&[&api]);
     stack
-        .create_binding(&stack.binding(name, "widgets", &[&api], policy))
+        .create_ready_binding(&stack.binding(name, "widgets", &[&api], policy))
         .await?;
     ensure_namespace(&stack.provider, name).await?;
     Ok((stack, api))
@@ -105,7 +105,7 @@ async fn provider_untouched(
 async fn unmarked_target_under_fail_is_foreign_object_exists() -> anyhow::Result<()> {
     let ns = "conflict-foreign";
     let (stack, api) = bound(ns, ConflictPolicy::Fail).await?;
-    shared_pair()?
+    let result = shared_pair()?
         .diagnose(stack.diagnose(&[&api], async {
             let before = foreign(&stack, &api, ns, "taken", &[]).await?;
             api.create(&stack.consumer, Some(ns), "taken", json!({ "mine": true }))
@@ -149,14 +149,15 @@ async fn unmarked_target_under_fail_is_foreign_object_exists() -> anyhow::Result
             );
             anyhow::Ok(())
         }))
-        .await
+        .await;
+    stack.finish(result).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn target_owned_by_another_cluster_is_owned_by_another() -> anyhow::Result<()> {
     let ns = "conflict-cluster";
     let (stack, api) = bound(ns, ConflictPolicy::Adopt).await?;
-    shared_pair()?
+    let result = shared_pair()?
         .diagnose(stack.diagnose(&[&api], async {
             let markers = [
                 (CONSUMER_CLUSTER_UID_ANNOTATION, "another-cluster"),
@@ -169,7 +170,8 @@ async fn target_owned_by_another_cluster_is_owned_by_another() -> anyhow::Result
             provider_untouched(&stack, &api, ns, "taken", &before).await?;
             anyhow::Ok(())
         }))
-        .await
+        .await;
+    stack.finish(result).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -177,7 +179,7 @@ async fn target_owned_by_another_object_of_this_cluster_is_owned_by_another() ->
 {
     let ns = "conflict-object";
     let (stack, api) = bound(ns, ConflictPolicy::Adopt).await?;
-    shared_pair()?
+    let result = shared_pair()?
         .diagnose(stack.diagnose(&[&api], async {
             let markers = [
                 (CONSUMER_CLUSTER_UID_ANNOTATION, stack.consumer_uid.as_str()),
@@ -190,14 +192,15 @@ async fn target_owned_by_another_object_of_this_cluster_is_owned_by_another() ->
             provider_untouched(&stack, &api, ns, "taken", &before).await?;
             anyhow::Ok(())
         }))
-        .await
+        .await;
+    stack.finish(result).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn partial_markers_count_as_owned_by_another_even_under_adopt() -> anyhow::Result<()> {
     let ns = "conflict-partial";
     let (stack, api) = bound(ns, ConflictPolicy::Adopt).await?;
-    shared_pair()?
+    let result = shared_pair()?
         .diagnose(stack.diagnose(&[&api], async {
             let cluster_only = foreign(
                 &stack,
@@ -225,14 +228,15 @@ async fn partial_markers_count_as_owned_by_another_even_under_adopt() -> anyhow:
             provider_untouched(&stack, &api, ns, "object-only", &object_only).await?;
             anyhow::Ok(())
         }))
-        .await
+        .await;
+    stack.finish(result).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn managed_label_alone_is_not_ownership() -> anyhow::Result<()> {
     let ns = "conflict-label";
     let (stack, api) = bound(ns, ConflictPolicy::Fail).await?;
-    shared_pair()?
+    let result = shared_pair()?
         .diagnose(stack.diagnose(&[&api], async {
             let mut obj = api.object(Some(ns), "taken", json!({ "owner": "someone else" }));
             obj.metadata.labels = Some(BTreeMap::from([(
@@ -249,14 +253,15 @@ async fn managed_label_alone_is_not_ownership() -> anyhow::Result<()> {
             provider_untouched(&stack, &api, ns, "taken", &before).await?;
             anyhow::Ok(())
         }))
-        .await
+        .await;
+    stack.finish(result).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn adopt_overwrites_an_unmarked_target() -> anyhow::Result<()> {
     let ns = "conflict-adopt";
     let (stack, api) = bound(ns, ConflictPolicy::Adopt).await?;
-    shared_pair()?
+    let result = shared_pair()?
         .diagnose(stack.diagnose(&[&api], async {
             let before = foreign(&stack, &api, ns, "adoptee", &[]).await?;
             let created = api
@@ -313,14 +318,15 @@ async fn adopt_overwrites_an_unmarked_target() -> anyhow::Result<()> {
             .await?;
             anyhow::Ok(())
         }))
-        .await
+        .await;
+    stack.finish(result).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conflict_clears_when_the_foreign_object_goes_away() -> anyhow::Result<()> {
     let ns = "conflict-clears";
     let (stack, api) = bound(ns, ConflictPolicy::Fail).await?;
-    shared_pair()?
+    let result = shared_pair()?
         .diagnose(stack.diagnose(&[&api], async {
             foreign(&stack, &api, ns, "taken", &[]).await?;
             api.create(&stack.consumer, Some(ns), "taken", json!({ "mine": true }))
@@ -361,14 +367,15 @@ async fn conflict_clears_when_the_foreign_object_goes_away() -> anyhow::Result<(
             .await?;
             anyhow::Ok(())
         }))
-        .await
+        .await;
+    stack.finish(result).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleting_a_conflicting_instance_leaves_the_foreign_object() -> anyhow::Result<()> {
     let ns = "conflict-delete";
     let (stack, api) = bound(ns, ConflictPolicy::Fail).await?;
-    shared_pair()?
+    let result = shared_pair()?
         .diagnose(stack.diagnose(&[&api], async {
             let before = foreign(&stack, &api, ns, "taken", &[]).await?;
             api.create(&stack.consumer, Some(ns), "taken", json!({}))
@@ -387,14 +394,15 @@ async fn deleting_a_conflicting_instance_leaves_the_foreign_object() -> anyhow::
             provider_untouched(&stack, &api, ns, "taken", &before).await?;
             anyhow::Ok(())
         }))
-        .await
+        .await;
+    stack.finish(result).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn recreated_instance_does_not_own_the_retained_copy() -> anyhow::Result<()> {
     let ns = "conflict-recreate";
     let (stack, api) = bound(ns, ConflictPolicy::Adopt).await?;
-    shared_pair()?.diagnose(stack.diagnose(&[&api], async {
+    let result = shared_pair()?.diagnose(stack.diagnose(&[&api], async {
         let consumer = api.api(&stack.consumer, Some(ns));
         let first = api.create(&stack.consumer, Some(ns), "w", json!({ "generation": 1 })).await?;
         wait_for("the first copy", WAIT, || async { Ok(api.api(&stack.provider, Some(ns)).get_opt("w").await?) }).await?;
@@ -415,5 +423,6 @@ async fn recreated_instance_does_not_own_the_retained_copy() -> anyhow::Result<(
         .await?;
         anyhow::Ok(())
     }))
-    .await
+    .await;
+    stack.finish(result).await
 }

@@ -20,10 +20,10 @@ async fn bound(name: &str) -> anyhow::Result<(Stack, TestApi)> {
     let pair = shared_pair()?;
     let stack = Stack::start(pair, name).await?;
     let api = TestApi::namespaced(&format!("{name}.e2e.kbind.io"));
-    api.install(&stack).await?;
+    api.export(&stack).await?;
     stack.engage(&[&api]);
     stack
-        .create_binding(&stack.binding(name, "widgets", &[&api], ConflictPolicy::Fail))
+        .create_ready_binding(&stack.binding(name, "widgets", &[&api], ConflictPolicy::Fail))
         .await?;
     Ok((stack, api))
 }
@@ -32,7 +32,7 @@ async fn bound(name: &str) -> anyhow::Result<(Stack, TestApi)> {
 async fn deleting_an_instance_deletes_its_provider_copy() -> anyhow::Result<()> {
     let ns = "delete-owned";
     let (stack, api) = bound(ns).await?;
-    shared_pair()?
+    let result = shared_pair()?
         .diagnose(stack.diagnose(&[&api], async {
             api.create(&stack.consumer, Some(ns), "w", json!({}))
                 .await?;
@@ -57,14 +57,15 @@ async fn deleting_an_instance_deletes_its_provider_copy() -> anyhow::Result<()> 
             .await?;
             anyhow::Ok(())
         }))
-        .await
+        .await;
+    stack.finish(result).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn instance_deletion_waits_for_provider_finalizer() -> anyhow::Result<()> {
     let ns = "delete-waits";
     let (stack, api) = bound(ns).await?;
-    shared_pair()?
+    let result = shared_pair()?
         .diagnose(stack.diagnose(&[&api], async {
             let consumer = api.api(&stack.consumer, Some(ns));
             let provider = api.api(&stack.provider, Some(ns));
@@ -117,14 +118,15 @@ async fn instance_deletion_waits_for_provider_finalizer() -> anyhow::Result<()> 
             assert!(provider.get_opt("w").await?.is_none());
             anyhow::Ok(())
         }))
-        .await
+        .await;
+    stack.finish(result).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn orphan_keeps_provider_copy() -> anyhow::Result<()> {
     let ns = "delete-orphan";
     let (stack, api) = bound(ns).await?;
-    shared_pair()?.diagnose(stack.diagnose(&[&api], async {
+    let result = shared_pair()?.diagnose(stack.diagnose(&[&api], async {
         let consumer = api.api(&stack.consumer, Some(ns));
         let provider = api.api(&stack.provider, Some(ns));
         let created = api.create(&stack.consumer, Some(ns), "w", json!({ "keep": "me" })).await?;
@@ -141,5 +143,6 @@ async fn orphan_keeps_provider_copy() -> anyhow::Result<()> {
         assert_eq!(kept.annotations().get(CONSUMER_OBJECT_UID_ANNOTATION), created.uid().as_ref());
         anyhow::Ok(())
     }))
-    .await
+    .await;
+    stack.finish(result).await
 }

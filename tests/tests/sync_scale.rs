@@ -18,10 +18,10 @@ async fn thousand_instances_reach_the_provider() -> anyhow::Result<()> {
     let ns = "scale";
     let stack = Stack::start(pair, ns).await?;
     let api = TestApi::namespaced("scale.e2e.kbind.io");
-    pair.diagnose(async {
-        api.install(&stack).await?;
+    let result = pair.diagnose(async {
+        api.export(&stack).await?;
         stack.engage(&[&api]);
-        stack.create_binding(&stack.binding(ns, "widgets", &[&api], ConflictPolicy::Fail)).await?;
+        stack.create_ready_binding(&stack.binding(ns, "widgets", &[&api], ConflictPolicy::Fail)).await?;
         kbind_tests::syncenv::ensure_namespace(&stack.consumer, ns).await?;
 
         let start = Instant::now();
@@ -54,5 +54,6 @@ async fn thousand_instances_reach_the_provider() -> anyhow::Result<()> {
         assert_eq!(last.data["spec"], json!({ "index": INSTANCES - 1 }));
         anyhow::Ok(())
     })
-    .await
+    .await;
+    stack.finish(result).await
 }

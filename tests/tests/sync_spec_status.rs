@@ -25,10 +25,10 @@ async fn bound(name: &str) -> anyhow::Result<(Stack, TestApi)> {
     let pair = shared_pair()?;
     let stack = Stack::start(pair, name).await?;
     let api = TestApi::namespaced(&format!("{name}.e2e.kbind.io"));
-    api.install(&stack).await?;
+    api.export(&stack).await?;
     stack.engage(&[&api]);
     stack
-        .create_binding(&stack.binding(name, "widgets", &[&api], ConflictPolicy::Fail))
+        .create_ready_binding(&stack.binding(name, "widgets", &[&api], ConflictPolicy::Fail))
         .await?;
     Ok((stack, api))
 }
@@ -54,7 +54,7 @@ async fn provider_spec_is(
 async fn spec_is_created_updated_and_not_rewritten_when_equal() -> anyhow::Result<()> {
     let ns = "spec-cun";
     let (stack, api) = bound(ns).await?;
-    shared_pair()?
+    let result = shared_pair()?
         .diagnose(stack.diagnose(&[&api], async {
             let consumer = api.api(&stack.consumer, Some(ns));
             api.create(&stack.consumer, Some(ns), "w", json!({ "size": 1 }))
@@ -97,14 +97,15 @@ async fn spec_is_created_updated_and_not_rewritten_when_equal() -> anyhow::Resul
             .await?;
             anyhow::Ok(())
         }))
-        .await
+        .await;
+    stack.finish(result).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn provider_status_is_copied_to_the_consumer() -> anyhow::Result<()> {
     let ns = "status-copy";
     let (stack, api) = bound(ns).await?;
-    shared_pair()?
+    let result = shared_pair()?
         .diagnose(stack.diagnose(&[&api], async {
             api.create(&stack.consumer, Some(ns), "w", json!({ "size": 1 }))
                 .await?;
@@ -145,14 +146,15 @@ async fn provider_status_is_copied_to_the_consumer() -> anyhow::Result<()> {
             .await?;
             anyhow::Ok(())
         }))
-        .await
+        .await;
+    stack.finish(result).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_absent_on_provider_does_not_clear_consumer() -> anyhow::Result<()> {
     let ns = "status-keep";
     let (stack, api) = bound(ns).await?;
-    shared_pair()?
+    let result = shared_pair()?
         .diagnose(stack.diagnose(&[&api], async {
             let consumer = api.api(&stack.consumer, Some(ns));
             api.create(&stack.consumer, Some(ns), "w", json!({ "size": 1 }))
@@ -176,14 +178,15 @@ async fn status_absent_on_provider_does_not_clear_consumer() -> anyhow::Result<(
             .await?;
             anyhow::Ok(())
         }))
-        .await
+        .await;
+    stack.finish(result).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn consumer_metadata_does_not_travel_to_the_provider() -> anyhow::Result<()> {
     let ns = "isolation";
     let (stack, api) = bound(ns).await?;
-    shared_pair()?.diagnose(stack.diagnose(&[&api], async {
+    let result = shared_pair()?.diagnose(stack.diagnose(&[&api], async {
         // A real owner, so the consumer's garbage collector keeps the instance.
         let owner = Api::<ConfigMap>::namespaced(stack.consumer.clone(), ns)
             .create(&PostParams::default(), &serde_json::from_value(json!({ "metadata": { "name": "owner" } }))?)
@@ -214,14 +217,15 @@ async fn consumer_metadata_does_not_travel_to_the_provider() -> anyhow::Result<(
         assert_eq!(managers, vec![FIELD_MANAGER.to_string()], "written by kbind-konnector only");
         anyhow::Ok(())
     }))
-    .await
+    .await;
+    stack.finish(result).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drift_on_provider_is_reverted() -> anyhow::Result<()> {
     let ns = "drift";
     let (stack, api) = bound(ns).await?;
-    shared_pair()?
+    let result = shared_pair()?
         .diagnose(stack.diagnose(&[&api], async {
             api.create(
                 &stack.consumer,
@@ -270,5 +274,6 @@ async fn drift_on_provider_is_reverted() -> anyhow::Result<()> {
             .await?;
             anyhow::Ok(())
         }))
-        .await
+        .await;
+    stack.finish(result).await
 }

@@ -52,6 +52,8 @@ pub enum Reason {
     KubeconfigInvalid,
     /// The kubeconfig names no usable current context, cluster or user.
     KubeconfigIncomplete,
+    /// The kubeconfig's credentials cannot be used (file paths, exec plugins, bad certificates).
+    KubeconfigUnusable,
     /// The provider (or consumer) cluster UID differs from the pinned one.
     ClusterIdentityChanged,
     /// The cluster identity could not be read.
@@ -95,6 +97,7 @@ impl Reason {
             Self::SecretNamespaceNotAllowed => "SecretNamespaceNotAllowed",
             Self::KubeconfigInvalid => "KubeconfigInvalid",
             Self::KubeconfigIncomplete => "KubeconfigIncomplete",
+            Self::KubeconfigUnusable => "KubeconfigUnusable",
             Self::ClusterIdentityChanged => "ClusterIdentityChanged",
             Self::IdentityUnavailable => "IdentityUnavailable",
             Self::APINotExported => "APINotExported",

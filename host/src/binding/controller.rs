@@ -34,12 +34,13 @@ use crate::api::names::{
     CLEANUP_FINALIZER, CONFLICT_ANNOTATION, CONNECTION_ANNOTATION, FIELD_MANAGER,
 };
 use crate::api::{Binding, BindingSpec, BindingStatus, ClusterBinding, Connection};
+use crate::schema::schema_hash;
 use crate::sync::{ApiTarget, changes, is_established};
 
 use super::index::{BindingKey, Entry};
 use super::readiness::{self, ApiFacts, ConnectionState, CrdFacts};
-use super::status;
 use super::{Context, Error, Result};
+use super::{schema, status};
 
 /// What the controller needs from either binding kind.
 pub trait BindingObject:
@@ -167,18 +168,18 @@ async fn apply<K: BindingObject>(obj: &K, api: &Api<K>, ctx: &Context) -> Result
     let spec = obj.binding_spec();
     let connection = spec.connection_ref.name.as_str();
     let engagement = ctx.engagements.get(connection);
-    let state = match &engagement {
-        Some(e) => ConnectionState::Engaged {
+    let connection_obj = Api::<Connection>::all(ctx.consumer.clone())
+        .get_opt(connection)
+        .await
+        .map_err(Error::ReadConnection)?;
+    // The engagement registry is the truth about readiness: the Connection controller
+    // engages exactly the Ready Connections.
+    let state = match (&engagement, &connection_obj) {
+        (Some(e), _) => ConnectionState::Engaged {
             exported: e.exported.clone(),
         },
-        None => match Api::<Connection>::all(ctx.consumer.clone())
-            .get_opt(connection)
-            .await
-            .map_err(Error::ReadConnection)?
-        {
-            Some(_) => ConnectionState::NotReady,
-            None => ConnectionState::NotFound,
-        },
+        (None, Some(_)) => ConnectionState::NotReady,
+        (None, None) => ConnectionState::NotFound,
     };
     // The candidate entry, so this binding takes part in "who serves this API" before its
     // own entry is written.
@@ -189,9 +190,30 @@ async fn apply<K: BindingObject>(obj: &K, api: &Api<K>, ctx: &Context) -> Result
         ready: false,
         created: obj.meta().creation_timestamp.as_ref().map(|t| t.0),
     };
-    // For `schema.pullPolicy: Bound` the consumer CRD is installed here through
-    // `schema::ensure_installed` once that module is on main; until then CRDs are installed
-    // by whoever manages them (pullPolicy None) and this only reads them.
+    let index_pins: BTreeMap<&str, Option<String>> = spec
+        .apis
+        .iter()
+        .map(|a| {
+            let pin = ctx.index.read(|i| {
+                i.pinned_connection(&a.name, Some((&key, &candidate)))
+                    .map(str::to_string)
+            });
+            (a.name.as_str(), pin)
+        })
+        .collect();
+    // pullPolicy Bound: install the CRDs of the APIs this Connection serves, before reading
+    // them. An API pinned to another Connection is never installed from here.
+    let mut install_problems = match &engagement {
+        Some(engagement) => {
+            let ours: Vec<&str> = index_pins
+                .iter()
+                .filter(|(_, pin)| pin.as_deref() == Some(connection))
+                .map(|(api, _)| *api)
+                .collect();
+            schema::install_bound(ctx, connection_obj.as_ref(), engagement, &ours).await
+        }
+        None => BTreeMap::new(),
+    };
     let crds = Api::<CustomResourceDefinition>::all(ctx.consumer.clone());
     let mut facts = Vec::with_capacity(spec.apis.len());
     let mut hashes = BTreeMap::new();
@@ -207,12 +229,8 @@ async fn apply<K: BindingObject>(obj: &K, api: &Api<K>, ctx: &Context) -> Result
             .map(|x| x.versions.clone())
             .unwrap_or_default();
         if let Some(crd) = &crd {
-            hashes.insert(name.clone(), status::crd_hash(crd));
+            hashes.insert(name.clone(), schema_hash(crd));
         }
-        let index_pin = ctx.index.read(|i| {
-            i.pinned_connection(name, Some((&key, &candidate)))
-                .map(str::to_string)
-        });
         facts.push(ApiFacts {
             name: name.clone(),
             crd: crd.map(|crd| CrdFacts {
@@ -220,7 +238,8 @@ async fn apply<K: BindingObject>(obj: &K, api: &Api<K>, ctx: &Context) -> Result
                 pinned_to: crd.annotations().get(CONNECTION_ANNOTATION).cloned(),
                 target: ApiTarget::from_crd(&crd, &exported_versions),
             }),
-            index_pin,
+            index_pin: index_pins.get(name.as_str()).cloned().flatten(),
+            install_problem: install_problems.remove(name),
         });
     }
     let verdict = readiness::evaluate(connection, &state, &facts);

@@ -11,6 +11,7 @@
 //!
 //! - [`controller`]: the reconcile shared by both kinds (finalizer `core.kbind.io/cleanup`).
 //! - [`readiness`]: when a binding is Ready, and the reason when it is not.
+//! - [`schema`]: installing consumer CRDs for `pullPolicy: Bound`.
 //! - [`index`]: which binding selects which instance, under which conflict policy.
 //! - [`status`]: building the status value and deciding whether it changed.
 //!
@@ -20,6 +21,7 @@
 pub mod controller;
 pub mod index;
 pub mod readiness;
+pub mod schema;
 pub mod status;
 
 use std::collections::HashMap;
@@ -83,6 +85,8 @@ pub struct Settings {
     pub status_interval: Duration,
     /// Requeue of a binding that is not Ready yet (waiting on a CRD, a Connection...).
     pub pending_requeue: Duration,
+    /// How long schema installation (`pullPolicy: Bound`) waits for a CRD to be Established.
+    pub schema_wait: Duration,
     /// Only bindings matching this label selector are handled (`None`: all). Lets several
     /// konnectors share one consumer cluster, each with its own bindings.
     pub binding_selector: Option<String>,
@@ -95,6 +99,7 @@ impl Default for Settings {
         Self {
             status_interval: Duration::from_secs(30),
             pending_requeue: Duration::from_secs(5),
+            schema_wait: Duration::from_secs(30),
             binding_selector: None,
             sync: SyncSettings::default(),
         }

@@ -7,6 +7,7 @@
 //!   ▼ for every listed API:
 //!   exported by it? ── no ──▶ APINotExported
 //!   served by this Connection (CRD annotation, oldest binding)? ── no ──▶ APIBoundElsewhere
+//!   installed (pullPolicy Bound)? ── no ──▶ SchemaInstallFailed / SchemaNotEstablished
 //!   consumer CRD there? ── no ──▶ Pending;  Established? ── no ──▶ SchemaNotEstablished
 //!   ▼
 //! Ready=True, with the resolved target of every API
@@ -52,6 +53,8 @@ pub struct ApiFacts {
     pub crd: Option<CrdFacts>,
     /// The Connection that the binding index says serves this API (this binding included).
     pub index_pin: Option<String>,
+    /// Why installing its consumer CRD (`pullPolicy: Bound`) failed, if it did.
+    pub install_problem: Option<(Reason, String)>,
 }
 
 /// The judgement on one binding.
@@ -121,6 +124,8 @@ pub fn evaluate(connection: &str, state: &ConnectionState, apis: &[ApiFacts]) ->
                 Reason::APIBoundElsewhere,
                 format!("{name} is already bound through Connection {other}"),
             ));
+        } else if let Some((reason, message)) = &api.install_problem {
+            problems.push((*reason, message.clone()));
         } else {
             match &api.crd {
                 None => problems.push((
@@ -206,6 +211,7 @@ mod tests {
                 target: Some(target()),
             }),
             index_pin: Some("p".into()),
+            install_problem: None,
         }
     }
 
@@ -263,6 +269,15 @@ mod tests {
         facts.index_pin = Some("q".into());
         let v = evaluate("p", &exported(&[W]), &[facts]);
         assert_eq!(v.ready.reason, Reason::APIBoundElsewhere);
+    }
+
+    #[test]
+    fn failed_schema_installation_says_why() {
+        let mut facts = established(W);
+        facts.install_problem = Some((Reason::SchemaInstallFailed, "no provider CRD".into()));
+        let v = evaluate("p", &exported(&[W]), &[facts]);
+        assert_eq!(v.ready.reason, Reason::SchemaInstallFailed);
+        assert!(v.ready.message.contains("no provider CRD"));
     }
 
     #[test]

@@ -8,8 +8,6 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-
 use crate::api::{BindingStatus, BoundApi, ConditionType, Reason};
 use crate::conditions::{self, Desired};
 
@@ -65,17 +63,6 @@ pub fn build(
         conditions: conds,
         observed_generation: generation,
     }
-}
-
-/// A stable hash of a consumer CRD's spec (FNV-1a over its JSON), to tell when it changed.
-pub fn crd_hash(crd: &CustomResourceDefinition) -> String {
-    let bytes = serde_json::to_vec(&crd.spec).unwrap_or_default();
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in bytes {
-        hash ^= u64::from(b);
-        hash = hash.wrapping_mul(0x0100_0000_01b3);
-    }
-    format!("{hash:016x}")
 }
 
 #[cfg(test)]
@@ -151,14 +138,5 @@ mod tests {
             &s.conditions,
             ConditionType::Conflicts
         ));
-    }
-
-    #[test]
-    fn crd_hash_is_stable_and_changes_with_the_spec() {
-        let mut crd = CustomResourceDefinition::default();
-        let a = crd_hash(&crd);
-        assert_eq!(a, crd_hash(&crd));
-        crd.spec.group = "example.org".into();
-        assert_ne!(a, crd_hash(&crd));
     }
 }

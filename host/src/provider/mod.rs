@@ -2,6 +2,31 @@
 //! reading cluster identities, discovering exported APIs, and the engagement registry that
 //! hands Ready Connections' clients to the binding and sync machinery.
 
+pub mod discovery;
 mod engagement;
+pub mod identity;
+pub mod kubeconfig;
 
 pub use engagement::{Engagement, Engagements};
+
+/// How a failed API call should be treated by a controller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ApiFailure {
+    /// RBAC refused it: report PermissionDenied, do not retry fast.
+    Forbidden(String),
+    /// The object or API does not exist.
+    NotFound,
+    /// Anything else: network, timeouts, server errors; retried with backoff.
+    Other,
+}
+
+/// Sorts a client error into the cases controllers branch on.
+pub fn classify(error: &kube::Error) -> ApiFailure {
+    match error {
+        kube::Error::Api(status) if status.code == 403 => {
+            ApiFailure::Forbidden(status.message.clone())
+        }
+        kube::Error::Api(status) if status.code == 404 => ApiFailure::NotFound,
+        _ => ApiFailure::Other,
+    }
+}

@@ -162,11 +162,10 @@ impl TestApi {
         apply_crd(consumer, &crd).await
     }
 
-    /// Installs on both clusters (consumer pinned to the stack's Connection).
-    pub async fn install(&self, stack: &Stack) -> anyhow::Result<()> {
-        self.install_on_provider(&stack.provider).await?;
-        self.install_on_consumer(&stack.consumer, Some(&stack.name))
-            .await
+    /// Exports the API on the provider. The stack's binding installs the consumer CRD
+    /// (`pullPolicy: Bound`), as in production.
+    pub async fn export(&self, stack: &Stack) -> anyhow::Result<()> {
+        self.install_on_provider(&stack.provider).await
     }
 }
 

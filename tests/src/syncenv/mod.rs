@@ -17,14 +17,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, anyhow};
+use konnector::api::ConditionType;
+use konnector::api::names::{DEFAULT_KUBECONFIG_KEY, DEFAULT_SECRET_NAMESPACE};
 use konnector::api::{
-    ApiReference, Binding, BindingSpec, ClusterBinding, ConflictPolicy, ConnectionReference,
+    ApiReference, Binding, BindingSpec, ClusterBinding, ConflictPolicy, Connection,
+    ConnectionReference, ConnectionSpec, PullPolicy, SchemaPolicy, SecretReference,
 };
 use konnector::binding::{Context, Settings};
+use konnector::conditions::is_true;
 use konnector::policy::Policies;
 use konnector::provider::{Engagement, Engagements};
 use konnector::sync::SyncSettings;
-use kube::api::{ListParams, PostParams};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -43,6 +47,8 @@ pub use helpers::{
 
 /// Label selecting the bindings one test's stack handles.
 pub const STACK_LABEL: &str = "kbind.test/stack";
+/// How long a new binding may take to become Ready (CRD installation included).
+pub const READY_WAIT: Duration = Duration::from_secs(60);
 /// Field manager of the tests' own writes.
 pub const TEST_MANAGER: &str = "kbind-e2e";
 
@@ -51,6 +57,7 @@ pub fn fast_settings(stack: &str) -> Settings {
     Settings {
         status_interval: Duration::from_secs(2),
         pending_requeue: Duration::from_millis(500),
+        schema_wait: Duration::from_secs(30),
         binding_selector: Some(format!("{STACK_LABEL}={stack}")),
         sync: SyncSettings {
             resync_interval: Duration::from_secs(5),
@@ -87,7 +94,9 @@ impl Stack {
         Self::start_with(pair, name, fast_settings(name)).await
     }
 
-    /// Starts a stack with explicit settings. Installs the core CRDs on the consumer first.
+    /// Starts a stack with explicit settings. Installs the core CRDs on the consumer first,
+    /// and creates the stack's Connection object (`schema.pullPolicy: Bound`; nothing runs
+    /// the Connection controller, the test engages the Connection itself).
     pub async fn start_with(
         pair: &ClusterPair,
         name: &str,
@@ -99,6 +108,7 @@ impl Stack {
         install_core_crds(&consumer).await?;
         let provider_uid = cluster_uid(&provider).await?;
         let consumer_uid = cluster_uid(&consumer).await?;
+        apply_connection(&consumer, name, PullPolicy::Bound).await?;
         let engagements = Engagements::default();
         let ctx = Arc::new(Context::new(
             consumer.clone(),
@@ -118,6 +128,12 @@ impl Stack {
             shutdown,
             task: Some(task),
         })
+    }
+
+    /// Changes the pull policy of the stack's Connection (e.g. `None` when the test manages
+    /// consumer CRDs itself).
+    pub async fn set_pull_policy(&self, pull_policy: PullPolicy) -> anyhow::Result<()> {
+        apply_connection(&self.consumer, &self.name, pull_policy).await
     }
 
     /// Engages the Connection `self.name` with the admin provider client, exporting `apis`,
@@ -214,6 +230,58 @@ impl Stack {
             .await?)
     }
 
+    /// Creates a Binding and waits until it is Ready (its consumer CRD installed and
+    /// Established), so that the test can create instances right away.
+    pub async fn create_ready_binding(&self, binding: &Binding) -> anyhow::Result<Binding> {
+        let created = self.create_binding(binding).await?;
+        let ns = created.namespace().context("binding without namespace")?;
+        let api = Api::<Binding>::namespaced(self.consumer.clone(), &ns);
+        let name = created.name_any();
+        wait_for(
+            &format!("Binding {ns}/{name} Ready"),
+            READY_WAIT,
+            || async {
+                let b = api.get(&name).await?;
+                let ready = b
+                    .status
+                    .as_ref()
+                    .is_some_and(|s| is_true(&s.conditions, ConditionType::Ready));
+                Ok(ready.then_some(b))
+            },
+        )
+        .await
+    }
+
+    /// Creates a ClusterBinding and waits until it is Ready.
+    pub async fn create_ready_cluster_binding(
+        &self,
+        binding: &ClusterBinding,
+    ) -> anyhow::Result<ClusterBinding> {
+        let created = self.create_cluster_binding(binding).await?;
+        let api = Api::<ClusterBinding>::all(self.consumer.clone());
+        let name = created.name_any();
+        wait_for(
+            &format!("ClusterBinding {name} Ready"),
+            READY_WAIT,
+            || async {
+                let b = api.get(&name).await?;
+                let ready = b
+                    .status
+                    .as_ref()
+                    .is_some_and(|s| is_true(&s.conditions, ConditionType::Ready));
+                Ok(ready.then_some(b))
+            },
+        )
+        .await
+    }
+
+    /// Ends a test: stops the stack (so no controller is cut off mid-request by the test's
+    /// runtime shutting down) and passes the test's result through.
+    pub async fn finish<T>(self, result: anyhow::Result<T>) -> anyhow::Result<T> {
+        self.stop().await;
+        result
+    }
+
     /// Runs a test body; on failure the error carries both clusters' copies of the given
     /// APIs' objects and this stack's bindings.
     pub async fn diagnose<T>(
@@ -267,6 +335,38 @@ impl Stack {
             let _ = tokio::time::timeout(Duration::from_secs(40), task).await;
         }
     }
+}
+
+/// Creates or updates a Connection object with the given pull policy.
+pub async fn apply_connection(
+    consumer: &Client,
+    name: &str,
+    pull_policy: PullPolicy,
+) -> anyhow::Result<()> {
+    let connection = Connection::new(
+        name,
+        ConnectionSpec {
+            kubeconfig_secret_ref: SecretReference {
+                namespace: DEFAULT_SECRET_NAMESPACE.into(),
+                name: name.into(),
+                key: DEFAULT_KUBECONFIG_KEY.into(),
+            },
+            schema: SchemaPolicy {
+                pull_policy,
+                ..SchemaPolicy::default()
+            },
+            auto_bind: false,
+        },
+    );
+    Api::<Connection>::all(consumer.clone())
+        .patch(
+            name,
+            &PatchParams::apply(TEST_MANAGER).force(),
+            &Patch::Apply(&connection),
+        )
+        .await
+        .with_context(|| format!("applying Connection {name}"))?;
+    Ok(())
 }
 
 impl Drop for Stack {

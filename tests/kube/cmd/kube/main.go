@@ -1,11 +1,12 @@
 // Command kube is the real Kubernetes control plane used by kbind's tests and demo.
 //
-// One binary, three roles chosen by the first argument, so the shared dependency
-// graph of etcd, kube-apiserver and kube-controller-manager is compiled and linked once:
+// One binary, four roles chosen by the first argument, so the shared dependency graph of
+// etcd, kube-apiserver, kube-controller-manager and kubectl is compiled and linked once:
 //
 //	kube etcd [etcd flags]
 //	kube kube-apiserver [kube-apiserver flags]
 //	kube kube-controller-manager [kube-controller-manager flags]
+//	kube kubectl [kubectl args]   (for poking at the demo clusters)
 package main
 
 import (
@@ -14,13 +15,14 @@ import (
 
 	"go.etcd.io/etcd/server/v3/etcdmain"
 	"k8s.io/component-base/cli"
+	kubectl "k8s.io/kubectl/pkg/cmd"
 	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
 )
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: kube etcd|kube-apiserver|kube-controller-manager [flags]")
+		fmt.Fprintln(os.Stderr, "usage: kube etcd|kube-apiserver|kube-controller-manager|kubectl [flags]")
 		os.Exit(2)
 	}
 	role, args := os.Args[1], os.Args[2:]
@@ -35,8 +37,12 @@ func main() {
 		cmd := controllermanager.NewControllerManagerCommand()
 		cmd.SetArgs(args)
 		os.Exit(cli.Run(cmd))
+	case "kubectl":
+		cmd := kubectl.NewDefaultKubectlCommand()
+		cmd.SetArgs(args)
+		os.Exit(cli.Run(cmd))
 	default:
-		fmt.Fprintf(os.Stderr, "unknown role %q: want etcd, kube-apiserver or kube-controller-manager\n", role)
+		fmt.Fprintf(os.Stderr, "unknown role %q: want etcd, kube-apiserver, kube-controller-manager or kubectl\n", role)
 		os.Exit(2)
 	}
 }

@@ -1,0 +1,196 @@
+//! Schema installation for `schema.pullPolicy: Bound`: a binding that lists an API gets its
+//! consumer CRD installed (pulled from the provider CRD or synthesised from OpenAPI by the
+//! schema module), honouring `updatePolicy`, pinned to the Connection, Established.
+//!
+//! ```text
+//! Binding lists API ──▶ exported? served by this Connection? ──▶ schema::ensure_installed
+//!                                                                 (pull or synthesise, SSA,
+//!                                                                  wait for Established)
+//! ```
+//!
+//! A failed refresh of a CRD that is installed, Established and pinned to this Connection
+//! does not make the binding unready: the installed schema keeps serving and instances keep
+//! syncing (a provider hiccup must not stop sync). A binding that loses the "one Connection
+//! per API" rule never installs anything: the CRD would otherwise be re-pinned to the loser.
+//! `pullPolicy: All` is the Connection controller's job, `None` leaves CRDs to whoever
+//! manages them.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::{Api, ResourceExt};
+use tracing::{info, warn};
+
+use crate::api::names::CONNECTION_ANNOTATION;
+use crate::api::{Connection, PullPolicy, Reason, SchemaSource};
+use crate::provider::Engagement;
+use crate::schema::{SchemaError, Target, ensure_installed};
+use crate::sync::is_established;
+
+use super::Context;
+
+/// Installs the consumer CRDs of `apis` (those this binding's Connection serves) when the
+/// Connection's pull policy is Bound. Returns the failures per API, as readiness reasons.
+pub async fn install_bound(
+    ctx: &Context,
+    connection: Option<&Connection>,
+    engagement: &Engagement,
+    apis: &[&str],
+) -> BTreeMap<String, (Reason, String)> {
+    let mut problems = BTreeMap::new();
+    let Some(connection) = connection else {
+        return problems;
+    };
+    let policy = &connection.spec.schema;
+    if policy.pull_policy != PullPolicy::Bound {
+        return problems;
+    }
+    let source = active_source(connection);
+    for name in apis {
+        let Some(api) = engagement.exported.iter().find(|e| e.name == *name) else {
+            continue;
+        };
+        let target = Target {
+            connection: &engagement.connection,
+            api,
+            source,
+            update: policy.update_policy,
+        };
+        match ensure_installed(
+            &ctx.consumer,
+            &engagement.provider,
+            &ctx.policies,
+            &target,
+            ctx.settings.schema_wait,
+        )
+        .await
+        {
+            Ok(installed) => info!(api = %name, hash = %installed.hash, "consumer CRD installed"),
+            Err(error) if still_serving(ctx, name, &engagement.connection, &error).await => {
+                // Refreshing an installed schema failed (provider briefly unreachable, say):
+                // the installed CRD keeps serving, so sync goes on; the next reconcile retries.
+                warn!(api = %name, %error, "consumer CRD not refreshed; the installed one stays");
+            }
+            Err(error) => {
+                warn!(api = %name, %error, "consumer CRD not installed");
+                problems.insert((*name).to_string(), (reason(&error), error.to_string()));
+            }
+        }
+    }
+    problems
+}
+
+/// Whether a failed installation left a usable CRD behind: the failure was in reading or
+/// writing a newer schema, and the consumer CRD is Established and pinned to `connection`.
+async fn still_serving(ctx: &Context, name: &str, connection: &str, error: &SchemaError) -> bool {
+    let refresh_failure = matches!(
+        error,
+        SchemaError::ProviderRead { .. }
+            | SchemaError::OpenApi { .. }
+            | SchemaError::Synthesis { .. }
+            | SchemaError::Apply { .. }
+    );
+    if !refresh_failure {
+        return false;
+    }
+    let crds: Api<CustomResourceDefinition> = Api::all(ctx.consumer.clone());
+    match crds.get_opt(name).await {
+        Ok(Some(crd)) => {
+            is_established(&crd)
+                && crd
+                    .annotations()
+                    .get(CONNECTION_ANNOTATION)
+                    .map(String::as_str)
+                    == Some(connection)
+        }
+        _ => false,
+    }
+}
+
+/// The schema source the Connection resolved (`status.activeSchemaSource`), else its spec.
+fn active_source(connection: &Connection) -> SchemaSource {
+    let resolved = connection
+        .status
+        .as_ref()
+        .and_then(|s| s.active_schema_source.as_deref());
+    match resolved {
+        Some(s) if s == SchemaSource::OpenApi.as_str() => SchemaSource::OpenApi,
+        Some(s) if s == SchemaSource::Crd.as_str() => SchemaSource::Crd,
+        _ => connection.spec.schema.source,
+    }
+}
+
+/// Which readiness reason a schema failure gives.
+fn reason(error: &SchemaError) -> Reason {
+    match error {
+        SchemaError::BoundElsewhere { .. } => Reason::APIBoundElsewhere,
+        SchemaError::NotEstablished { .. } => Reason::SchemaNotEstablished,
+        SchemaError::NotManaged { .. }
+        | SchemaError::ProviderRead { .. }
+        | SchemaError::OpenApi { .. }
+        | SchemaError::Synthesis { .. }
+        | SchemaError::Apply { .. } => Reason::SchemaInstallFailed,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{ConnectionSpec, ConnectionStatus, SchemaPolicy, SecretReference};
+
+    fn connection(spec_source: SchemaSource, active: Option<&str>) -> Connection {
+        let mut c = Connection::new(
+            "p",
+            ConnectionSpec {
+                kubeconfig_secret_ref: SecretReference {
+                    namespace: "kbind".into(),
+                    name: "s".into(),
+                    key: "kubeconfig".into(),
+                },
+                schema: SchemaPolicy {
+                    source: spec_source,
+                    ..SchemaPolicy::default()
+                },
+                auto_bind: false,
+            },
+        );
+        c.status = Some(ConnectionStatus {
+            active_schema_source: active.map(str::to_string),
+            ..ConnectionStatus::default()
+        });
+        c
+    }
+
+    #[test]
+    fn the_resolved_source_wins_over_the_spec() {
+        assert_eq!(
+            active_source(&connection(SchemaSource::Auto, Some("OpenAPI"))),
+            SchemaSource::OpenApi
+        );
+        assert_eq!(
+            active_source(&connection(SchemaSource::Auto, Some("CRD"))),
+            SchemaSource::Crd
+        );
+        assert_eq!(
+            active_source(&connection(SchemaSource::OpenApi, None)),
+            SchemaSource::OpenApi
+        );
+    }
+
+    #[test]
+    fn schema_failures_map_to_the_reason_an_operator_acts_on() {
+        let elsewhere = SchemaError::BoundElsewhere {
+            crd: "w".into(),
+            other: "q".into(),
+        };
+        assert_eq!(reason(&elsewhere), Reason::APIBoundElsewhere);
+        let unmanaged = SchemaError::NotManaged { crd: "w".into() };
+        assert_eq!(reason(&unmanaged), Reason::SchemaInstallFailed);
+        let waiting = SchemaError::NotEstablished {
+            crd: "w".into(),
+            waited: std::time::Duration::from_secs(1),
+            detail: String::new(),
+        };
+        assert_eq!(reason(&waiting), Reason::SchemaNotEstablished);
+    }
+}

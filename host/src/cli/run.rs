@@ -1,0 +1,252 @@
+//! `konnector run`: the controller process a Deployment runs.
+//!
+//! Start-up order: logging, policy modules (a module that does not implement its role's
+//! world stops the process here, with the reason), consumer client, probe and metrics
+//! listeners, then leader election (when enabled) and the controllers. SIGTERM or SIGINT
+//! stops the controllers and releases the lease; losing the lease stops reconciling at once
+//! and exits non-zero so the Pod restarts as a clean standby.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info};
+
+use crate::api::names::{DEFAULT_SECRET_NAMESPACE, LEADER_ELECTION_ID};
+use crate::connection;
+use crate::leader::{self, ElectionConfig};
+use crate::manager::{self, Settings};
+use crate::policy::{Policies, PolicyArgs};
+use crate::telemetry::{Health, LogFormat, init_logging, serve_health, serve_metrics};
+
+/// Flags of `konnector run`.
+#[derive(clap::Args, Debug)]
+pub struct RunArgs {
+    /// Kubeconfig of the consumer cluster. In a Pod, leave unset to use the in-cluster config.
+    #[arg(long, value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Elect one active replica through a consumer Lease; required with more than one replica.
+    #[arg(long)]
+    pub leader_elect: bool,
+    /// Name of the consumer-side leader-election Lease.
+    #[arg(long, default_value = LEADER_ELECTION_ID, value_name = "NAME")]
+    pub leader_election_id: String,
+    /// Namespace of the leader-election Lease (defaults to the Pod's namespace).
+    #[arg(long, env = "POD_NAMESPACE", default_value = DEFAULT_SECRET_NAMESPACE, value_name = "NS")]
+    pub leader_election_namespace: String,
+    /// How long a leader holds the lease without renewing before a standby takes over.
+    #[arg(long, default_value = "15s", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub leader_election_lease_duration: Duration,
+    /// Address of the Prometheus metrics endpoint (`:8085` listens on every interface).
+    #[arg(long, default_value = ":8085", value_name = "ADDR")]
+    pub metrics_bind_address: String,
+    /// Address of the /healthz and /readyz probes.
+    #[arg(long, default_value = ":8081", value_name = "ADDR")]
+    pub health_probe_bind_address: String,
+    /// The only namespace credential Secrets may live in.
+    #[arg(long, default_value = DEFAULT_SECRET_NAMESPACE, value_name = "NS")]
+    pub secret_namespace: String,
+    /// Periodic Connection reconcile (discovery of new exports, heartbeat renewal).
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub connection_resync: Duration,
+    /// Periodic binding reconcile (conflict counts, related resources) and instance resync.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub binding_resync: Duration,
+    /// Policy modules and their limits.
+    #[command(flatten)]
+    pub policies: PolicyArgs,
+    /// Log level or env-filter directives (`info`, `konnector=debug,kube=info`); RUST_LOG wins.
+    #[arg(long, default_value = "info", value_name = "LEVEL")]
+    pub log_level: String,
+    /// Log format.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+impl RunArgs {
+    fn settings(&self) -> Settings {
+        Settings {
+            connection: connection::Config {
+                resync: self.connection_resync,
+                secret_namespace: self.secret_namespace.clone(),
+                ..connection::Config::default()
+            },
+        }
+    }
+}
+
+/// Parses `:8085` (every interface) or `host:port`.
+pub fn bind_address(flag: &str, value: &str) -> anyhow::Result<SocketAddr> {
+    let full = if value.starts_with(':') {
+        format!("0.0.0.0{value}")
+    } else {
+        value.to_string()
+    };
+    full.parse().with_context(|| {
+        format!("--{flag} {value:?} is not an address like :8085 or 127.0.0.1:8085")
+    })
+}
+
+/// Runs the konnector until SIGTERM/SIGINT.
+pub async fn run(args: RunArgs) -> anyhow::Result<()> {
+    init_logging(&args.log_level, args.log_format).map_err(anyhow::Error::msg)?;
+    let policies = Policies::load(&args.policies).context("loading policy modules")?;
+    info!(?policies, "policy modules loaded");
+    let client = consumer_client(args.kubeconfig.as_deref()).await?;
+
+    let shutdown = CancellationToken::new();
+    let health = Health::default();
+    let metrics_listener = listen("metrics-bind-address", &args.metrics_bind_address).await?;
+    let health_listener =
+        listen("health-probe-bind-address", &args.health_probe_bind_address).await?;
+    info!(metrics = %local(&metrics_listener), probes = %local(&health_listener), "serving metrics and probes");
+    tokio::spawn(serve_metrics(metrics_listener, shutdown.clone()));
+    tokio::spawn(serve_health(
+        health_listener,
+        health.clone(),
+        shutdown.clone(),
+    ));
+    tokio::spawn(stop_on_signal(shutdown.clone()));
+
+    let mut leadership = if args.leader_elect {
+        let config = ElectionConfig {
+            namespace: args.leader_election_namespace.clone(),
+            name: args.leader_election_id.clone(),
+            identity: identity(),
+            lease_seconds: args.leader_election_lease_duration.as_secs(),
+        };
+        info!(lease = %format!("{}/{}", config.namespace, config.name), identity = %config.identity, "campaigning for leadership");
+        let mut leadership = leader::campaign(client.clone(), &config).await?;
+        // A standby is a healthy process: ready while it waits.
+        health.set_ready(true);
+        tokio::select! {
+            acquired = leadership.acquired() => acquired?,
+            _ = shutdown.cancelled() => {
+                leadership.release().await;
+                return Ok(());
+            }
+        }
+        info!("became leader");
+        Some(leadership)
+    } else {
+        None
+    };
+
+    let controllers = shutdown.child_token();
+    let task = tokio::spawn(manager::run(
+        client,
+        policies,
+        args.settings(),
+        controllers.clone(),
+    ));
+    health.set_ready(true);
+    info!("controllers started");
+
+    let lost = async {
+        match leadership.as_mut() {
+            Some(leadership) => leadership.lost().await,
+            None => std::future::pending().await,
+        }
+    };
+    let lost_leadership = tokio::select! {
+        _ = shutdown.cancelled() => false,
+        _ = lost => true,
+    };
+    controllers.cancel();
+    if lost_leadership {
+        error!("lost the leader lease; stopped reconciling");
+    }
+    if tokio::time::timeout(Duration::from_secs(20), task)
+        .await
+        .is_err()
+    {
+        error!("controllers did not stop within 20s");
+    }
+    if let Some(leadership) = leadership {
+        leadership.release().await;
+    }
+    if lost_leadership {
+        bail!("lost the leader lease");
+    }
+    info!("stopped");
+    Ok(())
+}
+
+async fn consumer_client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<kube::Client> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let kubeconfig = Kubeconfig::read_from(path)
+                .with_context(|| format!("reading --kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+                .await
+                .with_context(|| format!("using --kubeconfig {}", path.display()))?
+        }
+        None => kube::Config::infer()
+            .await
+            .context("no --kubeconfig and no in-cluster configuration")?,
+    };
+    kube::Client::try_from(config).context("building the consumer client")
+}
+
+async fn listen(flag: &str, value: &str) -> anyhow::Result<TcpListener> {
+    let address = bind_address(flag, value)?;
+    TcpListener::bind(address)
+        .await
+        .with_context(|| format!("--{flag}: cannot listen on {address}"))
+}
+
+fn local(listener: &TcpListener) -> String {
+    listener
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_else(|e| e.to_string())
+}
+
+fn identity() -> String {
+    std::env::var("POD_NAME")
+        .ok()
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| format!("konnector-{}", std::process::id()))
+}
+
+async fn stop_on_signal(shutdown: CancellationToken) {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(error) => {
+                error!(%error, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        _ = terminate => info!("SIGTERM received, shutting down"),
+        _ = tokio::signal::ctrl_c() => info!("interrupt received, shutting down"),
+    }
+    shutdown.cancel();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bind_addresses_accept_the_port_only_form() {
+        assert_eq!(bind_address("x", ":8085").ok(), "0.0.0.0:8085".parse().ok());
+        assert_eq!(
+            bind_address("x", "127.0.0.1:0").ok(),
+            "127.0.0.1:0".parse().ok()
+        );
+        let error = bind_address("metrics-bind-address", "eighty")
+            .map(drop)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("--metrics-bind-address"), "{error}");
+    }
+}

@@ -1,0 +1,93 @@
+//! The autoBind ClusterBinding: one per Connection, named after it, labelled as managed,
+//! listing every exported API; deleted when nothing is exported.
+
+use std::collections::BTreeMap;
+
+use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams};
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+use tracing::info;
+
+use super::{Context, Error, Result};
+use crate::api::names::{FIELD_MANAGER, MANAGED_LABEL};
+use crate::api::{ApiReference, ClusterBinding, Connection, ExportedApi};
+
+/// Whether a ClusterBinding is the one autoBind manages.
+pub fn is_managed(binding: &ClusterBinding) -> bool {
+    binding
+        .labels()
+        .get(MANAGED_LABEL)
+        .is_some_and(|v| v == "true")
+}
+
+/// Brings the managed ClusterBinding in line with the exported APIs.
+pub(super) async fn sync(
+    ctx: &Context,
+    connection: &Connection,
+    exported: &[ExportedApi],
+) -> Result<()> {
+    let name = connection.name_any();
+    let api: Api<ClusterBinding> = Api::all(ctx.client.clone());
+    let existing = api.get_opt(&name).await.map_err(Error::AutoBind)?;
+    if let Some(existing) = &existing
+        && !is_managed(existing)
+    {
+        let note = format!(
+            "ClusterBinding {name} exists without label {MANAGED_LABEL}=true; autoBind leaves it alone. Rename it or remove autoBind"
+        );
+        ctx.warn(connection, "AutoBindNameTaken", note).await;
+        return Ok(());
+    }
+    if exported.is_empty() {
+        if existing.is_some() {
+            delete(ctx, &name).await?;
+        }
+        return Ok(());
+    }
+    let apis: Vec<ApiReference> = exported
+        .iter()
+        .map(|a| ApiReference {
+            name: a.name.clone(),
+        })
+        .collect();
+    let desired = json!({
+        "apiVersion": ClusterBinding::api_version(&()),
+        "kind": ClusterBinding::kind(&()),
+        "metadata": ObjectMeta {
+            name: Some(name.clone()),
+            labels: Some(BTreeMap::from([(MANAGED_LABEL.to_string(), "true".to_string())])),
+            ..ObjectMeta::default()
+        },
+        "spec": {
+            "connectionRef": {"name": name},
+            "apis": apis,
+        },
+    });
+    let current: Option<Vec<ApiReference>> = existing.map(|b| b.spec.apis.clone());
+    if current.as_ref() != Some(&apis) {
+        api.patch(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&desired),
+        )
+        .await
+        .map_err(Error::AutoBind)?;
+        info!(connection = %name, apis = apis.len(), "autoBind ClusterBinding updated");
+    }
+    Ok(())
+}
+
+/// Requests deletion of the managed ClusterBinding, if it exists and is managed.
+pub(super) async fn delete(ctx: &Context, name: &str) -> Result<()> {
+    let api: Api<ClusterBinding> = Api::all(ctx.client.clone());
+    match api.get_opt(name).await.map_err(Error::AutoBind)? {
+        Some(binding) if is_managed(&binding) && binding.metadata.deletion_timestamp.is_none() => {
+            api.delete(name, &DeleteParams::default())
+                .await
+                .map_err(Error::AutoBind)?;
+            info!(connection = %name, "autoBind ClusterBinding deletion requested");
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}

@@ -1,0 +1,282 @@
+//! The Connection controller: validates the provider kubeconfig, pins both cluster
+//! identities, discovers exported APIs, installs schemas for `pullPolicy: All`, maintains the
+//! autoBind ClusterBinding, renews the provider heartbeat, and engages the provider client
+//! for the binding and sync machinery while the Connection is Ready.
+//!
+//! ```text
+//! Connection/Secret event ─▶ finalizers ─▶ kubeconfig ─▶ identities ─▶ discovery
+//!        ─▶ [pullPolicy All: install] ─▶ [autoBind] ─▶ heartbeat ─▶ Ready ─▶ engage
+//! ```
+//!
+//! Each failing step sets its condition with a reason, disengages the provider, persists
+//! the status and stops; see `apply`. Deletion is in `cleanup`.
+
+mod apply;
+mod autobind;
+mod cleanup;
+mod secret;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::finalizer::{self, finalizer};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, instrument, warn};
+
+use crate::api::names::{CLEANUP_FINALIZER, DEFAULT_SECRET_NAMESPACE, FIELD_MANAGER};
+use crate::api::{Binding, ClusterBinding, Connection, ConnectionStatus};
+use crate::policy::Policies;
+use crate::provider::Engagements;
+
+/// Timings and the credential namespace of the Connection controller.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Requeue after a successful (or settled) reconcile; spec default 30 s.
+    pub resync: Duration,
+    /// Requeue while a deleting Connection waits for bindings; spec: 2 s.
+    pub drain_requeue: Duration,
+    /// The only namespace credential Secrets may live in.
+    pub secret_namespace: String,
+    /// How long to wait for an installed CRD to become Established.
+    pub schema_wait: Duration,
+    /// Upper bound of the per-object error backoff.
+    pub max_backoff: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            resync: Duration::from_secs(30),
+            drain_requeue: Duration::from_secs(2),
+            secret_namespace: DEFAULT_SECRET_NAMESPACE.to_string(),
+            schema_wait: Duration::from_secs(30),
+            max_backoff: Duration::from_secs(60),
+        }
+    }
+}
+
+/// What the Connection controller needs; shared by every reconcile.
+pub struct Context {
+    /// Consumer cluster client.
+    pub client: kube::Client,
+    /// Where Ready Connections' provider clients are published.
+    pub engagements: Engagements,
+    /// The policy modules (schema synthesis for the OpenAPI source).
+    pub policies: Policies,
+    /// Publishes Events on Connections.
+    pub recorder: Recorder,
+    /// Timings and namespaces.
+    pub config: Config,
+    failures: Mutex<HashMap<String, u32>>,
+}
+
+impl Context {
+    /// A context for the controller.
+    pub fn new(
+        client: kube::Client,
+        engagements: Engagements,
+        policies: Policies,
+        recorder: Recorder,
+        config: Config,
+    ) -> Self {
+        Self {
+            client,
+            engagements,
+            policies,
+            recorder,
+            config,
+            failures: Mutex::default(),
+        }
+    }
+
+    fn backoff(&self, name: &str) -> Duration {
+        let mut failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
+        let attempts = failures.entry(name.to_string()).or_insert(0);
+        *attempts = attempts.saturating_add(1);
+        let delay = Duration::from_millis(500).saturating_mul(1 << (*attempts).min(10));
+        delay.min(self.config.max_backoff)
+    }
+
+    fn reset_backoff(&self, name: &str) {
+        self.failures
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(name);
+    }
+
+    async fn warn(&self, connection: &Connection, reason: &str, note: String) {
+        let event = Event {
+            type_: EventType::Warning,
+            reason: reason.to_string(),
+            note: Some(note),
+            action: "Reconcile".into(),
+            secondary: None,
+        };
+        if let Err(error) = self
+            .recorder
+            .publish(&event, &connection.object_ref(&()))
+            .await
+        {
+            warn!(%error, "publishing an Event failed");
+        }
+    }
+}
+
+/// Why a Connection reconcile failed; each is retried with backoff unless noted.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Reading the credential Secret failed.
+    #[error("reading Secret {0}: {1}")]
+    ReadSecret(String, #[source] kube::Error),
+    /// Adding or removing the Secret's cleanup finalizer failed.
+    #[error("updating the finalizer of Secret {0}: {1}")]
+    SecretFinalizer(String, #[source] kube::Error),
+    /// Reading an identity failed for another reason than RBAC.
+    #[error(transparent)]
+    Identity(#[from] crate::provider::identity::IdentityError),
+    /// Discovery failed for another reason than RBAC.
+    #[error(transparent)]
+    Discovery(#[from] crate::provider::discovery::DiscoveryError),
+    /// Writing the Connection status failed.
+    #[error("writing Connection status: {0}")]
+    WriteStatus(#[source] kube::Error),
+    /// Maintaining the autoBind ClusterBinding failed.
+    #[error("maintaining the autoBind ClusterBinding: {0}")]
+    AutoBind(#[source] kube::Error),
+    /// Listing bindings during deletion failed.
+    #[error("listing bindings that reference the Connection: {0}")]
+    ListBindings(#[source] kube::Error),
+    /// Listing Connections (to find one sharing the Secret) failed.
+    #[error("listing Connections: {0}")]
+    ListConnections(#[source] kube::Error),
+    /// A deleting Connection waits for bindings (requeued after the drain interval, not an error
+    /// backoff).
+    #[error("waiting for {0} binding(s) that reference this Connection to be deleted")]
+    Draining(usize),
+}
+
+type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Runs the Connection controller until `shutdown` is cancelled.
+pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
+    let connections: Api<Connection> = Api::all(ctx.client.clone());
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ctx.config.secret_namespace);
+    let controller = Controller::new(connections, watcher::Config::default().any_semantic());
+    let store = controller.store();
+    controller
+        // A Secret change re-reconciles every Connection that references it (spec: "watches
+        // Connections and their referenced Secrets").
+        .watches(
+            secrets,
+            watcher::Config::default().any_semantic(),
+            move |secret| {
+                let (namespace, name) = (secret.namespace().unwrap_or_default(), secret.name_any());
+                store
+                    .state()
+                    .into_iter()
+                    .filter(|c| {
+                        let r = &c.spec.kubeconfig_secret_ref;
+                        r.namespace == namespace && r.name == name
+                    })
+                    .map(|c| ObjectRef::from_obj(&*c))
+                    .collect::<Vec<_>>()
+            },
+        )
+        .graceful_shutdown_on(shutdown.cancelled_owned())
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(error) = result {
+                tracing::debug!(%error, "connection reconcile ended with an error");
+            }
+        })
+        .await;
+}
+
+#[instrument(skip(connection, ctx), fields(connection = %connection.name_any()))]
+async fn reconcile(
+    connection: Arc<Connection>,
+    ctx: Arc<Context>,
+) -> Result<Action, finalizer::Error<Error>> {
+    let api: Api<Connection> = Api::all(ctx.client.clone());
+    let name = connection.name_any();
+    let action = finalizer(&api, CLEANUP_FINALIZER, connection, |event| async {
+        match event {
+            finalizer::Event::Apply(connection) => apply::apply(&connection, &ctx).await,
+            finalizer::Event::Cleanup(connection) => cleanup::cleanup(&connection, &ctx).await,
+        }
+    })
+    .await?;
+    ctx.reset_backoff(&name);
+    Ok(action)
+}
+
+fn error_policy(
+    connection: Arc<Connection>,
+    error: &finalizer::Error<Error>,
+    ctx: Arc<Context>,
+) -> Action {
+    if let finalizer::Error::CleanupFailed(Error::Draining(_)) = error {
+        return Action::requeue(ctx.config.drain_requeue);
+    }
+    let delay = ctx.backoff(&connection.name_any());
+    warn!(connection = %connection.name_any(), %error, retry_in = ?delay, "connection reconcile failed");
+    Action::requeue(delay)
+}
+
+/// Writes the status through the status subresource when it differs from what is stored.
+async fn persist_status(
+    ctx: &Context,
+    connection: &Connection,
+    status: ConnectionStatus,
+) -> Result<()> {
+    if connection.status.as_ref() == Some(&status) {
+        return Ok(());
+    }
+    let api: Api<Connection> = Api::all(ctx.client.clone());
+    let patch = json!({
+        "apiVersion": Connection::api_version(&()),
+        "kind": Connection::kind(&()),
+        "status": status,
+    });
+    api.patch_status(
+        &connection.name_any(),
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .map_err(Error::WriteStatus)?;
+    info!(connection = %connection.name_any(), "status updated");
+    Ok(())
+}
+
+/// Whether any Binding or ClusterBinding references the Connection.
+async fn referencing_bindings(client: &kube::Client, connection: &str) -> Result<usize> {
+    let bindings: Api<Binding> = Api::all(client.clone());
+    let cluster_bindings: Api<ClusterBinding> = Api::all(client.clone());
+    let params = kube::api::ListParams::default();
+    let namespaced = bindings.list(&params).await.map_err(Error::ListBindings)?;
+    let clustered = cluster_bindings
+        .list(&params)
+        .await
+        .map_err(Error::ListBindings)?;
+    Ok(namespaced
+        .items
+        .iter()
+        .filter(|b| b.spec.connection_ref.name == connection)
+        .count()
+        + clustered
+            .items
+            .iter()
+            .filter(|b| b.spec.connection_ref.name == connection)
+            .count())
+}

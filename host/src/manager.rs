@@ -1,0 +1,63 @@
+//! Starts every controller of the konnector as one unit and stops them together: the
+//! Connection controller, the Binding and ClusterBinding controllers, and the syncer
+//! supervisor they drive. The binary runs this under leader election; tests run it
+//! in-process.
+
+use std::sync::Arc;
+
+use kube::runtime::events::{Recorder, Reporter};
+use tokio_util::sync::CancellationToken;
+
+use crate::connection;
+use crate::policy::Policies;
+use crate::provider::Engagements;
+
+/// Name reported on Events and used as field manager prefix in logs.
+pub const REPORTER: &str = "kbind-konnector";
+
+/// Settings of every controller.
+#[derive(Debug, Clone, Default)]
+pub struct Settings {
+    /// Connection controller timings and credential namespace.
+    pub connection: connection::Config,
+}
+
+/// Runs every controller against the consumer until `shutdown` is cancelled.
+pub async fn run(
+    client: kube::Client,
+    policies: Policies,
+    settings: Settings,
+    shutdown: CancellationToken,
+) {
+    let engagements = Engagements::default();
+    run_with(client, policies, settings, engagements, shutdown).await;
+}
+
+/// Like [`run`], with an engagement registry the caller can observe (tests do).
+pub async fn run_with(
+    client: kube::Client,
+    policies: Policies,
+    settings: Settings,
+    engagements: Engagements,
+    shutdown: CancellationToken,
+) {
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: REPORTER.into(),
+            instance: pod_name(),
+        },
+    );
+    let connections = Arc::new(connection::Context::new(
+        client.clone(),
+        engagements.clone(),
+        policies.clone(),
+        recorder.clone(),
+        settings.connection.clone(),
+    ));
+    connection::run(connections, shutdown.clone()).await;
+}
+
+fn pod_name() -> Option<String> {
+    std::env::var("POD_NAME").ok().filter(|n| !n.is_empty())
+}

@@ -1,0 +1,253 @@
+//! Applying a desired CRD to the consumer and waiting until it serves.
+
+use std::time::Duration;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, Patch, PatchParams};
+use sha2::{Digest, Sha256};
+
+use super::openapi::fetch_facts;
+use super::pull::consumer_crd_from_provider;
+use crate::api::names::{CONNECTION_ANNOTATION, FIELD_MANAGER};
+use crate::api::{ExportedApi, SchemaSource, UpdatePolicy};
+use crate::policy::{Policies, PolicyError};
+
+/// How often the Established condition is polled while waiting.
+const ESTABLISHED_POLL: Duration = Duration::from_millis(200);
+
+/// Which API to install, for which Connection, under which schema policy.
+#[derive(Debug, Clone, Copy)]
+pub struct Target<'a> {
+    /// The Connection the CRD is pinned to.
+    pub connection: &'a str,
+    /// The exported API.
+    pub api: &'a ExportedApi,
+    /// The active schema source (CRD or OpenAPI).
+    pub source: SchemaSource,
+    /// Whether an installed CRD follows provider changes.
+    pub update: UpdatePolicy,
+}
+
+/// A consumer CRD that is installed and Established.
+#[derive(Debug, Clone)]
+pub struct Installed {
+    /// The CRD as read back from the consumer.
+    pub crd: CustomResourceDefinition,
+    /// Hash of the consumer CRD's spec, reported in `boundAPIs[].crdHash`.
+    pub hash: String,
+}
+
+/// Why a schema could not be installed.
+#[derive(Debug, thiserror::Error)]
+pub enum SchemaError {
+    /// The consumer CRD belongs to another Connection.
+    #[error(
+        "CRD {crd} on the consumer is pinned to Connection {other:?}; an API can be served by one Connection only"
+    )]
+    BoundElsewhere {
+        /// The CRD name.
+        crd: String,
+        /// The Connection it is pinned to.
+        other: String,
+    },
+    /// The consumer CRD exists but was not installed by kbind.
+    #[error(
+        "CRD {crd} already exists on the consumer and was not installed by kbind (no {CONNECTION_ANNOTATION} annotation); delete it, or use schema.pullPolicy None to manage it yourself"
+    )]
+    NotManaged {
+        /// The CRD name.
+        crd: String,
+    },
+    /// Reading the provider's schema failed.
+    #[error("reading the schema of {api} from the provider failed: {source}")]
+    ProviderRead {
+        /// The API.
+        api: String,
+        /// The client error.
+        source: kube::Error,
+    },
+    /// The provider's OpenAPI document lacks what synthesis needs.
+    #[error("the provider's discovery or OpenAPI document for {api} is unusable: {detail}")]
+    OpenApi {
+        /// The API.
+        api: String,
+        /// What is wrong.
+        detail: String,
+    },
+    /// The schema-synthesis policy failed.
+    #[error("synthesizing a CRD for {api} failed: {source}")]
+    Synthesis {
+        /// The API.
+        api: String,
+        /// The policy error.
+        source: PolicyError,
+    },
+    /// Writing the CRD to the consumer failed (including the API server rejecting it).
+    #[error("installing CRD {crd} on the consumer failed: {source}")]
+    Apply {
+        /// The CRD name.
+        crd: String,
+        /// The client error.
+        source: kube::Error,
+    },
+    /// The CRD did not become Established in time.
+    #[error("CRD {crd} is not Established on the consumer after {waited:?}: {detail}")]
+    NotEstablished {
+        /// The CRD name.
+        crd: String,
+        /// How long we waited.
+        waited: Duration,
+        /// The last condition message seen.
+        detail: String,
+    },
+}
+
+/// Makes sure the consumer serves `api` with the provider's schema, pinned to `connection`.
+///
+/// With `UpdatePolicy::Once` an installed CRD is left as it is; with `Always` it is brought
+/// up to date with the provider on every call (server-side apply is a no-op when equal).
+pub async fn ensure_installed(
+    consumer: &kube::Client,
+    provider: &kube::Client,
+    policies: &Policies,
+    target: &Target<'_>,
+    wait: Duration,
+) -> Result<Installed, SchemaError> {
+    let Target {
+        connection,
+        api,
+        source,
+        update,
+    } = *target;
+    let crds: Api<CustomResourceDefinition> = Api::all(consumer.clone());
+    let existing = crds
+        .get_opt(&api.name)
+        .await
+        .map_err(|source| SchemaError::Apply {
+            crd: api.name.clone(),
+            source,
+        })?;
+    if let Some(existing) = &existing {
+        let pinned = existing
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(CONNECTION_ANNOTATION));
+        match pinned {
+            None => {
+                return Err(SchemaError::NotManaged {
+                    crd: api.name.clone(),
+                });
+            }
+            Some(other) if other != connection => {
+                return Err(SchemaError::BoundElsewhere {
+                    crd: api.name.clone(),
+                    other: other.clone(),
+                });
+            }
+            Some(_) if update == UpdatePolicy::Once => {
+                return established(consumer, &api.name, wait).await;
+            }
+            Some(_) => {}
+        }
+    }
+    let desired = desired_crd(provider, policies, connection, api, source).await?;
+    crds.patch(
+        &api.name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&desired),
+    )
+    .await
+    .map_err(|source| SchemaError::Apply {
+        crd: api.name.clone(),
+        source,
+    })?;
+    established(consumer, &api.name, wait).await
+}
+
+/// The CRD the consumer should have for `api`.
+async fn desired_crd(
+    provider: &kube::Client,
+    policies: &Policies,
+    connection: &str,
+    api: &ExportedApi,
+    source: SchemaSource,
+) -> Result<CustomResourceDefinition, SchemaError> {
+    let mut crd = match source {
+        SchemaSource::OpenApi => {
+            let facts = fetch_facts(provider, api).await?;
+            let input = facts.synthesis_input();
+            policies
+                .synthesize_schema(&input)
+                .await
+                .map_err(|source| SchemaError::Synthesis {
+                    api: api.name.clone(),
+                    source,
+                })?
+        }
+        SchemaSource::Crd | SchemaSource::Auto => {
+            let crds: Api<CustomResourceDefinition> = Api::all(provider.clone());
+            let provider_crd =
+                crds.get(&api.name)
+                    .await
+                    .map_err(|source| SchemaError::ProviderRead {
+                        api: api.name.clone(),
+                        source,
+                    })?;
+            consumer_crd_from_provider(&provider_crd, connection)
+        }
+    };
+    crd.metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(CONNECTION_ANNOTATION.to_string(), connection.to_string());
+    crd.metadata.name = Some(api.name.clone());
+    Ok(crd)
+}
+
+/// Waits until the consumer CRD `name` is Established, for at most `wait`.
+pub async fn established(
+    consumer: &kube::Client,
+    name: &str,
+    wait: Duration,
+) -> Result<Installed, SchemaError> {
+    let crds: Api<CustomResourceDefinition> = Api::all(consumer.clone());
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut detail = String::from("no Established condition yet");
+    loop {
+        let crd = crds.get(name).await.map_err(|source| SchemaError::Apply {
+            crd: name.to_string(),
+            source,
+        })?;
+        let conditions = crd.status.as_ref().and_then(|s| s.conditions.as_ref());
+        if let Some(condition) = conditions
+            .into_iter()
+            .flatten()
+            .find(|c| c.type_ == "Established")
+        {
+            if condition.status == "True" {
+                let hash = schema_hash(&crd);
+                return Ok(Installed { crd, hash });
+            }
+            detail = condition.message.clone().unwrap_or_default();
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(SchemaError::NotEstablished {
+                crd: name.to_string(),
+                waited: wait,
+                detail,
+            });
+        }
+        tokio::time::sleep(ESTABLISHED_POLL).await;
+    }
+}
+
+/// Short hash of a CRD's spec, stable across reads.
+pub fn schema_hash(crd: &CustomResourceDefinition) -> String {
+    let bytes = serde_json::to_vec(&crd.spec).unwrap_or_default();
+    Sha256::digest(&bytes)
+        .iter()
+        .take(8)
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}

@@ -1,0 +1,158 @@
+//! Gathering what schema synthesis needs for one API from a provider without CRDs: its
+//! discovery facts and the `/openapi/v3` document of each served group-version.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::APIGroup;
+use serde_json::Value;
+
+use super::install::SchemaError;
+use crate::api::ExportedApi;
+use crate::policy::{SchemaInput, SchemaVersion};
+
+/// Discovery facts and OpenAPI documents for one API, as read from the provider.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiFacts {
+    /// The exported API.
+    pub api: ExportedApi,
+    /// Kind of the resource.
+    pub kind: String,
+    /// Singular name (may be empty on servers that do not publish it).
+    pub singular: String,
+    /// Short names.
+    pub short_names: Vec<String>,
+    /// Categories.
+    pub categories: Vec<String>,
+    /// The group's preferred version, used as the storage version.
+    pub storage_version: String,
+    /// Per served version: its subresources and OpenAPI v3 document (JSON text).
+    pub versions: Vec<VersionFacts>,
+}
+
+/// What one served version offers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VersionFacts {
+    /// Version name.
+    pub name: String,
+    /// Subresources discovery lists (`status`, `scale`, ...).
+    pub subresources: Vec<String>,
+    /// The `/openapi/v3` document for this group-version.
+    pub openapi: Value,
+}
+
+impl ApiFacts {
+    /// The schema-synthesis policy's input.
+    pub fn synthesis_input(&self) -> SchemaInput {
+        SchemaInput {
+            group: self.api.group.clone(),
+            resource: self.api.resource.clone(),
+            kind: self.kind.clone(),
+            singular: self.singular.clone(),
+            short_names: self.short_names.clone(),
+            categories: self.categories.clone(),
+            scope: self.api.scope,
+            versions: self
+                .versions
+                .iter()
+                .map(|v| SchemaVersion {
+                    name: v.name.clone(),
+                    served: true,
+                    storage: v.name == self.storage_version,
+                    subresources: v.subresources.clone(),
+                    openapi: v.openapi.clone(),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Reads discovery facts and OpenAPI v3 documents for `api` from the provider.
+pub async fn fetch_facts(
+    provider: &kube::Client,
+    api: &ExportedApi,
+) -> Result<ApiFacts, SchemaError> {
+    let read = |source| SchemaError::ProviderRead {
+        api: api.name.clone(),
+        source,
+    };
+    let unusable = |detail: String| SchemaError::OpenApi {
+        api: api.name.clone(),
+        detail,
+    };
+
+    let group: APIGroup = provider
+        .request(get(&format!("/apis/{}", api.group))?)
+        .await
+        .map_err(read)?;
+    let storage_version = group
+        .preferred_version
+        .map(|v| v.version)
+        .or_else(|| api.versions.first().cloned())
+        .ok_or_else(|| unusable("the group serves no version".into()))?;
+
+    let index: Value = provider.request(get("/openapi/v3")?).await.map_err(read)?;
+    let mut facts: Option<(String, String, Vec<String>, Vec<String>)> = None;
+    let mut versions = Vec::new();
+    for version in &api.versions {
+        let gv = format!("{}/{}", api.group, version);
+        let list = provider.list_api_group_resources(&gv).await.map_err(read)?;
+        let resource = list
+            .resources
+            .iter()
+            .find(|r| r.name == api.resource)
+            .ok_or_else(|| unusable(format!("{gv} does not list resource {}", api.resource)))?;
+        facts.get_or_insert_with(|| {
+            (
+                resource.kind.clone(),
+                resource.singular_name.clone(),
+                resource.short_names.clone().unwrap_or_default(),
+                resource.categories.clone().unwrap_or_default(),
+            )
+        });
+        let prefix = format!("{}/", api.resource);
+        let subresources = list
+            .resources
+            .iter()
+            .filter_map(|r| r.name.strip_prefix(&prefix).map(str::to_string))
+            .collect();
+        let url = index
+            .pointer(&format!(
+                "/paths/apis~1{}~1{}/serverRelativeURL",
+                api.group, version
+            ))
+            .and_then(Value::as_str)
+            .ok_or_else(|| unusable(format!("/openapi/v3 lists no document for {gv}")))?;
+        let document: Value = provider.request(get(url)?).await.map_err(read)?;
+        versions.push(VersionFacts {
+            name: version.clone(),
+            subresources,
+            openapi: document,
+        });
+    }
+    let (kind, singular, short_names, categories) =
+        facts.ok_or_else(|| unusable("the API serves no version".into()))?;
+    let mut by_name: BTreeMap<String, VersionFacts> =
+        versions.into_iter().map(|v| (v.name.clone(), v)).collect();
+    Ok(ApiFacts {
+        api: api.clone(),
+        kind,
+        singular,
+        short_names,
+        categories,
+        storage_version,
+        versions: api
+            .versions
+            .iter()
+            .filter_map(|v| by_name.remove(v))
+            .collect(),
+    })
+}
+
+fn get(path: &str) -> Result<http::Request<Vec<u8>>, SchemaError> {
+    http::Request::get(path)
+        .body(Vec::new())
+        .map_err(|e| SchemaError::OpenApi {
+            api: path.to_string(),
+            detail: format!("cannot build request: {e}"),
+        })
+}

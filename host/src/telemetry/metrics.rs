@@ -1,0 +1,247 @@
+//! The konnector's metrics, in Prometheus text exposition via `prometheus-client` (the
+//! Prometheus project's own Rust client: typed label sets, no global macros).
+
+use std::sync::LazyLock;
+use std::time::Instant;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// Labels of per-controller metrics.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ControllerLabels {
+    /// `connection`, `binding`, `clusterbinding`, `sync`.
+    pub controller: &'static str,
+}
+
+/// Labels of per-API metrics.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ApiLabels {
+    /// `<plural>.<group>`.
+    pub api: String,
+}
+
+/// Labels of policy call metrics.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PolicyLabels {
+    /// `schema`, `conflict`, `related`.
+    pub role: &'static str,
+}
+
+/// Labels of policy failures.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PolicyFailureLabels {
+    /// `schema`, `conflict`, `related`.
+    pub role: &'static str,
+    /// `trap`, `timeout`, `memory`, `invalid-output`, ...
+    pub kind: &'static str,
+}
+
+/// Labels of related-resource metrics.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RelatedLabels {
+    /// `secrets` or `configmaps`.
+    pub resource: &'static str,
+    /// `FromProvider` or `FromConsumer`.
+    pub direction: &'static str,
+}
+
+/// Every metric the konnector exports.
+pub struct Metrics {
+    registry: Registry,
+    /// Reconciles started, per controller.
+    pub reconciles: Family<ControllerLabels, Counter>,
+    /// Reconciles that ended in an error, per controller.
+    pub reconcile_errors: Family<ControllerLabels, Counter>,
+    /// Reconcile durations, per controller.
+    pub reconcile_duration: Family<ControllerLabels, Histogram>,
+    /// Instances written to the provider (spec) or consumer (status), per API.
+    pub instances_synced: Family<ApiLabels, Counter>,
+    /// Time from noticing an instance change to the provider copy reflecting it, per API.
+    pub sync_lag: Family<ApiLabels, Histogram>,
+    /// Instance conflicts detected, per API.
+    pub conflicts: Family<ApiLabels, Counter>,
+    /// Related copies skipped because the target carries another (or no) binding marker.
+    pub related_skipped: Family<RelatedLabels, Counter>,
+    /// Policy call durations, per role.
+    pub policy_duration: Family<PolicyLabels, Histogram>,
+    /// Policy call failures, per role and kind.
+    pub policy_failures: Family<PolicyFailureLabels, Counter>,
+    /// Connections currently engaged (Ready, provider client live).
+    pub engaged_connections: Gauge,
+}
+
+fn latency_histogram() -> Histogram {
+    // 100 µs .. ~100 s
+    Histogram::new(exponential_buckets(0.0001, 4.0, 11))
+}
+
+impl Metrics {
+    fn new() -> Self {
+        let mut registry = Registry::with_prefix("kbind");
+        let metrics = Self {
+            reconciles: Family::default(),
+            reconcile_errors: Family::default(),
+            reconcile_duration: Family::new_with_constructor(latency_histogram),
+            instances_synced: Family::default(),
+            sync_lag: Family::new_with_constructor(latency_histogram),
+            conflicts: Family::default(),
+            related_skipped: Family::default(),
+            policy_duration: Family::new_with_constructor(latency_histogram),
+            policy_failures: Family::default(),
+            engaged_connections: Gauge::default(),
+            registry: Registry::default(),
+        };
+        registry.register(
+            "reconciles",
+            "Reconciles started",
+            metrics.reconciles.clone(),
+        );
+        registry.register(
+            "reconcile_errors",
+            "Reconciles that failed",
+            metrics.reconcile_errors.clone(),
+        );
+        registry.register(
+            "reconcile_duration_seconds",
+            "Reconcile durations",
+            metrics.reconcile_duration.clone(),
+        );
+        registry.register(
+            "instances_synced",
+            "Instance writes to provider or consumer",
+            metrics.instances_synced.clone(),
+        );
+        registry.register(
+            "sync_lag_seconds",
+            "Time from an instance change to its provider copy",
+            metrics.sync_lag.clone(),
+        );
+        registry.register(
+            "conflicts",
+            "Instance conflicts detected",
+            metrics.conflicts.clone(),
+        );
+        registry.register(
+            "related_skipped",
+            "Related copies skipped (foreign target)",
+            metrics.related_skipped.clone(),
+        );
+        registry.register(
+            "policy_call_duration_seconds",
+            "Policy module call durations",
+            metrics.policy_duration.clone(),
+        );
+        registry.register(
+            "policy_failures",
+            "Policy module call failures",
+            metrics.policy_failures.clone(),
+        );
+        registry.register(
+            "engaged_connections",
+            "Connections with a live provider client",
+            metrics.engaged_connections.clone(),
+        );
+        Self {
+            registry,
+            ..metrics
+        }
+    }
+
+    /// The text exposition of every metric.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+
+    /// Counts a reconcile and times it until the returned timer is dropped.
+    pub fn reconcile(&self, controller: &'static str) -> ReconcileTimer<'_> {
+        let labels = ControllerLabels { controller };
+        self.reconciles.get_or_create(&labels).inc();
+        ReconcileTimer {
+            metrics: self,
+            labels,
+            start: Instant::now(),
+            failed: false,
+        }
+    }
+}
+
+/// Records a reconcile's duration (and failure) when dropped.
+pub struct ReconcileTimer<'a> {
+    metrics: &'a Metrics,
+    labels: ControllerLabels,
+    start: Instant,
+    failed: bool,
+}
+
+impl ReconcileTimer<'_> {
+    /// Marks the reconcile as failed.
+    pub fn fail(&mut self) {
+        self.failed = true;
+    }
+}
+
+impl Drop for ReconcileTimer<'_> {
+    fn drop(&mut self) {
+        self.metrics
+            .reconcile_duration
+            .get_or_create(&self.labels)
+            .observe(self.start.elapsed().as_secs_f64());
+        if self.failed {
+            self.metrics
+                .reconcile_errors
+                .get_or_create(&self.labels)
+                .inc();
+        }
+    }
+}
+
+/// The process-wide metrics.
+pub fn metrics() -> &'static Metrics {
+    static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
+    &METRICS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exposition_names_carry_the_kbind_prefix_and_labels() {
+        let metrics = Metrics::new();
+        {
+            let mut timer = metrics.reconcile("connection");
+            timer.fail();
+        }
+        metrics
+            .instances_synced
+            .get_or_create(&ApiLabels {
+                api: "widgets.example.org".into(),
+            })
+            .inc();
+        let text = metrics.encode();
+        assert!(
+            text.contains("kbind_reconciles_total{controller=\"connection\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("kbind_reconcile_errors_total{controller=\"connection\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("kbind_instances_synced_total{api=\"widgets.example.org\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("kbind_reconcile_duration_seconds_count{controller=\"connection\"} 1"),
+            "{text}"
+        );
+    }
+}

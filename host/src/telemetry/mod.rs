@@ -1,0 +1,14 @@
+//! Telemetry: Prometheus metrics, the `/healthz` and `/readyz` process probes, and logging
+//! set-up. Metrics live in one process-wide registry so every module records into it
+//! without threading handles through every call.
+
+mod logging;
+mod metrics;
+mod server;
+
+pub use logging::{LogFormat, init_logging};
+pub use metrics::{
+    ApiLabels, ControllerLabels, Metrics, PolicyFailureLabels, PolicyLabels, ReconcileTimer,
+    RelatedLabels, metrics,
+};
+pub use server::{Health, serve_health, serve_metrics};

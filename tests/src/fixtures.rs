@@ -1,0 +1,328 @@
+//! Building blocks for e2e tests: an in-process konnector per test binary, unique names,
+//! and small builders for the objects every test creates (credential Secrets, Connections,
+//! exported CRDs).
+//!
+//! One konnector serves all tests of a binary because controllers watch cluster-wide: two
+//! konnectors on one consumer would both reconcile every Connection. Tests isolate by object
+//! names, namespaces and API groups instead.
+
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::runtime::events::{Recorder, Reporter};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::eventually;
+use crate::testenv::{Cluster, ClusterPair};
+use konnector::api::names::EXPORTED_LABEL;
+use konnector::api::{Connection, ConnectionSpec, SchemaPolicy, SecretReference};
+use konnector::policy::Policies;
+use konnector::provider::Engagements;
+
+/// The credential namespace the test konnector uses (the product default).
+pub const SECRET_NAMESPACE: &str = "kbind";
+/// How long e2e tests wait for the konnector to converge.
+pub const CONVERGE: Duration = Duration::from_secs(60);
+
+/// A konnector running in-process against a consumer, on its own runtime thread.
+#[derive(Debug)]
+pub struct Konnector {
+    /// The engagement registry the controllers share.
+    pub engagements: Engagements,
+    /// Cancels every controller (never used by shared konnectors).
+    pub shutdown: CancellationToken,
+}
+
+/// Timings used by test konnectors: short, so tests need no 30 s waits.
+pub fn test_connection_config() -> konnector::connection::Config {
+    konnector::connection::Config {
+        resync: Duration::from_secs(1),
+        drain_requeue: Duration::from_secs(2),
+        secret_namespace: SECRET_NAMESPACE.to_string(),
+        schema_wait: Duration::from_secs(30),
+        max_backoff: Duration::from_secs(2),
+    }
+}
+
+/// The konnector shared by every test of this binary, running against `pair.consumer`.
+pub fn shared_konnector(pair: &'static ClusterPair) -> anyhow::Result<&'static Konnector> {
+    static KONNECTOR: OnceLock<Result<Konnector, String>> = OnceLock::new();
+    KONNECTOR
+        .get_or_init(|| start_konnector(&pair.consumer).map_err(|e| format!("{e:#}")))
+        .as_ref()
+        .map_err(|e| anyhow::anyhow!("starting the test konnector: {e}"))
+}
+
+/// Starts the konnector's controllers for `consumer` on a dedicated runtime thread.
+pub fn start_konnector(consumer: &Cluster) -> anyhow::Result<Konnector> {
+    let admin = consumer.admin().clone();
+    let engagements = Engagements::default();
+    let shutdown = CancellationToken::new();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<anyhow::Result<()>>();
+    let (thread_engagements, thread_shutdown) = (engagements.clone(), shutdown.clone());
+    std::thread::Builder::new()
+        .name("konnector".into())
+        .spawn(move || {
+            let runtime = match tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+            {
+                Ok(runtime) => runtime,
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e.into()));
+                    return;
+                }
+            };
+            runtime.block_on(async move {
+                let started = async {
+                    let client = admin.client().await?;
+                    install_core_crds(&client).await?;
+                    ensure_namespace(&client, SECRET_NAMESPACE).await?;
+                    let policies = Policies::builtin()?;
+                    let recorder = Recorder::new(
+                        client.clone(),
+                        Reporter {
+                            controller: "kbind-konnector".into(),
+                            instance: None,
+                        },
+                    );
+                    let ctx = konnector::connection::Context::new(
+                        client,
+                        thread_engagements,
+                        policies,
+                        recorder,
+                        test_connection_config(),
+                    );
+                    anyhow::Ok(ctx)
+                }
+                .await;
+                match started {
+                    Ok(ctx) => {
+                        let _ = ready_tx.send(Ok(()));
+                        konnector::connection::run(std::sync::Arc::new(ctx), thread_shutdown).await;
+                    }
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                    }
+                }
+            });
+        })
+        .context("spawning the konnector thread")?;
+    ready_rx
+        .recv()
+        .context("the konnector thread ended before starting")??;
+    Ok(Konnector {
+        engagements,
+        shutdown,
+    })
+}
+
+/// A name unique within this test process: `<prefix>-<n>`.
+pub fn unique(prefix: &str) -> String {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    format!("{prefix}-{}", NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+/// Creates a namespace if it does not exist.
+pub async fn ensure_namespace(client: &kube::Client, name: &str) -> anyhow::Result<()> {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let namespace = Namespace {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..ObjectMeta::default()
+        },
+        ..Namespace::default()
+    };
+    match namespaces.create(&PostParams::default(), &namespace).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
+        Err(e) => Err(e).context(format!("creating namespace {name}")),
+    }
+}
+
+/// Writes (creates or replaces) a kubeconfig Secret in the credential namespace.
+pub async fn put_kubeconfig_secret(
+    consumer: &kube::Client,
+    name: &str,
+    kubeconfig: &str,
+) -> anyhow::Result<()> {
+    let secrets: Api<Secret> = Api::namespaced(consumer.clone(), SECRET_NAMESPACE);
+    let secret = json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name},
+        "data": {"kubeconfig": ByteString(kubeconfig.as_bytes().to_vec())},
+    });
+    secrets
+        .patch(
+            name,
+            &PatchParams::apply("kbind-tests").force(),
+            &Patch::Apply(&secret),
+        )
+        .await
+        .with_context(|| format!("writing Secret {SECRET_NAMESPACE}/{name}"))?;
+    Ok(())
+}
+
+/// A Connection referencing Secret `secret` in the credential namespace.
+pub fn connection(name: &str, secret: &str, schema: SchemaPolicy, auto_bind: bool) -> Connection {
+    Connection::new(
+        name,
+        ConnectionSpec {
+            kubeconfig_secret_ref: SecretReference {
+                namespace: SECRET_NAMESPACE.into(),
+                name: secret.into(),
+                key: "kubeconfig".into(),
+            },
+            schema,
+            auto_bind,
+        },
+    )
+}
+
+/// Creates a Secret with `provider`'s admin kubeconfig and a Connection using it.
+pub async fn connect(
+    consumer: &kube::Client,
+    provider: &Cluster,
+    name: &str,
+    schema: SchemaPolicy,
+    auto_bind: bool,
+) -> anyhow::Result<Connection> {
+    put_kubeconfig_secret(consumer, name, &provider.admin().kubeconfig_yaml()?).await?;
+    let connections: Api<Connection> = Api::all(consumer.clone());
+    Ok(connections
+        .create(
+            &PostParams::default(),
+            &connection(name, name, schema, auto_bind),
+        )
+        .await?)
+}
+
+/// The named condition of a Connection, if set.
+pub fn condition<'a>(connection: &'a Connection, type_: &str) -> Option<&'a Condition> {
+    connection
+        .status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+}
+
+/// Waits until `check` accepts the Connection, returning it; fails with the last state seen.
+pub async fn wait_connection(
+    consumer: &kube::Client,
+    name: &str,
+    what: &str,
+    check: impl Fn(&Connection) -> bool,
+) -> anyhow::Result<Connection> {
+    let connections: Api<Connection> = Api::all(consumer.clone());
+    eventually(CONVERGE, || async {
+        let current = connections.get(name).await?;
+        if check(&current) {
+            Ok(current)
+        } else {
+            Err(anyhow::anyhow!(
+                "Connection {name}: waiting for {what}; status is {:?}",
+                current.status
+            ))
+        }
+    })
+    .await
+}
+
+/// Whether a condition has the given status and reason.
+pub fn has_condition(connection: &Connection, type_: &str, status: &str, reason: &str) -> bool {
+    condition(connection, type_).is_some_and(|c| c.status == status && c.reason == reason)
+}
+
+/// A CRD for a namespaced `Widget`-like kind with spec and status, optionally exported.
+pub fn widget_crd(
+    group: &str,
+    kind: &str,
+    exported: bool,
+) -> anyhow::Result<CustomResourceDefinition> {
+    let plural = format!("{}s", kind.to_lowercase());
+    let mut labels = BTreeMap::new();
+    if exported {
+        labels.insert(EXPORTED_LABEL.to_string(), "true".to_string());
+    }
+    let crd = json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{plural}.{group}"), "labels": labels},
+        "spec": {
+            "group": group,
+            "names": {"plural": plural, "singular": kind.to_lowercase(), "kind": kind, "listKind": format!("{kind}List")},
+            "scope": "Namespaced",
+            "versions": [{
+                "name": "v1",
+                "served": true,
+                "storage": true,
+                "subresources": {"status": {}},
+                "schema": {"openAPIV3Schema": {
+                    "type": "object",
+                    "properties": {
+                        "spec": {"type": "object", "properties": {
+                            "size": {"type": "integer"},
+                            "color": {"type": "string"}
+                        }},
+                        "status": {"type": "object", "properties": {
+                            "phase": {"type": "string"}
+                        }}
+                    }
+                }}
+            }]
+        }
+    });
+    Ok(serde_json::from_value(crd)?)
+}
+
+/// Starts a cluster of its own for a test that changes cluster-wide state (exports, identity).
+/// It is killed when the returned value is dropped.
+pub fn private_cluster(name: &str) -> anyhow::Result<Cluster> {
+    let root = std::env::temp_dir().join("kbind-testenv").join(format!(
+        "{}-{}",
+        std::process::id(),
+        unique("private")
+    ));
+    std::fs::create_dir_all(&root)?;
+    let cluster = Cluster::new(&root, name)?;
+    cluster.start()?;
+    Ok(cluster)
+}
+
+/// Installs the three core.kbind.io CRDs, as the Helm chart does.
+pub async fn install_core_crds(client: &kube::Client) -> anyhow::Result<()> {
+    for (_, crd) in konnector::api::core_crds() {
+        install_crd(client, &crd).await?;
+    }
+    Ok(())
+}
+
+/// Applies a CRD and waits until it is Established.
+pub async fn install_crd(
+    client: &kube::Client,
+    crd: &CustomResourceDefinition,
+) -> anyhow::Result<()> {
+    let name = crd.metadata.name.clone().unwrap_or_default();
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    crds.patch(
+        &name,
+        &PatchParams::apply("kbind-tests").force(),
+        &Patch::Apply(crd),
+    )
+    .await
+    .with_context(|| format!("applying CRD {name}"))?;
+    konnector::schema::established(client, &name, CONVERGE).await?;
+    Ok(())
+}
