@@ -908,7 +908,8 @@ fn rich_crd() -> anyhow::Result<CustomResourceDefinition> {
 }
 
 #[tokio::test]
-async fn openapi_source_with_pull_all_synthesizes_a_crd_that_round_trips_every_field() -> anyhow::Result<()> {
+async fn openapi_source_with_pull_all_synthesizes_a_crd_that_round_trips_every_field()
+-> anyhow::Result<()> {
     let pair = setup()?;
     let provider_cluster = tokio::task::spawn_blocking(|| private_cluster("synth")).await??;
     pair.diagnose(async {
@@ -916,17 +917,42 @@ async fn openapi_source_with_pull_all_synthesizes_a_crd_that_round_trips_every_f
         let provider = provider_cluster.client().await?;
         install_crd(&provider, &rich_crd()?).await?;
         let name = unique("synth");
-        let schema = SchemaPolicy { source: SchemaSource::OpenApi, pull_policy: PullPolicy::All, update_policy: UpdatePolicy::Always };
+        let schema = SchemaPolicy {
+            source: SchemaSource::OpenApi,
+            pull_policy: PullPolicy::All,
+            update_policy: UpdatePolicy::Always,
+        };
         connect(&consumer, &provider_cluster, &name, schema, false).await?;
-        wait_connection(&consumer, &name, "SchemaInSync", |c| has_condition(c, "SchemaInSync", "True", "AsExpected")).await?;
+        wait_connection(&consumer, &name, "SchemaInSync", |c| {
+            has_condition(c, "SchemaInSync", "True", "AsExpected")
+        })
+        .await?;
 
-        let installed = Api::<CustomResourceDefinition>::all(consumer.clone()).get("gears.rich.example.org").await?;
-        assert_eq!(installed.annotations().get(CONNECTION_ANNOTATION), Some(&name));
-        assert_eq!(installed.spec.names.short_names.as_deref(), Some(&["gr".to_string()][..]));
+        let installed = Api::<CustomResourceDefinition>::all(consumer.clone())
+            .get("gears.rich.example.org")
+            .await?;
+        assert_eq!(
+            installed.annotations().get(CONNECTION_ANNOTATION),
+            Some(&name)
+        );
+        assert_eq!(
+            installed.spec.names.short_names.as_deref(),
+            Some(&["gr".to_string()][..])
+        );
         let version = &installed.spec.versions[0];
-        assert!(version.subresources.as_ref().and_then(|s| s.status.as_ref()).is_some(), "status subresource carried over");
+        assert!(
+            version
+                .subresources
+                .as_ref()
+                .and_then(|s| s.status.as_ref())
+                .is_some(),
+            "status subresource carried over"
+        );
 
-        let resource = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("rich.example.org", "v1", "Gear"), "gears");
+        let resource = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("rich.example.org", "v1", "Gear"),
+            "gears",
+        );
         ensure_namespace(&consumer, &name).await?;
         let gears: Api<DynamicObject> = Api::namespaced_with(consumer.clone(), &name, &resource);
         let spec = json!({
@@ -943,12 +969,18 @@ async fn openapi_source_with_pull_all_synthesizes_a_crd_that_round_trips_every_f
         gear.data = json!({"spec": spec});
         gears.create(&PostParams::default(), &gear).await?;
         let read = gears.get("g1").await?;
-        assert_eq!(read.data["spec"], spec, "every field survives the synthesized schema");
+        assert_eq!(
+            read.data["spec"], spec,
+            "every field survives the synthesized schema"
+        );
 
         let mut bad = DynamicObject::new("g2", &resource).within(&name);
         bad.data = json!({"spec": {"size": 3, "mode": "sideways"}});
         let refused = gears.create(&PostParams::default(), &bad).await;
-        assert!(matches!(refused, Err(kube::Error::Api(ref s)) if s.code == 422), "enum kept: {refused:?}");
+        assert!(
+            matches!(refused, Err(kube::Error::Api(ref s)) if s.code == 422),
+            "enum kept: {refused:?}"
+        );
         anyhow::Ok(())
     })
     .await
