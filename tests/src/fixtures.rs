@@ -326,3 +326,55 @@ pub async fn install_crd(
     konnector::schema::established(client, &name, CONVERGE).await?;
     Ok(())
 }
+
+/// Builds the konnector binary (`cargo test` builds only the tested package's binaries) and
+/// returns its path in the target directory this test executable runs from.
+pub fn konnector_binary() -> anyhow::Result<std::path::PathBuf> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let status = std::process::Command::new(cargo)
+        .args(["build", "-q", "-p", "konnector", "--bin", "konnector"])
+        .status()
+        .context("running cargo build for the konnector")?;
+    anyhow::ensure!(status.success(), "cargo build -p konnector failed");
+    let exe = std::env::current_exe()?;
+    let profile_dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .context("the test executable has no target directory")?;
+    Ok(profile_dir.join("konnector"))
+}
+
+/// A loopback port that was free a moment ago.
+pub fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// GETs a path from a local HTTP endpoint, returning the status code and body.
+pub async fn http_get(port: u16, path: &str) -> anyhow::Result<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    stream
+        .write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes())
+        .await?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await?;
+    let status = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .context("no HTTP status line")?;
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_string())
+        .unwrap_or_default();
+    Ok((status, body))
+}
+
+/// The value of one sample line (`name{labels} value`) in a Prometheus exposition.
+pub fn metric_value(exposition: &str, sample: &str) -> Option<f64> {
+    exposition
+        .lines()
+        .find_map(|line| line.strip_prefix(sample)?.trim().parse().ok())
+}

@@ -37,6 +37,7 @@ use crate::api::names::{CLEANUP_FINALIZER, DEFAULT_SECRET_NAMESPACE, FIELD_MANAG
 use crate::api::{Binding, ClusterBinding, Connection, ConnectionStatus};
 use crate::policy::Policies;
 use crate::provider::Engagements;
+use crate::telemetry::metrics;
 
 /// Timings and the credential namespace of the Connection controller.
 #[derive(Debug, Clone)]
@@ -207,17 +208,23 @@ async fn reconcile(
     connection: Arc<Connection>,
     ctx: Arc<Context>,
 ) -> Result<Action, finalizer::Error<Error>> {
+    let mut timer = metrics().reconcile("connection");
     let api: Api<Connection> = Api::all(ctx.client.clone());
     let name = connection.name_any();
-    let action = finalizer(&api, CLEANUP_FINALIZER, connection, |event| async {
+    let result = finalizer(&api, CLEANUP_FINALIZER, connection, |event| async {
         match event {
             finalizer::Event::Apply(connection) => apply::apply(&connection, &ctx).await,
             finalizer::Event::Cleanup(connection) => cleanup::cleanup(&connection, &ctx).await,
         }
     })
-    .await?;
-    ctx.reset_backoff(&name);
-    Ok(action)
+    .await;
+    match &result {
+        Ok(_) => ctx.reset_backoff(&name),
+        // Waiting for bindings to drain is the expected path of a deletion, not a failure.
+        Err(finalizer::Error::CleanupFailed(Error::Draining(_))) => {}
+        Err(_) => timer.fail(),
+    }
+    result
 }
 
 fn error_policy(

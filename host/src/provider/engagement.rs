@@ -11,6 +11,12 @@ use std::sync::{Arc, RwLock};
 use tokio::sync::watch;
 
 use crate::api::ExportedApi;
+use crate::telemetry::metrics;
+
+/// A registry size as a gauge value.
+fn gauge(count: usize) -> i64 {
+    i64::try_from(count).unwrap_or(i64::MAX)
+}
 
 /// A Ready Connection: its provider client and the identities pinned for it.
 #[derive(Clone)]
@@ -106,6 +112,9 @@ impl Engagements {
         registry
             .by_connection
             .insert(engagement.connection.clone(), engagement.clone());
+        metrics()
+            .engaged_connections
+            .set(gauge(registry.by_connection.len()));
         drop(registry);
         if changed {
             self.changes.send_modify(|n| *n += 1);
@@ -115,7 +124,12 @@ impl Engagements {
 
     /// Forgets a Connection that is no longer Ready; its syncers stop on the next change.
     pub fn disengage(&self, connection: &str) {
-        let removed = self.write().by_connection.remove(connection).is_some();
+        let mut registry = self.write();
+        let removed = registry.by_connection.remove(connection).is_some();
+        metrics()
+            .engaged_connections
+            .set(gauge(registry.by_connection.len()));
+        drop(registry);
         if removed {
             self.changes.send_modify(|n| *n += 1);
         }
