@@ -8,9 +8,9 @@ use std::sync::Arc;
 use kube::runtime::events::{Recorder, Reporter};
 use tokio_util::sync::CancellationToken;
 
-use crate::connection;
 use crate::policy::Policies;
 use crate::provider::Engagements;
+use crate::{binding, connection};
 
 /// Name reported on Events and used as field manager prefix in logs.
 pub const REPORTER: &str = "kbind-konnector";
@@ -20,6 +20,8 @@ pub const REPORTER: &str = "kbind-konnector";
 pub struct Settings {
     /// Connection controller timings and credential namespace.
     pub connection: connection::Config,
+    /// Binding controllers and instance sync engine settings.
+    pub binding: binding::Settings,
 }
 
 /// Runs every controller against the consumer until `shutdown` is cancelled.
@@ -55,7 +57,16 @@ pub async fn run_with(
         recorder.clone(),
         settings.connection.clone(),
     ));
-    connection::run(connections, shutdown.clone()).await;
+    let bindings = Arc::new(binding::Context::new(
+        client,
+        engagements,
+        policies,
+        settings.binding,
+    ));
+    tokio::join!(
+        connection::run(connections, shutdown.clone()),
+        binding::run(bindings, shutdown)
+    );
 }
 
 fn pod_name() -> Option<String> {

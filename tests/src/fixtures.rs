@@ -17,7 +17,6 @@ use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
-use kube::runtime::events::{Recorder, Reporter};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -50,6 +49,19 @@ pub fn test_connection_config() -> konnector::connection::Config {
         secret_namespace: SECRET_NAMESPACE.to_string(),
         schema_wait: Duration::from_secs(30),
         max_backoff: Duration::from_secs(2),
+    }
+}
+
+/// Binding and sync timings used by test konnectors.
+pub fn test_binding_settings() -> konnector::binding::Settings {
+    konnector::binding::Settings {
+        status_interval: Duration::from_secs(1),
+        pending_requeue: Duration::from_secs(1),
+        sync: konnector::sync::SyncSettings {
+            resync_interval: Duration::from_secs(10),
+            ..konnector::sync::SyncSettings::default()
+        },
+        ..konnector::binding::Settings::default()
     }
 }
 
@@ -89,27 +101,24 @@ pub fn start_konnector(consumer: &Cluster) -> anyhow::Result<Konnector> {
                     install_core_crds(&client).await?;
                     ensure_namespace(&client, SECRET_NAMESPACE).await?;
                     let policies = Policies::builtin()?;
-                    let recorder = Recorder::new(
-                        client.clone(),
-                        Reporter {
-                            controller: "kbind-konnector".into(),
-                            instance: None,
-                        },
-                    );
-                    let ctx = konnector::connection::Context::new(
-                        client,
-                        thread_engagements,
-                        policies,
-                        recorder,
-                        test_connection_config(),
-                    );
-                    anyhow::Ok(ctx)
+                    anyhow::Ok((client, policies))
                 }
                 .await;
                 match started {
-                    Ok(ctx) => {
+                    Ok((client, policies)) => {
                         let _ = ready_tx.send(Ok(()));
-                        konnector::connection::run(std::sync::Arc::new(ctx), thread_shutdown).await;
+                        let settings = konnector::manager::Settings {
+                            connection: test_connection_config(),
+                            binding: test_binding_settings(),
+                        };
+                        konnector::manager::run_with(
+                            client,
+                            policies,
+                            settings,
+                            thread_engagements,
+                            thread_shutdown,
+                        )
+                        .await;
                     }
                     Err(e) => {
                         let _ = ready_tx.send(Err(e));

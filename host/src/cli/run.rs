@@ -17,11 +17,12 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
 
 use crate::api::names::{DEFAULT_SECRET_NAMESPACE, LEADER_ELECTION_ID};
-use crate::connection;
 use crate::leader::{self, ElectionConfig};
 use crate::manager::{self, Settings};
 use crate::policy::{Policies, PolicyArgs};
+use crate::sync::SyncSettings;
 use crate::telemetry::{Health, LogFormat, init_logging, serve_health, serve_metrics};
+use crate::{binding, connection};
 
 /// Flags of `konnector run`.
 #[derive(clap::Args, Debug)]
@@ -53,9 +54,15 @@ pub struct RunArgs {
     /// Periodic Connection reconcile (discovery of new exports, heartbeat renewal).
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration, value_name = "DURATION")]
     pub connection_resync: Duration,
-    /// Periodic binding reconcile (conflict counts, related resources) and instance resync.
+    /// Periodic binding reconcile (conflict counts, related resources).
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration, value_name = "DURATION")]
     pub binding_resync: Duration,
+    /// Periodic resync of every bound instance, the backstop for missed watch events.
+    #[arg(long, default_value = "5m", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub instance_resync: Duration,
+    /// Instances reconciled at once per bound API.
+    #[arg(long, default_value_t = 16, value_name = "N")]
+    pub sync_concurrency: u16,
     /// Policy modules and their limits.
     #[command(flatten)]
     pub policies: PolicyArgs,
@@ -74,6 +81,15 @@ impl RunArgs {
                 resync: self.connection_resync,
                 secret_namespace: self.secret_namespace.clone(),
                 ..connection::Config::default()
+            },
+            binding: binding::Settings {
+                status_interval: self.binding_resync,
+                sync: SyncSettings {
+                    resync_interval: self.instance_resync,
+                    concurrency: self.sync_concurrency.max(1),
+                    ..SyncSettings::default()
+                },
+                ..binding::Settings::default()
             },
         }
     }
