@@ -249,6 +249,14 @@ pub async fn wait_connection(
     .await
 }
 
+/// Waits until the Connection is Ready.
+pub async fn wait_ready(consumer: &kube::Client, name: &str) -> anyhow::Result<Connection> {
+    wait_connection(consumer, name, "Ready", |c| {
+        has_condition(c, "Ready", "True", "AsExpected")
+    })
+    .await
+}
+
 /// Whether a condition has the given status and reason.
 pub fn has_condition(connection: &Connection, type_: &str, status: &str, reason: &str) -> bool {
     condition(connection, type_).is_some_and(|c| c.status == status && c.reason == reason)

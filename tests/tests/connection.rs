@@ -179,10 +179,7 @@ async fn garbage_kubeconfig_sets_kubeconfig_invalid() -> anyhow::Result<()> {
         .await?;
         // Fixing the Secret is picked up through the Secret watch.
         put_kubeconfig_secret(&consumer, &name, &pair.provider.admin().kubeconfig_yaml()?).await?;
-        wait_connection(&consumer, &name, "Ready after the fix", |c| {
-            has_condition(c, "Ready", "True", "AsExpected")
-        })
-        .await?;
+        wait_ready(&consumer, &name).await?;
         anyhow::Ok(())
     })
     .await
@@ -228,10 +225,7 @@ async fn ready_connection_pins_both_identities_and_guards_its_secret() -> anyhow
         let provider = pair.provider.client().await?;
         let name = unique("ready");
         connect(&consumer, &pair.provider, &name, crd_source(), false).await?;
-        let seen = wait_connection(&consumer, &name, "Ready", |c| {
-            has_condition(c, "Ready", "True", "AsExpected")
-        })
-        .await?;
+        let seen = wait_ready(&consumer, &name).await?;
         let status = seen.status.clone().context("status")?;
         assert_eq!(
             status.remote_cluster_uid,
@@ -281,10 +275,7 @@ async fn kubeconfig_for_another_cluster_is_an_identity_failure_and_nothing_is_wr
         let consumer = pair.consumer.client().await?;
         let name = unique("rotated");
         connect(&consumer, &pair.provider, &name, crd_source(), false).await?;
-        wait_connection(&consumer, &name, "Ready", |c| {
-            has_condition(c, "Ready", "True", "AsExpected")
-        })
-        .await?;
+        wait_ready(&consumer, &name).await?;
         put_kubeconfig_secret(&consumer, &name, &third.admin().kubeconfig_yaml()?).await?;
         let seen = wait_connection(&consumer, &name, "ClusterIdentityChanged", |c| {
             has_condition(c, "Connected", "False", "ClusterIdentityChanged")
@@ -380,7 +371,7 @@ async fn kcp_logical_cluster_identity_is_used_where_served() -> anyhow::Result<(
         .await?;
         let name = unique("kcp");
         connect(&consumer, &provider_cluster, &name, crd_source(), false).await?;
-        let seen = wait_connection(&consumer, &name, "Ready", |c| has_condition(c, "Ready", "True", "AsExpected")).await?;
+        let seen = wait_ready(&consumer, &name).await?;
         assert_eq!(seen.status.and_then(|s| s.remote_cluster_uid), created.uid());
         assert_ne!(created.uid(), Some(kube_system_uid(&provider).await?));
         anyhow::Ok(())
@@ -600,10 +591,7 @@ async fn newly_labelled_crd_appears_on_periodic_requeue() -> anyhow::Result<()> 
         install_crd(&provider, &widget_crd(&group, "Widget", false)?).await?;
         let name = unique("late");
         connect(&consumer, &pair.provider, &name, crd_source(), false).await?;
-        wait_connection(&consumer, &name, "Ready", |c| {
-            has_condition(c, "Ready", "True", "AsExpected")
-        })
-        .await?;
+        wait_ready(&consumer, &name).await?;
         let crds: Api<CustomResourceDefinition> = Api::all(provider.clone());
         let label = json!({"metadata": {"labels": {EXPORTED_LABEL: "true"}}});
         crds.patch(
@@ -681,10 +669,7 @@ async fn heartbeat_lease_is_created_and_renewed() -> anyhow::Result<()> {
         let provider = pair.provider.client().await?;
         let name = unique("heartbeat");
         connect(&consumer, &pair.provider, &name, crd_source(), false).await?;
-        wait_connection(&consumer, &name, "Ready", |c| {
-            has_condition(c, "Ready", "True", "AsExpected")
-        })
-        .await?;
+        wait_ready(&consumer, &name).await?;
         let consumer_uid = kube_system_uid(&consumer).await?;
         let lease_name = format!("{name}-{}", &consumer_uid[..10]);
         let leases: Api<Lease> = Api::namespaced(provider.clone(), "kbind");
@@ -735,10 +720,7 @@ async fn heartbeat_denied_by_rbac_keeps_the_connection_ready() -> anyhow::Result
             ),
         ];
         connect_as(pair, &consumer, &name, rules, crd_source()).await?;
-        wait_connection(&consumer, &name, "Ready", |c| {
-            has_condition(c, "Ready", "True", "AsExpected")
-        })
-        .await?;
+        wait_ready(&consumer, &name).await?;
         let provider = pair.provider.client().await?;
         let consumer_uid = kube_system_uid(&consumer).await?;
         let lease = Api::<Lease>::namespaced(provider, "kbind")
@@ -757,10 +739,7 @@ async fn deletion_waits_in_draining_bindings_while_a_binding_references_it() -> 
         let consumer = pair.consumer.client().await?;
         let name = unique("draining");
         connect(&consumer, &pair.provider, &name, crd_source(), false).await?;
-        wait_connection(&consumer, &name, "Ready", |c| {
-            has_condition(c, "Ready", "True", "AsExpected")
-        })
-        .await?;
+        wait_ready(&consumer, &name).await?;
         ensure_namespace(&consumer, &name).await?;
         let bindings: Api<Binding> = Api::namespaced(consumer.clone(), &name);
         let binding = Binding::new(
@@ -831,10 +810,7 @@ async fn shared_secret_keeps_its_finalizer_until_the_last_connection_is_gone() -
                     &connection(name, &secret_name, crd_source(), false),
                 )
                 .await?;
-            wait_connection(&consumer, name, "Ready", |c| {
-                has_condition(c, "Ready", "True", "AsExpected")
-            })
-            .await?;
+            wait_ready(&consumer, name).await?;
         }
         let secrets: Api<Secret> = Api::namespaced(consumer.clone(), SECRET_NAMESPACE);
         let guarded = |s: &Secret| s.finalizers().contains(&CLEANUP_FINALIZER.to_string());

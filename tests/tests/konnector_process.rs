@@ -99,10 +99,7 @@ async fn ready_connection(
             &connection(name, name, schema, false),
         )
         .await?;
-    wait_connection(consumer, name, "Ready", |c| {
-        has_condition(c, "Ready", "True", "AsExpected")
-    })
-    .await?;
+    wait_ready(consumer, name).await?;
     Ok(())
 }
 
