@@ -13,9 +13,23 @@ struct Cli {
     command: Command,
 }
 
+const RUN_EXAMPLES: &str = "Examples:
+  # Run outside the cluster against a consumer kubeconfig
+  konnector run --kubeconfig ~/.kube/consumer.kubeconfig
+
+  # In a Deployment with more than one replica: elect one active konnector
+  konnector run --leader-elect --leader-election-namespace kbind
+
+  # Replace the built-in conflict policy with your own component
+  konnector run --conflict-policy /policies/conflict/policy.wasm
+
+  # Verbose sync logs as JSON
+  konnector run --log-level konnector=debug,kube=info --log-format json";
+
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run the konnector's controllers against the consumer cluster.
+    #[command(after_help = RUN_EXAMPLES)]
     Run(Box<konnector::cli::run::RunArgs>),
     /// Write the three core.kbind.io CRD manifests into a directory (or print them).
     Crds {
