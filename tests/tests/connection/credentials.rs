@@ -1,0 +1,255 @@
+//! Credentials and identity: the Secret, the kubeconfig, pinning, RBAC denials, kcp.
+
+use super::*;
+
+#[tokio::test]
+async fn missing_secret_sets_secret_not_found() -> anyhow::Result<()> {
+    let pair = setup()?;
+    pair.diagnose(async {
+        let consumer = pair.consumer.client().await?;
+        let name = unique("no-secret");
+        let connections: Api<Connection> = Api::all(consumer.clone());
+        connections
+            .create(
+                &PostParams::default(),
+                &connection(&name, &name, SchemaPolicy::default(), false),
+            )
+            .await?;
+        let seen = wait_connection(&consumer, &name, "SecretNotFound", |c| {
+            has_condition(c, "SecretValid", "False", "SecretNotFound")
+                && has_condition(c, "Ready", "False", "SecretNotFound")
+        })
+        .await?;
+        let message = &condition(&seen, "SecretValid")
+            .context("SecretValid")?
+            .message;
+        assert!(
+            message.contains(&name) && message.contains("kubeconfig"),
+            "message tells what to create: {message}"
+        );
+        assert!(seen.finalizers().contains(&CLEANUP_FINALIZER.to_string()));
+        anyhow::Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn garbage_kubeconfig_sets_kubeconfig_invalid() -> anyhow::Result<()> {
+    let pair = setup()?;
+    pair.diagnose(async {
+        let consumer = pair.consumer.client().await?;
+        let name = unique("garbage");
+        put_kubeconfig_secret(&consumer, &name, "{{{ this is not a kubeconfig").await?;
+        let connections: Api<Connection> = Api::all(consumer.clone());
+        connections
+            .create(
+                &PostParams::default(),
+                &connection(&name, &name, SchemaPolicy::default(), false),
+            )
+            .await?;
+        wait_connection(&consumer, &name, "KubeconfigInvalid", |c| {
+            has_condition(c, "SecretValid", "False", "KubeconfigInvalid")
+                && has_condition(c, "Ready", "False", "KubeconfigInvalid")
+        })
+        .await?;
+        // Fixing the Secret is picked up through the Secret watch.
+        put_kubeconfig_secret(&consumer, &name, &pair.provider.admin().kubeconfig_yaml()?).await?;
+        wait_ready(&consumer, &name).await?;
+        anyhow::Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn secret_outside_designated_namespace_is_refused() -> anyhow::Result<()> {
+    let pair = setup()?;
+    pair.diagnose(async {
+        let consumer = pair.consumer.client().await?;
+        let name = unique("elsewhere");
+        ensure_namespace(&consumer, "default").await?;
+        let secrets: Api<Secret> = Api::namespaced(consumer.clone(), "default");
+        let secret: Secret = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "stringData": {"kubeconfig": pair.provider.admin().kubeconfig_yaml()?},
+        }))?;
+        secrets.create(&PostParams::default(), &secret).await?;
+        let mut conn = connection(&name, &name, SchemaPolicy::default(), false);
+        conn.spec.kubeconfig_secret_ref.namespace = "default".into();
+        Api::<Connection>::all(consumer.clone())
+            .create(&PostParams::default(), &conn)
+            .await?;
+        wait_connection(&consumer, &name, "SecretNamespaceNotAllowed", |c| {
+            has_condition(c, "SecretValid", "False", "SecretNamespaceNotAllowed")
+        })
+        .await?;
+        let untouched = secrets.get(&name).await?;
+        assert!(
+            untouched.finalizers().is_empty(),
+            "a Secret outside the namespace gets no finalizer"
+        );
+        anyhow::Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn ready_connection_pins_both_identities_and_guards_its_secret() -> anyhow::Result<()> {
+    let pair = setup()?;
+    pair.diagnose(async {
+        let consumer = pair.consumer.client().await?;
+        let provider = pair.provider.client().await?;
+        let name = unique("ready");
+        connect(&consumer, &pair.provider, &name, crd_source(), false).await?;
+        let seen = wait_ready(&consumer, &name).await?;
+        let status = seen.status.clone().context("status")?;
+        assert_eq!(
+            status.remote_cluster_uid,
+            Some(kube_system_uid(&provider).await?)
+        );
+        assert_eq!(
+            status.local_cluster_uid,
+            Some(kube_system_uid(&consumer).await?)
+        );
+        assert!(has_condition(&seen, "SecretValid", "True", "AsExpected"));
+        assert!(has_condition(&seen, "Connected", "True", "AsExpected"));
+        assert!(has_condition(
+            &seen,
+            "PermissionDenied",
+            "False",
+            "AsExpected"
+        ));
+        assert_eq!(status.observed_generation, seen.metadata.generation);
+        assert_eq!(status.active_schema_source.as_deref(), Some("CRD"));
+        let secret = Api::<Secret>::namespaced(consumer.clone(), SECRET_NAMESPACE)
+            .get(&name)
+            .await?;
+        assert!(
+            secret.finalizers().contains(&CLEANUP_FINALIZER.to_string()),
+            "the Secret is guarded"
+        );
+        // Nothing changes, so nothing is written: the resourceVersion stays across resyncs.
+        let before = seen.resource_version();
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let after = Api::<Connection>::all(consumer.clone()).get(&name).await?;
+        assert_eq!(
+            after.resource_version(),
+            before,
+            "no status write per requeue when nothing changed"
+        );
+        anyhow::Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn kubeconfig_for_another_cluster_is_an_identity_failure_and_nothing_is_written_there()
+-> anyhow::Result<()> {
+    let pair = setup()?;
+    let third = tokio::task::spawn_blocking(|| private_cluster("third")).await??;
+    pair.diagnose(async {
+        let consumer = pair.consumer.client().await?;
+        let name = unique("rotated");
+        connect(&consumer, &pair.provider, &name, crd_source(), false).await?;
+        wait_ready(&consumer, &name).await?;
+        put_kubeconfig_secret(&consumer, &name, &third.admin().kubeconfig_yaml()?).await?;
+        let seen = wait_connection(&consumer, &name, "ClusterIdentityChanged", |c| {
+            has_condition(c, "Connected", "False", "ClusterIdentityChanged")
+                && has_condition(c, "Ready", "False", "ClusterIdentityChanged")
+        })
+        .await?;
+        let provider_uid = kube_system_uid(&pair.provider.client().await?).await?;
+        assert_eq!(
+            seen.status.and_then(|s| s.remote_cluster_uid),
+            Some(provider_uid),
+            "the pin never moves"
+        );
+        assert!(pair_not_engaged(pair, &name)?);
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let third_client = third.client().await?;
+        let kbind_ns = Api::<Namespace>::all(third_client.clone())
+            .get_opt("kbind")
+            .await?;
+        assert!(
+            kbind_ns.is_none(),
+            "no heartbeat namespace was created on the other cluster"
+        );
+        let leases = Api::<Lease>::all(third_client)
+            .list(&Default::default())
+            .await?;
+        assert!(
+            leases
+                .items
+                .iter()
+                .all(|l| !l.labels().contains_key(MANAGED_LABEL)),
+            "no kbind Lease was written to the other cluster"
+        );
+        anyhow::Ok(())
+    })
+    .await
+}
+
+fn pair_not_engaged(pair: &'static ClusterPair, connection: &str) -> anyhow::Result<bool> {
+    Ok(shared_konnector(pair)?
+        .engagements
+        .get(connection)
+        .is_none())
+}
+
+#[tokio::test]
+async fn restricted_identity_without_kube_system_access_is_permission_denied() -> anyhow::Result<()>
+{
+    let pair = setup()?;
+    pair.diagnose(async {
+        let consumer = pair.consumer.client().await?;
+        let name = unique("nobody");
+        connect_as(pair, &consumer, &name, Vec::new(), crd_source()).await?;
+        let seen = wait_connection(&consumer, &name, "PermissionDenied", |c| {
+            has_condition(c, "PermissionDenied", "True", "Forbidden")
+                && has_condition(c, "Ready", "False", "Forbidden")
+        })
+        .await?;
+        let message = &condition(&seen, "PermissionDenied")
+            .context("PermissionDenied")?
+            .message;
+        assert!(message.contains("kube-system"), "{message}");
+        anyhow::Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn kcp_logical_cluster_identity_is_used_where_served() -> anyhow::Result<()> {
+    let pair = setup()?;
+    let provider_cluster = tokio::task::spawn_blocking(|| private_cluster("kcp")).await??;
+    pair.diagnose(async {
+        let consumer = pair.consumer.client().await?;
+        let provider = provider_cluster.client().await?;
+        let crd: CustomResourceDefinition = serde_json::from_value(json!({
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": "logicalclusters.core.kcp.io"},
+            "spec": {
+                "group": "core.kcp.io",
+                "names": {"plural": "logicalclusters", "singular": "logicalcluster", "kind": "LogicalCluster", "listKind": "LogicalClusterList"},
+                "scope": "Cluster",
+                "versions": [{"name": "v1alpha1", "served": true, "storage": true,
+                    "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]
+            }
+        }))?;
+        install_crd(&provider, &crd).await?;
+        let resource = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("core.kcp.io", "v1alpha1", "LogicalCluster"), "logicalclusters");
+        let logical: Api<DynamicObject> = Api::all_with(provider.clone(), &resource);
+        let created = eventually(CONVERGE, || async {
+            let object = DynamicObject::new("cluster", &resource);
+            logical.create(&PostParams::default(), &object).await
+        })
+        .await?;
+        let name = unique("kcp");
+        connect(&consumer, &provider_cluster, &name, crd_source(), false).await?;
+        let seen = wait_ready(&consumer, &name).await?;
+        assert_eq!(seen.status.and_then(|s| s.remote_cluster_uid), created.uid());
+        assert_ne!(created.uid(), Some(kube_system_uid(&provider).await?));
+        anyhow::Ok(())
+    })
+    .await
+}

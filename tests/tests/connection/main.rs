@@ -1,0 +1,135 @@
+//! The Connection controller against real kube-apiservers, one test per branch of
+//! `spec/connection-controller.md` and the Connection parts of the other spec pages.
+//!
+//! One test binary (one shared cluster pair and konnector), three files: credentials and
+//! identity, discovery and schemas, lifecycle (autoBind, heartbeat, deletion).
+
+mod credentials;
+mod discovery;
+mod lifecycle;
+
+use std::time::Duration;
+
+use anyhow::Context as _;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, DynamicObject, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use serde_json::json;
+
+use kbind_tests::eventually;
+use kbind_tests::fixtures::*;
+use kbind_tests::testenv::{ClusterPair, shared_pair};
+use konnector::api::names::{
+    CLEANUP_FINALIZER, CONNECTION_ANNOTATION, EXPORTED_LABEL, MANAGED_LABEL,
+};
+use konnector::api::{
+    ApiReference, Binding, BindingSpec, ClusterBinding, Connection, ConnectionReference,
+    PullPolicy, SchemaPolicy, SchemaSource, UpdatePolicy,
+};
+
+fn setup() -> anyhow::Result<&'static ClusterPair> {
+    let pair = shared_pair()?;
+    shared_konnector(pair)?;
+    Ok(pair)
+}
+
+fn crd_source() -> SchemaPolicy {
+    SchemaPolicy {
+        source: SchemaSource::Crd,
+        ..SchemaPolicy::default()
+    }
+}
+
+async fn kube_system_uid(client: &kube::Client) -> anyhow::Result<String> {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    Ok(namespaces
+        .get("kube-system")
+        .await?
+        .uid()
+        .unwrap_or_default())
+}
+
+/// Grants `user` on the provider exactly `rules`, cluster-wide.
+async fn grant(provider: &kube::Client, user: &str, rules: Vec<PolicyRule>) -> anyhow::Result<()> {
+    let roles: Api<ClusterRole> = Api::all(provider.clone());
+    let bindings: Api<ClusterRoleBinding> = Api::all(provider.clone());
+    let meta = ObjectMeta {
+        name: Some(user.to_string()),
+        ..ObjectMeta::default()
+    };
+    roles
+        .create(
+            &PostParams::default(),
+            &ClusterRole {
+                metadata: meta.clone(),
+                rules: Some(rules),
+                ..ClusterRole::default()
+            },
+        )
+        .await?;
+    bindings
+        .create(
+            &PostParams::default(),
+            &ClusterRoleBinding {
+                metadata: meta,
+                role_ref: RoleRef {
+                    api_group: Some("rbac.authorization.k8s.io".into()),
+                    kind: "ClusterRole".into(),
+                    name: user.into(),
+                },
+                subjects: Some(vec![Subject {
+                    kind: "User".into(),
+                    name: user.into(),
+                    ..Subject::default()
+                }]),
+            },
+        )
+        .await?;
+    Ok(())
+}
+
+fn rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> PolicyRule {
+    let strings = |v: &[&str]| Some(v.iter().map(|s| s.to_string()).collect());
+    PolicyRule {
+        api_groups: strings(groups),
+        resources: strings(resources),
+        verbs: verbs.iter().map(|s| s.to_string()).collect(),
+        ..PolicyRule::default()
+    }
+}
+
+/// A restricted provider user with a kubeconfig Secret on the consumer and a Connection.
+async fn connect_as(
+    pair: &ClusterPair,
+    consumer: &kube::Client,
+    name: &str,
+    rules: Vec<PolicyRule>,
+    schema: SchemaPolicy,
+) -> anyhow::Result<()> {
+    let provider = pair.provider.client().await?;
+    let user = pair.provider.mint_user(name, &[])?;
+    if !rules.is_empty() {
+        grant(&provider, name, rules).await?;
+    }
+    put_kubeconfig_secret(consumer, name, &user.kubeconfig_yaml()?).await?;
+    let connections: Api<Connection> = Api::all(consumer.clone());
+    connections
+        .create(
+            &PostParams::default(),
+            &connection(name, name, schema, false),
+        )
+        .await?;
+    Ok(())
+}
+
+fn exported_names(connection: &Connection) -> Vec<String> {
+    connection
+        .status
+        .as_ref()
+        .map(|s| s.exported_apis.iter().map(|a| a.name.clone()).collect())
+        .unwrap_or_default()
+}
