@@ -165,3 +165,81 @@ impl Engagements {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn engagement(digest: &str, exported: &[&str]) -> Engagement {
+        let config = kube::Config::new("https://127.0.0.1:1".parse().unwrap());
+        Engagement {
+            connection: "provider".into(),
+            provider: kube::Client::try_from(config).unwrap(),
+            provider_uid: "p".into(),
+            consumer_uid: "c".into(),
+            exported: exported
+                .iter()
+                .map(|name| ExportedApi {
+                    name: name.to_string(),
+                    group: "example.org".into(),
+                    resource: "widgets".into(),
+                    scope: crate::api::ResourceScope::Namespaced,
+                    versions: vec!["v1".into()],
+                })
+                .collect(),
+            credentials_digest: digest.into(),
+            epoch: 0,
+        }
+    }
+
+    #[tokio::test]
+    async fn reengaging_the_same_credentials_keeps_the_epoch_and_stays_quiet() {
+        let registry = Engagements::default();
+        let mut changes = registry.subscribe();
+        let first = registry.engage(engagement("d1", &["widgets.example.org"]));
+        assert!(changes.has_changed().unwrap());
+        changes.mark_unchanged();
+        let again = registry.engage(engagement("d1", &["widgets.example.org"]));
+        assert_eq!(again.epoch, first.epoch);
+        assert!(
+            !changes.has_changed().unwrap(),
+            "a periodic reconcile does not wake syncers"
+        );
+    }
+
+    #[tokio::test]
+    async fn new_credentials_bump_the_epoch() {
+        let registry = Engagements::default();
+        let first = registry.engage(engagement("d1", &[]));
+        let rotated = registry.engage(engagement("d2", &[]));
+        assert!(rotated.epoch > first.epoch);
+    }
+
+    #[tokio::test]
+    async fn changed_exports_notify_without_a_new_epoch() {
+        let registry = Engagements::default();
+        let mut changes = registry.subscribe();
+        let first = registry.engage(engagement("d1", &[]));
+        changes.mark_unchanged();
+        let more = registry.engage(engagement("d1", &["widgets.example.org"]));
+        assert_eq!(more.epoch, first.epoch);
+        assert!(changes.has_changed().unwrap());
+    }
+
+    #[tokio::test]
+    async fn disengaging_forgets_and_notifies_once() {
+        let registry = Engagements::default();
+        let mut changes = registry.subscribe();
+        registry.engage(engagement("d1", &[]));
+        changes.mark_unchanged();
+        registry.disengage("provider");
+        assert!(registry.get("provider").is_none());
+        assert!(changes.has_changed().unwrap());
+        changes.mark_unchanged();
+        registry.disengage("provider");
+        assert!(
+            !changes.has_changed().unwrap(),
+            "disengaging twice is quiet"
+        );
+    }
+}
