@@ -14,6 +14,7 @@ use konnector::api::names::{RELATED_BINDING_ANNOTATION, RELATED_FIELD_MANAGER};
 use konnector::api::{
     Binding, ClusterBinding, ConflictPolicy, RelatedDirection::*, RelatedResourceKind::*,
 };
+use konnector::telemetry::{RelatedLabels, metrics};
 use kube::api::DeleteParams;
 use kube::{Api, ResourceExt};
 

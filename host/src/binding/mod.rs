@@ -311,6 +311,72 @@ mod tests {
     }
 
     #[test]
+    fn related_and_teardown_error_texts_name_their_operation() {
+        let cases = [
+            (
+                Error::ListRelated {
+                    resource: "secrets",
+                    source: api_error(),
+                },
+                "listing related secrets",
+            ),
+            (
+                Error::ApplyRelated {
+                    resource: "configmaps",
+                    source: api_error(),
+                },
+                "applying related configmaps copy",
+            ),
+            (
+                Error::DeleteRelated {
+                    resource: "secrets",
+                    source: api_error(),
+                },
+                "deleting related secrets copy",
+            ),
+            (
+                Error::CreateNamespace {
+                    namespace: "ns".into(),
+                    source: api_error(),
+                },
+                "creating namespace ns",
+            ),
+            (Error::ListBindings(api_error()), "listing bindings"),
+            (
+                Error::ListInstances {
+                    api: "widgets".into(),
+                    source: api_error(),
+                },
+                "listing instances of widgets",
+            ),
+            (
+                Error::DeleteProviderCopy {
+                    name: "w".into(),
+                    source: api_error(),
+                },
+                "deleting provider copy w",
+            ),
+            (
+                Error::ReleaseFinalizer {
+                    name: "w".into(),
+                    source: api_error(),
+                },
+                "releasing the syncer finalizer of w",
+            ),
+            (
+                Error::DeleteCrd {
+                    name: "widgets.example.org".into(),
+                    source: api_error(),
+                },
+                "deleting CustomResourceDefinition widgets.example.org",
+            ),
+        ];
+        for (error, prefix) in cases {
+            assert!(error.to_string().starts_with(prefix), "{error} vs {prefix}");
+        }
+    }
+
+    #[test]
     fn default_settings_follow_the_spec_periods() {
         let settings = Settings::default();
         assert_eq!(settings.status_interval, Duration::from_secs(30));
