@@ -351,6 +351,15 @@ async fn foreign_target_is_skipped_even_under_adopt() -> anyhow::Result<()> {
                 )
                 .await?;
                 wait_secret(&stack.consumer, ns, "free").await?;
+                // Counted in the (process-wide) related_skipped metric.
+                let skipped = metrics()
+                    .related_skipped
+                    .get_or_create(&RelatedLabels {
+                        resource: "secrets",
+                        direction: "FromProvider",
+                    })
+                    .get();
+                assert!(skipped > 0, "related_skipped = {skipped}");
                 let secrets = Api::<Secret>::namespaced(stack.consumer.clone(), ns);
                 stays("the foreign target untouched", QUIET, || async {
                     let s = secrets.get("taken").await?;
