@@ -5,9 +5,9 @@
 use std::time::Duration;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kbind_tests::syncenv::{Stack, TestApi, ensure_namespace, stays, wait_for};
+use kbind_tests::syncenv::{Stack, TestApi, ensure_namespace, merge, stays, wait_for};
 use kbind_tests::testenv::shared_pair;
-use konnector::api::names::SYNCER_FINALIZER;
+use konnector::api::names::{DELETION_POLICY_ANNOTATION, DELETION_POLICY_ORPHAN, SYNCER_FINALIZER};
 use konnector::api::{Binding, ClusterBinding, ConflictPolicy};
 use kube::api::{DeleteParams, DynamicObject};
 use kube::{Api, ResourceExt};
@@ -151,6 +151,59 @@ async fn overlapping_binding_skips_the_api_on_teardown() -> anyhow::Result<()> {
                 },
             )
             .await?;
+            anyhow::Ok(())
+        }))
+        .await;
+    stack.finish(result).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orphan_instance_keeps_its_copy_on_binding_teardown() -> anyhow::Result<()> {
+    let ns = "td-orphan";
+    let stack = Stack::start(shared_pair()?, ns).await?;
+    let api = TestApi::namespaced(&format!("{ns}.e2e.kbind.io"));
+    let result = shared_pair()?
+        .diagnose(stack.diagnose(&[&api], async {
+            api.export(&stack).await?;
+            stack.engage(&[&api]);
+            stack
+                .create_ready_binding(&stack.binding(ns, "b", &[&api], ConflictPolicy::Fail))
+                .await?;
+            for name in ["kept", "dropped"] {
+                api.create(&stack.consumer, Some(ns), name, json!({}))
+                    .await?;
+            }
+            let provider = api.api(&stack.provider, Some(ns));
+            for name in ["kept", "dropped"] {
+                wait_for("the provider copy", WAIT, || async {
+                    Ok(provider.get_opt(name).await?)
+                })
+                .await?;
+            }
+            merge(
+                &api.api(&stack.consumer, Some(ns)),
+                "kept",
+                json!({"metadata": {"annotations": {
+                    DELETION_POLICY_ANNOTATION: DELETION_POLICY_ORPHAN
+                }}}),
+            )
+            .await?;
+            let bindings = Api::<Binding>::namespaced(stack.consumer.clone(), ns);
+            bindings.delete("b", &DeleteParams::default()).await?;
+            wait_for("the Binding gone", WAIT, || async {
+                Ok(bindings.get_opt("b").await?.is_none().then_some(()))
+            })
+            .await?;
+            gone(&provider, "dropped", "the unannotated copy deleted").await?;
+            anyhow::ensure!(
+                provider.get_opt("kept").await?.is_some(),
+                "Orphan copy deleted"
+            );
+            let kept = api.api(&stack.consumer, Some(ns)).get("kept").await?;
+            anyhow::ensure!(
+                !kept.finalizers().iter().any(|f| f == SYNCER_FINALIZER),
+                "Orphan instance still holds its finalizer"
+            );
             anyhow::Ok(())
         }))
         .await;
