@@ -5,7 +5,8 @@
 //! Binding / ClusterBinding ─▶ gather facts (Connection, engagement, consumer CRDs, index pin)
 //!        │                     ─▶ readiness verdict ─▶ binding index (selection for syncers)
 //!        │                     ─▶ count conflict annotations ─▶ status (written when changed)
-//!        └─ deleted ─▶ leave the index (stops selection) ─▶ release the finalizer
+//!        │                     ─▶ related Secrets/ConfigMaps (when engaged)
+//!        └─ deleted ─▶ leave the index (stops selection) ─▶ teardown ─▶ release the finalizer
 //! ```
 //!
 //! Requeue policy, written down once: Ready → the periodic status interval (30 s by default,
@@ -39,8 +40,9 @@ use crate::sync::{ApiTarget, changes, is_established};
 
 use super::index::{BindingKey, Entry};
 use super::readiness::{self, ApiFacts, ConnectionState, CrdFacts};
+use super::related::{self, RelatedScope};
 use super::{Context, Error, Result};
-use super::{schema, status};
+use super::{schema, status, teardown};
 
 /// What the controller needs from either binding kind.
 pub trait BindingObject:
@@ -285,6 +287,18 @@ async fn apply<K: BindingObject>(obj: &K, api: &Api<K>, ctx: &Context) -> Result
             "binding status updated"
         );
     }
+    // Related resources run in binding reconciliation (spec: "normally every 30 seconds,
+    // rather than using the instance watch path"); they need the provider client.
+    if let (Some(engagement), false) = (&engagement, spec.related_resources.is_empty()) {
+        let uid = obj.meta().uid.clone().unwrap_or_default();
+        let namespace = obj.namespace();
+        let scope = RelatedScope {
+            binding_uid: &uid,
+            namespace: namespace.as_deref(),
+            entries: &spec.related_resources,
+        };
+        related::sync(&scope, &ctx.consumer, engagement, &ctx.policies).await?;
+    }
     Ok(Action::requeue(if ready {
         ctx.settings.status_interval
     } else {
@@ -343,11 +357,8 @@ async fn cleanup<K: BindingObject>(obj: &K, ctx: &Context) -> Result<Action> {
     if let Some(key) = obj.index_key() {
         ctx.index.delete(&key);
     }
-    // issue 6: the teardown itself — drain instances (delete owned provider copies in scope,
-    // release instance finalizers) when no other binding lists the API, delete the consumer
-    // CRD for the last ClusterBinding, delete owned related-resource copies. Until then the
-    // finalizer is released right away and instances keep their syncer finalizers.
-    info!("binding deleted; selection stopped");
+    teardown::run(obj, ctx).await?;
+    info!("binding deleted; cleanup done");
     Ok(Action::await_change())
 }
 

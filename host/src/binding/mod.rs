@@ -14,6 +14,8 @@
 //! - [`schema`]: installing consumer CRDs for `pullPolicy: Bound`.
 //! - [`index`]: which binding selects which instance, under which conflict policy.
 //! - [`status`]: building the status value and deciding whether it changed.
+//! - [`related`]: copying related Secrets/ConfigMaps through the related-selection policy.
+//! - [`teardown`]: what deleting a binding cleans up (`core.kbind.io/cleanup`).
 //!
 //! [`run`] starts the two binding controllers and the syncer supervisor from one [`Context`];
 //! the `konnector run` command wires it next to the Connection controller.
@@ -21,8 +23,10 @@
 pub mod controller;
 pub mod index;
 pub mod readiness;
+pub mod related;
 pub mod schema;
 pub mod status;
+pub mod teardown;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -69,6 +73,87 @@ pub enum Error {
     /// Writing the binding status.
     #[error("writing binding status: {0}")]
     WriteStatus(#[source] kube::Error),
+    /// Listing related sources or targets.
+    #[error("listing related {resource}: {source}")]
+    ListRelated {
+        /// `secrets` or `configmaps`.
+        resource: &'static str,
+        /// What the cluster said.
+        #[source]
+        source: kube::Error,
+    },
+    /// The related-selection policy failed.
+    #[error("related-selection policy: {0}")]
+    RelatedPolicy(#[source] crate::policy::PolicyError),
+    /// Writing (apply or create) a related copy.
+    #[error("applying related {resource} copy: {source}")]
+    ApplyRelated {
+        /// `secrets` or `configmaps`.
+        resource: &'static str,
+        /// What the target cluster said.
+        #[source]
+        source: kube::Error,
+    },
+    /// Deleting a related copy.
+    #[error("deleting related {resource} copy: {source}")]
+    DeleteRelated {
+        /// `secrets` or `configmaps`.
+        resource: &'static str,
+        /// What the target cluster said.
+        #[source]
+        source: kube::Error,
+    },
+    /// Creating a namespace for related copies.
+    #[error("creating namespace {namespace}: {source}")]
+    CreateNamespace {
+        /// The namespace.
+        namespace: String,
+        /// What the target cluster said.
+        #[source]
+        source: kube::Error,
+    },
+    /// Building a request body (a copy, a patch) from JSON.
+    #[error("building a request body: {0}")]
+    BuildRequest(#[from] serde_json::Error),
+    /// Listing Bindings and ClusterBindings to find overlapping ones.
+    #[error("listing bindings: {0}")]
+    ListBindings(#[source] kube::Error),
+    /// Listing consumer instances to drain them.
+    #[error("listing instances of {api}: {source}")]
+    ListInstances {
+        /// The API's plural.
+        api: String,
+        /// What the consumer said.
+        #[source]
+        source: kube::Error,
+    },
+    /// Deleting an owned provider instance copy during teardown.
+    #[error("deleting provider copy {name}: {source}")]
+    DeleteProviderCopy {
+        /// The instance name.
+        name: String,
+        /// What the provider said.
+        #[source]
+        source: kube::Error,
+    },
+    /// Releasing `core.kbind.io/syncer` from a consumer instance during teardown.
+    #[error("releasing the syncer finalizer of {name}: {source}")]
+    ReleaseFinalizer {
+        /// The instance name.
+        name: String,
+        /// What the consumer said.
+        #[source]
+        source: kube::Error,
+    },
+    /// Deleting the consumer CRD for the last ClusterBinding.
+    #[error("deleting CustomResourceDefinition {name}: {source}")]
+    DeleteCrd {
+        /// The CRD name.
+        name: String,
+        /// What the consumer said.
+        #[source]
+        source: kube::Error,
+    },
     /// Adding or removing `core.kbind.io/cleanup`, or the apply/cleanup wrapped by it.
     #[error("binding finalizer: {0}")]
     Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
@@ -223,6 +308,72 @@ mod tests {
                 .to_string()
                 .starts_with("writing binding status")
         );
+    }
+
+    #[test]
+    fn related_and_teardown_error_texts_name_their_operation() {
+        let cases = [
+            (
+                Error::ListRelated {
+                    resource: "secrets",
+                    source: api_error(),
+                },
+                "listing related secrets",
+            ),
+            (
+                Error::ApplyRelated {
+                    resource: "configmaps",
+                    source: api_error(),
+                },
+                "applying related configmaps copy",
+            ),
+            (
+                Error::DeleteRelated {
+                    resource: "secrets",
+                    source: api_error(),
+                },
+                "deleting related secrets copy",
+            ),
+            (
+                Error::CreateNamespace {
+                    namespace: "ns".into(),
+                    source: api_error(),
+                },
+                "creating namespace ns",
+            ),
+            (Error::ListBindings(api_error()), "listing bindings"),
+            (
+                Error::ListInstances {
+                    api: "widgets".into(),
+                    source: api_error(),
+                },
+                "listing instances of widgets",
+            ),
+            (
+                Error::DeleteProviderCopy {
+                    name: "w".into(),
+                    source: api_error(),
+                },
+                "deleting provider copy w",
+            ),
+            (
+                Error::ReleaseFinalizer {
+                    name: "w".into(),
+                    source: api_error(),
+                },
+                "releasing the syncer finalizer of w",
+            ),
+            (
+                Error::DeleteCrd {
+                    name: "widgets.example.org".into(),
+                    source: api_error(),
+                },
+                "deleting CustomResourceDefinition widgets.example.org",
+            ),
+        ];
+        for (error, prefix) in cases {
+            assert!(error.to_string().starts_with(prefix), "{error} vs {prefix}");
+        }
     }
 
     #[test]

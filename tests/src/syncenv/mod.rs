@@ -37,6 +37,7 @@ use crate::testenv::ClusterPair;
 
 mod fixtures;
 mod helpers;
+pub mod related;
 
 pub use fixtures::TestApi;
 use fixtures::install_core_crds;

@@ -1,0 +1,261 @@
+//! Binding teardown under `core.kbind.io/cleanup` (spec, "Delete a binding"):
+//!
+//! ```text
+//! deleted binding ─▶ leave the index (syncers stop selecting its instances)
+//!   for each listed API no other non-deleting binding lists:
+//!     drain instances in scope: delete owned provider copies (both UIDs; Orphan keeps them),
+//!                               release core.kbind.io/syncer
+//!     ClusterBinding: delete the consumer CRD (which deletes its consumer instances)
+//!   delete this binding's related copies for the declared entries
+//! ```
+//!
+//! Limits, as the spec documents them: an API listed by any other non-deleting binding is
+//! skipped as a whole; without an engaged provider (or when a provider read fails) the drain
+//! is best-effort and provider copies may remain; provider delete errors block (retry);
+//! deletion is requested, not waited for.
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, Preconditions};
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
+use tracing::{info, warn};
+
+use crate::api::names::{DELETION_POLICY_ANNOTATION, DELETION_POLICY_ORPHAN, SYNCER_FINALIZER};
+use crate::api::{Binding, ClusterBinding};
+use crate::provider::Engagement;
+use crate::sync::conflict::owned_by;
+use crate::sync::{ApiTarget, api_code};
+
+use super::controller::BindingObject;
+use super::related::{self, RelatedScope};
+use super::{Context, Error, Result};
+
+/// Runs the whole teardown of a deleted binding.
+pub async fn run<K: BindingObject>(obj: &K, ctx: &Context) -> Result<()> {
+    let spec = obj.binding_spec();
+    let uid = obj.meta().uid.clone().unwrap_or_default();
+    let namespace = obj.namespace();
+    let engagement = ctx.engagements.get(&spec.connection_ref.name);
+    if engagement.is_none() {
+        warn!(connection = %spec.connection_ref.name, "Connection not engaged: cleanup is best-effort; provider copies may remain");
+    }
+    let others = apis_listed_elsewhere(&ctx.consumer, &uid).await?;
+    for listed in &spec.apis {
+        if others.contains(&listed.name) {
+            // Spec: "If any other non-deleting binding anywhere lists the same API, cleanup
+            // skips that API as a whole."
+            info!(api = %listed.name, "another binding lists this API; skipping its cleanup");
+            continue;
+        }
+        drain_api(ctx, engagement.as_ref(), &listed.name, namespace.as_deref()).await?;
+    }
+    if let Some(engagement) = &engagement {
+        let scope = RelatedScope {
+            binding_uid: &uid,
+            namespace: namespace.as_deref(),
+            entries: &spec.related_resources,
+        };
+        related::delete_copies(&scope, &ctx.consumer, engagement).await?;
+    }
+    Ok(())
+}
+
+/// Names of the APIs listed by every binding other than `uid` that is not being deleted,
+/// whichever konnector handles it ("anywhere").
+async fn apis_listed_elsewhere(consumer: &Client, uid: &str) -> Result<BTreeSet<String>> {
+    let lp = ListParams::default();
+    let bindings = Api::<Binding>::all(consumer.clone())
+        .list(&lp)
+        .await
+        .map_err(Error::ListBindings)?;
+    let cluster_bindings = Api::<ClusterBinding>::all(consumer.clone())
+        .list(&lp)
+        .await
+        .map_err(Error::ListBindings)?;
+    let live =
+        |m: &kube::api::ObjectMeta| m.uid.as_deref() != Some(uid) && m.deletion_timestamp.is_none();
+    let mut out = BTreeSet::new();
+    for b in bindings.items.iter().filter(|b| live(&b.metadata)) {
+        out.extend(b.spec.apis.iter().map(|a| a.name.clone()));
+    }
+    for b in cluster_bindings.items.iter().filter(|b| live(&b.metadata)) {
+        out.extend(b.spec.apis.iter().map(|a| a.name.clone()));
+    }
+    Ok(out)
+}
+
+/// Drains one API in scope; for a ClusterBinding (`namespace` `None`) then deletes the CRD.
+async fn drain_api(
+    ctx: &Context,
+    engagement: Option<&Engagement>,
+    api_name: &str,
+    namespace: Option<&str>,
+) -> Result<()> {
+    let crds = Api::<CustomResourceDefinition>::all(ctx.consumer.clone());
+    let Some(crd) = crds
+        .get_opt(api_name)
+        .await
+        .map_err(|source| Error::ReadCrd {
+            name: api_name.to_string(),
+            source,
+        })?
+    else {
+        return Ok(());
+    };
+    let Some(target) = ApiTarget::from_crd(&crd, &[]) else {
+        return Ok(());
+    };
+    if namespace.is_some() && !target.namespaced {
+        // A Binding covers instances in its namespace only; cluster-scoped ones are not in
+        // its scope.
+        return Ok(());
+    }
+    drain_instances(ctx, engagement, &target, namespace).await?;
+    if namespace.is_none() {
+        // Spec: "Drain instances across the API, then delete the consumer CRD, which deletes
+        // its consumer instances." Destructive by design, whoever installed the CRD.
+        match crds.delete(api_name, &DeleteParams::default()).await {
+            Ok(_) => info!(
+                api = api_name,
+                "last ClusterBinding gone: consumer CRD deleted"
+            ),
+            Err(e) if api_code(&e) == Some(404) => {}
+            Err(source) => {
+                return Err(Error::DeleteCrd {
+                    name: api_name.to_string(),
+                    source,
+                });
+            }
+        }
+        // A syncer that had not stopped yet may have put a finalizer back; release again so
+        // the CRD's own instance deletion is not held open.
+        drain_instances(ctx, None, &target, namespace).await?;
+    }
+    Ok(())
+}
+
+/// Deletes owned provider copies (unless the instance says Orphan) and releases the syncer
+/// finalizers of every instance in scope. `engagement` `None`: finalizers only.
+async fn drain_instances(
+    ctx: &Context,
+    engagement: Option<&Engagement>,
+    target: &ApiTarget,
+    namespace: Option<&str>,
+) -> Result<()> {
+    let ar = target.api_resource();
+    let consumer: Api<DynamicObject> = match namespace {
+        Some(ns) => Api::namespaced_with(ctx.consumer.clone(), ns, &ar),
+        None => Api::all_with(ctx.consumer.clone(), &ar),
+    };
+    let instances = match consumer.list(&ListParams::default()).await {
+        Ok(list) => list.items,
+        Err(e) if api_code(&e) == Some(404) => return Ok(()),
+        Err(source) => {
+            return Err(Error::ListInstances {
+                api: target.plural.clone(),
+                source,
+            });
+        }
+    };
+    for instance in &instances {
+        if !instance.finalizers().iter().any(|f| f == SYNCER_FINALIZER) {
+            continue;
+        }
+        let orphan = instance
+            .annotations()
+            .get(DELETION_POLICY_ANNOTATION)
+            .is_some_and(|v| v == DELETION_POLICY_ORPHAN);
+        if let (Some(engagement), false) = (engagement, orphan) {
+            delete_provider_copy(engagement, target, instance).await?;
+        }
+        release_finalizer(&ctx.consumer, target, instance).await?;
+    }
+    Ok(())
+}
+
+/// Deletes the provider copy when both ownership UIDs are this instance's. A failed read is
+/// best-effort (logged); a failed delete blocks.
+async fn delete_provider_copy(
+    engagement: &Engagement,
+    target: &ApiTarget,
+    instance: &DynamicObject,
+) -> Result<()> {
+    let ar = target.api_resource();
+    let ns = instance.metadata.namespace.as_deref();
+    let provider: Api<DynamicObject> = match ns {
+        Some(ns) if target.namespaced => Api::namespaced_with(engagement.provider.clone(), ns, &ar),
+        _ => Api::all_with(engagement.provider.clone(), &ar),
+    };
+    let name = instance.name_any();
+    let copy = match provider.get_opt(&name).await {
+        Ok(Some(copy)) => copy,
+        Ok(None) => return Ok(()),
+        Err(e) => {
+            warn!(namespace = ns, name, error = %e, "reading the provider copy failed; it may remain");
+            return Ok(());
+        }
+    };
+    let uid = instance.metadata.uid.as_deref().unwrap_or_default();
+    if !owned_by(&copy, &engagement.consumer_uid, uid) || copy.metadata.deletion_timestamp.is_some()
+    {
+        return Ok(());
+    }
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: copy.metadata.uid.clone(),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    match provider.delete(&name, &params).await {
+        // Spec: "binding cleanup does not wait for every provider object's finalizers".
+        Ok(_) => {
+            info!(namespace = ns, name, "provider copy deletion requested");
+            Ok(())
+        }
+        Err(e) if matches!(api_code(&e), Some(404 | 409)) => Ok(()),
+        Err(source) => Err(Error::DeleteProviderCopy { name, source }),
+    }
+}
+
+async fn release_finalizer(
+    consumer: &Client,
+    target: &ApiTarget,
+    instance: &DynamicObject,
+) -> Result<()> {
+    let Some(index) = instance
+        .finalizers()
+        .iter()
+        .position(|f| f == SYNCER_FINALIZER)
+    else {
+        return Ok(());
+    };
+    let ar = target.api_resource();
+    let api: Api<DynamicObject> = match instance.metadata.namespace.as_deref() {
+        Some(ns) => Api::namespaced_with(consumer.clone(), ns, &ar),
+        None => Api::all_with(consumer.clone(), &ar),
+    };
+    let path = format!("/metadata/finalizers/{index}");
+    let patch = serde_json::from_value(json!([
+        { "op": "test", "path": path, "value": SYNCER_FINALIZER },
+        { "op": "remove", "path": path },
+    ]))?;
+    match api
+        .patch(
+            &instance.name_any(),
+            &PatchParams::default(),
+            &Patch::<()>::Json(patch),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(e) if api_code(&e) == Some(404) => Ok(()),
+        // 422: the list changed under us (test failed); the next attempt reads it again.
+        Err(source) => Err(Error::ReleaseFinalizer {
+            name: instance.name_any(),
+            source,
+        }),
+    }
+}

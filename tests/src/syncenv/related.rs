@@ -1,0 +1,174 @@
+//! Builders and probes for the related-resource and teardown tests: Secrets and ConfigMaps on
+//! either cluster, `relatedResources` entries, and bindings that carry them.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use konnector::api::names::RELATED_BINDING_ANNOTATION;
+use konnector::api::{
+    Binding, ConflictPolicy, RelatedDirection, RelatedResource, RelatedResourceKind,
+    RelatedSelector,
+};
+use kube::api::{ObjectMeta, Patch, PatchParams};
+use kube::{Api, Client, ResourceExt};
+
+use super::{Stack, TEST_MANAGER, TestApi, ensure_namespace, wait_for};
+
+/// How long related copies may take (the tests' binding period is 2 s).
+pub const RELATED_WAIT: Duration = Duration::from_secs(30);
+
+/// A `relatedResources` entry; empty `names` and `labels` make an empty selector.
+pub fn entry(
+    resource: RelatedResourceKind,
+    direction: RelatedDirection,
+    names: &[&str],
+    labels: &[(&str, &str)],
+) -> RelatedResource {
+    RelatedResource {
+        group: String::new(),
+        resource,
+        direction,
+        selector: RelatedSelector {
+            label_selector: (!labels.is_empty()).then(|| LabelSelector {
+                match_labels: Some(to_map(labels)),
+                ..Default::default()
+            }),
+            names: names.iter().map(|n| n.to_string()).collect(),
+        },
+    }
+}
+
+fn to_map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// Installs `api`, engages the stack and creates a Ready Binding `name` in `namespace` with
+/// `entries`.
+pub async fn related_binding(
+    stack: &Stack,
+    api: &TestApi,
+    namespace: &str,
+    name: &str,
+    policy: ConflictPolicy,
+    entries: Vec<RelatedResource>,
+) -> anyhow::Result<Binding> {
+    api.export(stack).await?;
+    stack.engage(&[api]);
+    let mut binding = stack.binding(namespace, name, &[api], policy);
+    binding.spec.related_resources = entries;
+    stack.create_ready_binding(&binding).await
+}
+
+/// Applies a Secret (creating its namespace) as the test's field manager.
+pub async fn put_secret(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    labels: &[(&str, &str)],
+    data: &[(&str, &str)],
+    immutable: Option<bool>,
+) -> anyhow::Result<Secret> {
+    ensure_namespace(client, namespace).await?;
+    let secret = Secret {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(namespace.into()),
+            labels: Some(to_map(labels)),
+            annotations: Some(to_map(&[("kbind.test/source-annotation", "x")])),
+            ..Default::default()
+        },
+        data: Some(
+            data.iter()
+                .map(|(k, v)| (k.to_string(), ByteString(v.as_bytes().to_vec())))
+                .collect(),
+        ),
+        type_: Some("Opaque".into()),
+        immutable,
+        ..Default::default()
+    };
+    Ok(Api::<Secret>::namespaced(client.clone(), namespace)
+        .patch(
+            name,
+            &PatchParams::apply(TEST_MANAGER).force(),
+            &Patch::Apply(&secret),
+        )
+        .await?)
+}
+
+/// Applies a ConfigMap (creating its namespace) as the test's field manager.
+pub async fn put_configmap(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    labels: &[(&str, &str)],
+    data: &[(&str, &str)],
+) -> anyhow::Result<ConfigMap> {
+    ensure_namespace(client, namespace).await?;
+    let cm = ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(namespace.into()),
+            labels: Some(to_map(labels)),
+            ..Default::default()
+        },
+        data: Some(to_map(data)),
+        ..Default::default()
+    };
+    Ok(Api::<ConfigMap>::namespaced(client.clone(), namespace)
+        .patch(
+            name,
+            &PatchParams::apply(TEST_MANAGER).force(),
+            &Patch::Apply(&cm),
+        )
+        .await?)
+}
+
+/// A Secret's value for `key`, as text.
+pub fn secret_value(secret: &Secret, key: &str) -> Option<String> {
+    secret
+        .data
+        .as_ref()?
+        .get(key)
+        .map(|b| String::from_utf8_lossy(&b.0).into_owned())
+}
+
+/// The related-binding marker of an object.
+pub fn related_marker(obj: &impl ResourceExt) -> Option<String> {
+    obj.annotations().get(RELATED_BINDING_ANNOTATION).cloned()
+}
+
+/// Waits for a Secret copy to exist on `client`.
+pub async fn wait_secret(client: &Client, namespace: &str, name: &str) -> anyhow::Result<Secret> {
+    let api = Api::<Secret>::namespaced(client.clone(), namespace);
+    wait_for(
+        &format!("Secret {namespace}/{name}"),
+        RELATED_WAIT,
+        || async { Ok(api.get_opt(name).await?) },
+    )
+    .await
+}
+
+/// Waits for a Secret to be gone on `client`.
+pub async fn wait_secret_gone(client: &Client, namespace: &str, name: &str) -> anyhow::Result<()> {
+    let api = Api::<Secret>::namespaced(client.clone(), namespace);
+    wait_for(
+        &format!("Secret {namespace}/{name} gone"),
+        RELATED_WAIT,
+        || async { Ok(api.get_opt(name).await?.is_none().then_some(())) },
+    )
+    .await
+}
+
+/// Whether a Secret exists on `client`.
+pub async fn secret_exists(client: &Client, namespace: &str, name: &str) -> anyhow::Result<bool> {
+    Ok(Api::<Secret>::namespaced(client.clone(), namespace)
+        .get_opt(name)
+        .await?
+        .is_some())
+}
