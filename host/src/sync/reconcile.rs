@@ -149,11 +149,18 @@ async fn reconcile_inner(obj: &DynamicObject, ctx: &SyncContext) -> Result<Actio
                 target = ctx.live_target(obj).await?;
             }
             Err(e) => {
-                if let (Error::ApplyToProvider(inner), Some(ns)) = (&e, namespace)
-                    && api_code(inner) == Some(404)
-                {
-                    // The namespace may have been deleted on the provider since we made it.
-                    ctx.forget_provider_namespace(ns);
+                if let Error::ApplyToProvider(inner) = &e {
+                    match (api_code(inner), namespace) {
+                        // The namespace may have been deleted on the provider since we made it.
+                        (Some(404), Some(ns)) => ctx.forget_provider_namespace(ns),
+                        // The provider refuses this copy (invalid against its schema, too
+                        // large): retrying will not help until the consumer object changes,
+                        // so the object itself says why.
+                        _ if rejected_by_provider(inner) => {
+                            report_rejected(obj, ctx, inner).await;
+                        }
+                        _ => {}
+                    }
                 }
                 return Err(e);
             }
@@ -329,6 +336,41 @@ async fn clear_conflict(obj: &DynamicObject, ctx: &SyncContext) -> Result<()> {
     .map_err(Error::ClearConflict)?;
     info!("conflict resolved");
     Ok(())
+}
+
+/// Whether the provider refused the copy itself (retrying the same spec cannot succeed):
+/// invalid (400, 422), too large (413), or a spec whose types do not fit the provider's schema,
+/// which the apiserver's server-side apply reports as a 500 "failed to create typed patch
+/// object".
+fn rejected_by_provider(error: &kube::Error) -> bool {
+    match error {
+        kube::Error::Api(status) => match status.code {
+            400 | 413 | 422 => true,
+            500 => status
+                .message
+                .starts_with("failed to create typed patch object"),
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
+async fn report_rejected(obj: &DynamicObject, ctx: &SyncContext, error: &kube::Error) {
+    let message = match error {
+        kube::Error::Api(status) => format!("the provider rejected the copy: {}", status.message),
+        other => format!("the provider rejected the copy: {other}"),
+    };
+    warn!(message, "provider rejected the copy");
+    publish(
+        ctx,
+        obj,
+        EventType::Warning,
+        Reason::ProviderRejected,
+        "Sync",
+        &message,
+    )
+    .await;
+    set_synced_failure(obj, ctx, Reason::ProviderRejected, &message).await;
 }
 
 async fn report_policy_failure(obj: &DynamicObject, ctx: &SyncContext, message: &str) {
