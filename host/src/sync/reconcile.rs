@@ -17,6 +17,7 @@
 //! Deleting instances is in [`super::delete`].
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
@@ -29,6 +30,7 @@ use tracing::{debug, info, instrument, warn};
 use crate::api::Reason;
 use crate::api::names::{CONFLICT_ANNOTATION, FIELD_MANAGER, SYNCER_FINALIZER};
 use crate::policy::{ConflictDecision, ConflictReason};
+use crate::telemetry::{ApiLabels, metrics};
 
 use super::conflict::{conflict_annotation_value, conflict_input};
 use super::desired;
@@ -51,6 +53,7 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<SyncContext>) -> Result
 }
 
 async fn reconcile_inner(obj: &DynamicObject, ctx: &SyncContext) -> Result<Action> {
+    let started = Instant::now();
     let namespace = obj.metadata.namespace.as_deref();
     let has_finalizer = obj.finalizers().iter().any(|f| f == SYNCER_FINALIZER);
     if obj.metadata.deletion_timestamp.is_some() {
@@ -107,6 +110,7 @@ async fn reconcile_inner(obj: &DynamicObject, ctx: &SyncContext) -> Result<Actio
                 return Err(Error::DecideConflict(e));
             }
         };
+        let mut skipped = false;
         let written = match decision {
             ConflictDecision::Conflict { reason, message } => {
                 mark_conflict(obj, ctx, reason, &message).await?;
@@ -128,6 +132,7 @@ async fn reconcile_inner(obj: &DynamicObject, ctx: &SyncContext) -> Result<Actio
                 };
                 if desired::provider_copy_matches(existing, obj, &ctx.consumer_cluster_uid, uid) {
                     debug!("provider copy already matches");
+                    skipped = true;
                     Ok(existing.clone())
                 } else {
                     if decision == ConflictDecision::Adopt {
@@ -137,6 +142,16 @@ async fn reconcile_inner(obj: &DynamicObject, ctx: &SyncContext) -> Result<Actio
                 }
             }
         };
+        if !skipped && written.is_ok() {
+            let labels = ApiLabels {
+                api: ctx.api.clone(),
+            };
+            metrics().instances_synced.get_or_create(&labels).inc();
+            metrics()
+                .sync_lag
+                .get_or_create(&labels)
+                .observe(started.elapsed().as_secs_f64());
+        }
         match written {
             Ok(copy) => {
                 finish(obj, ctx, &copy).await?;
@@ -185,6 +200,12 @@ async fn finish(obj: &DynamicObject, ctx: &SyncContext, copy: &DynamicObject) ->
             .patch_status(&name, &params, &Patch::Apply(&body))
             .await
             .map_err(Error::CopyStatus)?;
+        metrics()
+            .instances_synced
+            .get_or_create(&ApiLabels {
+                api: ctx.api.clone(),
+            })
+            .inc();
         debug!("status copied to the consumer");
     } else if desired::has_synced_failure(obj)
         && let Some(body) = desired::synced_condition(obj, &ctx.ar, None)
@@ -287,6 +308,12 @@ async fn mark_conflict(
         reason = reason.as_str(),
         message, "provider target conflict"
     );
+    metrics()
+        .conflicts
+        .get_or_create(&ApiLabels {
+            api: ctx.api.clone(),
+        })
+        .inc();
     let api = ctx.consumer_api(obj.metadata.namespace.as_deref());
     let patch = json!({ "metadata": { "annotations": { CONFLICT_ANNOTATION: value } } });
     api.patch(
