@@ -94,6 +94,8 @@ struct Report {
     initial_sync_seconds: f64,
     initial_sync_objects_per_s: f64,
     initial_sync_ratio_to_baseline: f64,
+    first_copy_seconds: f64,
+    sync_after_first_copy_objects_per_s: f64,
     cold_start_to_ready_seconds: f64,
     steady_updates: usize,
     steady_update_rate_per_s: f64,
@@ -196,15 +198,22 @@ async fn run(config: &Config, pair: &ClusterPair, binary: PathBuf) -> anyhow::Re
     })
     .await?;
     wait_binding_ready(&consumer, NS, WAIT).await?;
+    let first_copy = Mutex::new(None);
     wait_for("every provider copy", WAIT, || async {
         let mut n = 0;
         for api in &apis {
             n += count_copies(api, &provider, NS).await?;
         }
+        if n > 0 {
+            lock(&first_copy).get_or_insert_with(|| started.elapsed());
+        }
         Ok((n == config.instances).then_some(()))
     })
     .await?;
     let initial = started.elapsed().as_secs_f64();
+    let first = lock(&first_copy).map_or(0.0, |d| d.as_secs_f64());
+    report.first_copy_seconds = first;
+    report.sync_after_first_copy_objects_per_s = config.instances as f64 / (initial - first);
     report.initial_sync_seconds = initial;
     report.initial_sync_objects_per_s = config.instances as f64 / initial;
     report.initial_sync_ratio_to_baseline =

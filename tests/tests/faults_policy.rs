@@ -7,13 +7,15 @@
 //!
 //! Counted: the 30 other instances all reach the provider (and one created later does), the two
 //! poisoned instances never get a provider copy, and each carries a `PolicyFailed` Warning
-//! Event naming the failure (trap, deadline).
+//! Event naming the failure (trap, deadline); the konnector's metrics count both failure kinds
+//! and at least 31 instance writes.
 
 use std::time::Duration;
 
 use anyhow::Context as _;
 use kbind_tests::faults::policy::poisoned_conflict_policy;
 use kbind_tests::faults::{create_instances, wait_copies};
+use kbind_tests::fixtures::metric_value;
 use kbind_tests::syncenv::{
     Stack, TestApi, ensure_namespace, events_for, fast_settings, stays, wait_for,
 };
@@ -93,6 +95,17 @@ async fn a_policy_that_traps_or_loops_on_one_object_does_not_stop_the_others() -
                 },
             )
             .await?;
+            // The failures and the writes are counted in the konnector's metrics.
+            let text = konnector::telemetry::metrics().encode();
+            for kind in ["trap", "timeout"] {
+                let sample =
+                    format!("kbind_policy_failures_total{{role=\"conflict\",kind=\"{kind}\"}}");
+                let n = metric_value(&text, &sample).unwrap_or(0.0);
+                assert!(n >= 1.0, "{sample} counted: {n}\n{text}");
+            }
+            let sample = format!("kbind_instances_synced_total{{api=\"{}\"}}", api.name());
+            let synced = metric_value(&text, &sample).unwrap_or(0.0);
+            assert!(synced >= (OTHERS + 1) as f64, "{sample}: {synced}");
             anyhow::Ok(())
         }))
         .await;

@@ -9,6 +9,8 @@
 //!   │ 4. target's two UID markers ─▶ conflict policy (Wasm)
 //!   │      Conflict ─▶ annotation + Warning Event + Synced=False, stop here
 //!   │ 5. provider copy already matches? skip : SSA (kbind-konnector, force)
+//!   │      refused by the provider (invalid, too large) ─▶ Warning Event ProviderRejected
+//!   │      + Synced=False, retried with backoff
 //!   │ 6. provider status ─▶ consumer status subresource (absent status never clears)
 //!   ▼
 //! conflict annotation cleared when the conflict is gone
@@ -382,6 +384,8 @@ fn rejected_by_provider(error: &kube::Error) -> bool {
     }
 }
 
+/// Tells the consumer object why the provider refused its copy: a Warning Event and the
+/// best-effort `Synced=False` condition, like a policy failure.
 async fn report_rejected(obj: &DynamicObject, ctx: &SyncContext, error: &kube::Error) {
     let message = match error {
         kube::Error::Api(status) => format!("the provider rejected the copy: {}", status.message),
