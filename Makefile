@@ -38,12 +38,19 @@ image:
 	fi
 	$(CONTAINER_ENGINE) build $(if $(PLATFORM),--platform $(PLATFORM)) -t $(IMAGE) .
 
-# Per-call latency (median, p99) and first-call vs warm cost of the built-in policies.
-bench: wasm-target
+TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),target)
+
+# Per-call latency (median, p99) and first-call vs warm cost of the built-in policies; then
+# the konnector (release binary, as a process) against plain server-side apply on a private
+# loopback cluster pair: table on stdout, every figure in $(TARGET_DIR)/bench/sync.json.
+# BENCH_INSTANCES=10000 for the large run.
+BENCH_INSTANCES ?= 1000
+bench: wasm-target kube-bin
 	$(CARGO) bench -p konnector --bench policy
+	$(CARGO) build --release -p konnector --bin konnector
+	$(CARGO) bench -p kbind-tests --bench sync -- --instances $(BENCH_INSTANCES) --konnector $(TARGET_DIR)/release/konnector
 
 # The whole data path on two local kube-apiservers; Ctrl-C tears down.
-TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),target)
 demo: tools
 	$(CARGO) build -q -p konnector --bin konnector
 	$(CARGO) build -q -p kbind-tests --bin demo

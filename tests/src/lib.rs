@@ -6,6 +6,7 @@
 //! kube-apiserver with RBAC, admission and CEL validation exactly as a user's cluster has them.
 
 pub mod demo;
+pub mod faults;
 pub mod fixtures;
 pub mod syncenv;
 pub mod testenv;

@@ -84,6 +84,9 @@ pub enum Reason {
     ConflictsFound,
     /// The provider API server could not be reached.
     ProviderUnreachable,
+    /// The provider API server refused an instance copy (invalid against its schema, too
+    /// large).
+    ProviderRejected,
 }
 
 impl Reason {
@@ -113,6 +116,7 @@ impl Reason {
             Self::PolicyFailed => "PolicyFailed",
             Self::ConflictsFound => "ConflictsFound",
             Self::ProviderUnreachable => "ProviderUnreachable",
+            Self::ProviderRejected => "ProviderRejected",
         }
     }
 }

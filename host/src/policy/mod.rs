@@ -28,11 +28,15 @@ mod runtime;
 mod types;
 mod validate;
 
+use std::future::Future;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Instant;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use tracing::instrument;
+
+use crate::telemetry::{PolicyFailureLabels, PolicyLabels, metrics};
 
 pub use args::PolicyArgs;
 pub use error::PolicyError;
@@ -159,8 +163,37 @@ impl Policies {
     }
 
     /// Asks the conflict policy whether the konnector may write the provider target.
-    #[instrument(skip_all, fields(role = "conflict-policy", origin = %self.inner.conflict.origin))]
     pub async fn decide_conflict(
+        &self,
+        input: &ConflictInput,
+    ) -> Result<ConflictDecision, PolicyError> {
+        timed(PolicyRole::ConflictPolicy, self.decide_conflict_call(input)).await
+    }
+
+    /// Asks the schema-synthesis policy for the consumer CRD of a provider resource.
+    pub async fn synthesize_schema(
+        &self,
+        input: &SchemaInput,
+    ) -> Result<CustomResourceDefinition, PolicyError> {
+        timed(
+            PolicyRole::SchemaSynthesis,
+            self.synthesize_schema_call(input),
+        )
+        .await
+    }
+
+    /// Asks the related-selection policy what one `relatedResources` entry copies, skips
+    /// and deletes.
+    pub async fn select_related(&self, input: &RelatedInput) -> Result<RelatedPlan, PolicyError> {
+        timed(
+            PolicyRole::RelatedSelection,
+            self.select_related_call(input),
+        )
+        .await
+    }
+
+    #[instrument(skip_all, fields(role = "conflict-policy", origin = %self.inner.conflict.origin))]
+    async fn decide_conflict_call(
         &self,
         input: &ConflictInput,
     ) -> Result<ConflictDecision, PolicyError> {
@@ -196,9 +229,8 @@ impl Policies {
         Ok(decision)
     }
 
-    /// Asks the schema-synthesis policy for the consumer CRD of a provider resource.
     #[instrument(skip_all, fields(role = "schema-synthesis", origin = %self.inner.schema.origin, group = %input.group, resource = %input.resource))]
-    pub async fn synthesize_schema(
+    async fn synthesize_schema_call(
         &self,
         input: &SchemaInput,
     ) -> Result<CustomResourceDefinition, PolicyError> {
@@ -236,10 +268,8 @@ impl Policies {
         })
     }
 
-    /// Asks the related-selection policy what one `relatedResources` entry copies, skips
-    /// and deletes.
     #[instrument(skip_all, fields(role = "related-selection", origin = %self.inner.related.origin, binding = %input.binding_uid))]
-    pub async fn select_related(&self, input: &RelatedInput) -> Result<RelatedPlan, PolicyError> {
+    async fn select_related_call(&self, input: &RelatedInput) -> Result<RelatedPlan, PolicyError> {
         let role = PolicyRole::RelatedSelection;
         let slot = &self.inner.related;
         let limits = self.inner.limits;
@@ -270,5 +300,56 @@ impl Policies {
             message,
         })?;
         Ok(plan)
+    }
+}
+
+/// Runs one policy call, recording its duration and, when it fails, the failure kind
+/// (`kbind_policy_call_duration_seconds`, `kbind_policy_failures_total`).
+async fn timed<T>(
+    role: PolicyRole,
+    call: impl Future<Output = Result<T, PolicyError>>,
+) -> Result<T, PolicyError> {
+    let started = Instant::now();
+    let result = call.await;
+    let role = role_label(role);
+    metrics()
+        .policy_duration
+        .get_or_create(&PolicyLabels { role })
+        .observe(started.elapsed().as_secs_f64());
+    if let Err(e) = &result {
+        metrics()
+            .policy_failures
+            .get_or_create(&PolicyFailureLabels {
+                role,
+                kind: failure_kind(e),
+            })
+            .inc();
+    }
+    result
+}
+
+/// The `role` metric label.
+fn role_label(role: PolicyRole) -> &'static str {
+    match role {
+        PolicyRole::SchemaSynthesis => "schema",
+        PolicyRole::ConflictPolicy => "conflict",
+        PolicyRole::RelatedSelection => "related",
+    }
+}
+
+/// The `kind` metric label of a failed call.
+fn failure_kind(error: &PolicyError) -> &'static str {
+    match error {
+        PolicyError::CreateEngine { .. } => "engine",
+        PolicyError::ReadModule { .. } => "read",
+        PolicyError::CompileModule { .. } => "compile",
+        PolicyError::WrongWorld { .. } => "wrong-world",
+        PolicyError::PolicyTrap { .. } => "trap",
+        PolicyError::PolicyTimeout { .. } => "timeout",
+        PolicyError::PolicyMemoryLimit { .. } => "memory",
+        PolicyError::PolicyRejected { .. } => "rejected",
+        PolicyError::InvalidOutput { .. } => "invalid-output",
+        PolicyError::EncodeInput { .. } => "encode-input",
+        PolicyError::CallAborted { .. } => "aborted",
     }
 }

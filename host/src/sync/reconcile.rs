@@ -9,6 +9,8 @@
 //!   │ 4. target's two UID markers ─▶ conflict policy (Wasm)
 //!   │      Conflict ─▶ annotation + Warning Event + Synced=False, stop here
 //!   │ 5. provider copy already matches? skip : SSA (kbind-konnector, force)
+//!   │      refused by the provider (invalid, too large) ─▶ Warning Event ProviderRejected
+//!   │      + Synced=False, retried with backoff
 //!   │ 6. provider status ─▶ consumer status subresource (absent status never clears)
 //!   ▼
 //! conflict annotation cleared when the conflict is gone
@@ -17,6 +19,7 @@
 //! Deleting instances is in [`super::delete`].
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
@@ -29,6 +32,7 @@ use tracing::{debug, info, instrument, warn};
 use crate::api::Reason;
 use crate::api::names::{CONFLICT_ANNOTATION, FIELD_MANAGER, SYNCER_FINALIZER};
 use crate::policy::{ConflictDecision, ConflictReason};
+use crate::telemetry::{ApiLabels, metrics};
 
 use super::conflict::{conflict_annotation_value, conflict_input};
 use super::desired;
@@ -51,6 +55,7 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<SyncContext>) -> Result
 }
 
 async fn reconcile_inner(obj: &DynamicObject, ctx: &SyncContext) -> Result<Action> {
+    let started = Instant::now();
     let namespace = obj.metadata.namespace.as_deref();
     let has_finalizer = obj.finalizers().iter().any(|f| f == SYNCER_FINALIZER);
     if obj.metadata.deletion_timestamp.is_some() {
@@ -107,6 +112,7 @@ async fn reconcile_inner(obj: &DynamicObject, ctx: &SyncContext) -> Result<Actio
                 return Err(Error::DecideConflict(e));
             }
         };
+        let mut skipped = false;
         let written = match decision {
             ConflictDecision::Conflict { reason, message } => {
                 mark_conflict(obj, ctx, reason, &message).await?;
@@ -128,6 +134,7 @@ async fn reconcile_inner(obj: &DynamicObject, ctx: &SyncContext) -> Result<Actio
                 };
                 if desired::provider_copy_matches(existing, obj, &ctx.consumer_cluster_uid, uid) {
                     debug!("provider copy already matches");
+                    skipped = true;
                     Ok(existing.clone())
                 } else {
                     if decision == ConflictDecision::Adopt {
@@ -137,6 +144,16 @@ async fn reconcile_inner(obj: &DynamicObject, ctx: &SyncContext) -> Result<Actio
                 }
             }
         };
+        if !skipped && written.is_ok() {
+            let labels = ApiLabels {
+                api: ctx.api.clone(),
+            };
+            metrics().instances_synced.get_or_create(&labels).inc();
+            metrics()
+                .sync_lag
+                .get_or_create(&labels)
+                .observe(started.elapsed().as_secs_f64());
+        }
         match written {
             Ok(copy) => {
                 finish(obj, ctx, &copy).await?;
@@ -149,11 +166,18 @@ async fn reconcile_inner(obj: &DynamicObject, ctx: &SyncContext) -> Result<Actio
                 target = ctx.live_target(obj).await?;
             }
             Err(e) => {
-                if let (Error::ApplyToProvider(inner), Some(ns)) = (&e, namespace)
-                    && api_code(inner) == Some(404)
-                {
-                    // The namespace may have been deleted on the provider since we made it.
-                    ctx.forget_provider_namespace(ns);
+                if let Error::ApplyToProvider(inner) = &e {
+                    match (api_code(inner), namespace) {
+                        // The namespace may have been deleted on the provider since we made it.
+                        (Some(404), Some(ns)) => ctx.forget_provider_namespace(ns),
+                        // The provider refuses this copy (invalid against its schema, too
+                        // large): retrying will not help until the consumer object changes,
+                        // so the object itself says why.
+                        _ if rejected_by_provider(inner) => {
+                            report_rejected(obj, ctx, inner).await;
+                        }
+                        _ => {}
+                    }
                 }
                 return Err(e);
             }
@@ -178,6 +202,12 @@ async fn finish(obj: &DynamicObject, ctx: &SyncContext, copy: &DynamicObject) ->
             .patch_status(&name, &params, &Patch::Apply(&body))
             .await
             .map_err(Error::CopyStatus)?;
+        metrics()
+            .instances_synced
+            .get_or_create(&ApiLabels {
+                api: ctx.api.clone(),
+            })
+            .inc();
         debug!("status copied to the consumer");
     } else if desired::has_synced_failure(obj)
         && let Some(body) = desired::synced_condition(obj, &ctx.ar, None)
@@ -280,6 +310,12 @@ async fn mark_conflict(
         reason = reason.as_str(),
         message, "provider target conflict"
     );
+    metrics()
+        .conflicts
+        .get_or_create(&ApiLabels {
+            api: ctx.api.clone(),
+        })
+        .inc();
     let api = ctx.consumer_api(obj.metadata.namespace.as_deref());
     let patch = json!({ "metadata": { "annotations": { CONFLICT_ANNOTATION: value } } });
     api.patch(
@@ -329,6 +365,43 @@ async fn clear_conflict(obj: &DynamicObject, ctx: &SyncContext) -> Result<()> {
     .map_err(Error::ClearConflict)?;
     info!("conflict resolved");
     Ok(())
+}
+
+/// Whether the provider refused the copy itself (retrying the same spec cannot succeed):
+/// invalid (400, 422), too large (413), or a spec whose types do not fit the provider's schema,
+/// which the apiserver's server-side apply reports as a 500 "failed to create typed patch
+/// object".
+fn rejected_by_provider(error: &kube::Error) -> bool {
+    match error {
+        kube::Error::Api(status) => match status.code {
+            400 | 413 | 422 => true,
+            500 => status
+                .message
+                .starts_with("failed to create typed patch object"),
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
+/// Tells the consumer object why the provider refused its copy: a Warning Event and the
+/// best-effort `Synced=False` condition, like a policy failure.
+async fn report_rejected(obj: &DynamicObject, ctx: &SyncContext, error: &kube::Error) {
+    let message = match error {
+        kube::Error::Api(status) => format!("the provider rejected the copy: {}", status.message),
+        other => format!("the provider rejected the copy: {other}"),
+    };
+    warn!(message, "provider rejected the copy");
+    publish(
+        ctx,
+        obj,
+        EventType::Warning,
+        Reason::ProviderRejected,
+        "Sync",
+        &message,
+    )
+    .await;
+    set_synced_failure(obj, ctx, Reason::ProviderRejected, &message).await;
 }
 
 async fn report_policy_failure(obj: &DynamicObject, ctx: &SyncContext, message: &str) {

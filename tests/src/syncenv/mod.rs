@@ -103,6 +103,17 @@ impl Stack {
         name: &str,
         settings: Settings,
     ) -> anyhow::Result<Self> {
+        Self::start_with_policies(pair, name, settings, Policies::builtin()?).await
+    }
+
+    /// Starts a stack with explicit settings and policy modules (e.g. a hostile conflict
+    /// policy).
+    pub async fn start_with_policies(
+        pair: &ClusterPair,
+        name: &str,
+        settings: Settings,
+        policies: Policies,
+    ) -> anyhow::Result<Self> {
         init_logging();
         let provider = pair.provider.client().await?;
         let consumer = pair.consumer.client().await?;
@@ -114,7 +125,7 @@ impl Stack {
         let ctx = Arc::new(Context::new(
             consumer.clone(),
             engagements.clone(),
-            Policies::builtin()?,
+            policies,
             settings,
         ));
         let shutdown = CancellationToken::new();

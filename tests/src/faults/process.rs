@@ -1,0 +1,121 @@
+//! The real `konnector run` binary as a child process, for the tests and benchmarks that need
+//! a process (SIGKILL, RSS and CPU time): started against a consumer kubeconfig with loopback
+//! probe and metrics ports, killed on drop.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use anyhow::Context as _;
+
+use crate::fixtures::{free_port, http_get};
+use crate::syncenv::wait_for;
+
+/// A running `konnector run`.
+pub struct KonnectorProcess {
+    child: Child,
+    /// Port of `/metrics`.
+    pub metrics: u16,
+    /// Port of `/healthz` and `/readyz`.
+    pub health: u16,
+}
+
+impl KonnectorProcess {
+    /// Starts `binary run --kubeconfig <kubeconfig>` with `extra` arguments, logging to `log`.
+    pub fn start(
+        binary: &Path,
+        kubeconfig: &Path,
+        log: &Path,
+        extra: &[&str],
+    ) -> anyhow::Result<Self> {
+        let (metrics, health) = (free_port()?, free_port()?);
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .with_context(|| format!("opening {}", log.display()))?;
+        let child = Command::new(binary)
+            .arg("run")
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args(["--metrics-bind-address", &format!("127.0.0.1:{metrics}")])
+            .args([
+                "--health-probe-bind-address",
+                &format!("127.0.0.1:{health}"),
+            ])
+            .args(extra)
+            .stdout(Stdio::from(log.try_clone()?))
+            .stderr(Stdio::from(log))
+            .spawn()
+            .context("starting konnector run")?;
+        Ok(Self {
+            child,
+            metrics,
+            health,
+        })
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Waits until `/readyz` answers 200.
+    pub async fn wait_ready(&self, timeout: Duration) -> anyhow::Result<()> {
+        wait_for("konnector /readyz", timeout, || async {
+            Ok(matches!(http_get(self.health, "/readyz").await, Ok((200, _))).then_some(()))
+        })
+        .await
+    }
+
+    /// Kills the process with SIGKILL (no graceful shutdown) and reaps it.
+    pub fn kill_hard(&mut self) -> anyhow::Result<()> {
+        // `Child::kill` sends SIGKILL on Unix.
+        self.child.kill().context("sending SIGKILL")?;
+        let status = self.child.wait()?;
+        anyhow::ensure!(!status.success(), "the konnector exited cleanly: {status}");
+        Ok(())
+    }
+
+    /// Resident set size in bytes (`VmRSS` of `/proc/<pid>/status`).
+    pub fn rss_bytes(&self) -> anyhow::Result<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()))?;
+        let kib: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next())
+            .context("no VmRSS")?
+            .parse()?;
+        Ok(kib * 1024)
+    }
+
+    /// CPU seconds used so far, user + system (`/proc/<pid>/stat` fields 14 and 15).
+    pub fn cpu_seconds(&self) -> anyhow::Result<f64> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid()))?;
+        // The command name (field 2) may contain spaces; fields after it are plain.
+        let after = stat.rsplit_once(')').context("malformed stat")?.1;
+        let fields: Vec<&str> = after.split_whitespace().collect();
+        // `after` starts at field 3 (state), so utime (14) and stime (15) are at 11 and 12.
+        let utime: f64 = fields.get(11).context("no utime")?.parse()?;
+        let stime: f64 = fields.get(12).context("no stime")?.parse()?;
+        Ok((utime + stime) / clock_ticks())
+    }
+}
+
+/// Clock ticks per second for `/proc` CPU times (`getconf CLK_TCK`, 100 on Linux).
+fn clock_ticks() -> f64 {
+    Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(100.0)
+}
+
+impl Drop for KonnectorProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -1,0 +1,134 @@
+//! Fault: malformed inputs on the consumer side of a bound API (issue 8: "CRD-shaped garbage
+//! in a bound API, huge objects near the apiserver limit, names at the length limit: clear
+//! errors, no crash").
+//!
+//! Injected: the consumer CRD is free-form (`pullPolicy: None`, installed by the test) while
+//! the provider's schema is strict (`spec.size` an integer ≤ 100, `spec.payload` a string), so
+//! the consumer accepts instances the provider refuses: a string `size`, an out-of-range
+//! `size`. Also an instance whose spec is a 1.4 MiB string (the apiserver's default request
+//! limit is 1.5 MiB) and one whose name is 253 characters (the maximum).
+//!
+//! Counted: each refused instance carries a `ProviderRejected` Warning Event quoting the
+//! provider's validation message and has no provider copy; the huge and the longest-named
+//! instances are copied intact; the 10 well-formed instances and one created afterwards are
+//! all copied (the syncer did not stop): 13 copies in the end.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kbind_tests::faults::{create_instances, wait_copies};
+use kbind_tests::fixtures::install_crd;
+use kbind_tests::syncenv::{Stack, TestApi, ensure_namespace, events_for, stays, wait_for};
+use kbind_tests::testenv::shared_pair;
+use konnector::api::names::EXPORTED_LABEL;
+use konnector::api::{ConflictPolicy, PullPolicy};
+use serde_json::json;
+
+const GOOD: usize = 10;
+const HUGE: usize = 1400 * 1024;
+const WAIT: Duration = Duration::from_secs(120);
+
+/// The provider's CRD for `api`: the test API with a strict `spec`.
+fn strict_provider_crd(api: &TestApi) -> anyhow::Result<CustomResourceDefinition> {
+    let mut crd = serde_json::to_value(api.crd()?)?;
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"] = json!({
+        "type": "object",
+        "properties": {
+            "size": { "type": "integer", "maximum": 100 },
+            "payload": { "type": "string" },
+            "index": { "type": "integer" },
+        },
+    });
+    let mut crd: CustomResourceDefinition = serde_json::from_value(crd)?;
+    crd.metadata.labels = Some(BTreeMap::from([(
+        EXPORTED_LABEL.to_string(),
+        "true".to_string(),
+    )]));
+    Ok(crd)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_consumer_instances_get_clear_errors_and_the_rest_syncs() -> anyhow::Result<()> {
+    let pair = shared_pair()?;
+    let ns = "faults-malformed";
+    let stack = Stack::start(pair, ns).await?;
+    let api = TestApi::namespaced("malformed.faults.kbind.io");
+    let result = pair
+        .diagnose(stack.diagnose(&[&api], async {
+            stack.set_pull_policy(PullPolicy::None).await?;
+            install_crd(&stack.provider, &strict_provider_crd(&api)?).await?;
+            api.install_on_consumer(&stack.consumer, Some(ns)).await?;
+            stack.engage(&[&api]);
+            stack
+                .create_ready_binding(&stack.binding(ns, "widgets", &[&api], ConflictPolicy::Fail))
+                .await?;
+            ensure_namespace(&stack.consumer, ns).await?;
+
+            let long_name = "a".repeat(253);
+            let rejected = [
+                ("garbage-type", json!({ "size": "not a number" })),
+                ("garbage-range", json!({ "size": 1000 })),
+            ];
+            for (name, spec) in &rejected {
+                api.create(&stack.consumer, Some(ns), name, spec.clone())
+                    .await?;
+            }
+            api.create(
+                &stack.consumer,
+                Some(ns),
+                "huge",
+                json!({ "payload": "x".repeat(HUGE) }),
+            )
+            .await?;
+            api.create(&stack.consumer, Some(ns), &long_name, json!({ "size": 1 }))
+                .await?;
+            create_instances(&api, &stack.consumer, ns, "good", 0..GOOD).await?;
+
+            wait_copies(&api, &stack.provider, ns, GOOD + 2, WAIT).await?;
+            let copies = api.api(&stack.provider, Some(ns));
+            let huge = copies.get("huge").await?;
+            assert_eq!(
+                huge.data["spec"]["payload"].as_str().map(str::len),
+                Some(HUGE),
+                "the huge instance is copied intact"
+            );
+            assert!(copies.get_opt(&long_name).await?.is_some());
+
+            for (name, _) in &rejected {
+                let note = wait_for(
+                    &format!("ProviderRejected Event on {name}"),
+                    WAIT,
+                    || async {
+                        let events = events_for(&stack.consumer, Some(ns), name).await?;
+                        Ok(events
+                            .into_iter()
+                            .filter(|e| e.reason.as_deref() == Some("ProviderRejected"))
+                            .find_map(|e| e.note))
+                    },
+                )
+                .await?;
+                println!("{name}: {note}");
+                assert!(
+                    note.contains("spec.size"),
+                    "the Event quotes the provider: {note}"
+                );
+            }
+            stays(
+                "no copy of a rejected instance",
+                Duration::from_secs(2),
+                || async {
+                    Ok(copies.get_opt("garbage-type").await?.is_none()
+                        && copies.get_opt("garbage-range").await?.is_none())
+                },
+            )
+            .await?;
+            // Still syncing.
+            api.create(&stack.consumer, Some(ns), "late", json!({ "size": 2 }))
+                .await?;
+            wait_copies(&api, &stack.provider, ns, GOOD + 3, WAIT).await?;
+            anyhow::Ok(())
+        }))
+        .await;
+    stack.finish(result).await
+}
