@@ -9,6 +9,7 @@
 //! ```
 
 pub mod api;
+pub mod backoff;
 pub mod binding;
 pub mod cli;
 pub mod conditions;

@@ -160,7 +160,7 @@ async fn reconcile<K: BindingObject>(obj: Arc<K>, ctx: Arc<Context>) -> Result<A
     .await
     .map_err(|e| Error::Finalizer(Box::new(e)));
     if action.is_ok() {
-        ctx.forget_failures(&failure_key);
+        ctx.failures.succeeded(&failure_key);
     }
     action
 }
@@ -363,12 +363,7 @@ async fn cleanup<K: BindingObject>(obj: &K, ctx: &Context) -> Result<Action> {
 }
 
 fn error_policy<K: BindingObject>(obj: Arc<K>, err: &Error, ctx: Arc<Context>) -> Action {
-    let failures = ctx.record_failure(&failure_key(&*obj));
-    let delay = crate::sync::backoff(
-        failures,
-        ctx.settings.sync.error_backoff_base,
-        ctx.settings.sync.error_backoff_max,
-    );
+    let delay = ctx.failures.failed(failure_key(&*obj));
     warn!(kind = %K::kind(&()), name = %obj.name_any(), error = %err, ?delay, "binding reconcile failed");
     Action::requeue(delay)
 }

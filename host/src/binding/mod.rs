@@ -28,8 +28,7 @@ pub mod schema;
 pub mod status;
 pub mod teardown;
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use kube::Client;
@@ -37,6 +36,7 @@ use kube::runtime::events::Reporter;
 use tokio_util::sync::CancellationToken;
 
 use crate::api::{Binding, ClusterBinding};
+use crate::backoff::Backoff;
 use crate::policy::Policies;
 use crate::provider::Engagements;
 use crate::sync::{Supervisor, SyncSettings};
@@ -205,7 +205,7 @@ pub struct Context {
     pub reporter: Reporter,
     /// Timings.
     pub settings: Settings,
-    failures: Mutex<HashMap<String, u32>>,
+    failures: Backoff<String>,
 }
 
 impl std::fmt::Debug for Context {
@@ -233,23 +233,12 @@ impl Context {
                 controller: crate::api::names::FIELD_MANAGER.to_string(),
                 instance: std::env::var("POD_NAME").ok(),
             },
+            failures: Backoff::new(
+                settings.sync.error_backoff_base,
+                settings.sync.error_backoff_max,
+            ),
             settings,
-            failures: Mutex::default(),
         }
-    }
-
-    fn record_failure(&self, key: &str) -> u32 {
-        let mut failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
-        let n = failures.entry(key.to_string()).or_default();
-        *n = n.saturating_add(1);
-        *n
-    }
-
-    fn forget_failures(&self, key: &str) {
-        self.failures
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(key);
     }
 }
 

@@ -16,8 +16,7 @@ mod autobind;
 mod cleanup;
 mod secret;
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -35,6 +34,7 @@ use tracing::{info, instrument, warn};
 
 use crate::api::names::{CLEANUP_FINALIZER, DEFAULT_SECRET_NAMESPACE, FIELD_MANAGER};
 use crate::api::{Binding, ClusterBinding, Connection, ConnectionStatus};
+use crate::backoff::Backoff;
 use crate::policy::Policies;
 use crate::provider::Engagements;
 use crate::telemetry::metrics;
@@ -78,7 +78,7 @@ pub struct Context {
     pub recorder: Recorder,
     /// Timings and namespaces.
     pub config: Config,
-    failures: Mutex<HashMap<String, u32>>,
+    failures: Backoff<String>,
 }
 
 impl Context {
@@ -95,24 +95,9 @@ impl Context {
             engagements,
             policies,
             recorder,
+            failures: Backoff::new(Duration::from_secs(1), config.max_backoff),
             config,
-            failures: Mutex::default(),
         }
-    }
-
-    fn backoff(&self, name: &str) -> Duration {
-        let mut failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
-        let attempts = failures.entry(name.to_string()).or_insert(0);
-        *attempts = attempts.saturating_add(1);
-        let delay = Duration::from_millis(500).saturating_mul(1 << (*attempts).min(10));
-        delay.min(self.config.max_backoff)
-    }
-
-    fn reset_backoff(&self, name: &str) {
-        self.failures
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(name);
     }
 
     async fn warn(&self, connection: &Connection, reason: &str, note: String) {
@@ -219,7 +204,7 @@ async fn reconcile(
     })
     .await;
     match &result {
-        Ok(_) => ctx.reset_backoff(&name),
+        Ok(_) => ctx.failures.succeeded(&name),
         // Waiting for bindings to drain is the expected path of a deletion, not a failure.
         Err(finalizer::Error::CleanupFailed(Error::Draining(_))) => {}
         Err(_) => timer.fail(),
@@ -235,7 +220,7 @@ fn error_policy(
     if let finalizer::Error::CleanupFailed(Error::Draining(_)) = error {
         return Action::requeue(ctx.config.drain_requeue);
     }
-    let delay = ctx.backoff(&connection.name_any());
+    let delay = ctx.failures.failed(connection.name_any());
     warn!(connection = %connection.name_any(), %error, retry_in = ?delay, "connection reconcile failed");
     Action::requeue(delay)
 }

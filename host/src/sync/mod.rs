@@ -142,25 +142,9 @@ pub(crate) fn changes(
     })
 }
 
-/// Exponential backoff: `base * 2^(failures-1)`, capped.
-pub(crate) fn backoff(failures: u32, base: Duration, max: Duration) -> Duration {
-    let factor = 2u32.saturating_pow(failures.saturating_sub(1).min(20));
-    base.saturating_mul(factor).min(max)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn backoff_doubles_and_caps() {
-        let base = Duration::from_millis(500);
-        let max = Duration::from_secs(10);
-        assert_eq!(backoff(1, base, max), Duration::from_millis(500));
-        assert_eq!(backoff(2, base, max), Duration::from_secs(1));
-        assert_eq!(backoff(4, base, max), Duration::from_secs(4));
-        assert_eq!(backoff(60, base, max), max);
-    }
 
     #[test]
     fn error_texts_name_their_operation() {

@@ -12,7 +12,7 @@
 //! and no task per object. Watch restarts and `410 Gone` are handled by kube-runtime's
 //! `watcher`. Provider events are how drift on a provider copy gets reverted.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -31,7 +31,8 @@ use tracing::{debug, info, warn};
 use crate::binding::index::SharedIndex;
 use crate::policy::Policies;
 
-use super::{ApiTarget, Error, Result, SyncSettings, api_code, backoff, changes};
+use super::{ApiTarget, Error, Result, SyncSettings, api_code, changes};
+use crate::backoff::Backoff;
 
 /// Everything one syncer's reconciles share.
 pub struct SyncContext {
@@ -60,7 +61,7 @@ pub struct SyncContext {
     /// Timings.
     pub settings: SyncSettings,
     known_namespaces: Mutex<HashSet<String>>,
-    failures: Mutex<HashMap<(Option<String>, String), u32>>,
+    failures: Backoff<(Option<String>, String)>,
 }
 
 impl std::fmt::Debug for SyncContext {
@@ -144,14 +145,7 @@ impl SyncContext {
     }
 
     pub(crate) fn forget_failures(&self, obj: &DynamicObject) {
-        lock(&self.failures).remove(&failure_key(obj));
-    }
-
-    fn record_failure(&self, obj: &DynamicObject) -> u32 {
-        let mut failures = lock(&self.failures);
-        let n = failures.entry(failure_key(obj)).or_default();
-        *n = n.saturating_add(1);
-        *n
+        self.failures.succeeded(&failure_key(obj));
     }
 }
 
@@ -179,12 +173,7 @@ fn scoped_api(
 /// Per-object backoff on failure, written down once: the delay doubles per consecutive
 /// failure of the same object, capped; a success resets it.
 fn error_policy(obj: Arc<DynamicObject>, err: &Error, ctx: Arc<SyncContext>) -> Action {
-    let failures = ctx.record_failure(&obj);
-    let delay = backoff(
-        failures,
-        ctx.settings.error_backoff_base,
-        ctx.settings.error_backoff_max,
-    );
+    let delay = ctx.failures.failed(failure_key(&obj));
     // Conflicts (409) are expected under concurrency and are not worth a warning.
     let quiet = matches!(err, Error::ApplyToProvider(e) | Error::RemoveFinalizer(e) | Error::AddFinalizer(e) if api_code(e) == Some(409) || api_code(e) == Some(422));
     if quiet {
@@ -236,7 +225,10 @@ pub async fn run(
         provider_store,
         settings: spec.settings.clone(),
         known_namespaces: Mutex::default(),
-        failures: Mutex::default(),
+        failures: Backoff::new(
+            spec.settings.error_backoff_base,
+            spec.settings.error_backoff_max,
+        ),
     });
     info!(connection = %ctx.connection, api = %ctx.api, version = %ar.version, "syncer started");
     let consumer_api = Api::<DynamicObject>::all_with(spec.consumer, &ar);
