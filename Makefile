@@ -41,19 +41,20 @@ image:
 TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),target)
 
 # Per-call latency (median, p99) and first-call vs warm cost of the built-in policies; then
-# the konnector (release binary, as a process) against plain server-side apply on a private
+# the konnector (release, run as a process) against plain server-side apply on a private
 # loopback cluster pair: table on stdout, every figure in $(TARGET_DIR)/bench/sync.json.
-# BENCH_INSTANCES=10000 for the large run.
+# BENCH_INSTANCES=10000 for the large run. Every invocation selects the whole workspace, so
+# cargo resolves one feature set and builds the policy runtime once; the sync bench runs the
+# konnector binary built beside it (KONNECTOR=path measures another binary the same way).
 BENCH_INSTANCES ?= 1000
+KONNECTOR ?=
 bench: wasm-target kube-bin
-	$(CARGO) bench -p konnector --bench policy
-	$(CARGO) build --release -p konnector --bin konnector
-	$(CARGO) bench -p kbind-tests --bench sync -- --instances $(BENCH_INSTANCES) --konnector $(TARGET_DIR)/release/konnector
+	$(CARGO) bench --workspace --bench policy
+	$(CARGO) bench --workspace --bench sync -- --instances $(BENCH_INSTANCES) $(if $(KONNECTOR),--konnector $(KONNECTOR))
 
 # The whole data path on two local kube-apiservers; Ctrl-C tears down.
 demo: tools
-	$(CARGO) build -q -p konnector --bin konnector
-	$(CARGO) build -q -p kbind-tests --bin demo
+	$(CARGO) build -q --workspace --bin konnector --bin demo
 	$(TARGET_DIR)/debug/demo --konnector $(TARGET_DIR)/debug/konnector
 
 # Regenerate the committed core CRDs from the Rust types.

@@ -15,6 +15,7 @@ pub mod cli;
 pub mod conditions;
 pub mod connection;
 pub mod heartbeat;
+pub mod k8s;
 pub mod leader;
 pub mod manager;
 pub mod policy;

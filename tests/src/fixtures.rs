@@ -344,23 +344,6 @@ pub async fn install_crd(
     Ok(())
 }
 
-/// Builds the konnector binary (`cargo test` builds only the tested package's binaries) and
-/// returns its path in the target directory this test executable runs from.
-pub fn konnector_binary() -> anyhow::Result<std::path::PathBuf> {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let status = std::process::Command::new(cargo)
-        .args(["build", "-q", "-p", "konnector", "--bin", "konnector"])
-        .status()
-        .context("running cargo build for the konnector")?;
-    anyhow::ensure!(status.success(), "cargo build -p konnector failed");
-    let exe = std::env::current_exe()?;
-    let profile_dir = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .context("the test executable has no target directory")?;
-    Ok(profile_dir.join("konnector"))
-}
-
 /// A loopback port that was free a moment ago.
 pub fn free_port() -> anyhow::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?

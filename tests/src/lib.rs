@@ -13,3 +13,13 @@ pub mod testenv;
 mod wait;
 
 pub use wait::eventually;
+
+/// The path of the konnector binary built for these tests (`tests/src/bin/konnector-e2e.rs`,
+/// the same `konnector::cli::main` as the product binary). A macro because Cargo sets
+/// `CARGO_BIN_EXE_*` only while compiling integration tests and benches.
+#[macro_export]
+macro_rules! konnector_binary {
+    () => {
+        ::std::path::PathBuf::from(env!("CARGO_BIN_EXE_konnector-e2e"))
+    };
+}

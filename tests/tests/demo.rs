@@ -2,7 +2,7 @@
 
 #[tokio::test]
 async fn demo_round_trips_a_widget_through_the_real_konnector_binary() -> anyhow::Result<()> {
-    let konnector = tokio::task::spawn_blocking(kbind_tests::fixtures::konnector_binary).await??;
+    let konnector = kbind_tests::konnector_binary!();
     let dir = std::env::temp_dir()
         .join("kbind-testenv")
         .join(format!("{}-demo", std::process::id()));

@@ -17,9 +17,7 @@ use kbind_tests::faults::{
     check_converged, count_copies, create_instances, create_ready_binding, instance_name,
     wait_copies,
 };
-use kbind_tests::fixtures::{
-    connect, has_condition, install_core_crds, konnector_binary, wait_connection,
-};
+use kbind_tests::fixtures::{connect, has_condition, install_core_crds, wait_connection};
 use kbind_tests::syncenv::{TestApi, delete, ensure_namespace, wait_for};
 use kbind_tests::testenv::ClusterPair;
 use konnector::api::names::DEFAULT_SECRET_NAMESPACE;
@@ -33,7 +31,7 @@ const WAIT: Duration = Duration::from_secs(300);
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_mid_sync_then_restart_converges_with_consistent_finalizers() -> anyhow::Result<()>
 {
-    let binary = tokio::task::spawn_blocking(konnector_binary).await??;
+    let binary = kbind_tests::konnector_binary!();
     let pair = ClusterPair::start_private()?;
     let log = pair.root().join("konnector.log");
     let kubeconfig = pair.consumer.admin().kubeconfig_path().to_path_buf();

@@ -107,7 +107,7 @@ async fn ready_connection(
 async fn one_of_two_replicas_reconciles_and_the_other_takes_over_when_it_dies() -> anyhow::Result<()>
 {
     let pair = shared_pair()?;
-    let binary = tokio::task::spawn_blocking(konnector_binary).await??;
+    let binary = kbind_tests::konnector_binary!();
     pair.diagnose(async {
         let consumer = pair.consumer.client().await?;
         install_core_crds(&consumer).await?;

@@ -11,8 +11,8 @@ use kbind_tests::syncenv::{Stack, TestApi, merge, set_status, stays, wait_for};
 use kbind_tests::testenv::shared_pair;
 use konnector::api::ConflictPolicy;
 use konnector::api::names::{
-    CONSUMER_CLUSTER_UID_ANNOTATION, CONSUMER_OBJECT_UID_ANNOTATION, FIELD_MANAGER, MANAGED_LABEL,
-    SYNCER_FINALIZER,
+    CONSUMER_CLUSTER_LABEL, CONSUMER_CLUSTER_UID_ANNOTATION, CONSUMER_OBJECT_UID_ANNOTATION,
+    FIELD_MANAGER, MANAGED_LABEL, SYNCER_FINALIZER,
 };
 use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
@@ -93,6 +93,49 @@ async fn spec_is_created_updated_and_not_rewritten_when_equal() -> anyhow::Resul
                         .resource_version()
                         == rv)
                 },
+            )
+            .await?;
+            anyhow::Ok(())
+        }))
+        .await;
+    stack.finish(result).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_field_removed_from_the_consumer_spec_is_removed_from_the_copy() -> anyhow::Result<()> {
+    let ns = "spec-remove";
+    let (stack, api) = bound(ns).await?;
+    let result = shared_pair()?
+        .diagnose(stack.diagnose(&[&api], async {
+            let consumer = api.api(&stack.consumer, Some(ns));
+            api.create(
+                &stack.consumer,
+                Some(ns),
+                "w",
+                json!({ "size": 1, "tier": "gold", "db": { "engine": "pg", "tls": true } }),
+            )
+            .await?;
+            provider_spec_is(
+                &stack,
+                &api,
+                ns,
+                "w",
+                json!({ "size": 1, "tier": "gold", "db": { "engine": "pg", "tls": true } }),
+            )
+            .await?;
+            let remove = serde_json::from_value(json!([
+                { "op": "remove", "path": "/spec/tier" },
+                { "op": "remove", "path": "/spec/db/tls" },
+            ]))?;
+            consumer
+                .patch("w", &PatchParams::default(), &Patch::<()>::Json(remove))
+                .await?;
+            provider_spec_is(
+                &stack,
+                &api,
+                ns,
+                "w",
+                json!({ "size": 1, "db": { "engine": "pg" } }),
             )
             .await?;
             anyhow::Ok(())
@@ -203,7 +246,13 @@ async fn consumer_metadata_does_not_travel_to_the_provider() -> anyhow::Result<(
 
         assert_eq!(copy.namespace().as_deref(), Some(ns), "namespace unchanged");
         assert_eq!(copy.name_any(), "w", "name unchanged");
-        assert_eq!(copy.labels(), &BTreeMap::from([(MANAGED_LABEL.to_string(), "true".to_string())]));
+        assert_eq!(
+            copy.labels(),
+            &BTreeMap::from([
+                (MANAGED_LABEL.to_string(), "true".to_string()),
+                (CONSUMER_CLUSTER_LABEL.to_string(), stack.consumer_uid.clone()),
+            ])
+        );
         assert_eq!(
             copy.annotations(),
             &BTreeMap::from([

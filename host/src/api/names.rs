@@ -9,6 +9,10 @@ pub const EXPORTED_LABEL: &str = "core.kbind.io/exported";
 pub const CONSUMER_CLUSTER_UID_ANNOTATION: &str = "core.kbind.io/consumer-cluster-uid";
 /// Annotation on a provider copy: the UID of the consumer object it was copied from.
 pub const CONSUMER_OBJECT_UID_ANNOTATION: &str = "core.kbind.io/consumer-object-uid";
+/// Label on a provider copy: the UID of the consumer cluster that wrote it. The provider watch
+/// selects on it so that a konnector caches its own copies only, however many consumers share
+/// the provider; ownership is still decided by the two UID annotations, never by this label.
+pub const CONSUMER_CLUSTER_LABEL: &str = "core.kbind.io/consumer-cluster";
 /// Annotation on a consumer instance whose provider target is owned by someone else.
 pub const CONFLICT_ANNOTATION: &str = "core.kbind.io/conflict";
 /// Annotation on a consumer instance choosing what happens to its provider copy on delete.

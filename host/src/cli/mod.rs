@@ -1,4 +1,5 @@
-//! The `konnector` subcommands' implementations (`main.rs` only parses and dispatches).
+//! The `konnector` command line: [`main`] parses and dispatches, the submodules implement.
+//! The binary and the e2e tests' copy of it both call [`main`], so they cannot drift.
 //!
 //! * `run`: the controller process.
 //! * `policy eval`: run one module (built-in or a file) on one JSON input.
@@ -6,3 +7,81 @@
 
 pub mod policy;
 pub mod run;
+
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand};
+
+/// kbind konnector: binds provider cluster APIs into this consumer cluster.
+#[derive(Parser, Debug)]
+#[command(name = "konnector", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+const RUN_EXAMPLES: &str = "Examples:
+  # Run outside the cluster against a consumer kubeconfig
+  konnector run --kubeconfig ~/.kube/consumer.kubeconfig
+
+  # In a Deployment with more than one replica: elect one active konnector
+  konnector run --leader-elect --leader-election-namespace kbind
+
+  # Replace the built-in conflict policy with your own component
+  konnector run --conflict-policy /policies/conflict/policy.wasm
+
+  # Verbose sync logs as JSON
+  konnector run --log-level konnector=debug,kube=info --log-format json";
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run the konnector's controllers against the consumer cluster.
+    #[command(after_help = RUN_EXAMPLES)]
+    Run(Box<crate::cli::run::RunArgs>),
+    /// Write the three core.kbind.io CRD manifests into a directory (or print them).
+    Crds {
+        /// Directory to write into; prints a multi-document YAML stream when omitted.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// Evaluate and test policy modules (built-in or .wasm files) without a cluster.
+    #[command(subcommand)]
+    Policy(crate::cli::policy::PolicyCommand),
+}
+
+/// Parses the command line and runs the chosen subcommand to completion.
+pub fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    if let Command::Run(args) = cli.command {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .context("starting the async runtime")?;
+        return runtime.block_on(crate::cli::run::run(*args));
+    }
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .init();
+    match cli.command {
+        Command::Crds { out } => write_crds(out),
+        Command::Policy(command) => crate::cli::policy::run(command),
+        Command::Run(_) => Ok(()),
+    }
+}
+
+fn write_crds(out: Option<PathBuf>) -> anyhow::Result<()> {
+    for (file, crd) in crate::api::core_crds() {
+        let yaml = crate::api::crd_yaml(&crd)?;
+        match &out {
+            Some(dir) => {
+                let path = dir.join(file);
+                std::fs::write(&path, yaml)
+                    .with_context(|| format!("writing {}", path.display()))?;
+            }
+            None => print!("---\n{yaml}"),
+        }
+    }
+    Ok(())
+}

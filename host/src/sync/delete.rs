@@ -15,10 +15,9 @@
 //! open, visibly: the finalizer stays and an Event says what it waits for.
 
 use kube::ResourceExt;
-use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, Preconditions};
+use kube::api::{DeleteParams, DynamicObject, Preconditions};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
-use serde_json::json;
 use tracing::{debug, info};
 
 use crate::api::Reason;
@@ -27,7 +26,8 @@ use crate::api::names::{DELETION_POLICY_ANNOTATION, DELETION_POLICY_ORPHAN, SYNC
 use super::conflict::owned_by;
 use super::reconcile::publish;
 use super::syncer::SyncContext;
-use super::{Error, Result, api_code};
+use super::{Error, Result};
+use crate::k8s::{ApiErrorExt, remove_finalizer};
 
 /// Runs the deletion path for an instance that carries the syncer finalizer.
 pub async fn cleanup(obj: &DynamicObject, ctx: &SyncContext) -> Result<Action> {
@@ -69,12 +69,12 @@ pub async fn cleanup(obj: &DynamicObject, ctx: &SyncContext) -> Result<Action> {
             .await
         {
             Ok(_) => info!("provider copy deletion requested"),
-            Err(e) if api_code(&e) == Some(404) => {
+            Err(e) if e.is_not_found() => {
                 release_finalizer(obj, ctx).await?;
                 return Ok(Action::await_change());
             }
             // 409: the precondition failed, the object was replaced; look again.
-            Err(e) if api_code(&e) == Some(409) => {
+            Err(e) if e.is_conflict() => {
                 return Ok(Action::requeue(ctx.settings.error_backoff_base));
             }
             Err(e) => return Err(Error::DeleteFromProvider(e)),
@@ -96,34 +96,15 @@ pub async fn cleanup(obj: &DynamicObject, ctx: &SyncContext) -> Result<Action> {
     Ok(Action::requeue(ctx.settings.deletion_poll))
 }
 
-/// Removes the syncer finalizer by index with a `test`, so a concurrent change to the list
-/// fails the patch instead of removing someone else's finalizer.
+/// Releases the syncer finalizer (only ours: see [`crate::k8s::remove_finalizer`]).
 async fn release_finalizer(obj: &DynamicObject, ctx: &SyncContext) -> Result<()> {
-    let Some(index) = obj.finalizers().iter().position(|f| f == SYNCER_FINALIZER) else {
-        return Ok(());
-    };
-    let path = format!("/metadata/finalizers/{index}");
-    let patch = json!([
-        { "op": "test", "path": path, "value": SYNCER_FINALIZER },
-        { "op": "remove", "path": path },
-    ]);
-    let patch = serde_json::from_value(patch)
-        .map_err(|e| Error::RemoveFinalizer(kube::Error::SerdeError(e)))?;
-    match ctx
-        .consumer_api(obj.metadata.namespace.as_deref())
-        .patch(
-            &obj.name_any(),
-            &PatchParams::default(),
-            &Patch::<()>::Json(patch),
-        )
-        .await
-    {
-        Ok(_) => {
-            info!("finalizer released");
-            Ok(())
-        }
-        // Already gone: the last finalizer went and the object with it.
-        Err(e) if api_code(&e) == Some(404) => Ok(()),
-        Err(e) => Err(Error::RemoveFinalizer(e)),
-    }
+    remove_finalizer(
+        &ctx.consumer_api(obj.metadata.namespace.as_deref()),
+        obj,
+        SYNCER_FINALIZER,
+    )
+    .await
+    .map_err(Error::RemoveFinalizer)?;
+    info!("finalizer released");
+    Ok(())
 }

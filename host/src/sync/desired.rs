@@ -16,14 +16,16 @@ use kube::core::ApiResource;
 use serde_json::{Value, json};
 
 use crate::api::names::{
-    CONSUMER_CLUSTER_UID_ANNOTATION, CONSUMER_OBJECT_UID_ANNOTATION, FIELD_MANAGER, MANAGED_LABEL,
+    CONSUMER_CLUSTER_LABEL, CONSUMER_CLUSTER_UID_ANNOTATION, CONSUMER_OBJECT_UID_ANNOTATION,
+    MANAGED_LABEL,
 };
 use crate::api::{ConditionType, Reason};
 
 use super::conflict::owned_by;
 
-/// The server-side apply body for the provider copy: identity, the managed label, both
-/// ownership markers and `spec`, nothing else. `resource_version` makes the apply fail if
+/// The server-side apply body for the provider copy: identity, the managed label, the
+/// consumer-cluster label (what the provider watch selects on), both ownership markers and
+/// `spec`, nothing else. `resource_version` makes the apply fail if
 /// the target changed since it was read (the ownership check must hold for the object that
 /// is actually written).
 pub fn provider_copy(
@@ -35,7 +37,7 @@ pub fn provider_copy(
 ) -> Value {
     let mut metadata = json!({
         "name": consumer.metadata.name,
-        "labels": { MANAGED_LABEL: "true" },
+        "labels": { MANAGED_LABEL: "true", CONSUMER_CLUSTER_LABEL: consumer_cluster_uid },
         "annotations": {
             CONSUMER_CLUSTER_UID_ANNOTATION: consumer_cluster_uid,
             CONSUMER_OBJECT_UID_ANNOTATION: consumer_object_uid,
@@ -59,118 +61,25 @@ pub fn provider_copy(
 }
 
 /// Whether the provider copy already is what [`provider_copy`] would write, so the write can
-/// be skipped: managed label, both markers naming this consumer object, identical `spec`.
+/// be skipped: both labels, both markers naming this consumer object, identical `spec`. A copy
+/// written before the consumer-cluster label existed is rewritten once, so the label-selected
+/// provider watch sees it from then on.
 pub fn provider_copy_matches(
     target: &DynamicObject,
     consumer: &DynamicObject,
     consumer_cluster_uid: &str,
     consumer_object_uid: &str,
 ) -> bool {
-    let labelled = target
-        .metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(MANAGED_LABEL))
-        .is_some_and(|v| v == "true");
+    let label = |key: &str| target.metadata.labels.as_ref().and_then(|l| l.get(key));
+    let labelled = label(MANAGED_LABEL).is_some_and(|v| v == "true")
+        && label(CONSUMER_CLUSTER_LABEL).is_some_and(|v| v == consumer_cluster_uid);
     let owned = owned_by(target, consumer_cluster_uid, consumer_object_uid);
     labelled && owned && spec_of(target) == spec_of(consumer)
 }
 
-fn spec_of(obj: &DynamicObject) -> Option<&Value> {
+/// The object's `spec`, unless absent or null.
+pub(super) fn spec_of(obj: &DynamicObject) -> Option<&Value> {
     obj.data.get("spec").filter(|s| !s.is_null())
-}
-
-/// Fields under the provider copy's `spec` that the consumer's spec does not have and that
-/// another field manager owns, as key paths (objects only; lists are atomic and replaced by
-/// the forced apply). Server-side apply never removes a field another manager owns, so drift
-/// that *adds* fields survives a plain apply; these are removed by [`prune_patch`].
-///
-/// Fields nobody else owns (defaults, or what a mutating webhook adds to our own writes) are
-/// left alone: removing them would only bring them back and loop.
-pub fn foreign_extra_spec_fields(
-    target: &DynamicObject,
-    consumer: &DynamicObject,
-) -> Vec<Vec<String>> {
-    let (Some(have), want) = (spec_of(target), spec_of(consumer)) else {
-        return Vec::new();
-    };
-    let mut extra = Vec::new();
-    extra_paths(
-        have,
-        want.unwrap_or(&Value::Null),
-        &mut Vec::new(),
-        &mut extra,
-    );
-    let foreign: Vec<&Value> = target
-        .metadata
-        .managed_fields
-        .iter()
-        .flatten()
-        .filter(|m| m.subresource.as_deref().unwrap_or("").is_empty())
-        .filter(|m| m.manager.as_deref() != Some(FIELD_MANAGER))
-        .filter_map(|m| m.fields_v1.as_ref().and_then(|f| f.0.get("f:spec")))
-        .collect();
-    extra.retain(|path| foreign.iter().any(|owned| owns(owned, path)));
-    extra
-}
-
-/// Collects key paths present in `have` but absent from `want`, descending into objects
-/// present on both sides.
-fn extra_paths(have: &Value, want: &Value, prefix: &mut Vec<String>, out: &mut Vec<Vec<String>>) {
-    let (Some(have), Some(want)) = (have.as_object(), want.as_object()) else {
-        if prefix.is_empty() && have.is_object() {
-            // The consumer has no spec at all: every provider key is extra.
-            for key in have.as_object().into_iter().flat_map(|o| o.keys()) {
-                out.push(vec![key.clone()]);
-            }
-        }
-        return;
-    };
-    for (key, value) in have {
-        prefix.push(key.clone());
-        match want.get(key) {
-            None => out.push(prefix.clone()),
-            Some(wanted) => extra_paths(value, wanted, prefix, out),
-        }
-        prefix.pop();
-    }
-}
-
-/// Whether a `fieldsV1` tree (below `f:spec`) covers `path`.
-fn owns(fields: &Value, path: &[String]) -> bool {
-    let Some((first, rest)) = path.split_first() else {
-        return true;
-    };
-    match fields.get(format!("f:{first}")) {
-        Some(child) => {
-            rest.is_empty() || child.as_object().is_some_and(|o| o.is_empty()) || owns(child, rest)
-        }
-        None => false,
-    }
-}
-
-/// A JSON merge patch removing `paths` under `spec`, guarded by the resourceVersion the
-/// decision was made on.
-pub fn prune_patch(paths: &[Vec<String>], resource_version: Option<&str>) -> Value {
-    let mut spec = json!({});
-    for path in paths {
-        let mut node = &mut spec;
-        for (i, key) in path.iter().enumerate() {
-            if i + 1 == path.len() {
-                node[key.as_str()] = Value::Null;
-            } else {
-                if !node.get(key.as_str()).is_some_and(Value::is_object) {
-                    node[key.as_str()] = json!({});
-                }
-                node = &mut node[key.as_str()];
-            }
-        }
-    }
-    let mut patch = json!({ "spec": spec });
-    if let Some(rv) = resource_version {
-        patch["metadata"] = json!({ "resourceVersion": rv });
-    }
-    patch
 }
 
 /// The status-subresource apply body copying the provider's `status` to the consumer, or
@@ -289,9 +198,7 @@ fn status_body(consumer: &DynamicObject, ar: &ApiResource, status: Value) -> Val
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
-        FieldsV1, ManagedFieldsEntry, OwnerReference,
-    };
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
     use kube::api::ObjectMeta;
     use std::collections::BTreeMap;
 
@@ -336,7 +243,10 @@ mod tests {
                 "metadata": {
                     "name": "w",
                     "namespace": "team-a",
-                    "labels": { "core.kbind.io/managed": "true" },
+                    "labels": {
+                        "core.kbind.io/managed": "true",
+                        "core.kbind.io/consumer-cluster": "cluster-uid",
+                    },
                     "annotations": {
                         "core.kbind.io/consumer-cluster-uid": "cluster-uid",
                         "core.kbind.io/consumer-object-uid": "obj-uid",
@@ -384,88 +294,14 @@ mod tests {
         assert!(!provider_copy_matches(&p, &c, "cluster-uid", "obj-uid"));
     }
 
-    fn managed(manager: &str, operation: &str, fields: Value) -> ManagedFieldsEntry {
-        ManagedFieldsEntry {
-            manager: Some(manager.into()),
-            operation: Some(operation.into()),
-            fields_v1: Some(FieldsV1(fields)),
-            ..Default::default()
-        }
-    }
-
     #[test]
-    fn extra_fields_owned_by_another_manager_are_found_at_any_depth() {
-        let mut c = consumer();
-        c.data["spec"] = json!({ "size": 3, "db": { "engine": "pg" } });
-        let mut p = provider_of(&c);
-        p.data["spec"] = json!({ "size": 3, "sneaked": 1, "db": { "engine": "pg", "extra": true }, "defaulted": 0 });
-        p.metadata.managed_fields = Some(vec![
-            managed(
-                FIELD_MANAGER,
-                "Apply",
-                json!({ "f:spec": { "f:size": {}, "f:db": { "f:engine": {} } } }),
-            ),
-            managed(
-                "kubectl-edit",
-                "Update",
-                json!({ "f:spec": { "f:sneaked": {}, "f:db": { "f:extra": {} } } }),
-            ),
-            managed(
-                "operator",
-                "Update",
-                json!({ "f:status": { "f:defaulted": {} } }),
-            ),
-        ]);
-        assert_eq!(
-            foreign_extra_spec_fields(&p, &c),
-            vec![
-                vec!["db".to_string(), "extra".to_string()],
-                vec!["sneaked".to_string()],
-            ],
-            "`defaulted` has no other owner and stays"
-        );
-    }
-
-    #[test]
-    fn our_own_fields_are_never_pruned() {
+    fn copy_without_the_consumer_cluster_label_is_rewritten_once() {
         let c = consumer();
         let mut p = provider_of(&c);
-        p.data["spec"]["webhook"] = json!("injected");
-        p.metadata.managed_fields = Some(vec![managed(
-            FIELD_MANAGER,
-            "Update",
-            json!({ "f:spec": { "f:webhook": {} } }),
-        )]);
-        assert!(foreign_extra_spec_fields(&p, &c).is_empty());
-    }
-
-    #[test]
-    fn atomic_ownership_of_a_parent_covers_its_children() {
-        let mut c = consumer();
-        c.data["spec"] = json!({ "db": {} });
-        let mut p = provider_of(&c);
-        p.data["spec"] = json!({ "db": { "extra": 1 } });
-        p.metadata.managed_fields = Some(vec![managed(
-            "other",
-            "Update",
-            json!({ "f:spec": { "f:db": {} } }),
-        )]);
-        assert_eq!(
-            foreign_extra_spec_fields(&p, &c),
-            vec![vec!["db".to_string(), "extra".to_string()]]
-        );
-    }
-
-    #[test]
-    fn prune_patch_nulls_each_path_under_a_resource_version_guard() {
-        let paths = vec![
-            vec!["a".to_string()],
-            vec!["b".to_string(), "c".to_string()],
-        ];
-        assert_eq!(
-            prune_patch(&paths, Some("7")),
-            json!({ "spec": { "a": null, "b": { "c": null } }, "metadata": { "resourceVersion": "7" } })
-        );
+        if let Some(labels) = p.metadata.labels.as_mut() {
+            labels.remove(CONSUMER_CLUSTER_LABEL);
+        }
+        assert!(!provider_copy_matches(&p, &c, "cluster-uid", "obj-uid"));
     }
 
     #[test]

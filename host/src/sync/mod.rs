@@ -23,6 +23,8 @@
 pub mod conflict;
 pub mod delete;
 pub mod desired;
+pub mod fields;
+mod recent;
 pub mod reconcile;
 pub mod supervisor;
 pub mod syncer;
@@ -72,6 +74,9 @@ pub enum Error {
         /// What the target looked like.
         target: &'static str,
     },
+    /// Creating the provider copy where none was cached.
+    #[error("creating the provider copy: {0}")]
+    CreateOnProvider(#[source] kube::Error),
     /// Server-side apply of the provider copy.
     #[error("applying the provider copy: {0}")]
     ApplyToProvider(#[source] kube::Error),

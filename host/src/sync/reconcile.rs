@@ -21,7 +21,6 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
@@ -29,15 +28,16 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 use tracing::{debug, info, instrument, warn};
 
-use crate::api::Reason;
 use crate::api::names::{CONFLICT_ANNOTATION, FIELD_MANAGER, SYNCER_FINALIZER};
+use crate::api::{ConflictPolicy, Reason};
 use crate::policy::{ConflictDecision, ConflictReason};
 use crate::telemetry::{ApiLabels, metrics};
 
 use super::conflict::{conflict_annotation_value, conflict_input};
-use super::desired;
 use super::syncer::SyncContext;
-use super::{Error, Result, api_code};
+use super::{Error, Result};
+use super::{desired, fields};
+use crate::k8s::{ApiErrorExt, NamespaceState, ensure_namespace};
 
 /// Reconciles one consumer instance. Wired into the syncer's controller.
 #[instrument(skip(obj, ctx), fields(
@@ -79,7 +79,19 @@ async fn reconcile_inner(obj: &DynamicObject, ctx: &SyncContext) -> Result<Actio
         debug!("provider cache not synced yet");
         return Ok(Action::requeue(ctx.settings.error_backoff_base));
     }
-
+    let target = ctx.cached_target(obj);
+    if has_finalizer
+        && let Some(copy) = target
+            .as_ref()
+            .filter(|t| desired::provider_copy_matches(t, obj, &ctx.consumer_cluster_uid, uid))
+    {
+        // Our own copy, already right (typically the reconcile our own finalizer or status
+        // write triggered): whatever a policy answered, nothing would be written, so
+        // neither the provider nor the policy is asked.
+        debug!("provider copy already matches");
+        finish(obj, ctx, copy).await?;
+        return Ok(Action::requeue(ctx.settings.resync_interval));
+    }
     // Spec: "The engine places core.kbind.io/syncer on the consumer instance before its
     // first provider write."
     if !has_finalizer {
@@ -88,63 +100,10 @@ async fn reconcile_inner(obj: &DynamicObject, ctx: &SyncContext) -> Result<Actio
     if let Some(ns) = namespace {
         ctx.ensure_provider_namespace(ns).await?;
     }
-
-    // The decision is re-taken from a live read once if the cached target moved under us
-    // (the apply carries the resourceVersion the decision was made on).
-    let mut target = ctx.cached_target(obj);
-    if target.is_none() {
-        // Never create from a possibly stale "absent": confirm with the provider.
-        target = ctx.live_target(obj).await?;
-    }
-    let mut reread = false;
-    loop {
-        let input = conflict_input(
-            &ctx.consumer_cluster_uid,
-            uid,
-            coverage.conflict_policy,
-            target.as_ref(),
-        );
-        // Spec: force ownership only "after the object-ownership check".
-        let decision = match ctx.policies.decide_conflict(&input).await {
-            Ok(decision) => decision,
-            Err(e) => {
-                report_policy_failure(obj, ctx, &e.to_string()).await;
-                return Err(Error::DecideConflict(e));
-            }
-        };
-        let mut skipped = false;
-        let written = match decision {
-            ConflictDecision::Conflict { reason, message } => {
-                mark_conflict(obj, ctx, reason, &message).await?;
-                return Ok(Action::requeue(ctx.settings.resync_interval));
-            }
-            ConflictDecision::Create if target.is_some() => {
-                return Err(Error::UnexpectedDecision {
-                    decision: "Create".into(),
-                    target: "an existing target",
-                });
-            }
-            ConflictDecision::Create => apply_to_provider(obj, ctx, uid, None).await,
-            ConflictDecision::UpdateOwned | ConflictDecision::Adopt => {
-                let Some(existing) = target.as_ref() else {
-                    return Err(Error::UnexpectedDecision {
-                        decision: format!("{decision:?}"),
-                        target: "an absent target",
-                    });
-                };
-                if desired::provider_copy_matches(existing, obj, &ctx.consumer_cluster_uid, uid) {
-                    debug!("provider copy already matches");
-                    skipped = true;
-                    Ok(existing.clone())
-                } else {
-                    if decision == ConflictDecision::Adopt {
-                        info!("adopting unmarked provider object");
-                    }
-                    apply_to_provider(obj, ctx, uid, existing.resource_version().as_deref()).await
-                }
-            }
-        };
-        if !skipped && written.is_ok() {
+    let copy = match decide_and_write(obj, ctx, uid, coverage.conflict_policy, target).await? {
+        Outcome::Conflict => return Ok(Action::requeue(ctx.settings.resync_interval)),
+        Outcome::Unchanged(copy) => copy,
+        Outcome::Written(copy) => {
             let labels = ApiLabels {
                 api: ctx.api.clone(),
             };
@@ -153,35 +112,109 @@ async fn reconcile_inner(obj: &DynamicObject, ctx: &SyncContext) -> Result<Actio
                 .sync_lag
                 .get_or_create(&labels)
                 .observe(started.elapsed().as_secs_f64());
+            copy
         }
+    };
+    finish(obj, ctx, &copy).await?;
+    Ok(Action::requeue(ctx.settings.resync_interval))
+}
+
+/// What the ownership check and the write came to.
+enum Outcome {
+    /// The target is someone else's; the instance is marked, nothing was written.
+    Conflict,
+    /// The copy already was what the consumer asks for.
+    Unchanged(DynamicObject),
+    /// The copy was created or applied.
+    Written(DynamicObject),
+}
+
+/// The ownership check and the write it allows. `target` is what the cache knows; when the
+/// write finds the provider different (a foreign object where the cache had none, a copy
+/// changed since it was read), the decision is taken once more on a live read.
+async fn decide_and_write(
+    obj: &DynamicObject,
+    ctx: &SyncContext,
+    uid: &str,
+    policy: ConflictPolicy,
+    mut target: Option<DynamicObject>,
+) -> Result<Outcome> {
+    let mut reread = false;
+    loop {
+        let input = conflict_input(&ctx.consumer_cluster_uid, uid, policy, target.as_ref());
+        // Spec: force ownership only "after the object-ownership check".
+        let decision = match ctx.policies.decide_conflict(&input).await {
+            Ok(decision) => decision,
+            Err(e) => {
+                report_policy_failure(obj, ctx, &e.to_string()).await;
+                return Err(Error::DecideConflict(e));
+            }
+        };
+        let written = match (decision, target.as_ref()) {
+            (ConflictDecision::Conflict { reason, message }, _) => {
+                mark_conflict(obj, ctx, reason, &message).await?;
+                return Ok(Outcome::Conflict);
+            }
+            (ConflictDecision::Create, Some(_)) => {
+                return Err(Error::UnexpectedDecision {
+                    decision: "Create".into(),
+                    target: "an existing target",
+                });
+            }
+            // No live read first: a create fails on an existing object instead.
+            (ConflictDecision::Create, None) => create_on_provider(obj, ctx, uid).await,
+            (decision @ (ConflictDecision::UpdateOwned | ConflictDecision::Adopt), None) => {
+                return Err(Error::UnexpectedDecision {
+                    decision: format!("{decision:?}"),
+                    target: "an absent target",
+                });
+            }
+            (decision, Some(existing)) => {
+                if desired::provider_copy_matches(existing, obj, &ctx.consumer_cluster_uid, uid) {
+                    return Ok(Outcome::Unchanged(existing.clone()));
+                }
+                if decision == ConflictDecision::Adopt {
+                    info!("adopting unmarked provider object");
+                }
+                apply_to_provider(obj, ctx, uid, existing.resource_version().as_deref()).await
+            }
+        };
         match written {
             Ok(copy) => {
-                finish(obj, ctx, &copy).await?;
-                return Ok(Action::requeue(ctx.settings.resync_interval));
+                ctx.recent_writes.remember(&copy);
+                return Ok(Outcome::Written(copy));
             }
-            // 409: the target changed since it was read; decide again on a fresh read.
-            Err(Error::ApplyToProvider(e)) if !reread && api_code(&e) == Some(409) => {
-                debug!("provider target changed while deciding; re-reading");
+            // 409: an object exists where the cache had none (AlreadyExists), or the target
+            // changed since it was read (Conflict); decide again on a fresh read.
+            Err(Error::ApplyToProvider(e) | Error::CreateOnProvider(e))
+                if !reread && (e.is_already_exists() || e.is_conflict()) =>
+            {
+                debug!("provider target differs from the cache; re-reading");
                 reread = true;
+                ctx.recent_writes
+                    .forget(obj.metadata.namespace.as_deref(), &obj.name_any());
                 target = ctx.live_target(obj).await?;
             }
             Err(e) => {
-                if let Error::ApplyToProvider(inner) = &e {
-                    match (api_code(inner), namespace) {
-                        // The namespace may have been deleted on the provider since we made it.
-                        (Some(404), Some(ns)) => ctx.forget_provider_namespace(ns),
-                        // The provider refuses this copy (invalid against its schema, too
-                        // large): retrying will not help until the consumer object changes,
-                        // so the object itself says why.
-                        _ if rejected_by_provider(inner) => {
-                            report_rejected(obj, ctx, inner).await;
-                        }
-                        _ => {}
-                    }
+                ctx.recent_writes
+                    .forget(obj.metadata.namespace.as_deref(), &obj.name_any());
+                if let Error::ApplyToProvider(inner) | Error::CreateOnProvider(inner) = &e {
+                    write_failed(obj, ctx, inner).await;
                 }
                 return Err(e);
             }
         }
+    }
+}
+
+/// What a failed provider write teaches: a vanished namespace is created again next time; a
+/// copy the provider refuses (invalid against its schema, too large) cannot succeed until
+/// the consumer object changes, so the object itself says why.
+async fn write_failed(obj: &DynamicObject, ctx: &SyncContext, error: &kube::Error) {
+    match obj.metadata.namespace.as_deref() {
+        Some(ns) if error.is_not_found() => ctx.forget_provider_namespace(ns),
+        _ if rejected_by_provider(error) => report_rejected(obj, ctx, error).await,
+        _ => {}
     }
 }
 
@@ -223,6 +256,30 @@ async fn finish(obj: &DynamicObject, ctx: &SyncContext, copy: &DynamicObject) ->
     Ok(())
 }
 
+/// Creates the provider copy where the cache has none. A create, not an apply: it fails with
+/// AlreadyExists on an object the cache does not hold (another consumer's, or one nobody
+/// marked) instead of writing over it, which is what lets a first sync skip the live read.
+async fn create_on_provider(
+    obj: &DynamicObject,
+    ctx: &SyncContext,
+    uid: &str,
+) -> Result<DynamicObject> {
+    let body = desired::provider_copy(obj, &ctx.ar, &ctx.consumer_cluster_uid, uid, None);
+    let copy: DynamicObject = serde_json::from_value(body)
+        .map_err(|e| Error::CreateOnProvider(kube::Error::SerdeError(e)))?;
+    let params = PostParams {
+        field_manager: Some(FIELD_MANAGER.to_string()),
+        ..PostParams::default()
+    };
+    let created = ctx
+        .provider_api(obj.metadata.namespace.as_deref())
+        .create(&params, &copy)
+        .await
+        .map_err(Error::CreateOnProvider)?;
+    info!("provider copy created");
+    Ok(created)
+}
+
 /// Server-side apply of the provider copy, forced: the policy has allowed it. Fields another
 /// manager added under `spec` (drift that adds, or what an adopted object had) are then
 /// removed with a merge patch, so the copy ends up with exactly the consumer's spec.
@@ -249,10 +306,36 @@ async fn apply_to_provider(
         )
         .await
         .map_err(Error::ApplyToProvider)?;
-    let extra = desired::foreign_extra_spec_fields(&applied, obj);
+    if let Some(upgrade) = fields::create_time_ownership_patch(&applied, obj) {
+        // A field the consumer removed is still ours through the create's managedFields
+        // entry: fold it into our apply entry, then apply again so the removal takes.
+        debug!("moving create-time field ownership to the apply entry");
+        let upgrade = serde_json::from_value(upgrade)
+            .map_err(|e| Error::ApplyToProvider(kube::Error::SerdeError(e)))?;
+        let upgraded = api
+            .patch(&name, &PatchParams::default(), &Patch::<()>::Json(upgrade))
+            .await
+            .map_err(Error::ApplyToProvider)?;
+        let body = desired::provider_copy(
+            obj,
+            &ctx.ar,
+            &ctx.consumer_cluster_uid,
+            uid,
+            upgraded.resource_version().as_deref(),
+        );
+        applied = api
+            .patch(
+                &name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&body),
+            )
+            .await
+            .map_err(Error::ApplyToProvider)?;
+    }
+    let extra = fields::foreign_extra_spec_fields(&applied, obj);
     if !extra.is_empty() {
         debug!(fields = ?extra, "removing spec fields another manager added");
-        let patch = desired::prune_patch(&extra, applied.resource_version().as_deref());
+        let patch = fields::prune_patch(&extra, applied.resource_version().as_deref());
         let params = PatchParams {
             field_manager: Some(FIELD_MANAGER.to_string()),
             ..PatchParams::default()
@@ -447,20 +530,14 @@ impl SyncContext {
         if self.namespace_known(ns) {
             return Ok(());
         }
-        let api: kube::Api<Namespace> = kube::Api::all(self.provider.clone());
-        let namespace = Namespace {
-            metadata: kube::api::ObjectMeta {
-                name: Some(ns.to_string()),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        match api.create(&PostParams::default(), &namespace).await {
-            Ok(_) => info!(namespace = ns, "namespace created on the provider"),
-            Err(e) if api_code(&e) == Some(409) => {}
-            // Credentials may not create namespaces the provider pre-created; the apply that
+        match ensure_namespace(&self.provider, ns).await {
+            Ok(NamespaceState::Created) => {
+                info!(namespace = ns, "namespace created on the provider")
+            }
+            Ok(NamespaceState::Existed) => {}
+            // Credentials may not create namespaces the provider pre-created; the write that
             // follows tells whether it exists.
-            Err(e) if api_code(&e) == Some(403) => {
+            Ok(NamespaceState::CreateForbidden) => {
                 debug!(
                     namespace = ns,
                     "namespace create forbidden; assuming it exists"

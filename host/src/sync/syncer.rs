@@ -7,6 +7,12 @@
 //! index changes ("reconcile all"), per-object resync ──────────┘   (dedup, N at a time)
 //! ```
 //!
+//! Both caches hold what reconciles read and nothing more: managedFields are dropped as
+//! objects arrive (the drift check reads them from the write's response, not the cache), and
+//! the provider watch selects on `core.kbind.io/consumer-cluster`, so a konnector caches its
+//! own copies only, however many consumers share the provider. A foreign object of the same
+//! name is still found: creating over it fails, and the live read that follows decides.
+//!
 //! The controller gives what the issue asks of the queue: one entry per object however many
 //! events arrive, at most `concurrency` reconciles at once, never two for the same object,
 //! and no task per object. Watch restarts and `410 Gone` are handled by kube-runtime's
@@ -28,10 +34,13 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use crate::api::names::CONSUMER_CLUSTER_LABEL;
 use crate::binding::index::SharedIndex;
+use crate::k8s::{ApiErrorExt, dynamic_api};
 use crate::policy::Policies;
 
-use super::{ApiTarget, Error, Result, SyncSettings, api_code, changes};
+use super::recent::RecentWrites;
+use super::{ApiTarget, Error, Result, SyncSettings, changes};
 use crate::backoff::Backoff;
 
 /// Everything one syncer's reconciles share.
@@ -56,8 +65,10 @@ pub struct SyncContext {
     pub policies: Policies,
     /// Event recorder for consumer instances.
     pub recorder: Recorder,
-    /// The provider watch's cache.
+    /// The provider watch's cache: this consumer's copies only.
     pub provider_store: Store<DynamicObject>,
+    /// Copies written since the provider watch last caught up.
+    pub recent_writes: RecentWrites,
     /// Timings.
     pub settings: SyncSettings,
     known_namespaces: Mutex<HashSet<String>>,
@@ -100,11 +111,11 @@ pub struct SyncerSpec {
 
 impl SyncContext {
     pub(crate) fn consumer_api(&self, ns: Option<&str>) -> Api<DynamicObject> {
-        scoped_api(&self.consumer, &self.ar, self.target.namespaced, ns)
+        dynamic_api(&self.consumer, &self.ar, self.target.namespaced, ns)
     }
 
     pub(crate) fn provider_api(&self, ns: Option<&str>) -> Api<DynamicObject> {
-        scoped_api(&self.provider, &self.ar, self.target.namespaced, ns)
+        dynamic_api(&self.provider, &self.ar, self.target.namespaced, ns)
     }
 
     /// Waits briefly for the provider cache's first list; decisions need it.
@@ -117,11 +128,15 @@ impl SyncContext {
         .is_ok_and(|r| r.is_ok())
     }
 
-    /// The provider object with the instance's namespace and name, from the cache.
+    /// This consumer's provider copy with the instance's namespace and name, from the cache
+    /// or, newer, from our own last write. `None` says nothing about objects of other
+    /// consumers: the cache does not hold them.
     pub(crate) fn cached_target(&self, obj: &DynamicObject) -> Option<DynamicObject> {
         let mut key = ObjectRef::new_with(&obj.name_any(), self.ar.clone());
         key.namespace = obj.metadata.namespace.clone();
-        self.provider_store.get(&key).map(|o| (*o).clone())
+        let cached = self.provider_store.get(&key).map(|o| (*o).clone());
+        self.recent_writes
+            .newest(obj.metadata.namespace.as_deref(), &obj.name_any(), cached)
     }
 
     /// The provider object with the instance's namespace and name, read live.
@@ -158,16 +173,10 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-fn scoped_api(
-    client: &Client,
-    ar: &ApiResource,
-    namespaced: bool,
-    ns: Option<&str>,
-) -> Api<DynamicObject> {
-    match (namespaced, ns) {
-        (true, Some(ns)) => Api::namespaced_with(client.clone(), ns, ar),
-        _ => Api::all_with(client.clone(), ar),
-    }
+/// Caches keep no managedFields: nothing read from a cache needs them, and they are often
+/// larger than the object they describe.
+fn drop_managed_fields(obj: &mut DynamicObject) {
+    obj.metadata.managed_fields = None;
 }
 
 /// Per-object backoff on failure, written down once: the delay doubles per consecutive
@@ -175,7 +184,7 @@ fn scoped_api(
 fn error_policy(obj: Arc<DynamicObject>, err: &Error, ctx: Arc<SyncContext>) -> Action {
     let delay = ctx.failures.failed(failure_key(&obj));
     // Conflicts (409) are expected under concurrency and are not worth a warning.
-    let quiet = matches!(err, Error::ApplyToProvider(e) | Error::RemoveFinalizer(e) | Error::AddFinalizer(e) if api_code(e) == Some(409) || api_code(e) == Some(422));
+    let quiet = matches!(err, Error::ApplyToProvider(e) | Error::CreateOnProvider(e) | Error::RemoveFinalizer(e) | Error::AddFinalizer(e) if e.is_conflict() || e.is_already_exists() || matches!(e, kube::Error::Api(s) if s.is_invalid()));
     if quiet {
         debug!(name = %obj.name_any(), error = %err, ?delay, "reconcile retry");
     } else {
@@ -202,12 +211,17 @@ pub async fn run(
     let ar = spec.target.api_resource();
     let writer = reflector::store::Writer::new(ar.clone());
     let provider_store = writer.as_reader();
+    let own_copies = watcher::Config::default().labels(&format!(
+        "{CONSUMER_CLUSTER_LABEL}={}",
+        spec.consumer_cluster_uid
+    ));
     let provider_events = reflector(
         writer,
         watcher(
             Api::<DynamicObject>::all_with(spec.provider.clone(), &ar),
-            watcher::Config::default(),
-        ),
+            own_copies,
+        )
+        .modify(drop_managed_fields),
     )
     .default_backoff()
     .touched_objects();
@@ -223,6 +237,7 @@ pub async fn run(
         policies: spec.policies,
         recorder: spec.recorder,
         provider_store,
+        recent_writes: RecentWrites::default(),
         settings: spec.settings.clone(),
         known_namespaces: Mutex::default(),
         failures: Backoff::new(
@@ -232,8 +247,15 @@ pub async fn run(
     });
     info!(connection = %ctx.connection, api = %ctx.api, version = %ar.version, "syncer started");
     let consumer_api = Api::<DynamicObject>::all_with(spec.consumer, &ar);
+    let consumer_writer = reflector::store::Writer::new(ar.clone());
+    let consumer_store = consumer_writer.as_reader();
+    let instances = reflector(
+        consumer_writer,
+        watcher(consumer_api, watcher::Config::default()).modify(drop_managed_fields),
+    )
+    .applied_objects();
     let mapper_ar = ar.clone();
-    Controller::new_with(consumer_api, watcher::Config::default(), ar.clone())
+    Controller::for_stream_with(instances, consumer_store, ar.clone())
         .with_config(ControllerConfig::default().concurrency(spec.settings.concurrency))
         // A provider event concerns the consumer object with the same namespace and name.
         .watches_stream_with(

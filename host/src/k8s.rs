@@ -1,0 +1,145 @@
+//! Kubernetes client idioms, written once: what an API error means, the namespaced-or-cluster
+//! `Api` of a dynamic resource, creating a namespace that may already exist, and removing one
+//! finalizer without touching anyone else's.
+//!
+//! Error classification uses kube-rs's own `Status` predicates (they follow client-go's
+//! `apierrors`), so an AlreadyExists is never mistaken for an update conflict although both
+//! are HTTP 409.
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{DynamicObject, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::core::ApiResource;
+use kube::{Api, Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use serde_json::json;
+
+/// What an API error says, in client-go's vocabulary.
+pub trait ApiErrorExt {
+    /// The object does not exist (404).
+    fn is_not_found(&self) -> bool;
+    /// A create found the object already there (409, reason AlreadyExists).
+    fn is_already_exists(&self) -> bool;
+    /// A precondition or resourceVersion no longer holds, or an apply conflicts (409).
+    fn is_conflict(&self) -> bool;
+    /// The credentials may not do this (403).
+    fn is_forbidden(&self) -> bool;
+}
+
+impl ApiErrorExt for kube::Error {
+    fn is_not_found(&self) -> bool {
+        matches!(self, kube::Error::Api(s) if s.is_not_found())
+    }
+    fn is_already_exists(&self) -> bool {
+        matches!(self, kube::Error::Api(s) if s.is_already_exists())
+    }
+    fn is_conflict(&self) -> bool {
+        matches!(self, kube::Error::Api(s) if s.is_conflict())
+    }
+    fn is_forbidden(&self) -> bool {
+        matches!(self, kube::Error::Api(s) if s.is_forbidden())
+    }
+}
+
+/// The `Api` for objects of `ar` in `namespace` (namespaced resources) or cluster-wide
+/// (cluster-scoped resources, or every namespace when `namespace` is `None`).
+pub fn dynamic_api(
+    client: &Client,
+    ar: &ApiResource,
+    namespaced: bool,
+    namespace: Option<&str>,
+) -> Api<DynamicObject> {
+    match (namespaced, namespace) {
+        (true, Some(ns)) => Api::namespaced_with(client.clone(), ns, ar),
+        _ => Api::all_with(client.clone(), ar),
+    }
+}
+
+/// How [`ensure_namespace`] found the namespace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NamespaceState {
+    /// It was created now.
+    Created,
+    /// It already existed.
+    Existed,
+    /// The credentials may not create namespaces; whether it exists is unknown, and the
+    /// write that follows will tell (spec: "the engine attempts a create even if the
+    /// namespace may already exist").
+    CreateForbidden,
+}
+
+/// Creates namespace `name` unless it exists: one create attempt, no read first.
+pub async fn ensure_namespace(client: &Client, name: &str) -> Result<NamespaceState, kube::Error> {
+    let namespace = Namespace {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            ..ObjectMeta::default()
+        },
+        ..Namespace::default()
+    };
+    match Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &namespace)
+        .await
+    {
+        Ok(_) => Ok(NamespaceState::Created),
+        Err(e) if e.is_already_exists() => Ok(NamespaceState::Existed),
+        Err(e) if e.is_forbidden() => Ok(NamespaceState::CreateForbidden),
+        Err(e) => Err(e),
+    }
+}
+
+/// Removes `finalizer` from `obj` by index, with a JSON patch `test` so that a concurrent
+/// change of the list fails the patch instead of removing someone else's finalizer. An
+/// object already gone, or without the finalizer, is fine.
+pub async fn remove_finalizer<K>(api: &Api<K>, obj: &K, finalizer: &str) -> Result<(), kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let Some(index) = obj.finalizers().iter().position(|f| f == finalizer) else {
+        return Ok(());
+    };
+    let path = format!("/metadata/finalizers/{index}");
+    let patch = serde_json::from_value(json!([
+        { "op": "test", "path": path, "value": finalizer },
+        { "op": "remove", "path": path },
+    ]))
+    .map_err(kube::Error::SerdeError)?;
+    match api
+        .patch(
+            &obj.name_any(),
+            &PatchParams::default(),
+            &Patch::<()>::Json(patch),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(e) if e.is_not_found() => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::core::Status;
+
+    fn api_error(code: u16, reason: &str) -> kube::Error {
+        kube::Error::Api(Box::new(Status::failure("m", reason).with_code(code)))
+    }
+
+    #[test]
+    fn already_exists_is_not_an_update_conflict() {
+        let exists = api_error(409, "AlreadyExists");
+        assert!(exists.is_already_exists());
+        assert!(!exists.is_conflict());
+        let conflict = api_error(409, "Conflict");
+        assert!(conflict.is_conflict());
+        assert!(!conflict.is_already_exists());
+    }
+
+    #[test]
+    fn not_found_and_forbidden_are_recognised() {
+        assert!(api_error(404, "NotFound").is_not_found());
+        assert!(api_error(403, "Forbidden").is_forbidden());
+        assert!(!kube::Error::LinesCodecMaxLineLengthExceeded.is_not_found());
+    }
+}

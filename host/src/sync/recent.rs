@@ -1,0 +1,152 @@
+//! Provider copies this syncer has just written, until its provider watch shows them.
+//!
+//! A write is followed at once by a reconcile of the same object (our own finalizer patch,
+//! or the provider event of the write, races the watch that fills the cache). Without this,
+//! that reconcile would find the cache without the copy, or with the version before the
+//! write, and spend a create, a live read and a policy call learning what we already know.
+//!
+//! ```text
+//! write ──▶ remember(copy) ──▶ newest(cache, remembered) ──▶ decide
+//!                                    └── cache caught up ─▶ forget
+//! ```
+//!
+//! Kubernetes calls resourceVersions opaque; the comparison used here only ever prefers the
+//! cache, unless both versions are integers (etcd revisions, as every kube-apiserver serves)
+//! and ours is newer. A remembered copy also expires, so a lost watch event cannot pin a
+//! stale view for long.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use kube::api::DynamicObject;
+
+/// How long a remembered write may stand in for the cache.
+const TTL: Duration = Duration::from_secs(10);
+
+/// `(namespace, name)` of a provider copy.
+type Key = (Option<String>, String);
+
+/// Copies written by this syncer whose watch event may not have arrived yet.
+#[derive(Debug, Default)]
+pub struct RecentWrites {
+    copies: Mutex<HashMap<Key, (DynamicObject, Instant)>>,
+}
+
+impl RecentWrites {
+    /// Records a copy the provider just returned from a write.
+    pub fn remember(&self, copy: &DynamicObject) {
+        let Some(name) = copy.metadata.name.clone() else {
+            return;
+        };
+        let key = (copy.metadata.namespace.clone(), name);
+        lock(&self.copies).insert(key, (copy.clone(), Instant::now()));
+    }
+
+    /// Forgets the copy at `namespace/name` (a write to it failed, or it was deleted).
+    pub fn forget(&self, namespace: Option<&str>, name: &str) {
+        lock(&self.copies).remove(&(namespace.map(str::to_string), name.to_string()));
+    }
+
+    /// The newer of the cached object and the remembered write for `namespace/name`.
+    pub fn newest(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+        cached: Option<DynamicObject>,
+    ) -> Option<DynamicObject> {
+        let key = (namespace.map(str::to_string), name.to_string());
+        let mut copies = lock(&self.copies);
+        let Some((written, at)) = copies.get(&key) else {
+            return cached;
+        };
+        let written_is_newer = match &cached {
+            None => true,
+            Some(cached) => {
+                match (version(cached), version(written)) {
+                    (Some(cached), Some(written)) => written > cached,
+                    // Not comparable: trust the cache.
+                    _ => false,
+                }
+            }
+        };
+        if written_is_newer && at.elapsed() < TTL {
+            return Some(written.clone());
+        }
+        copies.remove(&key);
+        cached
+    }
+}
+
+fn version(obj: &DynamicObject) -> Option<u64> {
+    obj.metadata.resource_version.as_deref()?.parse().ok()
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // The map stays consistent even if a holder panicked.
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::api::ObjectMeta;
+
+    fn copy(rv: &str) -> DynamicObject {
+        DynamicObject {
+            types: None,
+            metadata: ObjectMeta {
+                name: Some("w".into()),
+                namespace: Some("ns".into()),
+                resource_version: Some(rv.into()),
+                ..Default::default()
+            },
+            data: serde_json::json!({}),
+        }
+    }
+
+    fn rv(obj: Option<DynamicObject>) -> Option<String> {
+        obj.and_then(|o| o.metadata.resource_version)
+    }
+
+    #[test]
+    fn a_write_stands_in_for_a_cache_that_has_not_seen_it() {
+        let recent = RecentWrites::default();
+        recent.remember(&copy("12"));
+        assert_eq!(rv(recent.newest(Some("ns"), "w", None)), Some("12".into()));
+        assert_eq!(
+            rv(recent.newest(Some("ns"), "w", Some(copy("11")))),
+            Some("12".into()),
+            "the cache still holds the version before the write"
+        );
+    }
+
+    #[test]
+    fn the_cache_wins_once_it_caught_up_and_the_write_is_forgotten() {
+        let recent = RecentWrites::default();
+        recent.remember(&copy("12"));
+        assert_eq!(
+            rv(recent.newest(Some("ns"), "w", Some(copy("12")))),
+            Some("12".into())
+        );
+        assert_eq!(rv(recent.newest(Some("ns"), "w", None)), None, "forgotten");
+    }
+
+    #[test]
+    fn uncomparable_versions_trust_the_cache() {
+        let recent = RecentWrites::default();
+        recent.remember(&copy("b"));
+        assert_eq!(
+            rv(recent.newest(Some("ns"), "w", Some(copy("a")))),
+            Some("a".into())
+        );
+    }
+
+    #[test]
+    fn forget_drops_a_write() {
+        let recent = RecentWrites::default();
+        recent.remember(&copy("12"));
+        recent.forget(Some("ns"), "w");
+        assert_eq!(rv(recent.newest(Some("ns"), "w", None)), None);
+    }
+}
