@@ -11,7 +11,8 @@
 //! Counted: each refused instance carries a `ProviderRejected` Warning Event quoting the
 //! provider's validation message and has no provider copy; the huge and the longest-named
 //! instances are copied intact; the 10 well-formed instances and one created afterwards are
-//! all copied (the syncer did not stop): 13 copies in the end.
+//! all copied (the syncer did not stop): 13 copies in the end. Fixing a refused spec clears
+//! the rejection: the copy appears and the instance says `Synced=True`.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -19,7 +20,9 @@ use std::time::Duration;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kbind_tests::faults::{create_instances, wait_copies};
 use kbind_tests::fixtures::install_crd;
-use kbind_tests::syncenv::{Stack, TestApi, ensure_namespace, events_for, stays, wait_for};
+use kbind_tests::syncenv::{
+    Stack, TestApi, ensure_namespace, events_for, merge, stays, synced_condition, wait_for,
+};
 use kbind_tests::testenv::shared_pair;
 use konnector::api::names::EXPORTED_LABEL;
 use konnector::api::{ConflictPolicy, PullPolicy};
@@ -127,6 +130,24 @@ async fn malformed_consumer_instances_get_clear_errors_and_the_rest_syncs() -> a
             api.create(&stack.consumer, Some(ns), "late", json!({ "size": 2 }))
                 .await?;
             wait_copies(&api, &stack.provider, ns, GOOD + 3, WAIT).await?;
+            // Fixing the spec clears the rejection: the copy appears and Synced turns True.
+            merge(
+                &api.api(&stack.consumer, Some(ns)),
+                "garbage-range",
+                json!({ "spec": { "size": 5 } }),
+            )
+            .await?;
+            wait_for("garbage-range Synced=True once fixed", WAIT, || async {
+                let obj = api
+                    .api(&stack.consumer, Some(ns))
+                    .get("garbage-range")
+                    .await?;
+                Ok(synced_condition(&obj)
+                    .filter(|c| c["status"] == "True" && c["reason"] == "AsExpected")
+                    .map(|_| ()))
+            })
+            .await?;
+            assert!(copies.get_opt("garbage-range").await?.is_some());
             anyhow::Ok(())
         }))
         .await;

@@ -342,15 +342,21 @@ async fn conflict_clears_when_the_foreign_object_goes_away() -> anyhow::Result<(
             })
             .await?;
             wait_for(
-                "the conflict annotation and condition cleared",
+                "the conflict annotation cleared and Synced=True",
                 WAIT,
                 || async {
                     let obj = api.api(&stack.consumer, Some(ns)).get("taken").await?;
                     let synced = obj.data["status"]["conditions"]
                         .as_array()
-                        .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Synced"));
+                        .is_some_and(|cs| {
+                            cs.iter().any(|c| {
+                                c["type"] == "Synced"
+                                    && c["status"] == "True"
+                                    && c["observedGeneration"] == json!(obj.metadata.generation)
+                            })
+                        });
                     Ok(
-                        (!obj.annotations().contains_key(CONFLICT_ANNOTATION) && !synced)
+                        (!obj.annotations().contains_key(CONFLICT_ANNOTATION) && synced)
                             .then_some(()),
                     )
                 },

@@ -1,5 +1,6 @@
-//! What gets written where, as pure functions over objects: the provider copy of a consumer
-//! instance, whether the provider copy already matches, and the status copied back.
+//! What gets written to the provider, as pure functions over objects: the provider copy of a
+//! consumer instance and whether the provider copy already matches. The status written back
+//! is [`super::instance_status`].
 //!
 //! ```text
 //! consumer instance ──spec + managed label + both UID markers──▶ provider copy (SSA, force)
@@ -10,7 +11,6 @@
 //! or finalizers to the provider, it writes its own management and ownership metadata.
 //! Top-level fields other than spec are not a generic object replication interface."
 
-use k8s_openapi::jiff::Timestamp;
 use kube::api::DynamicObject;
 use kube::core::ApiResource;
 use serde_json::{Value, json};
@@ -19,7 +19,6 @@ use crate::api::names::{
     CONSUMER_CLUSTER_LABEL, CONSUMER_CLUSTER_UID_ANNOTATION, CONSUMER_OBJECT_UID_ANNOTATION,
     MANAGED_LABEL,
 };
-use crate::api::{ConditionType, Reason};
 
 use super::conflict::owned_by;
 
@@ -80,119 +79,6 @@ pub fn provider_copy_matches(
 /// The object's `spec`, unless absent or null.
 pub(super) fn spec_of(obj: &DynamicObject) -> Option<&Value> {
     obj.data.get("spec").filter(|s| !s.is_null())
-}
-
-/// The status-subresource apply body copying the provider's `status` to the consumer, or
-/// `None` when there is nothing to write: the provider has no status (spec: "Absence of
-/// provider status does not actively clear an existing consumer status") or the consumer
-/// already has exactly this status.
-pub fn status_copy(
-    provider: &DynamicObject,
-    consumer: &DynamicObject,
-    ar: &ApiResource,
-) -> Option<Value> {
-    let status = provider.data.get("status").filter(|s| !s.is_null())?;
-    if consumer.data.get("status") == Some(status) {
-        return None;
-    }
-    Some(status_body(consumer, ar, status.clone()))
-}
-
-/// Reasons of the `Synced=False` instance condition this engine sets (and may remove).
-pub const SYNCED_FAILURE_REASONS: [Reason; 3] = [
-    Reason::ForeignObjectExists,
-    Reason::OwnedByAnother,
-    Reason::PolicyFailed,
-];
-
-/// Whether the consumer instance carries a `Synced` condition this engine set.
-pub fn has_synced_failure(consumer: &DynamicObject) -> bool {
-    consumer.data["status"]["conditions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .any(|c| {
-            c["type"] == ConditionType::Synced.as_str()
-                && SYNCED_FAILURE_REASONS
-                    .iter()
-                    .any(|r| c["reason"] == r.as_str())
-        })
-}
-
-/// The consumer status with the instance condition `Synced` set (`Some`) or removed (`None`),
-/// as a status apply body; `None` when that would change nothing. Best-effort by design: the
-/// API's status schema may prune it (spec, "Ownership and conflicts").
-pub fn synced_condition(
-    consumer: &DynamicObject,
-    ar: &ApiResource,
-    failure: Option<(Reason, &str)>,
-) -> Option<Value> {
-    let mut status = consumer
-        .data
-        .get("status")
-        .filter(|s| s.is_object())
-        .cloned()
-        .unwrap_or_else(|| json!({}));
-    let synced = ConditionType::Synced.as_str();
-    let mut conditions: Vec<Value> = status
-        .get("conditions")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    let existing = conditions
-        .iter()
-        .position(|c| c.get("type").and_then(Value::as_str) == Some(synced));
-    match (failure, existing) {
-        (None, None) => return None,
-        (None, Some(i)) => {
-            // Only a condition this engine set is removed; a provider's own `Synced`
-            // condition copied with its status is not ours to drop.
-            let ours = conditions[i]
-                .get("reason")
-                .and_then(Value::as_str)
-                .is_some_and(|r| SYNCED_FAILURE_REASONS.iter().any(|o| o.as_str() == r));
-            if !ours {
-                return None;
-            }
-            conditions.remove(i);
-        }
-        (Some((reason, message)), i) => {
-            let same = i.and_then(|i| conditions.get(i)).is_some_and(|c| {
-                c.get("status").and_then(Value::as_str) == Some("False")
-                    && c.get("reason").and_then(Value::as_str) == Some(reason.as_str())
-                    && c.get("message").and_then(Value::as_str) == Some(message)
-            });
-            if same {
-                return None;
-            }
-            let condition = json!({
-                "type": synced,
-                "status": "False",
-                "reason": reason.as_str(),
-                "message": message,
-                "lastTransitionTime": Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
-            });
-            match i {
-                Some(i) => conditions[i] = condition,
-                None => conditions.push(condition),
-            }
-        }
-    }
-    status["conditions"] = Value::Array(conditions);
-    Some(status_body(consumer, ar, status))
-}
-
-fn status_body(consumer: &DynamicObject, ar: &ApiResource, status: Value) -> Value {
-    let mut metadata = json!({ "name": consumer.metadata.name });
-    if let Some(ns) = &consumer.metadata.namespace {
-        metadata["namespace"] = json!(ns);
-    }
-    json!({
-        "apiVersion": ar.api_version,
-        "kind": ar.kind,
-        "metadata": metadata,
-        "status": status,
-    })
 }
 
 #[cfg(test)]
@@ -302,54 +188,5 @@ mod tests {
             labels.remove(CONSUMER_CLUSTER_LABEL);
         }
         assert!(!provider_copy_matches(&p, &c, "cluster-uid", "obj-uid"));
-    }
-
-    #[test]
-    fn status_is_copied_only_when_present_and_different() {
-        let c = consumer();
-        let mut p = provider_of(&c);
-        assert_eq!(
-            status_copy(&p, &c, &ar()),
-            None,
-            "absent provider status never clears"
-        );
-        p.data["status"] = json!(null);
-        assert_eq!(status_copy(&p, &c, &ar()), None);
-        p.data["status"] = json!({ "phase": "Old" });
-        assert_eq!(status_copy(&p, &c, &ar()), None, "already equal");
-        p.data["status"] = json!({ "phase": "Ready" });
-        let body = status_copy(&p, &c, &ar()).expect("a write");
-        assert_eq!(body["status"], json!({ "phase": "Ready" }));
-        assert_eq!(
-            body["metadata"],
-            json!({ "name": "w", "namespace": "team-a" })
-        );
-    }
-
-    #[test]
-    fn synced_condition_is_added_once_and_removed_when_the_conflict_is_gone() {
-        let mut c = consumer();
-        let body = synced_condition(&c, &ar(), Some((Reason::OwnedByAnother, "m"))).expect("added");
-        assert_eq!(body["status"]["phase"], "Old", "the rest of status is kept");
-        assert_eq!(body["status"]["conditions"][0]["reason"], "OwnedByAnother");
-        c.data["status"] = body["status"].clone();
-        assert_eq!(
-            synced_condition(&c, &ar(), Some((Reason::OwnedByAnother, "m"))),
-            None
-        );
-        assert!(has_synced_failure(&c));
-        let cleared = synced_condition(&c, &ar(), None).expect("removed");
-        assert_eq!(cleared["status"]["conditions"], json!([]));
-        c.data["status"] = cleared["status"].clone();
-        assert!(!has_synced_failure(&c));
-        assert_eq!(synced_condition(&c, &ar(), None), None);
-    }
-
-    #[test]
-    fn a_providers_own_synced_condition_is_never_removed() {
-        let mut c = consumer();
-        c.data["status"] = json!({ "conditions": [{ "type": "Synced", "status": "False", "reason": "BackendDown" }] });
-        assert!(!has_synced_failure(&c));
-        assert_eq!(synced_condition(&c, &ar(), None), None);
     }
 }

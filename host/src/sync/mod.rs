@@ -24,6 +24,7 @@ pub mod conflict;
 pub mod delete;
 pub mod desired;
 pub mod fields;
+pub mod instance_status;
 mod recent;
 pub mod reconcile;
 pub mod supervisor;

@@ -34,6 +34,7 @@ use crate::policy::{ConflictDecision, ConflictReason};
 use crate::telemetry::{ApiLabels, metrics};
 
 use super::conflict::{conflict_annotation_value, conflict_input};
+use super::instance_status::{Synced, instance_status, keeps_synced};
 use super::syncer::SyncContext;
 use super::{Error, Result};
 use super::{desired, fields};
@@ -214,45 +215,71 @@ async fn write_failed(obj: &DynamicObject, ctx: &SyncContext, error: &kube::Erro
     match obj.metadata.namespace.as_deref() {
         Some(ns) if error.is_not_found() => ctx.forget_provider_namespace(ns),
         _ if rejected_by_provider(error) => report_rejected(obj, ctx, error).await,
+        _ if error.is_forbidden() => {
+            let message = format!(
+                "the provider credentials may not write {} copies: grant create/patch on them to \
+                 the Connection's provider identity (see `kubectl kbind provider-rbac`)",
+                ctx.api
+            );
+            warn!(message, "provider refused the write");
+            publish(
+                ctx,
+                obj,
+                EventType::Warning,
+                Reason::Forbidden,
+                "Sync",
+                &message,
+            )
+            .await;
+            set_synced_failure(obj, ctx, Reason::Forbidden, &message).await;
+        }
         _ => {}
     }
 }
 
-/// After a successful write (or a skipped one): clear a resolved conflict and copy status.
+/// After a successful write (or a skipped one): clear a resolved conflict, then copy the
+/// provider status and say `Synced=True` for this generation, in one status write (none when
+/// the instance already says all that).
 async fn finish(obj: &DynamicObject, ctx: &SyncContext, copy: &DynamicObject) -> Result<()> {
-    let had_conflict = obj.annotations().contains_key(CONFLICT_ANNOTATION);
-    if had_conflict {
+    if obj.annotations().contains_key(CONFLICT_ANNOTATION) {
         clear_conflict(obj, ctx).await?;
     }
+    let synced = Synced::True {
+        generation: obj.metadata.generation,
+    };
+    write_status(obj, ctx, Some(copy), synced)
+        .await
+        .map_err(Error::CopyStatus)
+}
+
+/// Writes the instance status from [`instance_status`]; learns once per syncer when the API's
+/// schema prunes the `Synced` condition, and then stops writing it.
+async fn write_status(
+    obj: &DynamicObject,
+    ctx: &SyncContext,
+    provider: Option<&DynamicObject>,
+    synced: Synced<'_>,
+) -> Result<(), kube::Error> {
     if !ctx.target.status_subresource {
         return Ok(());
     }
-    let consumer = ctx.consumer_api(obj.metadata.namespace.as_deref());
-    let name = obj.name_any();
-    let params = PatchParams::apply(FIELD_MANAGER).force();
-    if let Some(body) = desired::status_copy(copy, obj, &ctx.ar) {
-        consumer
-            .patch_status(&name, &params, &Patch::Apply(&body))
-            .await
-            .map_err(Error::CopyStatus)?;
-        metrics()
-            .instances_synced
-            .get_or_create(&ApiLabels {
-                api: ctx.api.clone(),
-            })
-            .inc();
-        debug!("status copied to the consumer");
-    } else if desired::has_synced_failure(obj)
-        && let Some(body) = desired::synced_condition(obj, &ctx.ar, None)
-    {
-        // Best-effort, like setting it: the schema may prune conditions.
-        if let Err(e) = consumer
-            .patch_status(&name, &params, &Patch::Apply(&body))
-            .await
-        {
-            debug!(error = %e, "could not remove the Synced condition");
-        }
+    let synced = (!ctx.conditions_pruned()).then_some(synced);
+    let Some(body) = instance_status(obj, &ctx.ar, provider, synced) else {
+        return Ok(());
+    };
+    let stored = ctx
+        .consumer_api(obj.metadata.namespace.as_deref())
+        .patch_status(
+            &obj.name_any(),
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&body),
+        )
+        .await?;
+    if synced.is_some() && !keeps_synced(stored.data.get("status")) {
+        debug!("the API's status schema prunes conditions; Synced is not written");
+        ctx.set_conditions_pruned();
     }
+    debug!("instance status written");
     Ok(())
 }
 
@@ -413,25 +440,11 @@ async fn mark_conflict(
     Ok(())
 }
 
-/// The best-effort `Synced=False` instance condition: the API's status schema may prune it,
+/// The `Synced=False` instance condition. Best-effort: the API's status schema may prune it,
 /// so a failure to write it is only logged (spec: "the annotation is the durable
 /// diagnostic").
 async fn set_synced_failure(obj: &DynamicObject, ctx: &SyncContext, reason: Reason, message: &str) {
-    if !ctx.target.status_subresource {
-        return;
-    }
-    let Some(body) = desired::synced_condition(obj, &ctx.ar, Some((reason, message))) else {
-        return;
-    };
-    if let Err(e) = ctx
-        .consumer_api(obj.metadata.namespace.as_deref())
-        .patch_status(
-            &obj.name_any(),
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&body),
-        )
-        .await
-    {
+    if let Err(e) = write_status(obj, ctx, None, Synced::False { reason, message }).await {
         debug!(error = %e, "could not set the Synced condition");
     }
 }

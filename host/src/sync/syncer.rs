@@ -19,6 +19,7 @@
 //! `watcher`. Provider events are how drift on a provider copy gets reverted.
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -69,6 +70,8 @@ pub struct SyncContext {
     pub provider_store: Store<DynamicObject>,
     /// Copies written since the provider watch last caught up.
     pub recent_writes: RecentWrites,
+    /// Whether this API's status schema prunes the instance `Synced` condition.
+    conditions_pruned: AtomicBool,
     /// Timings.
     pub settings: SyncSettings,
     known_namespaces: Mutex<HashSet<String>>,
@@ -159,6 +162,14 @@ impl SyncContext {
         lock(&self.known_namespaces).remove(ns);
     }
 
+    pub(crate) fn conditions_pruned(&self) -> bool {
+        self.conditions_pruned.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_conditions_pruned(&self) {
+        self.conditions_pruned.store(true, Ordering::Relaxed);
+    }
+
     pub(crate) fn forget_failures(&self, obj: &DynamicObject) {
         self.failures.succeeded(&failure_key(obj));
     }
@@ -238,6 +249,7 @@ pub async fn run(
         recorder: spec.recorder,
         provider_store,
         recent_writes: RecentWrites::default(),
+        conditions_pruned: AtomicBool::new(false),
         settings: spec.settings.clone(),
         known_namespaces: Mutex::default(),
         failures: Backoff::new(

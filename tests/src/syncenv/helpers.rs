@@ -134,3 +134,12 @@ pub fn init_logging() {
             .try_init();
     });
 }
+
+/// The instance's `Synced` condition, if it has one.
+pub fn synced_condition(obj: &kube::api::DynamicObject) -> Option<serde_json::Value> {
+    obj.data["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "Synced")
+        .cloned()
+}

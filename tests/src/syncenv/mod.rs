@@ -43,7 +43,7 @@ pub use fixtures::TestApi;
 use fixtures::install_core_crds;
 pub use helpers::{
     cluster_uid, delete, ensure_namespace, events_for, init_logging, merge, set_status, stays,
-    wait_for,
+    synced_condition, wait_for,
 };
 
 /// Label selecting the bindings one test's stack handles.

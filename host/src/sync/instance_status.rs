@@ -1,0 +1,274 @@
+//! The consumer instance's status, as one pure function: the provider's status copied back,
+//! and kbind's own `Synced` condition saying whether this instance is in sync.
+//!
+//! ```text
+//! provider copy's status (or, without one, the instance's own) ─┐
+//! Synced: True (observedGeneration) | False (reason, message) ───┴▶ status apply body, or
+//!                                                                   nothing when unchanged
+//! ```
+//!
+//! Spec: "Absence of provider status does not actively clear an existing consumer status."
+//! kbind owns the `Synced` condition type on instances: a provider condition of that type is
+//! replaced by kbind's, so "in sync" can be told from "never seen" and every failure reason
+//! clears once the cause is gone. `lastTransitionTime` moves only when the status flips.
+
+use k8s_openapi::jiff::Timestamp;
+use kube::api::DynamicObject;
+use kube::core::ApiResource;
+use serde_json::{Value, json};
+
+use crate::api::{ConditionType, Reason};
+
+/// What the instance's `Synced` condition says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Synced<'a> {
+    /// The provider copy matches the spec of this generation.
+    True {
+        /// `metadata.generation` of the instance the copy was written from.
+        generation: Option<i64>,
+    },
+    /// The copy could not be written; the reason says why.
+    False {
+        /// ForeignObjectExists, OwnedByAnother, PolicyFailed, ProviderRejected, Forbidden.
+        reason: Reason,
+        /// What the operator should do.
+        message: &'a str,
+    },
+}
+
+/// The status-subresource apply body for the instance, or `None` when it already is that:
+/// `provider`'s status when it has one, else the instance's current status, with `Synced` set
+/// as given (`None` leaves conditions as they are: the API's schema prunes them).
+pub fn instance_status(
+    consumer: &DynamicObject,
+    ar: &ApiResource,
+    provider: Option<&DynamicObject>,
+    synced: Option<Synced<'_>>,
+) -> Option<Value> {
+    let current = consumer.data.get("status").filter(|s| !s.is_null());
+    let mut status = provider
+        .and_then(|p| p.data.get("status"))
+        .filter(|s| !s.is_null())
+        .or(current)
+        .cloned()
+        .unwrap_or_else(|| json!({}));
+    if let Some(synced) = synced {
+        if !status.is_object() {
+            // A scalar status cannot carry conditions; copy it as it is.
+            return (Some(&status) != current).then(|| status_body(consumer, ar, status));
+        }
+        set_synced(&mut status, current, synced);
+    }
+    if Some(&status) == current || (current.is_none() && status == json!({})) {
+        return None;
+    }
+    Some(status_body(consumer, ar, status))
+}
+
+/// Whether `status` (as the apiserver stored it) kept kbind's `Synced` condition; an API
+/// whose status schema prunes conditions never does.
+pub fn keeps_synced(status: Option<&Value>) -> bool {
+    conditions(status).any(|c| c["type"] == ConditionType::Synced.as_str())
+}
+
+fn conditions(status: Option<&Value>) -> impl Iterator<Item = &Value> {
+    status
+        .and_then(|s| s.get("conditions"))
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+}
+
+fn set_synced(status: &mut Value, current: Option<&Value>, synced: Synced<'_>) {
+    let type_ = ConditionType::Synced.as_str();
+    let (state, reason, message, generation) = match synced {
+        Synced::True { generation } => (
+            "True",
+            Reason::AsExpected,
+            "the provider copy matches the spec",
+            generation,
+        ),
+        Synced::False { reason, message } => ("False", reason, message, None),
+    };
+    let previous = conditions(current).find(|c| c["type"] == type_);
+    let since = previous
+        .filter(|c| c["status"] == state)
+        .and_then(|c| c.get("lastTransitionTime").cloned())
+        .unwrap_or_else(|| json!(Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()));
+    let mut condition = json!({
+        "type": type_,
+        "status": state,
+        "reason": reason.as_str(),
+        "message": message,
+        "lastTransitionTime": since,
+    });
+    if let Some(generation) = generation {
+        condition["observedGeneration"] = json!(generation);
+    }
+    let mut list: Vec<Value> = conditions(Some(status))
+        .filter(|c| c["type"] != type_)
+        .cloned()
+        .collect();
+    list.push(condition);
+    status["conditions"] = Value::Array(list);
+}
+
+fn status_body(consumer: &DynamicObject, ar: &ApiResource, status: Value) -> Value {
+    let mut metadata = json!({ "name": consumer.metadata.name });
+    if let Some(ns) = &consumer.metadata.namespace {
+        metadata["namespace"] = json!(ns);
+    }
+    json!({
+        "apiVersion": ar.api_version,
+        "kind": ar.kind,
+        "metadata": metadata,
+        "status": status,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::api::ObjectMeta;
+
+    fn ar() -> ApiResource {
+        ApiResource {
+            group: "example.org".into(),
+            version: "v1".into(),
+            api_version: "example.org/v1".into(),
+            kind: "Widget".into(),
+            plural: "widgets".into(),
+        }
+    }
+
+    fn object(data: Value) -> DynamicObject {
+        DynamicObject {
+            types: None,
+            metadata: ObjectMeta {
+                name: Some("w".into()),
+                namespace: Some("team-a".into()),
+                generation: Some(3),
+                ..Default::default()
+            },
+            data,
+        }
+    }
+
+    fn written(body: Option<Value>) -> Value {
+        body.map(|b| b["status"].clone()).unwrap_or(Value::Null)
+    }
+
+    const IN_SYNC: Synced<'static> = Synced::True {
+        generation: Some(3),
+    };
+
+    #[test]
+    fn provider_status_is_copied_only_when_present_and_different() {
+        let c = object(json!({ "spec": {}, "status": { "phase": "Old" } }));
+        let p = object(json!({ "spec": {} }));
+        assert_eq!(
+            instance_status(&c, &ar(), Some(&p), None),
+            None,
+            "absent provider status never clears"
+        );
+        let p = object(json!({ "status": { "phase": "Old" } }));
+        assert_eq!(instance_status(&c, &ar(), Some(&p), None), None, "equal");
+        let p = object(json!({ "status": { "phase": "Ready" } }));
+        let body = instance_status(&c, &ar(), Some(&p), None).expect("a write");
+        assert_eq!(body["status"], json!({ "phase": "Ready" }));
+        assert_eq!(
+            body["metadata"],
+            json!({ "name": "w", "namespace": "team-a" })
+        );
+    }
+
+    #[test]
+    fn in_sync_instance_says_synced_true_with_its_generation() {
+        let c = object(json!({ "spec": {} }));
+        let status = written(instance_status(&c, &ar(), None, Some(IN_SYNC)));
+        let condition = &status["conditions"][0];
+        assert_eq!(condition["type"], "Synced");
+        assert_eq!(condition["status"], "True");
+        assert_eq!(condition["reason"], "AsExpected");
+        assert_eq!(condition["observedGeneration"], 3);
+        let c = object(json!({ "spec": {}, "status": status }));
+        assert_eq!(
+            instance_status(&c, &ar(), None, Some(IN_SYNC)),
+            None,
+            "written once"
+        );
+    }
+
+    #[test]
+    fn provider_status_and_synced_go_in_one_write() {
+        let c = object(json!({ "spec": {} }));
+        let p = object(json!({ "status": { "phase": "Ready", "conditions": [
+            { "type": "Available", "status": "True" },
+            { "type": "Synced", "status": "False", "reason": "BackendDown" },
+        ] } }));
+        let status = written(instance_status(&c, &ar(), Some(&p), Some(IN_SYNC)));
+        assert_eq!(status["phase"], "Ready");
+        let types: Vec<_> = status["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| (c["type"].clone(), c["status"].clone()))
+            .collect();
+        assert_eq!(
+            types,
+            vec![
+                (json!("Available"), json!("True")),
+                (json!("Synced"), json!("True"))
+            ],
+            "kbind owns Synced on instances"
+        );
+    }
+
+    #[test]
+    fn a_failure_reason_clears_when_the_cause_is_gone() {
+        let c = object(json!({ "spec": {}, "status": { "phase": "Old" } }));
+        let failed = Synced::False {
+            reason: Reason::ProviderRejected,
+            message: "spec.size: must be positive",
+        };
+        let status = written(instance_status(&c, &ar(), None, Some(failed)));
+        assert_eq!(status["phase"], "Old", "the rest of status is kept");
+        assert_eq!(status["conditions"][0]["reason"], "ProviderRejected");
+        let c = object(json!({ "spec": {}, "status": status }));
+        assert_eq!(instance_status(&c, &ar(), None, Some(failed)), None);
+        let status = written(instance_status(&c, &ar(), None, Some(IN_SYNC)));
+        assert_eq!(status["conditions"].as_array().map(Vec::len), Some(1));
+        assert_eq!(status["conditions"][0]["status"], "True");
+        assert_eq!(status["conditions"][0]["reason"], "AsExpected");
+    }
+
+    #[test]
+    fn transition_time_moves_only_when_the_status_flips() {
+        let c = object(json!({ "status": { "conditions": [{
+            "type": "Synced", "status": "False", "reason": "PolicyFailed", "message": "a",
+            "lastTransitionTime": "2020-01-01T00:00:00Z",
+        }] } }));
+        let again = Synced::False {
+            reason: Reason::ForeignObjectExists,
+            message: "b",
+        };
+        let status = written(instance_status(&c, &ar(), None, Some(again)));
+        assert_eq!(
+            status["conditions"][0]["lastTransitionTime"],
+            "2020-01-01T00:00:00Z"
+        );
+        let status = written(instance_status(&c, &ar(), None, Some(IN_SYNC)));
+        assert_ne!(
+            status["conditions"][0]["lastTransitionTime"],
+            "2020-01-01T00:00:00Z"
+        );
+    }
+
+    #[test]
+    fn pruned_conditions_are_recognised() {
+        assert!(!keeps_synced(Some(&json!({ "phase": "Ready" }))));
+        assert!(keeps_synced(Some(
+            &json!({ "conditions": [{ "type": "Synced" }] })
+        )));
+    }
+}
