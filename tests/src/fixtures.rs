@@ -39,6 +39,21 @@ pub struct Konnector {
     pub engagements: Engagements,
     /// Cancels every controller (never used by shared konnectors).
     pub shutdown: CancellationToken,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Konnector {
+    /// Stops every controller and waits until the konnector's thread has ended, so that a
+    /// test can start a new konnector as a restarted process would.
+    pub async fn stop(mut self) -> anyhow::Result<()> {
+        self.shutdown.cancel();
+        if let Some(thread) = self.thread.take() {
+            tokio::task::spawn_blocking(move || thread.join())
+                .await?
+                .map_err(|_| anyhow::anyhow!("the konnector thread panicked"))?;
+        }
+        Ok(())
+    }
 }
 
 /// Timings used by test konnectors: short, so tests need no 30 s waits.
@@ -81,7 +96,7 @@ pub fn start_konnector(consumer: &Cluster) -> anyhow::Result<Konnector> {
     let shutdown = CancellationToken::new();
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<anyhow::Result<()>>();
     let (thread_engagements, thread_shutdown) = (engagements.clone(), shutdown.clone());
-    std::thread::Builder::new()
+    let thread = std::thread::Builder::new()
         .name("konnector".into())
         .spawn(move || {
             let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -133,6 +148,7 @@ pub fn start_konnector(consumer: &Cluster) -> anyhow::Result<Konnector> {
     Ok(Konnector {
         engagements,
         shutdown,
+        thread: Some(thread),
     })
 }
 

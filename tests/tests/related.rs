@@ -3,20 +3,25 @@
 
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kbind_tests::syncenv::related::{
-    RELATED_WAIT, entry, put_configmap, put_secret, related_binding, related_marker, secret_exists,
-    secret_value, wait_secret, wait_secret_gone,
+    RELATED_WAIT, entry, put_configmap, put_secret, put_typed_secret, related_binding,
+    related_marker, secret_exists, secret_value, wait_secret, wait_secret_gone,
 };
-use kbind_tests::syncenv::{Stack, TestApi, stays, wait_for};
+use kbind_tests::syncenv::{Stack, TestApi, fast_settings, stays, wait_for};
 use kbind_tests::testenv::shared_pair;
 use konnector::api::names::{RELATED_BINDING_ANNOTATION, RELATED_FIELD_MANAGER};
 use konnector::api::{
-    Binding, ClusterBinding, ConflictPolicy, RelatedDirection::*, RelatedResourceKind::*,
+    Binding, ClusterBinding, ConditionType, ConflictPolicy, RelatedDirection::*,
+    RelatedResourceKind::*,
 };
+use konnector::binding::Settings;
+use konnector::conditions::is_true;
 use konnector::telemetry::{RelatedLabels, metrics};
-use kube::api::DeleteParams;
-use kube::{Api, ResourceExt};
+use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
 
 /// How long a "not copied" check watches after a positive signal.
 const QUIET: Duration = Duration::from_secs(5);
@@ -357,6 +362,7 @@ async fn foreign_target_is_skipped_even_under_adopt() -> anyhow::Result<()> {
                     .get_or_create(&RelatedLabels {
                         resource: "secrets",
                         direction: "FromProvider",
+                        reason: "foreign-target",
                     })
                     .get();
                 assert!(skipped > 0, "related_skipped = {skipped}");
@@ -498,6 +504,263 @@ async fn immutable_source_change_recreates_the_copy() -> anyhow::Result<()> {
             .await?;
             assert_ne!(first.uid(), second.uid(), "recreated, not updated");
             assert_eq!(second.immutable, Some(true));
+            anyhow::Ok(())
+        }))
+        .await;
+    stack.finish(result).await
+}
+
+/// A stack whose konnector lives in namespace `<name>-own`, as a Pod would.
+async fn guarded_stack(name: &str) -> anyhow::Result<(Stack, TestApi, String)> {
+    let own = format!("{name}-own");
+    let settings = Settings {
+        konnector_namespace: Some(own.clone()),
+        ..fast_settings(name)
+    };
+    let stack = Stack::start_with(shared_pair()?, name, settings).await?;
+    let api = TestApi::namespaced(&format!("{name}.e2e.kbind.io"));
+    Ok((stack, api, own))
+}
+
+/// `(namespace, name)` pairs that must not exist on `client`, checked for [`QUIET`].
+async fn none_of(client: &Client, absent: &[(&str, &str)]) -> anyhow::Result<()> {
+    stays("no Secret in a refused place", QUIET, || async {
+        for (ns, name) in absent {
+            if secret_exists(client, ns, name).await? {
+                anyhow::bail!("Secret {ns}/{name} was written");
+            }
+        }
+        Ok(true)
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn provider_secrets_in_protected_namespaces_or_of_token_types_are_never_copied()
+-> anyhow::Result<()> {
+    let name = "rel-guard-p";
+    let (stack, api, own) = guarded_stack(name).await?;
+    let result = shared_pair()?
+        .diagnose(stack.diagnose(&[&api], async {
+            let label = ("rel-guard-p.test/related", "true");
+            let p = &stack.provider;
+            // Injected on the provider, every one labelled for the ClusterBinding's entry:
+            put_typed_secret(
+                p,
+                "kube-system",
+                "bootstrap-token-rgp001",
+                "bootstrap.kubernetes.io/token",
+                &[label],
+                &[("token-id", "rgp001"), ("token-secret", "0123456789abcdef")],
+                None,
+            )
+            .await?;
+            put_secret(
+                p,
+                "kube-system",
+                "rel-guard-p-sys",
+                &[label],
+                &[("k", "v")],
+                None,
+            )
+            .await?;
+            put_secret(
+                p,
+                "kbind",
+                "rel-guard-p-creds",
+                &[label],
+                &[("k", "v")],
+                None,
+            )
+            .await?;
+            put_secret(p, &own, "rel-guard-p-own", &[label], &[("k", "v")], None).await?;
+            put_typed_secret(
+                p,
+                name,
+                "sh.helm.release.v1.app.v1",
+                "helm.sh/release.v1",
+                &[label],
+                &[("release", "x")],
+                None,
+            )
+            .await?;
+            // ... and two that may be copied.
+            put_secret(p, name, "plain", &[label], &[("k", "v")], None).await?;
+            put_typed_secret(
+                p,
+                name,
+                "cert",
+                "kubernetes.io/tls",
+                &[label],
+                &[("tls.crt", "c"), ("tls.key", "k")],
+                None,
+            )
+            .await?;
+            api.export(&stack).await?;
+            stack.engage(&[&api]);
+            let mut cb = stack.cluster_binding(name, &[&api], ConflictPolicy::Fail);
+            cb.spec.spec.related_resources = vec![entry(Secrets, FromProvider, &[], &[label])];
+            stack.create_ready_cluster_binding(&cb).await?;
+            wait_secret(&stack.consumer, name, "plain").await?;
+            let cert = wait_secret(&stack.consumer, name, "cert").await?;
+            assert_eq!(cert.type_.as_deref(), Some("kubernetes.io/tls"));
+            let refused = metrics()
+                .related_skipped
+                .get_or_create(&RelatedLabels {
+                    resource: "secrets",
+                    direction: "FromProvider",
+                    reason: "secret-type",
+                })
+                .get();
+            assert!(refused > 0, "refused Secret types are counted: {refused}");
+            none_of(
+                &stack.consumer,
+                &[
+                    ("kube-system", "bootstrap-token-rgp001"),
+                    ("kube-system", "rel-guard-p-sys"),
+                    ("kbind", "rel-guard-p-creds"),
+                    (&own, "rel-guard-p-own"),
+                    (name, "sh.helm.release.v1.app.v1"),
+                ],
+            )
+            .await?;
+            let namespaces = Api::<Namespace>::all(stack.consumer.clone());
+            anyhow::ensure!(
+                namespaces.get_opt(&own).await?.is_none(),
+                "the konnector's namespace was created for a copy"
+            );
+            anyhow::Ok(())
+        }))
+        .await;
+    let _ = Api::<ClusterBinding>::all(stack.consumer.clone())
+        .delete(name, &DeleteParams::default())
+        .await;
+    stack.finish(result).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn from_consumer_never_touches_protected_namespaces_on_the_provider() -> anyhow::Result<()> {
+    let name = "rel-guard-c";
+    let (stack, api, own) = guarded_stack(name).await?;
+    let result = shared_pair()?
+        .diagnose(stack.diagnose(&[&api], async {
+            let label = ("rel-guard-c.test/related", "true");
+            let c = &stack.consumer;
+            put_secret(
+                c,
+                "kube-system",
+                "rel-guard-c-sys",
+                &[label],
+                &[("k", "v")],
+                None,
+            )
+            .await?;
+            put_secret(
+                c,
+                "kbind",
+                "rel-guard-c-creds",
+                &[label],
+                &[("k", "v")],
+                None,
+            )
+            .await?;
+            put_secret(c, &own, "rel-guard-c-own", &[label], &[("k", "v")], None).await?;
+            put_typed_secret(
+                c,
+                name,
+                "bootstrap-token-rgc001",
+                "bootstrap.kubernetes.io/token",
+                &[label],
+                &[("token-id", "rgc001"), ("token-secret", "0123456789abcdef")],
+                None,
+            )
+            .await?;
+            put_secret(c, name, "plain", &[label], &[("k", "v")], None).await?;
+            api.export(&stack).await?;
+            stack.engage(&[&api]);
+            let mut cb = stack.cluster_binding(name, &[&api], ConflictPolicy::Fail);
+            cb.spec.spec.related_resources = vec![entry(Secrets, FromConsumer, &[], &[label])];
+            let cb = stack.create_ready_cluster_binding(&cb).await?;
+            // A copy carrying this binding's marker in the provider's kube-system, selected by
+            // nothing: a plan would delete it as no longer selected; the host must not.
+            let planted = put_secret(
+                &stack.provider,
+                "kube-system",
+                "rel-guard-c-planted",
+                &[],
+                &[("k", "v")],
+                None,
+            )
+            .await?;
+            let marker = json!({ "metadata": { "annotations": {
+                RELATED_BINDING_ANNOTATION: cb.uid().unwrap_or_default(),
+            }}});
+            Api::<Secret>::namespaced(stack.provider.clone(), "kube-system")
+                .patch(
+                    &planted.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(&marker),
+                )
+                .await?;
+            wait_secret(&stack.provider, name, "plain").await?;
+            none_of(
+                &stack.provider,
+                &[
+                    ("kube-system", "rel-guard-c-sys"),
+                    ("kbind", "rel-guard-c-creds"),
+                    (&own, "rel-guard-c-own"),
+                    (name, "bootstrap-token-rgc001"),
+                ],
+            )
+            .await?;
+            anyhow::ensure!(
+                secret_exists(&stack.provider, "kube-system", "rel-guard-c-planted").await?,
+                "a Secret in the provider's kube-system was deleted"
+            );
+            anyhow::Ok(())
+        }))
+        .await;
+    let _ = Api::<ClusterBinding>::all(stack.consumer.clone())
+        .delete(name, &DeleteParams::default())
+        .await;
+    let _ = Api::<Secret>::namespaced(stack.provider.clone(), "kube-system")
+        .delete("rel-guard-c-planted", &DeleteParams::default())
+        .await;
+    stack.finish(result).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_binding_that_is_not_ready_copies_nothing() -> anyhow::Result<()> {
+    let ns = "rel-not-ready";
+    let (stack, api) = stack(ns).await?;
+    let result = shared_pair()?
+        .diagnose(stack.diagnose(&[&api], async {
+            put_secret(&stack.provider, ns, "s", &[], &[("k", "v")], None).await?;
+            // Engaged, but the provider does not export the listed API: not Ready.
+            api.export(&stack).await?;
+            stack.engage(&[]);
+            let mut binding = stack.binding(ns, "b", &[&api], ConflictPolicy::Fail);
+            binding.spec.related_resources = vec![entry(Secrets, FromProvider, &["s"], &[])];
+            stack.create_binding(&binding).await?;
+            let bindings = Api::<Binding>::namespaced(stack.consumer.clone(), ns);
+            wait_for(
+                "the Binding reconciled, not Ready",
+                RELATED_WAIT,
+                || async {
+                    let b = bindings.get("b").await?;
+                    Ok(b.status
+                        .filter(|s| {
+                            s.conditions.iter().any(|c| c.type_ == "Ready")
+                                && !is_true(&s.conditions, ConditionType::Ready)
+                        })
+                        .map(|_| ()))
+                },
+            )
+            .await?;
+            absent_for(&stack.consumer, ns, "s").await?;
+            // Ready once the API is exported: then it copies.
+            stack.engage(&[&api]);
+            wait_secret(&stack.consumer, ns, "s").await?;
             anyhow::Ok(())
         }))
         .await;

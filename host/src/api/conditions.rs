@@ -18,6 +18,8 @@ pub enum ConditionType {
     Synced,
     /// Some bound instances have a provider target owned by someone else.
     Conflicts,
+    /// The instances of APIs a binding stopped covering were drained through the provider.
+    Drained,
 }
 
 impl ConditionType {
@@ -31,6 +33,7 @@ impl ConditionType {
             Self::Ready => "Ready",
             Self::Synced => "Synced",
             Self::Conflicts => "Conflicts",
+            Self::Drained => "Drained",
         }
     }
 }
@@ -87,6 +90,9 @@ pub enum Reason {
     /// The provider API server refused an instance copy (invalid against its schema, too
     /// large).
     ProviderRejected,
+    /// A drain had no provider client (Connection gone, credentials unusable, provider
+    /// unreachable or another cluster): finalizers released, provider copies may remain.
+    NoProviderClient,
 }
 
 impl Reason {
@@ -117,6 +123,7 @@ impl Reason {
             Self::ConflictsFound => "ConflictsFound",
             Self::ProviderUnreachable => "ProviderUnreachable",
             Self::ProviderRejected => "ProviderRejected",
+            Self::NoProviderClient => "NoProviderClient",
         }
     }
 }

@@ -4,8 +4,9 @@
 //! ```text
 //! Binding / ClusterBinding ─▶ gather facts (Connection, engagement, consumer CRDs, index pin)
 //!        │                     ─▶ readiness verdict ─▶ binding index (selection for syncers)
+//!        │                     ─▶ drain APIs dropped from `apis` (teardown::drain_dropped)
 //!        │                     ─▶ count conflict annotations ─▶ status (written when changed)
-//!        │                     ─▶ related Secrets/ConfigMaps (when engaged)
+//!        │                     ─▶ related Secrets/ConfigMaps (when Ready)
 //!        └─ deleted ─▶ leave the index (stops selection) ─▶ teardown ─▶ release the finalizer
 //! ```
 //!
@@ -35,6 +36,7 @@ use crate::api::names::{
     CLEANUP_FINALIZER, CONFLICT_ANNOTATION, CONNECTION_ANNOTATION, FIELD_MANAGER,
 };
 use crate::api::{Binding, BindingSpec, BindingStatus, ClusterBinding, Connection};
+use crate::conditions::{self, Desired};
 use crate::schema::schema_hash;
 use crate::sync::{ApiTarget, changes, is_established};
 
@@ -254,6 +256,8 @@ async fn apply<K: BindingObject>(obj: &K, api: &Api<K>, ctx: &Context) -> Result
             ..candidate
         },
     );
+    // After the index stopped listing them: drain the APIs this binding no longer lists.
+    let dropped = teardown::drain_dropped(obj, ctx).await?;
 
     // Count conflicts among the instances in this binding's scope (spec: "Bindings count
     // conflict annotations on a periodic reconciliation").
@@ -271,7 +275,7 @@ async fn apply<K: BindingObject>(obj: &K, api: &Api<K>, ctx: &Context) -> Result
         counts.insert(fact.name.clone(), count);
     }
     let listed: Vec<String> = spec.apis.iter().map(|a| a.name.clone()).collect();
-    let new_status = status::build(
+    let mut new_status = status::build(
         obj.binding_status(),
         &verdict,
         &listed,
@@ -279,6 +283,10 @@ async fn apply<K: BindingObject>(obj: &K, api: &Api<K>, ctx: &Context) -> Result
         &counts,
         obj.meta().generation,
     );
+    status::keep_pending_drains(&mut new_status, obj.binding_status(), &dropped.pending);
+    if let Some(condition) = dropped.condition {
+        conditions::set(&mut new_status.conditions, condition, obj.meta().generation);
+    }
     if obj.binding_status() != Some(&new_status) {
         write_status(obj, api, &new_status).await?;
         info!(
@@ -288,18 +296,20 @@ async fn apply<K: BindingObject>(obj: &K, api: &Api<K>, ctx: &Context) -> Result
         );
     }
     // Related resources run in binding reconciliation (spec: "normally every 30 seconds,
-    // rather than using the instance watch path"); they need the provider client.
-    if let (Some(engagement), false) = (&engagement, spec.related_resources.is_empty()) {
+    // rather than using the instance watch path"), only for a Ready binding.
+    if let (Some(engagement), true, false) = (&engagement, ready, spec.related_resources.is_empty())
+    {
         let uid = obj.meta().uid.clone().unwrap_or_default();
         let namespace = obj.namespace();
         let scope = RelatedScope {
             binding_uid: &uid,
             namespace: namespace.as_deref(),
             entries: &spec.related_resources,
+            guard: &ctx.related_guard,
         };
         related::sync(&scope, &ctx.consumer, engagement, &ctx.policies).await?;
     }
-    Ok(Action::requeue(if ready {
+    Ok(Action::requeue(if ready && dropped.pending.is_empty() {
         ctx.settings.status_interval
     } else {
         ctx.settings.pending_requeue
@@ -348,6 +358,17 @@ async fn write_status<K: BindingObject>(
     .await
     .map_err(Error::WriteStatus)?;
     Ok(())
+}
+
+/// Sets one condition on a binding's stored status and writes it; a failure is logged (used
+/// where the condition is a report, not a step to retry).
+pub(super) async fn write_condition<K: BindingObject>(obj: &K, ctx: &Context, desired: Desired) {
+    let mut new_status = obj.binding_status().cloned().unwrap_or_default();
+    conditions::set(&mut new_status.conditions, desired, obj.meta().generation);
+    let api = obj.api_for(ctx.consumer.clone());
+    if let Err(error) = write_status(obj, &api, &new_status).await {
+        warn!(%error, "writing a binding condition failed");
+    }
 }
 
 async fn cleanup<K: BindingObject>(obj: &K, ctx: &Context) -> Result<Action> {

@@ -15,15 +15,19 @@
 //! - [`index`]: which binding selects which instance, under which conflict policy.
 //! - [`status`]: building the status value and deciding whether it changed.
 //! - [`related`]: copying related Secrets/ConfigMaps through the related-selection policy.
-//! - [`teardown`]: what deleting a binding cleans up (`core.kbind.io/cleanup`).
+//! - [`related_guard`]: the namespaces and Secret types related copies may touch.
+//! - [`teardown`]: what deleting a binding, or dropping an API from it, cleans up.
+//! - [`drain_provider`]: the provider client a drain deletes through, engaged or not.
 //!
 //! [`run`] starts the two binding controllers and the syncer supervisor from one [`Context`];
 //! the `konnector run` command wires it next to the Connection controller.
 
 pub mod controller;
+pub mod drain_provider;
 pub mod index;
 pub mod readiness;
 pub mod related;
+pub mod related_guard;
 pub mod schema;
 pub mod status;
 pub mod teardown;
@@ -35,11 +39,14 @@ use kube::Client;
 use kube::runtime::events::Reporter;
 use tokio_util::sync::CancellationToken;
 
+use crate::api::names::DEFAULT_SECRET_NAMESPACE;
 use crate::api::{Binding, ClusterBinding};
 use crate::backoff::Backoff;
 use crate::policy::Policies;
 use crate::provider::Engagements;
-use crate::sync::{Supervisor, SyncSettings};
+use crate::sync::{RunningSyncers, Supervisor, SyncSettings};
+
+use related_guard::RelatedGuard;
 
 pub use index::{BindingIndex, BindingKey, Coverage, Entry, SharedIndex};
 
@@ -52,6 +59,15 @@ pub enum Error {
     /// Reading the referenced Connection.
     #[error("reading the Connection: {0}")]
     ReadConnection(#[source] kube::Error),
+    /// Reading the Connection's credential Secret to drain without an engaged Connection.
+    #[error("reading credential Secret {secret}: {source}")]
+    ReadCredentials {
+        /// `namespace/name` of the Secret.
+        secret: String,
+        /// What the consumer said.
+        #[source]
+        source: kube::Error,
+    },
     /// Reading a listed API's consumer CRD.
     #[error("reading CustomResourceDefinition {name}: {source}")]
     ReadCrd {
@@ -175,6 +191,11 @@ pub struct Settings {
     /// Only bindings matching this label selector are handled (`None`: all). Lets several
     /// konnectors share one consumer cluster, each with its own bindings.
     pub binding_selector: Option<String>,
+    /// The credential namespace (`--secret-namespace`): related copies never touch it, and a
+    /// drain without an engaged Connection reads the Connection's Secret only from there.
+    pub secret_namespace: String,
+    /// The konnector's own namespace (the Pod's), when known: related copies never touch it.
+    pub konnector_namespace: Option<String>,
     /// The instance sync engine's settings.
     pub sync: SyncSettings,
 }
@@ -186,6 +207,8 @@ impl Default for Settings {
             pending_requeue: Duration::from_secs(5),
             schema_wait: Duration::from_secs(30),
             binding_selector: None,
+            secret_namespace: DEFAULT_SECRET_NAMESPACE.to_string(),
+            konnector_namespace: None,
             sync: SyncSettings::default(),
         }
     }
@@ -205,6 +228,10 @@ pub struct Context {
     pub reporter: Reporter,
     /// Timings.
     pub settings: Settings,
+    /// What related copies may touch, from the settings.
+    pub related_guard: RelatedGuard,
+    /// The syncers the supervisor runs, so a drain can wait for one to stop.
+    pub syncers: RunningSyncers,
     failures: Backoff<String>,
 }
 
@@ -237,6 +264,11 @@ impl Context {
                 settings.sync.error_backoff_base,
                 settings.sync.error_backoff_max,
             ),
+            related_guard: RelatedGuard::new(
+                &settings.secret_namespace,
+                settings.konnector_namespace.as_deref(),
+            ),
+            syncers: RunningSyncers::default(),
             settings,
         }
     }
@@ -252,6 +284,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
         ctx.policies.clone(),
         ctx.reporter.clone(),
         ctx.settings.sync.clone(),
+        ctx.syncers.clone(),
     );
     tokio::join!(
         controller::run::<Binding>(ctx.clone(), shutdown.clone()),
@@ -331,6 +364,13 @@ mod tests {
                 "creating namespace ns",
             ),
             (Error::ListBindings(api_error()), "listing bindings"),
+            (
+                Error::ReadCredentials {
+                    secret: "kbind/p".into(),
+                    source: api_error(),
+                },
+                "reading credential Secret kbind/p",
+            ),
             (
                 Error::ListInstances {
                     api: "widgets".into(),

@@ -3,15 +3,19 @@
 //!
 //! ```text
 //! for each relatedResources entry:
-//!   list sources (source side, binding scope) ─┐
-//!   list targets (target side, binding scope) ─┴▶ related-selection policy (Wasm)
+//!   list sources (source side, binding scope) ─┐   never in a protected namespace;
+//!   list targets (target side, binding scope) ─┤   sources of a refused Secret type
+//!                                              │   skipped + related_skipped metric
+//!                                              └▶ related-selection policy (Wasm)
 //!        ▶ copy:   create namespace (attempt) ▶ SSA payload + core.kbind.io/related-binding
 //!        ▶ skip:   target with another/absent marker: debug log + related_skipped metric
 //!        ▶ delete: this binding's copies that no longer match (sources are never deleted)
 //! ```
 //!
 //! FromProvider copies provider → consumer, FromConsumer consumer → provider. Selection is
-//! the module's alone: the host only lists, writes and deletes what the plan names.
+//! the module's, within what the host allows ([`super::related_guard`]): the module only sees
+//! the sources and targets the guard lets through, and the host writes and deletes only
+//! objects from those lists.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -31,7 +35,13 @@ use crate::provider::Engagement;
 use crate::sync::api_code;
 use crate::telemetry::{RelatedLabels, metrics};
 
+use super::related_guard::RelatedGuard;
 use super::{Error, Result};
+
+/// `related_skipped` reason of a target that carries another binding's marker, or none.
+const FOREIGN_TARGET: &str = "foreign-target";
+/// `related_skipped` reason of a source Secret whose type the host does not copy.
+const SECRET_TYPE: &str = "secret-type";
 
 /// The payload fields a copy carries (spec: "data, stringData, binaryData, type, and
 /// immutable when present, not arbitrary source metadata").
@@ -46,6 +56,8 @@ pub struct RelatedScope<'a> {
     pub namespace: Option<&'a str>,
     /// The binding's `relatedResources`.
     pub entries: &'a [RelatedResource],
+    /// The namespaces and Secret types copies may touch.
+    pub guard: &'a RelatedGuard,
 }
 
 /// Copies, skips and garbage-collects every entry of one binding.
@@ -75,8 +87,9 @@ pub async fn sync(
             );
         }
         let sides = Sides::new(entry, consumer, engagement);
-        let sources = list(&sides.source, entry, scope.namespace).await?;
-        let targets = list(&sides.target, entry, scope.namespace).await?;
+        let mut sources = list(&sides.source, entry, scope).await?;
+        refuse_sources(entry, &mut sources);
+        let targets = list(&sides.target, entry, scope).await?;
         let plan = plan(scope, entry, &sources, &targets, policies).await?;
         apply_plan(scope, entry, &sides, &plan, &sources, &targets).await?;
     }
@@ -92,7 +105,7 @@ pub async fn delete_copies(
 ) -> Result<()> {
     for entry in scope.entries.iter().filter(|e| e.group.is_empty()) {
         let sides = Sides::new(entry, consumer, engagement);
-        let targets = list(&sides.target, entry, scope.namespace).await?;
+        let targets = list(&sides.target, entry, scope).await?;
         for target in targets.values() {
             if marker(target) == Some(scope.binding_uid) {
                 delete_target(&sides.target, entry, target).await?;
@@ -155,14 +168,26 @@ fn api(client: &Client, entry: &RelatedResource, namespace: Option<&str>) -> Api
 }
 
 /// Lists one side within the binding's scope (spec: "A Binding selects within its namespace,
-/// a ClusterBinding lists across namespaces").
+/// a ClusterBinding lists across namespaces"), never reading a protected namespace: a
+/// Binding in one lists nothing, an all-namespaces list leaves them out by field selector.
 async fn list(
     client: &Client,
     entry: &RelatedResource,
-    namespace: Option<&str>,
+    scope: &RelatedScope<'_>,
 ) -> Result<Objects> {
-    let list = api(client, entry, namespace)
-        .list(&ListParams::default())
+    let params = match scope.namespace {
+        Some(ns) if !scope.guard.allows_namespace(ns) => {
+            warn!(
+                namespace = ns,
+                "related resources: the binding's namespace is protected; nothing is copied"
+            );
+            return Ok(Objects::new());
+        }
+        Some(_) => ListParams::default(),
+        None => ListParams::default().fields(&scope.guard.field_selector()),
+    };
+    let list = api(client, entry, scope.namespace)
+        .list(&params)
         .await
         .map_err(|source| Error::ListRelated {
             resource: resource_label(entry.resource),
@@ -172,7 +197,28 @@ async fn list(
         .items
         .into_iter()
         .filter_map(|o| Some(((o.metadata.namespace.clone()?, o.name_any()), o)))
+        .filter(|((ns, _), _)| scope.guard.allows_namespace(ns))
         .collect())
+}
+
+/// Drops the Secrets of a type the host refuses to copy, counting each in `related_skipped`.
+/// A copy of a dropped source that this binding made earlier is no longer selected and goes.
+fn refuse_sources(entry: &RelatedResource, sources: &mut Objects) {
+    sources.retain(|(namespace, name), source| {
+        if RelatedGuard::copyable(entry.resource, source) {
+            return true;
+        }
+        debug!(%namespace, %name, "related Secret of a type the host does not copy; skipped");
+        metrics()
+            .related_skipped
+            .get_or_create(&RelatedLabels {
+                resource: resource_label(entry.resource),
+                direction: direction_label(entry.direction),
+                reason: SECRET_TYPE,
+            })
+            .inc();
+        false
+    });
 }
 
 fn marker(obj: &DynamicObject) -> Option<&str> {
@@ -222,6 +268,7 @@ async fn apply_plan(
     let labels = RelatedLabels {
         resource: resource_label(entry.resource),
         direction: direction_label(entry.direction),
+        reason: FOREIGN_TARGET,
     };
     for skipped in &plan.skip {
         // Spec: "These collisions are silently skipped and are not included in instance
@@ -232,9 +279,13 @@ async fn apply_plan(
     let mut namespaces = BTreeSet::new();
     for copy in &plan.copy {
         let key = (copy.namespace.clone(), copy.name.clone());
+        // Only a source the guard let through is written, whatever the plan names.
         let Some(source) = sources.get(&key) else {
             continue;
         };
+        if !scope.guard.allows_namespace(&copy.namespace) {
+            continue;
+        }
         let body = payload(entry, source, scope.binding_uid);
         let target_api = api(&sides.target, entry, Some(&copy.namespace));
         if let Some(existing) = targets.get(&key) {
@@ -269,7 +320,10 @@ async fn apply_plan(
     }
     for gone in &plan.delete {
         let key = (gone.namespace.clone(), gone.name.clone());
-        if let Some(target) = targets.get(&key) {
+        if let Some(target) = targets
+            .get(&key)
+            .filter(|_| scope.guard.allows_namespace(&gone.namespace))
+        {
             info!(namespace = %gone.namespace, name = %gone.name, "related copy no longer selected; deleting it");
             delete_target(&sides.target, entry, target).await?;
         }

@@ -65,6 +65,22 @@ pub fn build(
     }
 }
 
+/// Keeps the stored `boundAPIs` entries of dropped APIs whose drain is still pending, so the
+/// next reconcile still sees them as dropped (a restart included).
+pub fn keep_pending_drains(
+    new: &mut BindingStatus,
+    old: Option<&BindingStatus>,
+    pending: &[String],
+) {
+    let kept = old
+        .iter()
+        .flat_map(|s| s.bound_apis.iter())
+        .filter(|b| pending.contains(&b.name))
+        .filter(|b| !new.bound_apis.iter().any(|n| n.name == b.name));
+    new.bound_apis.extend(kept.cloned().collect::<Vec<_>>());
+    new.bound_apis.sort_by(|a, b| a.name.cmp(&b.name));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -121,6 +137,40 @@ mod tests {
             Some(1),
         );
         assert_ne!(first, flipped);
+    }
+
+    #[test]
+    fn a_dropped_api_stays_bound_while_its_drain_is_pending() {
+        let hashes = BTreeMap::from([("a.x".into(), "h".into()), ("b.x".into(), "h".into())]);
+        let listed = vec!["a.x".to_string(), "b.x".to_string()];
+        let old = build(
+            None,
+            &verdict(true),
+            &listed,
+            &hashes,
+            &BTreeMap::new(),
+            Some(1),
+        );
+        // b.x is no longer listed.
+        let mut new = build(
+            Some(&old),
+            &verdict(true),
+            &listed[..1],
+            &hashes,
+            &BTreeMap::new(),
+            Some(2),
+        );
+        let names = |s: &BindingStatus| {
+            s.bound_apis
+                .iter()
+                .map(|b| b.name.clone())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(names(&new), vec!["a.x"]);
+        keep_pending_drains(&mut new, Some(&old), &["b.x".to_string()]);
+        assert_eq!(names(&new), vec!["a.x", "b.x"]);
+        keep_pending_drains(&mut new, Some(&old), &["b.x".to_string()]);
+        assert_eq!(names(&new), vec!["a.x", "b.x"], "kept once");
     }
 
     #[test]

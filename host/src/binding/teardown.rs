@@ -1,4 +1,5 @@
-//! Binding teardown under `core.kbind.io/cleanup` (spec, "Delete a binding"):
+//! Binding teardown under `core.kbind.io/cleanup` (spec, "Delete a binding"), and the same
+//! drain for an API a binding stops listing:
 //!
 //! ```text
 //! deleted binding ─▶ leave the index (syncers stop selecting its instances)
@@ -7,12 +8,22 @@
 //!                               release core.kbind.io/syncer
 //!     ClusterBinding: delete the consumer CRD (which deletes its consumer instances)
 //!   delete this binding's related copies for the declared entries
+//!
+//! API dropped from apis (edited, or autoBind after an un-export), seen as a name in
+//! status.boundAPIs that spec.apis no longer lists:
+//!   no other non-deleting binding lists it ─▶ wait until its syncer has stopped
+//!     ─▶ drain instances in scope as above (the CRD stays) ─▶ status.boundAPIs drops it
 //! ```
 //!
+//! Both drain through [`super::drain_provider`]: the engaged client, or one built from the
+//! Connection's credentials (a deleting Connection after a restart). Never because a
+//! Connection went not Ready: readiness changes neither `apis` nor the binding's existence.
+//!
 //! Limits, as the spec documents them: an API listed by any other non-deleting binding is
-//! skipped as a whole; without an engaged provider (or when a provider read fails) the drain
-//! is best-effort and provider copies may remain; provider delete errors block (retry);
-//! deletion is requested, not waited for.
+//! skipped as a whole; without any provider client (or when a provider read fails) the drain
+//! is best-effort and provider copies may remain, which the binding reports (`Drained=False`,
+//! a Warning Event); provider delete errors block (retry); deletion is requested, not waited
+//! for.
 
 use std::collections::BTreeSet;
 
@@ -24,11 +35,13 @@ use tracing::{info, warn};
 
 use crate::api::names::{DELETION_POLICY_ANNOTATION, DELETION_POLICY_ORPHAN, SYNCER_FINALIZER};
 use crate::api::{Binding, ClusterBinding};
+use crate::conditions::Desired;
 use crate::provider::Engagement;
 use crate::sync::conflict::owned_by;
 use crate::sync::{ApiTarget, api_code};
 
-use super::controller::BindingObject;
+use super::controller::{BindingObject, write_condition};
+use super::drain_provider;
 use super::related::{self, RelatedScope};
 use super::{Context, Error, Result};
 
@@ -37,11 +50,10 @@ pub async fn run<K: BindingObject>(obj: &K, ctx: &Context) -> Result<()> {
     let spec = obj.binding_spec();
     let uid = obj.meta().uid.clone().unwrap_or_default();
     let namespace = obj.namespace();
-    let engagement = ctx.engagements.get(&spec.connection_ref.name);
-    if engagement.is_none() {
-        warn!(connection = %spec.connection_ref.name, "Connection not engaged: cleanup is best-effort; provider copies may remain");
-    }
+    let provider = drain_provider::resolve(ctx, &spec.connection_ref.name).await?;
+    let engagement = provider.as_ref().ok();
     let others = apis_listed_elsewhere(&ctx.consumer, &uid).await?;
+    let mut unchecked = Vec::new();
     for listed in &spec.apis {
         if others.contains(&listed.name) {
             // Spec: "If any other non-deleting binding anywhere lists the same API, cleanup
@@ -49,17 +61,120 @@ pub async fn run<K: BindingObject>(obj: &K, ctx: &Context) -> Result<()> {
             info!(api = %listed.name, "another binding lists this API; skipping its cleanup");
             continue;
         }
-        drain_api(ctx, engagement.as_ref(), &listed.name, namespace.as_deref()).await?;
+        if drain_api(ctx, engagement, &listed.name, namespace.as_deref(), true).await? > 0 {
+            unchecked.push(listed.name.clone());
+        }
     }
-    if let Some(engagement) = &engagement {
-        let scope = RelatedScope {
-            binding_uid: &uid,
-            namespace: namespace.as_deref(),
-            entries: &spec.related_resources,
-        };
-        related::delete_copies(&scope, &ctx.consumer, engagement).await?;
+    // An API dropped from `apis` whose drain was still pending: drained too; its CRD stays.
+    for api in dropped_apis(obj)
+        .into_iter()
+        .filter(|a| !others.contains(*a))
+    {
+        if drain_api(ctx, engagement, api, namespace.as_deref(), false).await? > 0 {
+            unchecked.push(api.to_string());
+        }
+    }
+    match engagement {
+        Some(engagement) => {
+            let scope = RelatedScope {
+                binding_uid: &uid,
+                namespace: namespace.as_deref(),
+                entries: &spec.related_resources,
+                guard: &ctx.related_guard,
+            };
+            related::delete_copies(&scope, &ctx.consumer, engagement).await?;
+        }
+        None if !spec.related_resources.is_empty() => unchecked.push("related copies".into()),
+        None => {}
+    }
+    if let (Err(why), false) = (&provider, unchecked.is_empty()) {
+        let condition = drain_provider::report_unavailable(obj, ctx, &unchecked, why).await;
+        write_condition(obj, ctx, condition).await;
     }
     Ok(())
+}
+
+/// What draining the APIs a binding stopped listing did.
+#[derive(Debug, Default)]
+pub struct Dropped {
+    /// Dropped APIs whose syncer has not stopped yet: drained on a later reconcile, and kept
+    /// in `status.boundAPIs` until then.
+    pub pending: Vec<String>,
+    /// The `Drained` condition to store, when a drain ran.
+    pub condition: Option<Desired>,
+}
+
+/// Drains, in the binding's scope, the instances of every API its stored `boundAPIs` has but
+/// its spec no longer lists, unless another non-deleting binding lists it. Call after the
+/// binding's index entry no longer lists those APIs. The consumer CRD stays.
+pub async fn drain_dropped<K: BindingObject>(obj: &K, ctx: &Context) -> Result<Dropped> {
+    let spec = obj.binding_spec();
+    let dropped = dropped_apis(obj);
+    if dropped.is_empty() {
+        return Ok(Dropped::default());
+    }
+    let uid = obj.meta().uid.clone().unwrap_or_default();
+    let others = apis_listed_elsewhere(&ctx.consumer, &uid).await?;
+    let connection = spec.connection_ref.name.as_str();
+    let (pending, ready): (Vec<&str>, Vec<&str>) = dropped
+        .into_iter()
+        .filter(|api| !others.contains(*api))
+        // The syncer could still put a finalizer back or write a copy: drain once it is done.
+        .partition(|api| ctx.syncers.contains(connection, api));
+    let mut out = Dropped {
+        pending: pending.iter().map(|a| a.to_string()).collect(),
+        condition: None,
+    };
+    if ready.is_empty() {
+        return Ok(out);
+    }
+    let provider = drain_provider::resolve(ctx, connection).await?;
+    let namespace = obj.namespace();
+    let mut unchecked = Vec::new();
+    for api in &ready {
+        info!(
+            api,
+            "API no longer listed by the binding; draining its instances"
+        );
+        if drain_api(
+            ctx,
+            provider.as_ref().ok(),
+            api,
+            namespace.as_deref(),
+            false,
+        )
+        .await?
+            > 0
+        {
+            unchecked.push(api.to_string());
+        }
+    }
+    let ready: Vec<String> = ready.iter().map(|a| a.to_string()).collect();
+    out.condition = match &provider {
+        Ok(_) => Some(drain_provider::drained(&ready)),
+        Err(why) if !unchecked.is_empty() => {
+            Some(drain_provider::report_unavailable(obj, ctx, &unchecked, why).await)
+        }
+        // Nothing was left to drain: whatever an earlier drain reported still stands.
+        Err(_) => None,
+    };
+    Ok(out)
+}
+
+/// The APIs the stored `status.boundAPIs` has and the spec no longer lists.
+fn dropped_apis<K: BindingObject>(obj: &K) -> Vec<&str> {
+    let listed: BTreeSet<&str> = obj
+        .binding_spec()
+        .apis
+        .iter()
+        .map(|a| a.name.as_str())
+        .collect();
+    obj.binding_status()
+        .iter()
+        .flat_map(|s| s.bound_apis.iter())
+        .map(|b| b.name.as_str())
+        .filter(|name| !listed.contains(name))
+        .collect()
 }
 
 /// Names of the APIs listed by every binding other than `uid` that is not being deleted,
@@ -86,13 +201,15 @@ async fn apis_listed_elsewhere(consumer: &Client, uid: &str) -> Result<BTreeSet<
     Ok(out)
 }
 
-/// Drains one API in scope; for a ClusterBinding (`namespace` `None`) then deletes the CRD.
+/// Drains one API in scope; for a ClusterBinding (`namespace` `None`) with `remove_crd` then
+/// deletes the CRD. Returns how many instances were released without a provider check.
 async fn drain_api(
     ctx: &Context,
     engagement: Option<&Engagement>,
     api_name: &str,
     namespace: Option<&str>,
-) -> Result<()> {
+    remove_crd: bool,
+) -> Result<usize> {
     let crds = Api::<CustomResourceDefinition>::all(ctx.consumer.clone());
     let Some(crd) = crds
         .get_opt(api_name)
@@ -102,18 +219,18 @@ async fn drain_api(
             source,
         })?
     else {
-        return Ok(());
+        return Ok(0);
     };
     let Some(target) = ApiTarget::from_crd(&crd, &[]) else {
-        return Ok(());
+        return Ok(0);
     };
     if namespace.is_some() && !target.namespaced {
         // A Binding covers instances in its namespace only; cluster-scoped ones are not in
         // its scope.
-        return Ok(());
+        return Ok(0);
     }
-    drain_instances(ctx, engagement, &target, namespace).await?;
-    if namespace.is_none() {
+    let unchecked = drain_instances(ctx, engagement, &target, namespace).await?;
+    if namespace.is_none() && remove_crd {
         // Spec: "Drain instances across the API, then delete the consumer CRD, which deletes
         // its consumer instances." Destructive by design, whoever installed the CRD.
         match crds.delete(api_name, &DeleteParams::default()).await {
@@ -133,17 +250,18 @@ async fn drain_api(
         // the CRD's own instance deletion is not held open.
         drain_instances(ctx, None, &target, namespace).await?;
     }
-    Ok(())
+    Ok(unchecked)
 }
 
 /// Deletes owned provider copies (unless the instance says Orphan) and releases the syncer
-/// finalizers of every instance in scope. `engagement` `None`: finalizers only.
+/// finalizers of every instance in scope. `engagement` `None`: finalizers only. Returns how
+/// many instances that wanted their copy deleted were released without a provider client.
 async fn drain_instances(
     ctx: &Context,
     engagement: Option<&Engagement>,
     target: &ApiTarget,
     namespace: Option<&str>,
-) -> Result<()> {
+) -> Result<usize> {
     let ar = target.api_resource();
     let consumer: Api<DynamicObject> = match namespace {
         Some(ns) => Api::namespaced_with(ctx.consumer.clone(), ns, &ar),
@@ -151,7 +269,7 @@ async fn drain_instances(
     };
     let instances = match consumer.list(&ListParams::default()).await {
         Ok(list) => list.items,
-        Err(e) if api_code(&e) == Some(404) => return Ok(()),
+        Err(e) if api_code(&e) == Some(404) => return Ok(0),
         Err(source) => {
             return Err(Error::ListInstances {
                 api: target.plural.clone(),
@@ -159,6 +277,7 @@ async fn drain_instances(
             });
         }
     };
+    let mut unchecked = 0;
     for instance in &instances {
         if !instance.finalizers().iter().any(|f| f == SYNCER_FINALIZER) {
             continue;
@@ -167,12 +286,14 @@ async fn drain_instances(
             .annotations()
             .get(DELETION_POLICY_ANNOTATION)
             .is_some_and(|v| v == DELETION_POLICY_ORPHAN);
-        if let (Some(engagement), false) = (engagement, orphan) {
-            delete_provider_copy(engagement, target, instance).await?;
+        match (engagement, orphan) {
+            (Some(engagement), false) => delete_provider_copy(engagement, target, instance).await?,
+            (None, false) => unchecked += 1,
+            (_, true) => {}
         }
         release_finalizer(&ctx.consumer, target, instance).await?;
     }
-    Ok(())
+    Ok(unchecked)
 }
 
 /// Deletes the provider copy when both ownership UIDs are this instance's. A failed read is

@@ -51,6 +51,10 @@ pub struct RunArgs {
     /// The only namespace credential Secrets may live in.
     #[arg(long, default_value = DEFAULT_SECRET_NAMESPACE, value_name = "NS")]
     pub secret_namespace: String,
+    /// The konnector's own namespace (the chart passes the Pod's through `POD_NAMESPACE`);
+    /// related copies never touch it.
+    #[arg(long, env = "POD_NAMESPACE", value_name = "NS")]
+    pub namespace: Option<String>,
     /// Periodic Connection reconcile (discovery of new exports, heartbeat renewal).
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration, value_name = "DURATION")]
     pub connection_resync: Duration,
@@ -84,6 +88,8 @@ impl RunArgs {
             },
             binding: binding::Settings {
                 status_interval: self.binding_resync,
+                secret_namespace: self.secret_namespace.clone(),
+                konnector_namespace: self.namespace.clone().filter(|ns| !ns.is_empty()),
                 sync: SyncSettings {
                     resync_interval: self.instance_resync,
                     concurrency: self.sync_concurrency.max(1),
@@ -251,6 +257,32 @@ async fn stop_on_signal(shutdown: CancellationToken) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[derive(clap::Parser)]
+    struct Wrapper {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+
+    #[test]
+    fn credential_and_own_namespaces_reach_the_related_guard() {
+        use clap::Parser as _;
+        let parsed = Wrapper::try_parse_from([
+            "run",
+            "--secret-namespace=creds",
+            "--namespace=kbind-system",
+        ])
+        .map_err(|e| e.to_string());
+        let Ok(parsed) = parsed else {
+            panic!("{parsed:?}", parsed = parsed.err());
+        };
+        let settings = parsed.run.settings().binding;
+        assert_eq!(settings.secret_namespace, "creds");
+        assert_eq!(
+            settings.konnector_namespace.as_deref(),
+            Some("kbind-system")
+        );
+    }
 
     #[test]
     fn bind_addresses_accept_the_port_only_form() {

@@ -33,7 +33,7 @@ mod target;
 
 use std::time::Duration;
 
-pub use supervisor::Supervisor;
+pub use supervisor::{RunningSyncers, Supervisor};
 pub use target::{ApiTarget, is_established};
 
 use crate::api::names::SYNCER_FINALIZER;

@@ -13,8 +13,12 @@
 //! (STYLE.md, habit 4). Spec: "When a Connection becomes not Ready, the provider cache is
 //! disengaged and its per-API instance syncers stop. When it becomes Ready again, syncers are
 //! rebuilt against the newly engaged provider." Stopping a syncer deletes nothing.
+//!
+//! The pairs with a running syncer are published as [`RunningSyncers`]; a pair leaves it
+//! only once its syncer has finished, so a drain waiting on it never races the syncer.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 use std::time::Duration;
 
 use kube::Client;
@@ -43,6 +47,29 @@ struct Identity {
     target: ApiTarget,
 }
 
+/// The (Connection, API) pairs that have a syncer, as the supervisor last published them:
+/// a pair is listed from its syncer's start until the syncer has finished.
+#[derive(Clone, Debug, Default)]
+pub struct RunningSyncers(Arc<watch::Sender<BTreeSet<(String, String)>>>);
+
+impl RunningSyncers {
+    /// Whether a syncer for `api` through `connection` runs (or is still stopping).
+    pub fn contains(&self, connection: &str, api: &str) -> bool {
+        self.0
+            .borrow()
+            .iter()
+            .any(|(c, a)| c == connection && a == api)
+    }
+
+    fn publish(&self, running: BTreeSet<(String, String)>) {
+        self.0.send_if_modified(|current| {
+            let changed = *current != running;
+            *current = running;
+            changed
+        });
+    }
+}
+
 struct Handle {
     identity: Identity,
     token: CancellationToken,
@@ -59,6 +86,7 @@ pub struct Supervisor {
     settings: SyncSettings,
     handles: HashMap<(String, String), Handle>,
     reconcile_all: watch::Sender<u64>,
+    running: RunningSyncers,
 }
 
 impl std::fmt::Debug for Supervisor {
@@ -70,7 +98,7 @@ impl std::fmt::Debug for Supervisor {
 }
 
 impl Supervisor {
-    /// A supervisor with no syncers yet.
+    /// A supervisor with no syncers yet, publishing the ones it runs to `running`.
     pub fn new(
         consumer: Client,
         engagements: Engagements,
@@ -78,6 +106,7 @@ impl Supervisor {
         policies: Policies,
         reporter: Reporter,
         settings: SyncSettings,
+        running: RunningSyncers,
     ) -> Self {
         Self {
             consumer,
@@ -88,6 +117,7 @@ impl Supervisor {
             settings,
             handles: HashMap::new(),
             reconcile_all: watch::channel(0).0,
+            running,
         }
     }
 
@@ -113,6 +143,7 @@ impl Supervisor {
         for key in keys {
             self.stop(&key).await;
         }
+        self.running.publish(BTreeSet::new());
     }
 
     /// The (Connection, API) pairs that should have a syncer, with what to build it for.
@@ -182,6 +213,8 @@ impl Supervisor {
                 },
             );
         }
+        // After the stops above have joined: a pair leaves the set only once its syncer is done.
+        self.running.publish(self.handles.keys().cloned().collect());
     }
 
     async fn stop(&mut self, key: &(String, String)) {

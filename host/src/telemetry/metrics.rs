@@ -48,6 +48,9 @@ pub struct RelatedLabels {
     pub resource: &'static str,
     /// `FromProvider` or `FromConsumer`.
     pub direction: &'static str,
+    /// Why a copy was skipped: `foreign-target` (the target carries another binding's marker
+    /// or none) or `secret-type` (a source Secret type the host does not copy).
+    pub reason: &'static str,
 }
 
 /// Every metric the konnector exports.
@@ -65,7 +68,7 @@ pub struct Metrics {
     pub sync_lag: Family<ApiLabels, Histogram>,
     /// Instance conflicts detected, per API.
     pub conflicts: Family<ApiLabels, Counter>,
-    /// Related copies skipped because the target carries another (or no) binding marker.
+    /// Related copies skipped: a foreign target, or a Secret type the host does not copy.
     pub related_skipped: Family<RelatedLabels, Counter>,
     /// Policy call durations, per role.
     pub policy_duration: Family<PolicyLabels, Histogram>,
@@ -128,7 +131,7 @@ impl Metrics {
         );
         registry.register(
             "related_skipped",
-            "Related copies skipped (foreign target)",
+            "Related copies skipped (foreign target, refused Secret type)",
             metrics.related_skipped.clone(),
         );
         registry.register(

@@ -65,11 +65,24 @@ pub async fn related_binding(
     stack.create_ready_binding(&binding).await
 }
 
-/// Applies a Secret (creating its namespace) as the test's field manager.
+/// Applies an Opaque Secret (creating its namespace) as the test's field manager.
 pub async fn put_secret(
     client: &Client,
     namespace: &str,
     name: &str,
+    labels: &[(&str, &str)],
+    data: &[(&str, &str)],
+    immutable: Option<bool>,
+) -> anyhow::Result<Secret> {
+    put_typed_secret(client, namespace, name, "Opaque", labels, data, immutable).await
+}
+
+/// Applies a Secret of `type_` (creating its namespace) as the test's field manager.
+pub async fn put_typed_secret(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    type_: &str,
     labels: &[(&str, &str)],
     data: &[(&str, &str)],
     immutable: Option<bool>,
@@ -88,7 +101,7 @@ pub async fn put_secret(
                 .map(|(k, v)| (k.to_string(), ByteString(v.as_bytes().to_vec())))
                 .collect(),
         ),
-        type_: Some("Opaque".into()),
+        type_: Some(type_.into()),
         immutable,
         ..Default::default()
     };

@@ -55,6 +55,97 @@ async fn auto_bind_creates_updates_and_deletes_its_cluster_binding() -> anyhow::
 }
 
 #[tokio::test]
+async fn auto_bind_drains_an_api_the_provider_stops_exporting() -> anyhow::Result<()> {
+    let pair = setup()?;
+    let provider_cluster = tokio::task::spawn_blocking(|| private_cluster("unexport")).await??;
+    pair.diagnose(async {
+        let consumer = pair.consumer.client().await?;
+        let provider = provider_cluster.client().await?;
+        let group = "unexport.example.org";
+        install_crd(&provider, &widget_crd(group, "Widget", true)?).await?;
+        install_crd(&provider, &widget_crd(group, "Gadget", true)?).await?;
+        let name = unique("unexport");
+        connect(&consumer, &provider_cluster, &name, crd_source(), true).await?;
+        ensure_namespace(&consumer, &name).await?;
+        let resource =
+            |kind: &str| ApiResource::from_gvk(&GroupVersionKind::gvk(group, "v1", kind));
+        let on = |client: &kube::Client, kind: &str| {
+            Api::<DynamicObject>::namespaced_with(client.clone(), &name, &resource(kind))
+        };
+        for kind in ["Widget", "Gadget"] {
+            let object: DynamicObject = serde_json::from_value(json!({
+                "apiVersion": format!("{group}/v1"), "kind": kind,
+                "metadata": {"name": "x", "namespace": name}, "spec": {},
+            }))?;
+            let consumer_api = on(&consumer, kind);
+            eventually(CONVERGE, || async {
+                consumer_api.create(&PostParams::default(), &object).await
+            })
+            .await?;
+            let provider_api = on(&provider, kind);
+            eventually(CONVERGE, || async { provider_api.get("x").await }).await?;
+        }
+
+        // The provider stops exporting Gadgets; the CRD itself stays there.
+        Api::<CustomResourceDefinition>::all(provider.clone())
+            .patch(
+                &format!("gadgets.{group}"),
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"labels": {EXPORTED_LABEL: null}}})),
+            )
+            .await?;
+        let bindings: Api<ClusterBinding> = Api::all(consumer.clone());
+        eventually(CONVERGE, || async {
+            let apis: Vec<String> = bindings
+                .get(&name)
+                .await?
+                .spec
+                .apis
+                .iter()
+                .map(|a| a.name.clone())
+                .collect();
+            anyhow::ensure!(
+                apis == vec![format!("widgets.{group}")],
+                "apis are {apis:?}"
+            );
+            Ok(())
+        })
+        .await?;
+        let (consumer_gadgets, provider_gadgets) =
+            (on(&consumer, "Gadget"), on(&provider, "Gadget"));
+        eventually(CONVERGE, || async {
+            anyhow::ensure!(
+                provider_gadgets.get_opt("x").await?.is_none(),
+                "the un-exported API's provider copy still exists"
+            );
+            let gadget = consumer_gadgets.get("x").await?;
+            anyhow::ensure!(
+                !gadget.finalizers().iter().any(|f| f == SYNCER_FINALIZER),
+                "the un-exported API's instance still holds its syncer finalizer"
+            );
+            Ok(())
+        })
+        .await?;
+        // Deleting it completes.
+        consumer_gadgets
+            .delete("x", &DeleteParams::default())
+            .await?;
+        eventually(CONVERGE, || async {
+            anyhow::ensure!(
+                consumer_gadgets.get_opt("x").await?.is_none(),
+                "still there"
+            );
+            Ok(())
+        })
+        .await?;
+        // The API still exported keeps its copy.
+        assert!(on(&provider, "Widget").get_opt("x").await?.is_some());
+        anyhow::Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
 async fn heartbeat_lease_is_created_and_renewed() -> anyhow::Result<()> {
     let pair = setup()?;
     pair.diagnose(async {

@@ -24,7 +24,7 @@ use kbind_tests::eventually;
 use kbind_tests::fixtures::*;
 use kbind_tests::testenv::{ClusterPair, shared_pair};
 use konnector::api::names::{
-    CLEANUP_FINALIZER, CONNECTION_ANNOTATION, EXPORTED_LABEL, MANAGED_LABEL,
+    CLEANUP_FINALIZER, CONNECTION_ANNOTATION, EXPORTED_LABEL, MANAGED_LABEL, SYNCER_FINALIZER,
 };
 use konnector::api::{
     ApiReference, Binding, BindingSpec, ClusterBinding, Connection, ConnectionReference,

@@ -1,0 +1,143 @@
+//! The provider client a drain deletes through: the Connection's engagement when it is Ready,
+//! otherwise a client built from the Connection's credential Secret, checked against the
+//! pinned provider identity.
+//!
+//! ```text
+//! drain ─▶ engaged? ── yes ─▶ the engaged client
+//!            └─ no ─▶ Connection ▶ pinned UIDs ▶ Secret (credential namespace) ▶ kubeconfig
+//!                       ▶ provider identity == pinned remoteClusterUID ─▶ a client for this drain
+//!                     any step fails ─▶ Unavailable(why): the drain releases finalizers only,
+//!                                       and the binding says so (Drained=False, Warning Event)
+//! ```
+//!
+//! Why the drain builds its own client rather than the Connection controller re-engaging: a
+//! deleting Connection is never engaged again (after a restart it goes straight to waiting for
+//! its bindings), and engaging it would also restart syncers for a Connection on its way out.
+//! A client used only for deletes, and only after the provider proves to be the pinned
+//! cluster, drains exactly what the engaged client would have. The spec's "best-effort if
+//! credentials cannot be built" remains for when this fails, now with a condition and an Event.
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::{Api, Resource};
+use tracing::{info, warn};
+
+use crate::api::{ConditionType, Connection, Reason};
+use crate::conditions::Desired;
+use crate::provider::Engagement;
+use crate::provider::identity;
+use crate::provider::kubeconfig;
+
+use super::controller::BindingObject;
+use super::{Context, Error, Result};
+
+/// Why a drain has no provider client; the text goes into a condition and an Event.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unavailable(pub String);
+
+/// The client a drain of `connection`'s instances deletes provider copies through.
+/// `Err(Unavailable)`: none could be built (the drain is then best-effort); `Err` of the outer
+/// result: a consumer read failed and the drain should be retried.
+pub async fn resolve(
+    ctx: &Context,
+    connection: &str,
+) -> Result<std::result::Result<Engagement, Unavailable>> {
+    if let Some(engagement) = ctx.engagements.get(connection) {
+        return Ok(Ok(engagement));
+    }
+    let unavailable = |why: String| Ok(Err(Unavailable(why)));
+    let Some(conn) = Api::<Connection>::all(ctx.consumer.clone())
+        .get_opt(connection)
+        .await
+        .map_err(Error::ReadConnection)?
+    else {
+        return unavailable(format!("Connection {connection} does not exist"));
+    };
+    let status = conn.status.clone().unwrap_or_default();
+    let (Some(pinned_provider), Some(consumer_uid)) =
+        (status.remote_cluster_uid, status.local_cluster_uid)
+    else {
+        return unavailable(format!(
+            "Connection {connection} never connected, so no provider identity is pinned to check a client against"
+        ));
+    };
+    let reference = &conn.spec.kubeconfig_secret_ref;
+    if reference.namespace != ctx.settings.secret_namespace {
+        return unavailable(format!(
+            "Connection {connection} references a Secret outside the credential namespace {}",
+            ctx.settings.secret_namespace
+        ));
+    }
+    let secret = Api::<Secret>::namespaced(ctx.consumer.clone(), &reference.namespace)
+        .get_opt(&reference.name)
+        .await
+        .map_err(|source| Error::ReadCredentials {
+            secret: format!("{}/{}", reference.namespace, reference.name),
+            source,
+        })?;
+    let credentials = match kubeconfig::credentials(reference, secret.as_ref()).await {
+        Ok(credentials) => credentials,
+        Err(e) => return unavailable(format!("Connection {connection}: {e}")),
+    };
+    match identity::cluster_uid(&credentials.client).await {
+        Ok(uid) if uid == pinned_provider => {}
+        Ok(uid) => {
+            return unavailable(format!(
+                "Connection {connection}'s credentials now reach cluster {uid}, not the pinned provider {pinned_provider}"
+            ));
+        }
+        Err(e) => return unavailable(format!("Connection {connection}: {e}")),
+    }
+    info!(%connection, "Connection not engaged: draining through a client built from its credentials");
+    Ok(Ok(Engagement {
+        connection: connection.to_string(),
+        provider: credentials.client,
+        provider_uid: pinned_provider,
+        consumer_uid,
+        exported: Vec::new(),
+        credentials_digest: credentials.digest,
+        epoch: 0,
+    }))
+}
+
+/// The `Drained` condition after a drain of `apis` that had a provider client.
+pub fn drained(apis: &[String]) -> Desired {
+    Desired::truthy(
+        ConditionType::Drained,
+        Reason::AsExpected,
+        format!(
+            "instances of {} drained through the provider: owned copies deleted (unless Orphan), finalizers released",
+            apis.join(", ")
+        ),
+    )
+}
+
+/// Tells the operator that a drain of `apis` released finalizers without a provider client:
+/// a Warning Event on the binding, and the `Drained=False` condition to store.
+pub async fn report_unavailable<K: BindingObject>(
+    obj: &K,
+    ctx: &Context,
+    apis: &[String],
+    why: &Unavailable,
+) -> Desired {
+    let message = format!(
+        "draining {} without a provider client ({}): consumer finalizers were released, but owned provider copies may remain. \
+         On the provider they carry the label core.kbind.io/managed=true and this cluster's core.kbind.io/consumer-cluster-uid; \
+         check both UID annotations and delete them there",
+        apis.join(", "),
+        why.0
+    );
+    warn!(apis = ?apis, why = %why.0, "drain without a provider client; provider copies may remain");
+    let event = Event {
+        type_: EventType::Warning,
+        reason: Reason::NoProviderClient.as_str().to_string(),
+        note: Some(message.clone()),
+        action: "Drain".into(),
+        secondary: None,
+    };
+    let recorder = Recorder::new(ctx.consumer.clone(), ctx.reporter.clone());
+    if let Err(error) = recorder.publish(&event, &obj.object_ref(&())).await {
+        warn!(%error, "publishing an Event failed");
+    }
+    Desired::falsy(ConditionType::Drained, Reason::NoProviderClient, message)
+}
