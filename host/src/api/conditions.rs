@@ -87,6 +87,11 @@ pub enum Reason {
     /// The provider API server refused an instance copy (invalid against its schema, too
     /// large).
     ProviderRejected,
+    /// The consumer CRD of a listed API is not kbind's for this Connection (the consumer's
+    /// own, or in a group kbind never touches): nothing is synced, installed or deleted.
+    CRDNotManaged,
+    /// The binding's namespace does not match its Connection's `bindingNamespaceSelector`.
+    NamespaceNotAllowed,
 }
 
 impl Reason {
@@ -117,6 +122,8 @@ impl Reason {
             Self::ConflictsFound => "ConflictsFound",
             Self::ProviderUnreachable => "ProviderUnreachable",
             Self::ProviderRejected => "ProviderRejected",
+            Self::CRDNotManaged => "CRDNotManaged",
+            Self::NamespaceNotAllowed => "NamespaceNotAllowed",
         }
     }
 }

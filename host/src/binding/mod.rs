@@ -11,6 +11,7 @@
 //!
 //! - [`controller`]: the reconcile shared by both kinds (finalizer `core.kbind.io/cleanup`).
 //! - [`readiness`]: when a binding is Ready, and the reason when it is not.
+//! - [`namespaces`]: which namespaces may bind through a Connection.
 //! - [`schema`]: installing consumer CRDs for `pullPolicy: Bound`.
 //! - [`index`]: which binding selects which instance, under which conflict policy.
 //! - [`status`]: building the status value and deciding whether it changed.
@@ -22,6 +23,7 @@
 
 pub mod controller;
 pub mod index;
+pub mod namespaces;
 pub mod readiness;
 pub mod related;
 pub mod schema;
@@ -31,8 +33,9 @@ pub mod teardown;
 use std::sync::Arc;
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
-use kube::runtime::events::Reporter;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use tokio_util::sync::CancellationToken;
 
 use crate::api::{Binding, ClusterBinding};
@@ -52,6 +55,15 @@ pub enum Error {
     /// Reading the referenced Connection.
     #[error("reading the Connection: {0}")]
     ReadConnection(#[source] kube::Error),
+    /// Reading a Binding's Namespace (its labels decide `bindingNamespaceSelector`).
+    #[error("reading Namespace {namespace}: {source}")]
+    ReadNamespace {
+        /// The namespace.
+        namespace: String,
+        /// What the consumer said.
+        #[source]
+        source: kube::Error,
+    },
     /// Reading a listed API's consumer CRD.
     #[error("reading CustomResourceDefinition {name}: {source}")]
     ReadCrd {
@@ -206,6 +218,7 @@ pub struct Context {
     /// Timings.
     pub settings: Settings,
     failures: Backoff<String>,
+    recorder: Recorder,
 }
 
 impl std::fmt::Debug for Context {
@@ -224,20 +237,36 @@ impl Context {
         policies: Policies,
         settings: Settings,
     ) -> Self {
+        let reporter = Reporter {
+            controller: crate::api::names::FIELD_MANAGER.to_string(),
+            instance: std::env::var("POD_NAME").ok(),
+        };
         Self {
+            recorder: Recorder::new(consumer.clone(), reporter.clone()),
             consumer,
             engagements,
             index: SharedIndex::default(),
             policies,
-            reporter: Reporter {
-                controller: crate::api::names::FIELD_MANAGER.to_string(),
-                instance: std::env::var("POD_NAME").ok(),
-            },
+            reporter,
             failures: Backoff::new(
                 settings.sync.error_backoff_base,
                 settings.sync.error_backoff_max,
             ),
             settings,
+        }
+    }
+
+    /// Publishes a Warning Event on a binding; a failure to publish is only logged.
+    pub(crate) async fn warn(&self, binding: &ObjectReference, reason: &str, note: String) {
+        let event = Event {
+            type_: EventType::Warning,
+            reason: reason.to_string(),
+            note: Some(note),
+            action: "Reconcile".into(),
+            secondary: None,
+        };
+        if let Err(error) = self.recorder.publish(&event, binding).await {
+            tracing::warn!(%error, "publishing an Event failed");
         }
     }
 }
