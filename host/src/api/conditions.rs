@@ -93,6 +93,11 @@ pub enum Reason {
     /// A drain had no provider client (Connection gone, credentials unusable, provider
     /// unreachable or another cluster): finalizers released, provider copies may remain.
     NoProviderClient,
+    /// The consumer CRD of a listed API is not kbind's for this Connection (the consumer's
+    /// own, or in a group kbind never touches): nothing is synced, installed or deleted.
+    CRDNotManaged,
+    /// The binding's namespace does not match its Connection's `bindingNamespaceSelector`.
+    NamespaceNotAllowed,
 }
 
 impl Reason {
@@ -124,6 +129,8 @@ impl Reason {
             Self::ProviderUnreachable => "ProviderUnreachable",
             Self::ProviderRejected => "ProviderRejected",
             Self::NoProviderClient => "NoProviderClient",
+            Self::CRDNotManaged => "CRDNotManaged",
+            Self::NamespaceNotAllowed => "NamespaceNotAllowed",
         }
     }
 }

@@ -1,6 +1,6 @@
 //! `Connection`: how the konnector reaches one provider cluster, and what it found there.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -31,6 +31,11 @@ pub struct ConnectionSpec {
     /// Maintain one ClusterBinding, named after this Connection, listing every exported API.
     #[serde(default)]
     pub auto_bind: bool,
+    /// The namespaces whose Bindings may use this Connection; absent: every namespace.
+    /// ClusterBindings are not limited. Creating Bindings with related resources in a
+    /// namespace gives access to that namespace's Secrets and ConfigMaps, as creating Pods does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binding_namespace_selector: Option<LabelSelector>,
 }
 
 /// A reference to one data key of a Secret.

@@ -19,6 +19,7 @@ use std::fmt::Debug;
 use std::sync::Arc;
 
 use futures::StreamExt;
+use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{DynamicObject, ListParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
@@ -35,16 +36,16 @@ use tracing::{debug, info, instrument, warn};
 use crate::api::names::{
     CLEANUP_FINALIZER, CONFLICT_ANNOTATION, CONNECTION_ANNOTATION, FIELD_MANAGER,
 };
-use crate::api::{Binding, BindingSpec, BindingStatus, ClusterBinding, Connection};
+use crate::api::{Binding, BindingSpec, BindingStatus, ClusterBinding, Connection, Reason};
 use crate::conditions::{self, Desired};
 use crate::schema::schema_hash;
 use crate::sync::{ApiTarget, changes, is_established};
 
 use super::index::{BindingKey, Entry};
-use super::readiness::{self, ApiFacts, ConnectionState, CrdFacts};
+use super::readiness::{self, ApiFacts, ConnectionState, CrdFacts, Verdict};
 use super::related::{self, RelatedScope};
 use super::{Context, Error, Result};
-use super::{schema, status, teardown};
+use super::{namespaces, schema, status, teardown};
 
 /// What the controller needs from either binding kind.
 pub trait BindingObject:
@@ -58,6 +59,9 @@ pub trait BindingObject:
     fn index_key(&self) -> Option<BindingKey>;
     /// The API to patch this object through.
     fn api_for(&self, client: kube::Client) -> Api<Self>;
+    /// Whether objects of this kind live in a namespace (and so are subject to a
+    /// Connection's `bindingNamespaceSelector`).
+    fn is_namespaced() -> bool;
 }
 
 impl BindingObject for Binding {
@@ -79,6 +83,9 @@ impl BindingObject for Binding {
             None => Api::all(client),
         }
     }
+    fn is_namespaced() -> bool {
+        true
+    }
 }
 
 impl BindingObject for ClusterBinding {
@@ -96,6 +103,9 @@ impl BindingObject for ClusterBinding {
     fn api_for(&self, client: kube::Client) -> Api<Self> {
         Api::all(client)
     }
+    fn is_namespaced() -> bool {
+        false
+    }
 }
 
 /// Runs the controller for one binding kind until `shutdown`.
@@ -108,6 +118,28 @@ pub async fn run<K: BindingObject>(ctx: Arc<Context>, shutdown: CancellationToke
     let controller = Controller::new(Api::<K>::all(client.clone()), config);
     let by_connection = controller.store();
     let by_api = controller.store();
+    let by_namespace = controller.store();
+    // A namespace's labels decide whether its Bindings may use a Connection with a
+    // bindingNamespaceSelector: watching Namespaces makes a relabel take effect at once, both
+    // ways (a revoked namespace stops syncing without waiting for a periodic requeue).
+    // Namespaces are few and rarely change; ClusterBindings do not depend on them.
+    let controller = if K::is_namespaced() {
+        controller.watches(
+            Api::<Namespace>::all(client.clone()),
+            watcher::Config::default(),
+            move |namespace| {
+                let name = namespace.name_any();
+                by_namespace
+                    .state()
+                    .iter()
+                    .filter(|b| b.namespace().as_deref() == Some(name.as_str()))
+                    .map(|b| ObjectRef::from_obj(&**b))
+                    .collect::<Vec<_>>()
+            },
+        )
+    } else {
+        controller
+    };
     controller
         // A Connection changing (appearing, Ready flipping) concerns the bindings naming it.
         .watches(
@@ -176,14 +208,21 @@ async fn apply<K: BindingObject>(obj: &K, api: &Api<K>, ctx: &Context) -> Result
         .get_opt(connection)
         .await
         .map_err(Error::ReadConnection)?;
+    // A Binding outside the Connection's bindingNamespaceSelector syncs nothing: no CRD
+    // install, no index selection, no related copies.
+    let refused_namespace = match (&connection_obj, obj.namespace()) {
+        (Some(c), Some(ns)) => namespace_refusal(ctx, c, &ns).await?,
+        _ => None,
+    };
     // The engagement registry is the truth about readiness: the Connection controller
     // engages exactly the Ready Connections.
-    let state = match (&engagement, &connection_obj) {
-        (Some(e), _) => ConnectionState::Engaged {
+    let state = match (&engagement, &connection_obj, refused_namespace) {
+        (_, _, Some(message)) => ConnectionState::NamespaceNotAllowed { message },
+        (Some(e), _, None) => ConnectionState::Engaged {
             exported: e.exported.clone(),
         },
-        (None, Some(_)) => ConnectionState::NotReady,
-        (None, None) => ConnectionState::NotFound,
+        (None, Some(_), None) => ConnectionState::NotReady,
+        (None, None, None) => ConnectionState::NotFound,
     };
     // The candidate entry, so this binding takes part in "who serves this API" before its
     // own entry is written.
@@ -207,8 +246,8 @@ async fn apply<K: BindingObject>(obj: &K, api: &Api<K>, ctx: &Context) -> Result
         .collect();
     // pullPolicy Bound: install the CRDs of the APIs this Connection serves, before reading
     // them. An API pinned to another Connection is never installed from here.
-    let mut install_problems = match &engagement {
-        Some(engagement) => {
+    let mut install_problems = match (&engagement, &state) {
+        (Some(engagement), ConnectionState::Engaged { .. }) => {
             let ours: Vec<&str> = index_pins
                 .iter()
                 .filter(|(_, pin)| pin.as_deref() == Some(connection))
@@ -216,7 +255,7 @@ async fn apply<K: BindingObject>(obj: &K, api: &Api<K>, ctx: &Context) -> Result
                 .collect();
             schema::install_bound(ctx, connection_obj.as_ref(), engagement, &ours).await
         }
-        None => BTreeMap::new(),
+        _ => BTreeMap::new(),
     };
     let crds = Api::<CustomResourceDefinition>::all(ctx.consumer.clone());
     let mut facts = Vec::with_capacity(spec.apis.len());
@@ -248,10 +287,16 @@ async fn apply<K: BindingObject>(obj: &K, api: &Api<K>, ctx: &Context) -> Result
     }
     let verdict = readiness::evaluate(connection, &state, &facts);
     let ready = verdict.is_ready();
+    // A Binding its Connection does not allow lists nothing in the index either, so it cannot
+    // pin an API to its Connection ahead of the bindings that may use it.
+    let apis = match state {
+        ConnectionState::NamespaceNotAllowed { .. } => BTreeMap::new(),
+        _ => verdict.targets.clone(),
+    };
     ctx.index.apply(
         key.clone(),
         Entry {
-            apis: verdict.targets.clone(),
+            apis,
             ready,
             ..candidate
         },
@@ -288,6 +333,7 @@ async fn apply<K: BindingObject>(obj: &K, api: &Api<K>, ctx: &Context) -> Result
         conditions::set(&mut new_status.conditions, condition, obj.meta().generation);
     }
     if obj.binding_status() != Some(&new_status) {
+        warn_on_refusal(ctx, obj, &verdict).await;
         write_status(obj, api, &new_status).await?;
         info!(
             ready,
@@ -314,6 +360,51 @@ async fn apply<K: BindingObject>(obj: &K, api: &Api<K>, ctx: &Context) -> Result
     } else {
         ctx.settings.pending_requeue
     }))
+}
+
+/// The condition message when the Connection's `bindingNamespaceSelector` leaves
+/// `namespace` out; `None` when the namespace may bind.
+async fn namespace_refusal(
+    ctx: &Context,
+    connection: &Connection,
+    namespace: &str,
+) -> Result<Option<String>> {
+    let Some(selector) = connection.spec.binding_namespace_selector.as_ref() else {
+        return Ok(None);
+    };
+    let labels = Api::<Namespace>::all(ctx.consumer.clone())
+        .get_opt(namespace)
+        .await
+        .map_err(|source| Error::ReadNamespace {
+            namespace: namespace.to_string(),
+            source,
+        })?
+        .and_then(|ns| ns.metadata.labels)
+        .unwrap_or_default();
+    Ok(
+        namespaces::allowed(&connection.name_any(), Some(selector), namespace, &labels)
+            .err(),
+    )
+}
+
+/// A Warning Event when a binding turns not Ready for a reason only an operator can fix: a
+/// consumer CRD kbind does not manage, or a namespace the Connection does not allow. Sent when
+/// the status changes, not on every requeue.
+async fn warn_on_refusal<K: BindingObject>(ctx: &Context, obj: &K, verdict: &Verdict) {
+    let reason = verdict.ready.reason;
+    let previous = obj
+        .binding_status()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"))
+        .map(|c| (c.reason.as_str(), c.message.as_str()));
+    let refusal = matches!(reason, Reason::CRDNotManaged | Reason::NamespaceNotAllowed);
+    if refusal && previous != Some((reason.as_str(), verdict.ready.message.as_str())) {
+        ctx.warn(
+            &obj.object_ref(&()),
+            reason.as_str(),
+            verdict.ready.message.clone(),
+        )
+        .await;
+    }
 }
 
 async fn count_conflicts(

@@ -19,7 +19,7 @@
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::runtime::events::{Event, EventType, Recorder};
-use kube::{Api, Resource};
+use kube::Api;
 use tracing::{info, warn};
 
 use crate::api::{ConditionType, Connection, Reason};

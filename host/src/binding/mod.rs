@@ -11,6 +11,7 @@
 //!
 //! - [`controller`]: the reconcile shared by both kinds (finalizer `core.kbind.io/cleanup`).
 //! - [`readiness`]: when a binding is Ready, and the reason when it is not.
+//! - [`namespaces`]: which namespaces may bind through a Connection.
 //! - [`schema`]: installing consumer CRDs for `pullPolicy: Bound`.
 //! - [`index`]: which binding selects which instance, under which conflict policy.
 //! - [`status`]: building the status value and deciding whether it changed.
@@ -25,6 +26,7 @@
 pub mod controller;
 pub mod drain_provider;
 pub mod index;
+pub mod namespaces;
 pub mod readiness;
 pub mod related;
 pub mod related_guard;
@@ -35,8 +37,9 @@ pub mod teardown;
 use std::sync::Arc;
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
-use kube::runtime::events::Reporter;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use tokio_util::sync::CancellationToken;
 
 use crate::api::names::DEFAULT_SECRET_NAMESPACE;
@@ -64,6 +67,15 @@ pub enum Error {
     ReadCredentials {
         /// `namespace/name` of the Secret.
         secret: String,
+        /// What the consumer said.
+        #[source]
+        source: kube::Error,
+    },
+    /// Reading a Binding's Namespace (its labels decide `bindingNamespaceSelector`).
+    #[error("reading Namespace {namespace}: {source}")]
+    ReadNamespace {
+        /// The namespace.
+        namespace: String,
         /// What the consumer said.
         #[source]
         source: kube::Error,
@@ -233,6 +245,7 @@ pub struct Context {
     /// The syncers the supervisor runs, so a drain can wait for one to stop.
     pub syncers: RunningSyncers,
     failures: Backoff<String>,
+    recorder: Recorder,
 }
 
 impl std::fmt::Debug for Context {
@@ -251,15 +264,17 @@ impl Context {
         policies: Policies,
         settings: Settings,
     ) -> Self {
+        let reporter = Reporter {
+            controller: crate::api::names::FIELD_MANAGER.to_string(),
+            instance: std::env::var("POD_NAME").ok(),
+        };
         Self {
+            recorder: Recorder::new(consumer.clone(), reporter.clone()),
             consumer,
             engagements,
             index: SharedIndex::default(),
             policies,
-            reporter: Reporter {
-                controller: crate::api::names::FIELD_MANAGER.to_string(),
-                instance: std::env::var("POD_NAME").ok(),
-            },
+            reporter,
             failures: Backoff::new(
                 settings.sync.error_backoff_base,
                 settings.sync.error_backoff_max,
@@ -270,6 +285,20 @@ impl Context {
             ),
             syncers: RunningSyncers::default(),
             settings,
+        }
+    }
+
+    /// Publishes a Warning Event on a binding; a failure to publish is only logged.
+    pub(crate) async fn warn(&self, binding: &ObjectReference, reason: &str, note: String) {
+        let event = Event {
+            type_: EventType::Warning,
+            reason: reason.to_string(),
+            note: Some(note),
+            action: "Reconcile".into(),
+            secondary: None,
+        };
+        if let Err(error) = self.recorder.publish(&event, binding).await {
+            tracing::warn!(%error, "publishing an Event failed");
         }
     }
 }

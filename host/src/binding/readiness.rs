@@ -3,10 +3,13 @@
 //!
 //! ```text
 //! Connection exists? ── no ──▶ ConnectionNotFound
+//!   │ lets this namespace bind (bindingNamespaceSelector)? ── no ──▶ NamespaceNotAllowed
 //!   │ engaged (Ready)? ── no ──▶ ConnectionNotReady
 //!   ▼ for every listed API:
+//!   in a group kbind never touches (core.kbind.io, built-in)? ── yes ──▶ CRDNotManaged
 //!   exported by it? ── no ──▶ APINotExported
 //!   served by this Connection (CRD annotation, oldest binding)? ── no ──▶ APIBoundElsewhere
+//!   consumer CRD there without kbind's annotation? ── yes ──▶ CRDNotManaged
 //!   installed (pullPolicy Bound)? ── no ──▶ SchemaInstallFailed / SchemaNotEstablished
 //!   consumer CRD there? ── no ──▶ Pending;  Established? ── no ──▶ SchemaNotEstablished
 //!   ▼
@@ -17,6 +20,8 @@ use std::collections::BTreeMap;
 
 use crate::api::{ConditionType, ExportedApi, Reason};
 use crate::conditions::Desired;
+use crate::schema::Refusal;
+use crate::schema::ownership::{api_group, is_protected_api};
 use crate::sync::ApiTarget;
 
 /// What the engagement registry and the consumer say about the referenced Connection.
@@ -24,6 +29,12 @@ use crate::sync::ApiTarget;
 pub enum ConnectionState {
     /// No Connection object of that name.
     NotFound,
+    /// The Connection exists but its `bindingNamespaceSelector` leaves this binding's
+    /// namespace out; the message says why.
+    NamespaceNotAllowed {
+        /// What the operator reads in the condition.
+        message: String,
+    },
     /// The Connection exists but is not engaged (not Ready).
     NotReady,
     /// The Connection is engaged; these are the APIs its provider exports.
@@ -87,6 +98,16 @@ pub fn evaluate(connection: &str, state: &ConnectionState, apis: &[ApiFacts]) ->
                 targets: unresolved(),
             };
         }
+        ConnectionState::NamespaceNotAllowed { message } => {
+            return Verdict {
+                ready: Desired::falsy(
+                    ConditionType::Ready,
+                    Reason::NamespaceNotAllowed,
+                    message.clone(),
+                ),
+                targets: unresolved(),
+            };
+        }
         ConnectionState::NotReady => {
             return Verdict {
                 ready: Desired::falsy(
@@ -104,7 +125,13 @@ pub fn evaluate(connection: &str, state: &ConnectionState, apis: &[ApiFacts]) ->
     for api in apis {
         let name = &api.name;
         let mut target = None;
-        if !exported.iter().any(|e| e.name == *name) {
+        if is_protected_api(name) {
+            let refusal = Refusal::ProtectedGroup {
+                api: name.clone(),
+                group: api_group(name).to_string(),
+            };
+            problems.push((Reason::CRDNotManaged, refusal.to_string()));
+        } else if !exported.iter().any(|e| e.name == *name) {
             problems.push((
                 Reason::APINotExported,
                 format!("{name} is not exported by Connection {connection}"),
@@ -119,6 +146,12 @@ pub fn evaluate(connection: &str, state: &ConnectionState, apis: &[ApiFacts]) ->
                 Reason::APIBoundElsewhere,
                 format!("{name} is installed for Connection {other}"),
             ));
+        } else if api.crd.as_ref().is_some_and(|c| c.pinned_to.is_none()) {
+            let refusal = Refusal::NotManaged {
+                crd: name.clone(),
+                connection: connection.to_string(),
+            };
+            problems.push((Reason::CRDNotManaged, refusal.to_string()));
         } else if let Some(other) = api.index_pin.as_deref().filter(|o| *o != connection) {
             problems.push((
                 Reason::APIBoundElsewhere,
@@ -207,7 +240,7 @@ mod tests {
             name: name.into(),
             crd: Some(CrdFacts {
                 established: true,
-                pinned_to: None,
+                pinned_to: Some("p".into()),
                 target: Some(target()),
             }),
             index_pin: Some("p".into()),
@@ -292,7 +325,7 @@ mod tests {
         );
         facts.crd = Some(CrdFacts {
             established: false,
-            pinned_to: None,
+            pinned_to: Some("p".into()),
             target: Some(target()),
         });
         assert_eq!(
@@ -316,5 +349,39 @@ mod tests {
                 .message
                 .contains("waiting for CustomResourceDefinition gadgets")
         );
+    }
+
+    #[test]
+    fn crd_the_consumer_made_itself_is_not_managed_and_selects_nothing() {
+        let mut facts = established(W);
+        if let Some(crd) = facts.crd.as_mut() {
+            crd.pinned_to = None;
+        }
+        let v = evaluate("p", &exported(&[W]), &[facts]);
+        assert_eq!(v.ready.reason, Reason::CRDNotManaged);
+        assert!(v.ready.message.contains("not installed by kbind"));
+        assert!(v.ready.message.contains("core.kbind.io/connection=p"));
+        assert_eq!(v.targets.get(W), Some(&None));
+    }
+
+    #[test]
+    fn kbind_and_builtin_groups_are_not_managed_even_when_exported() {
+        for api in ["clusterbindings.core.kbind.io", "deployments.apps", "pods"] {
+            let v = evaluate("p", &exported(&[api]), &[established(api)]);
+            assert_eq!(v.ready.reason, Reason::CRDNotManaged, "{api}");
+            assert!(v.ready.message.contains("belongs to kbind or Kubernetes"));
+        }
+    }
+
+    #[test]
+    fn a_namespace_the_connection_does_not_allow_says_so_before_anything_else() {
+        let state = ConnectionState::NamespaceNotAllowed {
+            message: "namespace team-b does not match".into(),
+        };
+        let v = evaluate("p", &state, &[established(W)]);
+        assert_eq!(v.ready.reason, Reason::NamespaceNotAllowed);
+        assert!(!v.is_ready());
+        assert!(v.ready.message.contains("team-b"));
+        assert_eq!(v.targets.get(W), Some(&None));
     }
 }

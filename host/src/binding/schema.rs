@@ -24,7 +24,7 @@ use tracing::{info, warn};
 use crate::api::names::CONNECTION_ANNOTATION;
 use crate::api::{Connection, PullPolicy, Reason, SchemaSource};
 use crate::provider::Engagement;
-use crate::schema::{SchemaError, Target, ensure_installed};
+use crate::schema::{Refusal, SchemaError, Target, ensure_installed};
 use crate::sync::is_established;
 
 use super::Context;
@@ -88,6 +88,8 @@ async fn still_serving(ctx: &Context, name: &str, connection: &str, error: &Sche
         SchemaError::ProviderRead { .. }
             | SchemaError::OpenApi { .. }
             | SchemaError::Synthesis { .. }
+            | SchemaError::Unacceptable { .. }
+            | SchemaError::ConsumerDiscovery { .. }
             | SchemaError::Apply { .. }
     );
     if !refresh_failure {
@@ -123,12 +125,16 @@ fn active_source(connection: &Connection) -> SchemaSource {
 /// Which readiness reason a schema failure gives.
 fn reason(error: &SchemaError) -> Reason {
     match error {
-        SchemaError::BoundElsewhere { .. } => Reason::APIBoundElsewhere,
+        SchemaError::Refused(Refusal::BoundElsewhere { .. }) => Reason::APIBoundElsewhere,
+        SchemaError::Refused(Refusal::NotManaged { .. } | Refusal::ProtectedGroup { .. }) => {
+            Reason::CRDNotManaged
+        }
         SchemaError::NotEstablished { .. } => Reason::SchemaNotEstablished,
-        SchemaError::NotManaged { .. }
-        | SchemaError::ProviderRead { .. }
+        SchemaError::ProviderRead { .. }
         | SchemaError::OpenApi { .. }
         | SchemaError::Synthesis { .. }
+        | SchemaError::Unacceptable { .. }
+        | SchemaError::ConsumerDiscovery { .. }
         | SchemaError::Apply { .. } => Reason::SchemaInstallFailed,
     }
 }
@@ -152,6 +158,7 @@ mod tests {
                     ..SchemaPolicy::default()
                 },
                 auto_bind: false,
+                binding_namespace_selector: None,
             },
         );
         c.status = Some(ConnectionStatus {
@@ -179,13 +186,26 @@ mod tests {
 
     #[test]
     fn schema_failures_map_to_the_reason_an_operator_acts_on() {
-        let elsewhere = SchemaError::BoundElsewhere {
+        let elsewhere = SchemaError::Refused(Refusal::BoundElsewhere {
             crd: "w".into(),
             other: "q".into(),
-        };
+        });
         assert_eq!(reason(&elsewhere), Reason::APIBoundElsewhere);
-        let unmanaged = SchemaError::NotManaged { crd: "w".into() };
-        assert_eq!(reason(&unmanaged), Reason::SchemaInstallFailed);
+        let unmanaged = SchemaError::Refused(Refusal::NotManaged {
+            crd: "w".into(),
+            connection: "p".into(),
+        });
+        assert_eq!(reason(&unmanaged), Reason::CRDNotManaged);
+        let protected = SchemaError::Refused(Refusal::ProtectedGroup {
+            api: "clusterbindings.core.kbind.io".into(),
+            group: "core.kbind.io".into(),
+        });
+        assert_eq!(reason(&protected), Reason::CRDNotManaged);
+        let unacceptable = SchemaError::Unacceptable {
+            api: "w".into(),
+            detail: "spec.scope".into(),
+        };
+        assert_eq!(reason(&unacceptable), Reason::SchemaInstallFailed);
         let waiting = SchemaError::NotEstablished {
             crd: "w".into(),
             waited: std::time::Duration::from_secs(1),

@@ -4,9 +4,13 @@
 //! ```text
 //! deleted binding ─▶ leave the index (syncers stop selecting its instances)
 //!   for each listed API no other non-deleting binding lists:
-//!     drain instances in scope: delete owned provider copies (both UIDs; Orphan keeps them),
-//!                               release core.kbind.io/syncer
-//!     ClusterBinding: delete the consumer CRD (which deletes its consumer instances)
+//!     consumer CRD not kbind's for this Connection (no or another core.kbind.io/connection,
+//!     or a protected group): release core.kbind.io/syncer only; CRD, objects and provider
+//!     copies stay, and a Warning Event says so
+//!     otherwise drain instances in scope: delete owned provider copies (both UIDs; Orphan
+//!                               keeps them), release core.kbind.io/syncer
+//!     ClusterBinding: delete the consumer CRD (which deletes its consumer instances), only
+//!                     while it is still annotated for this Connection
 //!   delete this binding's related copies for the declared entries
 //!
 //! API dropped from apis (edited, or autoBind after an un-export), seen as a name in
@@ -27,6 +31,7 @@
 
 use std::collections::BTreeSet;
 
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, Preconditions};
 use kube::{Api, Client, ResourceExt};
@@ -34,9 +39,11 @@ use serde_json::json;
 use tracing::{info, warn};
 
 use crate::api::names::{DELETION_POLICY_ANNOTATION, DELETION_POLICY_ORPHAN, SYNCER_FINALIZER};
-use crate::api::{Binding, ClusterBinding};
+use crate::api::{Binding, ClusterBinding, Reason};
 use crate::conditions::Desired;
 use crate::provider::Engagement;
+use crate::schema::Refusal;
+use crate::schema::ownership;
 use crate::sync::conflict::owned_by;
 use crate::sync::{ApiTarget, api_code};
 
@@ -50,8 +57,14 @@ pub async fn run<K: BindingObject>(obj: &K, ctx: &Context) -> Result<()> {
     let spec = obj.binding_spec();
     let uid = obj.meta().uid.clone().unwrap_or_default();
     let namespace = obj.namespace();
+    let binding = obj.object_ref(&());
     let provider = drain_provider::resolve(ctx, &spec.connection_ref.name).await?;
     let engagement = provider.as_ref().ok();
+    let scope = DrainScope {
+        connection: &spec.connection_ref.name,
+        binding: &binding,
+        namespace: namespace.as_deref(),
+    };
     let others = apis_listed_elsewhere(&ctx.consumer, &uid).await?;
     let mut unchecked = Vec::new();
     for listed in &spec.apis {
@@ -61,7 +74,7 @@ pub async fn run<K: BindingObject>(obj: &K, ctx: &Context) -> Result<()> {
             info!(api = %listed.name, "another binding lists this API; skipping its cleanup");
             continue;
         }
-        if drain_api(ctx, engagement, &listed.name, namespace.as_deref(), true).await? > 0 {
+        if drain_api(ctx, engagement, &listed.name, &scope, true).await? > 0 {
             unchecked.push(listed.name.clone());
         }
     }
@@ -70,7 +83,7 @@ pub async fn run<K: BindingObject>(obj: &K, ctx: &Context) -> Result<()> {
         .into_iter()
         .filter(|a| !others.contains(*a))
     {
-        if drain_api(ctx, engagement, api, namespace.as_deref(), false).await? > 0 {
+        if drain_api(ctx, engagement, api, &scope, false).await? > 0 {
             unchecked.push(api.to_string());
         }
     }
@@ -130,21 +143,19 @@ pub async fn drain_dropped<K: BindingObject>(obj: &K, ctx: &Context) -> Result<D
     }
     let provider = drain_provider::resolve(ctx, connection).await?;
     let namespace = obj.namespace();
+    let binding = obj.object_ref(&());
+    let scope = DrainScope {
+        connection,
+        binding: &binding,
+        namespace: namespace.as_deref(),
+    };
     let mut unchecked = Vec::new();
     for api in &ready {
         info!(
             api,
             "API no longer listed by the binding; draining its instances"
         );
-        if drain_api(
-            ctx,
-            provider.as_ref().ok(),
-            api,
-            namespace.as_deref(),
-            false,
-        )
-        .await?
-            > 0
+        if drain_api(ctx, provider.as_ref().ok(), api, &scope, false).await? > 0
         {
             unchecked.push(api.to_string());
         }
@@ -201,24 +212,27 @@ async fn apis_listed_elsewhere(consumer: &Client, uid: &str) -> Result<BTreeSet<
     Ok(out)
 }
 
+/// Which binding is being torn down, for which Connection, over which namespace (`None`: a
+/// ClusterBinding, every namespace).
+struct DrainScope<'a> {
+    connection: &'a str,
+    binding: &'a ObjectReference,
+    namespace: Option<&'a str>,
+}
+
 /// Drains one API in scope; for a ClusterBinding (`namespace` `None`) with `remove_crd` then
-/// deletes the CRD. Returns how many instances were released without a provider check.
+/// deletes the CRD when it is kbind's for this Connection. Returns how many instances were
+/// released without a provider check.
 async fn drain_api(
     ctx: &Context,
     engagement: Option<&Engagement>,
     api_name: &str,
-    namespace: Option<&str>,
+    scope: &DrainScope<'_>,
     remove_crd: bool,
 ) -> Result<usize> {
+    let namespace = scope.namespace;
     let crds = Api::<CustomResourceDefinition>::all(ctx.consumer.clone());
-    let Some(crd) = crds
-        .get_opt(api_name)
-        .await
-        .map_err(|source| Error::ReadCrd {
-            name: api_name.to_string(),
-            source,
-        })?
-    else {
+    let Some(crd) = read_crd(&crds, api_name).await? else {
         return Ok(0);
     };
     let Some(target) = ApiTarget::from_crd(&crd, &[]) else {
@@ -229,11 +243,31 @@ async fn drain_api(
         // its scope.
         return Ok(0);
     }
+    if let Err(refusal) = ownership::check(api_name, Some(&crd), scope.connection) {
+        release_only(ctx, &target, scope, &refusal).await?;
+        return Ok(0);
+    }
     let unchecked = drain_instances(ctx, engagement, &target, namespace).await?;
     if namespace.is_none() && remove_crd {
         // Spec: "Drain instances across the API, then delete the consumer CRD, which deletes
-        // its consumer instances." Destructive by design, whoever installed the CRD.
-        match crds.delete(api_name, &DeleteParams::default()).await {
+        // its consumer instances." Only a CRD kbind installed for this Connection, checked
+        // again on a fresh read and deleted under that read's uid and resourceVersion, so a
+        // CRD that changed hands meanwhile is never deleted.
+        let Some(crd) = read_crd(&crds, api_name).await? else {
+            return Ok(unchecked);
+        };
+        if let Err(refusal) = ownership::check(api_name, Some(&crd), scope.connection) {
+            release_only(ctx, &target, scope, &refusal).await?;
+            return Ok(unchecked);
+        }
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: crd.metadata.uid.clone(),
+                resource_version: crd.metadata.resource_version.clone(),
+            }),
+            ..DeleteParams::default()
+        };
+        match crds.delete(api_name, &params).await {
             Ok(_) => info!(
                 api = api_name,
                 "last ClusterBinding gone: consumer CRD deleted"
@@ -251,6 +285,41 @@ async fn drain_api(
         drain_instances(ctx, None, &target, namespace).await?;
     }
     Ok(unchecked)
+}
+
+async fn read_crd(
+    crds: &Api<CustomResourceDefinition>,
+    name: &str,
+) -> Result<Option<CustomResourceDefinition>> {
+    crds.get_opt(name).await.map_err(|source| Error::ReadCrd {
+        name: name.to_string(),
+        source,
+    })
+}
+
+/// Teardown of an API whose consumer CRD is not kbind's for this Connection: only kbind's own
+/// syncer finalizers are released; the CRD, its objects and any provider copies stay. An
+/// instance list the consumer refuses (RBAC) leaves nothing to release.
+async fn release_only(
+    ctx: &Context,
+    target: &ApiTarget,
+    scope: &DrainScope<'_>,
+    refusal: &Refusal,
+) -> Result<()> {
+    let note = format!(
+        "teardown left {}.{} alone (CRD, objects and provider copies), releasing only kbind's finalizers: {refusal}",
+        target.plural, target.group
+    );
+    warn!(api = %target.plural, group = %target.group, %refusal, "consumer CRD not kbind's: finalizers released only");
+    ctx.warn(scope.binding, Reason::CRDNotManaged.as_str(), note)
+        .await;
+    match drain_instances(ctx, None, target, scope.namespace).await {
+        Err(Error::ListInstances { source, .. }) if api_code(&source) == Some(403) => {
+            warn!(api = %target.plural, error = %source, "instances not listable: no finalizer released");
+            Ok(())
+        }
+        other => other.map(|_| ()),
+    }
 }
 
 /// Deletes owned provider copies (unless the instance says Orphan) and releases the syncer

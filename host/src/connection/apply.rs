@@ -1,20 +1,24 @@
 //! The non-deleting path of a Connection, step by step as the spec's first flowchart draws it.
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::Action;
 use tracing::{info, warn};
 
 use super::{Context, Error, Result, autobind, persist_status, secret};
-use crate::api::{ConditionType, Connection, ConnectionStatus, PullPolicy, Reason};
+use crate::api::names::EXPORTED_LABEL;
+use crate::api::{ConditionType, Connection, ConnectionStatus, ExportedApi, PullPolicy, Reason};
 use crate::conditions::{self, Desired};
 use crate::heartbeat::{self, LeaseLocation};
 use crate::provider::Engagement;
 use crate::provider::discovery::{self, Discovered};
 use crate::provider::identity::{self, IdentityError};
 use crate::provider::kubeconfig::{self, ProviderCredentials};
-use crate::schema::{self, Target};
+use crate::schema::{self, Refusal, Target, ownership};
 
 /// Reconciles a non-deleting Connection.
 pub(super) async fn apply(connection: &Connection, ctx: &Context) -> Result<Action> {
@@ -83,12 +87,30 @@ pub(super) async fn apply(connection: &Connection, ctx: &Context) -> Result<Acti
     step.status.active_schema_source = Some(discovered.source.as_str().to_string());
     step.status.exported_apis = discovered.apis.clone();
 
-    step.install_schemas(&credentials, &discovered).await;
+    // Which exported APIs kbind may not install for this Connection (a consumer CRD it does
+    // not manage); only needed where the Connection itself installs or binds.
+    let refused = if connection.spec.auto_bind || connection.spec.schema.pull_policy == PullPolicy::All {
+        match refused_installs(&ctx.client, &name, &discovered.apis).await {
+            Ok(refused) => refused,
+            Err(error) => return step.fail(error).await,
+        }
+    } else {
+        BTreeMap::new()
+    };
+    step.install_schemas(&credentials, &discovered, &refused).await;
 
-    if connection.spec.auto_bind
-        && let Err(error) = autobind::sync(ctx, connection, &discovered.apis).await
-    {
-        return step.fail(error).await;
+    if connection.spec.auto_bind {
+        // autoBind never lists an API whose install was refused: its teardown would otherwise
+        // reach a CRD kbind does not own.
+        let bindable: Vec<ExportedApi> = discovered
+            .apis
+            .iter()
+            .filter(|api| !refused.contains_key(&api.name))
+            .cloned()
+            .collect();
+        if let Err(error) = autobind::sync(ctx, connection, &bindable).await {
+            return step.fail(error).await;
+        }
     }
 
     // Heartbeat: best-effort, never blocks Ready.
@@ -278,67 +300,100 @@ impl Steps<'_> {
         }
     }
 
-    /// `pullPolicy: All` installs every exported schema now; Bound and None install nothing.
+    /// `pullPolicy: All` installs every exported schema now (except the refused ones); Bound
+    /// and None install nothing. SchemaInSync also reports what kbind refused: labelled
+    /// provider CRDs of protected groups, and exported APIs whose consumer CRD it may not touch.
     async fn install_schemas(
         &mut self,
         credentials: &ProviderCredentials,
         discovered: &Discovered,
+        refused: &BTreeMap<String, Refusal>,
     ) {
         let policy = &self.connection.spec.schema;
-        if policy.pull_policy != PullPolicy::All {
-            let message = match policy.pull_policy {
-                PullPolicy::None => "pullPolicy None: consumer CRDs are managed outside kbind",
-                _ => "pullPolicy Bound: schemas are installed when a binding lists the API",
-            };
-            self.set(Desired::truthy(
-                ConditionType::SchemaInSync,
-                Reason::AsExpected,
-                message,
-            ));
-            return;
-        }
         let name = self.connection.name_any();
         let mut failures = Vec::new();
-        for api in &discovered.apis {
-            let target = Target {
-                connection: &name,
-                api,
-                source: discovered.source,
-                update: policy.update_policy,
-            };
-            let installed = schema::ensure_installed(
-                &self.ctx.client,
-                &credentials.client,
-                &self.ctx.policies,
-                &target,
-                self.ctx.config.schema_wait,
-            )
-            .await;
-            if let Err(error) = installed {
-                failures.push(error.to_string());
+        if policy.pull_policy == PullPolicy::All {
+            for api in discovered
+                .apis
+                .iter()
+                .filter(|api| !refused.contains_key(&api.name))
+            {
+                let target = Target {
+                    connection: &name,
+                    api,
+                    source: discovered.source,
+                    update: policy.update_policy,
+                };
+                let installed = schema::ensure_installed(
+                    &self.ctx.client,
+                    &credentials.client,
+                    &self.ctx.policies,
+                    &target,
+                    self.ctx.config.schema_wait,
+                )
+                .await;
+                if let Err(error) = installed {
+                    failures.push(error.to_string());
+                }
             }
         }
-        if failures.is_empty() {
-            self.set(Desired::truthy(
-                ConditionType::SchemaInSync,
-                Reason::AsExpected,
+        let refusals: Vec<String> = discovered
+            .ignored
+            .iter()
+            .map(|api| {
                 format!(
-                    "{} exported schema(s) installed and Established",
-                    discovered.apis.len()
-                ),
-            ));
-        } else {
-            let message = failures.join("; ");
+                    "the provider labels {api} exported, but its group belongs to kbind or Kubernetes itself: ignored; ask the provider to remove the {EXPORTED_LABEL} label"
+                )
+            })
+            .chain(refused.values().map(|refusal| {
+                format!("{refusal} (left out of schema installation and autoBind)")
+            }))
+            .collect();
+        if !refusals.is_empty() {
+            self.ctx
+                .warn(
+                    self.connection,
+                    Reason::CRDNotManaged.as_str(),
+                    refusals.join("; "),
+                )
+                .await;
+        }
+        if !failures.is_empty() {
+            let message = failures.iter().chain(&refusals).cloned().collect::<Vec<_>>().join("; ");
             self.ctx
                 .warn(
                     self.connection,
                     Reason::SchemaInstallFailed.as_str(),
-                    message.clone(),
+                    failures.join("; "),
                 )
                 .await;
             self.set(Desired::falsy(
                 ConditionType::SchemaInSync,
                 Reason::SchemaInstallFailed,
+                message,
+            ));
+        } else if !refusals.is_empty() {
+            self.set(Desired::falsy(
+                ConditionType::SchemaInSync,
+                Reason::CRDNotManaged,
+                refusals.join("; "),
+            ));
+        } else {
+            let message = match policy.pull_policy {
+                PullPolicy::None => {
+                    "pullPolicy None: consumer CRDs are managed outside kbind".to_string()
+                }
+                PullPolicy::Bound => {
+                    "pullPolicy Bound: schemas are installed when a binding lists the API".to_string()
+                }
+                PullPolicy::All => format!(
+                    "{} exported schema(s) installed and Established",
+                    discovered.apis.len()
+                ),
+            };
+            self.set(Desired::truthy(
+                ConditionType::SchemaInSync,
+                Reason::AsExpected,
                 message,
             ));
         }
@@ -362,4 +417,25 @@ impl Steps<'_> {
         persist_status(self.ctx, self.connection, self.status.clone()).await?;
         Ok(Action::requeue(self.ctx.config.resync))
     }
+}
+
+/// The exported APIs whose consumer CRD kbind may not install or update for `connection`
+/// (`schema::ownership`), each with the reason.
+async fn refused_installs(
+    consumer: &kube::Client,
+    connection: &str,
+    apis: &[ExportedApi],
+) -> Result<BTreeMap<String, Refusal>> {
+    let crds: Api<CustomResourceDefinition> = Api::all(consumer.clone());
+    let mut refused = BTreeMap::new();
+    for api in apis {
+        let existing = crds
+            .get_opt(&api.name)
+            .await
+            .map_err(|e| Error::ReadCrd(api.name.clone(), e))?;
+        if let Err(refusal) = ownership::check(&api.name, existing.as_ref(), connection) {
+            refused.insert(api.name.clone(), refusal);
+        }
+    }
+    Ok(refused)
 }

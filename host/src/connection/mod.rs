@@ -136,6 +136,9 @@ pub enum Error {
     /// Writing the Connection status failed.
     #[error("writing Connection status: {0}")]
     WriteStatus(#[source] kube::Error),
+    /// Reading an exported API's consumer CRD (to tell whether kbind may install it) failed.
+    #[error("reading CustomResourceDefinition {0} on the consumer: {1}")]
+    ReadCrd(String, #[source] kube::Error),
     /// Maintaining the autoBind ClusterBinding failed.
     #[error("maintaining the autoBind ClusterBinding: {0}")]
     AutoBind(#[source] kube::Error),

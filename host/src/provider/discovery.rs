@@ -1,6 +1,8 @@
 //! Discovering what a provider exports, per `schema.source`.
 //!
-//! - CRD: CRDs labelled `core.kbind.io/exported: "true"` (list, then get at install time).
+//! - CRD: CRDs labelled `core.kbind.io/exported: "true"` (list, then get at install time),
+//!   outside the built-in groups, like the OpenAPI source: a labelled `core.kbind.io` or
+//!   Kubernetes CRD is reported as ignored, never exported.
 //! - OpenAPI: every discovered resource outside the built-in Kubernetes groups; the
 //!   credentials' reach is the export boundary, and schemas come from `/openapi/v3`.
 //! - Auto: CRD first, OpenAPI only after a *successful* list that found no export; a list
@@ -23,6 +25,8 @@ pub struct Discovered {
     pub source: SchemaSource,
     /// Exported APIs, sorted by name.
     pub apis: Vec<ExportedApi>,
+    /// Labelled CRDs left out because their group is kbind's or Kubernetes' own, sorted.
+    pub ignored: Vec<String>,
 }
 
 /// Why discovery failed.
@@ -66,42 +70,52 @@ pub async fn discover(
     source: SchemaSource,
 ) -> Result<Discovered, DiscoveryError> {
     match source {
-        SchemaSource::Crd => Ok(Discovered {
-            source,
-            apis: exported_crds(provider).await?,
-        }),
+        SchemaSource::Crd => Ok(exported_crds(provider).await?),
         SchemaSource::OpenApi => Ok(Discovered {
             source,
             apis: served_apis(provider).await?,
+            ignored: Vec::new(),
         }),
         SchemaSource::Auto => {
-            let apis = exported_crds(provider).await?;
-            if apis.is_empty() {
+            let crds = exported_crds(provider).await?;
+            // Only labelled CRDs that can be exported count: a provider labelling nothing
+            // but built-in CRDs exports nothing through CRDs.
+            if crds.apis.is_empty() {
                 Ok(Discovered {
                     source: SchemaSource::OpenApi,
                     apis: served_apis(provider).await?,
+                    ignored: crds.ignored,
                 })
             } else {
-                Ok(Discovered {
-                    source: SchemaSource::Crd,
-                    apis,
-                })
+                Ok(crds)
             }
         }
     }
 }
 
-/// Lists the CRDs labelled as exported.
-async fn exported_crds(provider: &kube::Client) -> Result<Vec<ExportedApi>, DiscoveryError> {
+/// Lists the CRDs labelled as exported, leaving out the built-in groups.
+async fn exported_crds(provider: &kube::Client) -> Result<Discovered, DiscoveryError> {
     let crds: Api<CustomResourceDefinition> = Api::all(provider.clone());
     let selector = format!("{EXPORTED_LABEL}=true");
     let list = crds
         .list(&ListParams::default().labels(&selector))
         .await
         .map_err(|e| DiscoveryError::from_kube("list exported CRDs", e))?;
-    let mut apis: Vec<ExportedApi> = list.items.iter().map(exported_from_crd).collect();
+    Ok(split_exported(list.items.iter().map(exported_from_crd)))
+}
+
+/// Splits labelled CRDs into exports and the ones ignored for their group.
+fn split_exported(labelled: impl IntoIterator<Item = ExportedApi>) -> Discovered {
+    let (mut ignored, mut apis): (Vec<ExportedApi>, Vec<ExportedApi>) = labelled
+        .into_iter()
+        .partition(|api| is_builtin_group(&api.group));
     apis.sort();
-    Ok(apis)
+    ignored.sort();
+    Discovered {
+        source: SchemaSource::Crd,
+        apis,
+        ignored: ignored.into_iter().map(|api| api.name).collect(),
+    }
 }
 
 /// The exported-API record for a provider CRD.
@@ -125,7 +139,8 @@ pub fn exported_from_crd(crd: &CustomResourceDefinition) -> ExportedApi {
     }
 }
 
-/// Whether a group is one of Kubernetes' (or kcp's) own, never exported under the OpenAPI source.
+/// Whether a group is one of Kubernetes' (or kcp's, or kbind's) own: never exported, whichever
+/// the source, and never installed, bound or deleted on the consumer (`schema::ownership`).
 pub fn is_builtin_group(group: &str) -> bool {
     group.is_empty()
         || !group.contains('.')
@@ -185,5 +200,36 @@ mod tests {
         for group in ["example.org", "wardle.example.com"] {
             assert!(!is_builtin_group(group), "{group}");
         }
+    }
+
+    fn labelled(plural: &str, group: &str) -> ExportedApi {
+        ExportedApi {
+            name: format!("{plural}.{group}"),
+            group: group.into(),
+            resource: plural.into(),
+            scope: ResourceScope::Cluster,
+            versions: vec!["v1alpha1".into()],
+        }
+    }
+
+    #[test]
+    fn labelled_crds_of_builtin_groups_are_ignored_not_exported() {
+        let found = split_exported([
+            labelled("widgets", "example.org"),
+            labelled("clusterbindings", "core.kbind.io"),
+            labelled("gateways", "gateway.networking.k8s.io"),
+        ]);
+        assert_eq!(
+            found.apis.iter().map(|a| a.name.as_str()).collect::<Vec<_>>(),
+            ["widgets.example.org"]
+        );
+        assert_eq!(
+            found.ignored,
+            [
+                "clusterbindings.core.kbind.io",
+                "gateways.gateway.networking.k8s.io"
+            ]
+        );
+        assert_eq!(found.source, SchemaSource::Crd);
     }
 }

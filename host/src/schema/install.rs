@@ -7,8 +7,9 @@ use kube::api::{Api, Patch, PatchParams};
 use sha2::{Digest, Sha256};
 
 use super::openapi::fetch_facts;
-use super::pull::consumer_crd_from_provider;
-use crate::api::names::{CONNECTION_ANNOTATION, FIELD_MANAGER};
+use super::ownership::{self, Refusal};
+use super::sanitize::{TakenNames, consumer_crd};
+use crate::api::names::FIELD_MANAGER;
 use crate::api::{ExportedApi, SchemaSource, UpdatePolicy};
 use crate::policy::{Policies, PolicyError};
 
@@ -40,24 +41,10 @@ pub struct Installed {
 /// Why a schema could not be installed.
 #[derive(Debug, thiserror::Error)]
 pub enum SchemaError {
-    /// The consumer CRD belongs to another Connection.
-    #[error(
-        "CRD {crd} on the consumer is pinned to Connection {other:?}; an API can be served by one Connection only"
-    )]
-    BoundElsewhere {
-        /// The CRD name.
-        crd: String,
-        /// The Connection it is pinned to.
-        other: String,
-    },
-    /// The consumer CRD exists but was not installed by kbind.
-    #[error(
-        "CRD {crd} already exists on the consumer and was not installed by kbind (no {CONNECTION_ANNOTATION} annotation); delete it, or use schema.pullPolicy None to manage it yourself"
-    )]
-    NotManaged {
-        /// The CRD name.
-        crd: String,
-    },
+    /// kbind may not install or update this consumer CRD for the Connection (a protected
+    /// group, a CRD kbind did not install, or one pinned to another Connection).
+    #[error(transparent)]
+    Refused(#[from] Refusal),
     /// Reading the provider's schema failed.
     #[error("reading the schema of {api} from the provider failed: {source}")]
     ProviderRead {
@@ -73,6 +60,23 @@ pub enum SchemaError {
         api: String,
         /// What is wrong.
         detail: String,
+    },
+    /// The CRD the source gave (provider CRD or synthesis module) is not one for this API.
+    #[error("the CRD the schema source gave for {api} is unacceptable: {detail}")]
+    Unacceptable {
+        /// The API.
+        api: String,
+        /// What is wrong with it.
+        detail: String,
+    },
+    /// Reading the consumer's discovery (to keep shortNames and categories from shadowing
+    /// other resources) failed.
+    #[error("reading the consumer's API discovery for {api} failed: {source}")]
+    ConsumerDiscovery {
+        /// The API.
+        api: String,
+        /// The client error.
+        source: kube::Error,
     },
     /// The schema-synthesis policy failed.
     #[error("synthesizing a CRD for {api} failed: {source}")]
@@ -127,31 +131,16 @@ pub async fn ensure_installed(
             crd: api.name.clone(),
             source,
         })?;
-    if let Some(existing) = &existing {
-        let pinned = existing
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(CONNECTION_ANNOTATION));
-        match pinned {
-            None => {
-                return Err(SchemaError::NotManaged {
-                    crd: api.name.clone(),
-                });
-            }
-            Some(other) if other != connection => {
-                return Err(SchemaError::BoundElsewhere {
-                    crd: api.name.clone(),
-                    other: other.clone(),
-                });
-            }
-            Some(_) if update == UpdatePolicy::Once => {
-                return established(consumer, &api.name, wait).await;
-            }
-            Some(_) => {}
-        }
+    // The host decides what may be touched, whatever the source: never a protected group,
+    // never a CRD kbind did not install for this Connection.
+    ownership::check(&api.name, existing.as_ref(), connection)?;
+    if existing.is_some() && update == UpdatePolicy::Once {
+        return established(consumer, &api.name, wait).await;
     }
-    let desired = desired_crd(provider, policies, connection, api, source).await?;
+    let mut desired = desired_crd(consumer, provider, policies, connection, api, source).await?;
+    // Optimistic lock on the CRD just judged: if it changed hands since (annotation removed
+    // or re-pinned), the write fails with a conflict and the next reconcile judges again.
+    desired.metadata.resource_version = existing.and_then(|crd| crd.metadata.resource_version);
     crds.patch(
         &api.name,
         &PatchParams::apply(FIELD_MANAGER).force(),
@@ -165,15 +154,17 @@ pub async fn ensure_installed(
     established(consumer, &api.name, wait).await
 }
 
-/// The CRD the consumer should have for `api`.
+/// The CRD the consumer should have for `api`: the source's CRD, cut down to what a
+/// consumer needs (see [`super::sanitize`]).
 async fn desired_crd(
+    consumer: &kube::Client,
     provider: &kube::Client,
     policies: &Policies,
     connection: &str,
     api: &ExportedApi,
     source: SchemaSource,
 ) -> Result<CustomResourceDefinition, SchemaError> {
-    let mut crd = match source {
+    let raw = match source {
         SchemaSource::OpenApi => {
             let facts = fetch_facts(provider, api).await?;
             let input = facts.synthesis_input();
@@ -187,22 +178,33 @@ async fn desired_crd(
         }
         SchemaSource::Crd | SchemaSource::Auto => {
             let crds: Api<CustomResourceDefinition> = Api::all(provider.clone());
-            let provider_crd =
-                crds.get(&api.name)
-                    .await
-                    .map_err(|source| SchemaError::ProviderRead {
-                        api: api.name.clone(),
-                        source,
-                    })?;
-            consumer_crd_from_provider(&provider_crd, connection)
+            crds.get(&api.name)
+                .await
+                .map_err(|source| SchemaError::ProviderRead {
+                    api: api.name.clone(),
+                    source,
+                })?
         }
     };
-    crd.metadata
-        .annotations
-        .get_or_insert_with(Default::default)
-        .insert(CONNECTION_ANNOTATION.to_string(), connection.to_string());
-    crd.metadata.name = Some(api.name.clone());
-    Ok(crd)
+    let names = &raw.spec.names;
+    let has_aliases = [&names.short_names, &names.categories]
+        .iter()
+        .any(|list| list.as_ref().is_some_and(|l| !l.is_empty()));
+    // Consumer discovery is only read when there are aliases to check against it.
+    let taken = if has_aliases {
+        TakenNames::discover(consumer, api)
+            .await
+            .map_err(|source| SchemaError::ConsumerDiscovery {
+                api: api.name.clone(),
+                source,
+            })?
+    } else {
+        TakenNames::default()
+    };
+    consumer_crd(&raw, api, connection, &taken).map_err(|detail| SchemaError::Unacceptable {
+        api: api.name.clone(),
+        detail,
+    })
 }
 
 /// Waits until the consumer CRD `name` is Established, for at most `wait`.

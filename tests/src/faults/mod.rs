@@ -10,6 +10,7 @@
 
 pub mod policy;
 pub mod process;
+pub mod schema_module;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;

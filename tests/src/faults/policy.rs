@@ -63,7 +63,7 @@ pub fn poisoned_conflict_policy(trap_uid: &str, loop_uid: &str) -> anyhow::Resul
 }
 
 /// Wraps a core module (WAT) into a component for `world` of the repository's `wit/`.
-fn component(world: &str, core_wat: &str) -> anyhow::Result<Vec<u8>> {
+pub(crate) fn component(world: &str, core_wat: &str) -> anyhow::Result<Vec<u8>> {
     let wit = Path::new(env!("CARGO_MANIFEST_DIR")).join("../wit");
     let mut resolve = wit_parser::Resolve::default();
     let (pkg, _) = resolve

@@ -368,6 +368,7 @@ pub async fn apply_connection(
                 ..SchemaPolicy::default()
             },
             auto_bind: false,
+            binding_namespace_selector: None,
         },
     );
     Api::<Connection>::all(consumer.clone())

@@ -1,11 +1,13 @@
 //! The Connection controller against real kube-apiservers, one test per branch of
 //! `spec/connection-controller.md` and the Connection parts of the other spec pages.
 //!
-//! One test binary (one shared cluster pair and konnector), three files: credentials and
-//! identity, discovery and schemas, lifecycle (autoBind, heartbeat, deletion).
+//! One test binary (one shared cluster pair and konnector), four files: credentials and
+//! identity, discovery and schemas, what exports cannot reach on the consumer, lifecycle
+//! (autoBind, heartbeat, deletion).
 
 mod credentials;
 mod discovery;
+mod exports;
 mod lifecycle;
 
 use std::time::Duration;
