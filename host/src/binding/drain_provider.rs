@@ -18,8 +18,8 @@
 //! credentials cannot be built" remains for when this fails, now with a condition and an Event.
 
 use k8s_openapi::api::core::v1::Secret;
-use kube::runtime::events::{Event, EventType, Recorder};
 use kube::Api;
+use kube::runtime::events::{Event, EventType, Recorder};
 use tracing::{info, warn};
 
 use crate::api::{ConditionType, Connection, Reason};

@@ -60,6 +60,8 @@ pub fn fast_settings(stack: &str) -> Settings {
         pending_requeue: Duration::from_millis(500),
         schema_wait: Duration::from_secs(30),
         binding_selector: Some(format!("{STACK_LABEL}={stack}")),
+        secret_namespace: DEFAULT_SECRET_NAMESPACE.to_string(),
+        konnector_namespace: None,
         sync: SyncSettings {
             resync_interval: Duration::from_secs(5),
             concurrency: 16,
