@@ -326,9 +326,11 @@ async fn api_bound_through_two_connections_is_bound_elsewhere() -> anyhow::Resul
     let result = pair
         .diagnose(first.diagnose(&[&api], async {
             api.install_on_provider(&first.provider).await?;
-            // pullPolicy None and a CRD without annotation: the pin comes from the older binding.
+            // pullPolicy None: the operator installs the CRD and pins it to the first
+            // Connection (kbind binds only CRDs annotated for the binding's Connection).
             first.set_pull_policy(PullPolicy::None).await?;
-            api.install_on_consumer(&first.consumer, None).await?;
+            api.install_on_consumer(&first.consumer, Some("ready-twice"))
+                .await?;
             first.engage(&[&api]);
             // A second Connection of the same stack (same provider) for the same API.
             let second = Engagement {
