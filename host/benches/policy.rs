@@ -33,6 +33,7 @@ fn main() -> anyhow::Result<()> {
     let policies = Policies::load(&PolicyArgs::default())?.with_limits(PolicyLimits {
         timeout: Duration::from_secs(10),
         memory_bytes: 512 * 1024 * 1024,
+        ..PolicyLimits::DEFAULT
     });
     let load_all = started.elapsed();
 

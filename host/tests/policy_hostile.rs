@@ -9,30 +9,74 @@ use std::path::Path;
 use std::time::Duration;
 
 use konnector::api::ConflictPolicy;
+use std::time::Instant;
+
 use konnector::policy::{
-    ConflictDecision, ConflictInput, OwnershipMarkers, Policies, PolicyError, PolicyLimits,
-    PolicyRole, RelatedInput,
+    ConflictDecision, ConflictInput, MAX_MEMORIES, MAX_TABLES, OwnershipMarkers, Policies,
+    PolicyError, PolicyLimits, PolicyRole, RelatedInput, SandboxResource,
 };
 
 const LIMITS: PolicyLimits = PolicyLimits {
     timeout: Duration::from_millis(500),
     memory_bytes: 16 * 1024 * 1024,
+    ..PolicyLimits::DEFAULT
 };
 
 /// Wraps a core module (WAT) into a component for `world` of `wit/`.
 fn component(world: &str, core_wat: &str) -> Vec<u8> {
-    let wit = Path::new(env!("CARGO_MANIFEST_DIR")).join("../wit");
     let mut resolve = wit_parser::Resolve::default();
-    let (pkg, _) = resolve
+    let pkg = push_policy_wit(&mut resolve);
+    encode(&resolve, pkg, world, core_wat)
+}
+
+/// Adds the repository's `kbind:policy` package to `resolve`.
+fn push_policy_wit(resolve: &mut wit_parser::Resolve) -> wit_parser::PackageId {
+    let wit = Path::new(env!("CARGO_MANIFEST_DIR")).join("../wit");
+    resolve
         .push_dir(&wit)
-        .unwrap_or_else(|e| panic!("parsing {}: {e:#}", wit.display()));
+        .unwrap_or_else(|e| panic!("parsing {}: {e:#}", wit.display()))
+        .0
+}
+
+/// The parts of WASI 0.2 a sleeping module imports, as a policy author's toolchain would
+/// declare them: a monotonic-clock timer and `poll`.
+const WASI_IO: &str = r#"package wasi:io@0.2.0;
+interface poll {
+  resource pollable {
+    block: func();
+  }
+  poll: func(in: list<borrow<pollable>>) -> list<u32>;
+}
+"#;
+const WASI_CLOCKS: &str = r#"package wasi:clocks@0.2.0;
+interface monotonic-clock {
+  use wasi:io/poll@0.2.0.{pollable};
+  type duration = u64;
+  subscribe-duration: func(when: duration) -> pollable;
+}
+"#;
+const SLEEPER_WORLD: &str = r#"package test:hostile;
+world sleeping-conflict-policy {
+  import wasi:io/poll@0.2.0;
+  import wasi:clocks/monotonic-clock@0.2.0;
+  export kbind:policy/conflict@0.1.0;
+}
+"#;
+
+/// Encodes a core module (WAT) as a component of `world` in package `pkg`.
+fn encode(
+    resolve: &wit_parser::Resolve,
+    pkg: wit_parser::PackageId,
+    world: &str,
+    core_wat: &str,
+) -> Vec<u8> {
     let world = resolve
         .select_world(&[pkg], Some(world))
         .unwrap_or_else(|e| panic!("{e:#}"));
     let mut module = wat::parse_str(core_wat).unwrap_or_else(|e| panic!("{e}"));
     wit_component::embed_component_metadata(
         &mut module,
-        &resolve,
+        resolve,
         world,
         wit_component::StringEncoding::UTF8,
     )
@@ -62,6 +106,143 @@ fn conflict_module(body: &str) -> Vec<u8> {
   (func (export "kbind:policy/conflict@0.1.0#decide")
     (param i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32) (result i32)
     {body}))"#
+        ),
+    )
+}
+
+/// The conflict module's allocator and `decide` header, for modules that need more than a
+/// body (imports, several memories).
+const REALLOC: &str = r#"(func (export "cabi_realloc") (param i32 i32 i32 i32) (result i32)
+    (local $p i32)
+    (local.set $p (i32.and (i32.add (global.get $heap) (i32.sub (local.get 2) (i32.const 1)))
+                           (i32.sub (i32.const 0) (local.get 2))))
+    (global.set $heap (i32.add (local.get $p) (local.get 3)))
+    (local.get $p))"#;
+const DECIDE: &str = r#"(func (export "kbind:policy/conflict@0.1.0#decide")
+    (param i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32) (result i32)"#;
+
+/// A conflict module that sleeps a minute in WASI: `poll` on a `subscribe-duration`
+/// pollable, then answers `ok(create)`. Wasm does not run while it waits, so only a
+/// wall-clock deadline can cut it off.
+fn sleeping_conflict_module() -> Vec<u8> {
+    let mut resolve = wit_parser::Resolve::default();
+    for (path, text) in [("wasi-io.wit", WASI_IO), ("wasi-clocks.wit", WASI_CLOCKS)] {
+        resolve
+            .push_str(path, text)
+            .unwrap_or_else(|e| panic!("{path}: {e:#}"));
+    }
+    push_policy_wit(&mut resolve);
+    let pkg = resolve
+        .push_str("sleeper.wit", SLEEPER_WORLD)
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    encode(
+        &resolve,
+        pkg,
+        "sleeping-conflict-policy",
+        &format!(
+            r#"(module
+  (import "wasi:clocks/monotonic-clock@0.2.0" "subscribe-duration" (func $sleep (param i64) (result i32)))
+  (import "wasi:io/poll@0.2.0" "poll" (func $poll (param i32 i32 i32)))
+  (memory (export "memory") 1)
+  (global $heap (mut i32) (i32.const 1024))
+  {REALLOC}
+  {DECIDE}
+    (i32.store (i32.const 100) (call $sleep (i64.const 60000000000)))
+    (call $poll (i32.const 100) (i32.const 1) (i32.const 200))
+    (i32.const 16)))"#
+        ),
+    )
+}
+
+/// A conflict module that declares `extra` linear memories of `pages` 64 KiB pages each
+/// beside its exported one, and answers `ok(create)`.
+fn many_memories_module(extra: usize, pages: u32) -> Vec<u8> {
+    let memories: String = (0..extra)
+        .map(|i| format!("(memory $m{i} {pages})\n  "))
+        .collect();
+    component(
+        "conflict-policy",
+        &format!(
+            r#"(module
+  (memory (export "memory") 1)
+  {memories}(global $heap (mut i32) (i32.const 1024))
+  {REALLOC}
+  {DECIDE}
+    (i32.const 16)))"#
+        ),
+    )
+}
+
+/// A conflict module that declares `count` tables and answers `ok(create)`.
+fn many_tables_module(count: usize) -> Vec<u8> {
+    let tables: String = (0..count)
+        .map(|i| format!("(table $t{i} 1 funcref)\n  "))
+        .collect();
+    component(
+        "conflict-policy",
+        &format!(
+            r#"(module
+  (memory (export "memory") 1)
+  {tables}(global $heap (mut i32) (i32.const 1024))
+  {REALLOC}
+  {DECIDE}
+    (i32.const 16)))"#
+        ),
+    )
+}
+
+/// A conflict module answering `ok(conflict(foreign-object-exists, M))` where M is `len`
+/// bytes of its (zeroed) memory: `result` at 16, `decision` case 3 at 20, the `conflict`
+/// record at 24 (reason at 24, message pointer and length at 28 and 32).
+fn oversized_answer_module(len: usize) -> Vec<u8> {
+    let pages = len / 65536 + 2;
+    component(
+        "conflict-policy",
+        &format!(
+            r#"(module
+  (memory (export "memory") {pages})
+  (global $heap (mut i32) (i32.const 1024))
+  {REALLOC}
+  {DECIDE}
+    (i32.store8 (i32.const 20) (i32.const 3))
+    (i32.store (i32.const 28) (i32.const 65536))
+    (i32.store (i32.const 32) (i32.const {len}))
+    (i32.const 16)))"#
+        ),
+    )
+}
+
+/// A related-selection module whose answer is small in its own memory but huge once copied:
+/// `copy` lists `entries` object refs whose namespace and name all point at one `len`-byte
+/// string. `select` takes the 18 flattened values of `related-input` (more than 16, so it
+/// gets one pointer) and returns a pointer to
+/// `result<related-plan, string>`: discriminant at 16, then the plan at 20 (binding-uid
+/// 20/24, resource 28, direction 29, copy 32/36, skip 40/44, delete 48/52).
+fn amplifying_related_module(entries: usize, len: usize) -> Vec<u8> {
+    let pages = (len + 65536 * 2) / 65536 + 1;
+    component(
+        "related-selection",
+        &format!(
+            r#"(module
+  (memory (export "memory") {pages})
+  (global $heap (mut i32) (i32.const 1024))
+  {REALLOC}
+  (func (export "kbind:policy/related@0.1.0#select") (param i32) (result i32)
+    (local $i i32)
+    (local $at i32)
+    (block $done
+      (loop $next
+        (br_if $done (i32.ge_u (local.get $i) (i32.const {entries})))
+        (local.set $at (i32.add (i32.const 4096) (i32.mul (local.get $i) (i32.const 16))))
+        (i32.store (local.get $at) (i32.const 131072))
+        (i32.store (i32.add (local.get $at) (i32.const 4)) (i32.const {len}))
+        (i32.store (i32.add (local.get $at) (i32.const 8)) (i32.const 131072))
+        (i32.store (i32.add (local.get $at) (i32.const 12)) (i32.const {len}))
+        (local.set $i (i32.add (local.get $i) (i32.const 1)))
+        (br $next)))
+    (i32.store (i32.const 32) (i32.const 4096))
+    (i32.store (i32.const 36) (i32.const {entries}))
+    (i32.const 16)))"#
         ),
     )
 }
@@ -443,4 +624,207 @@ async fn many_tasks_share_one_policies() {
         }
         assert_eq!(plan.ok(), Some(1));
     }
+}
+
+#[tokio::test]
+async fn module_sleeping_in_wasi_times_out_at_the_limit() {
+    let policies = hostile(
+        PolicyRole::ConflictPolicy,
+        &sleeping_conflict_module(),
+        "sleeper.wasm",
+    );
+    for _ in 0..2 {
+        let started = Instant::now();
+        let err = policies
+            .decide_conflict(&input(ConflictPolicy::Fail, None))
+            .await;
+        let took = started.elapsed();
+        let Err(PolicyError::PolicyTimeout { limit, .. }) = &err else {
+            panic!("expected a timeout, got {err:?}");
+        };
+        assert_eq!(*limit, LIMITS.timeout);
+        assert!(
+            took >= LIMITS.timeout && took < LIMITS.timeout + Duration::from_secs(2),
+            "cut off at the limit, not after the minute the module asked for: {took:?}"
+        );
+        let text = err.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(
+            text.contains("sleeper.wasm did not finish within 500ms"),
+            "{text}"
+        );
+    }
+    assert_still_answers(&policies).await;
+}
+
+#[tokio::test]
+async fn several_memories_share_one_memory_cap() {
+    // Two extra memories of 10 MiB: each is under the 16 MiB cap, together they are not.
+    let policies = hostile(
+        PolicyRole::ConflictPolicy,
+        &many_memories_module(2, 160),
+        "memories.wasm",
+    );
+    let err = policies
+        .decide_conflict(&input(ConflictPolicy::Fail, None))
+        .await;
+    let Err(e @ PolicyError::PolicyMemoryLimit { limit_bytes, .. }) = &err else {
+        panic!("expected a memory limit error, got {err:?}");
+    };
+    assert_eq!(*limit_bytes, LIMITS.memory_bytes);
+    assert!(
+        e.to_string()
+            .contains("memories.wasm exceeded its memory limit of 16777216 bytes"),
+        "{e}"
+    );
+    assert_still_answers(&policies).await;
+}
+
+#[tokio::test]
+async fn module_with_too_many_memories_is_refused() {
+    let policies = hostile(
+        PolicyRole::ConflictPolicy,
+        &many_memories_module(MAX_MEMORIES, 1),
+        "memories.wasm",
+    );
+    let err = policies
+        .decide_conflict(&input(ConflictPolicy::Fail, None))
+        .await;
+    let Err(
+        e @ PolicyError::PolicyResourceLimit {
+            resource: SandboxResource::Memories,
+            ..
+        },
+    ) = &err
+    else {
+        panic!("expected the memory count limit, got {err:?}");
+    };
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "the conflict-policy policy memories.wasm exceeded the sandbox's limit of {MAX_MEMORIES} linear memories"
+        )
+    );
+    assert_still_answers(&policies).await;
+}
+
+#[tokio::test]
+async fn module_with_too_many_tables_is_refused() {
+    let policies = hostile(
+        PolicyRole::ConflictPolicy,
+        &many_tables_module(MAX_TABLES + 1),
+        "tables.wasm",
+    );
+    let err = policies
+        .decide_conflict(&input(ConflictPolicy::Fail, None))
+        .await;
+    assert!(
+        matches!(
+            err,
+            Err(PolicyError::PolicyResourceLimit {
+                resource: SandboxResource::Tables,
+                ..
+            })
+        ),
+        "{err:?}"
+    );
+    assert_still_answers(&policies).await;
+}
+
+#[tokio::test]
+async fn oversized_answer_is_refused() {
+    let limits = PolicyLimits {
+        max_output_bytes: 1024 * 1024,
+        ..LIMITS
+    };
+    let policies = hostile(
+        PolicyRole::ConflictPolicy,
+        &oversized_answer_module(2 * 1024 * 1024),
+        "chatty.wasm",
+    )
+    .with_limits(limits);
+    let err = policies
+        .decide_conflict(&input(
+            ConflictPolicy::Fail,
+            Some(OwnershipMarkers::default()),
+        ))
+        .await;
+    let Err(e @ PolicyError::OutputTooLarge { limit_bytes, .. }) = &err else {
+        panic!("expected OutputTooLarge, got {err:?}");
+    };
+    assert_eq!(*limit_bytes, 1024 * 1024);
+    assert!(
+        e.to_string().starts_with(
+            "the conflict-policy policy chatty.wasm handed the host more than 1048576 bytes"
+        ),
+        "{e}"
+    );
+    // The same module within the bound is answered as usual.
+    let small = hostile(
+        PolicyRole::ConflictPolicy,
+        &oversized_answer_module(1000),
+        "chatty.wasm",
+    )
+    .with_limits(limits);
+    let answer = small
+        .decide_conflict(&input(
+            ConflictPolicy::Fail,
+            Some(OwnershipMarkers::default()),
+        ))
+        .await;
+    assert!(
+        matches!(&answer, Ok(ConflictDecision::Conflict { message, .. }) if message.len() == 1000),
+        "{answer:?}"
+    );
+    assert_still_answers(&policies).await;
+}
+
+#[tokio::test]
+async fn answer_repeating_one_string_is_bounded_by_what_the_host_copies() {
+    // 4 000 entries naming one 1 MiB string twice: 8 GB once copied, 80 KB in the module.
+    let policies = hostile(
+        PolicyRole::RelatedSelection,
+        &amplifying_related_module(4000, 1024 * 1024),
+        "amplifier.wasm",
+    );
+    let err = policies.select_related(&related_input()).await;
+    assert!(
+        matches!(err, Err(PolicyError::OutputTooLarge { .. })),
+        "{err:?}"
+    );
+    let decision = policies
+        .decide_conflict(&input(ConflictPolicy::Fail, None))
+        .await;
+    assert!(
+        matches!(decision, Ok(ConflictDecision::Create)),
+        "{decision:?}"
+    );
+}
+
+#[tokio::test]
+async fn input_over_the_bound_is_refused_without_calling_the_module() {
+    // The looping module would time out if it were called.
+    let policies = hostile(
+        PolicyRole::ConflictPolicy,
+        &conflict_module(LOOP),
+        "loop.wasm",
+    )
+    .with_limits(PolicyLimits {
+        max_input_bytes: 64,
+        ..LIMITS
+    });
+    let mut big = input(ConflictPolicy::Fail, None);
+    big.consumer_object_uid = "x".repeat(100);
+    let started = Instant::now();
+    let err = policies.decide_conflict(&big).await;
+    assert!(
+        matches!(
+            err,
+            Err(PolicyError::InputTooLarge {
+                limit_bytes: 64,
+                ..
+            })
+        ),
+        "{err:?}"
+    );
+    assert!(started.elapsed() < LIMITS.timeout, "the module was not run");
 }

@@ -64,6 +64,7 @@ pub fn test_connection_config() -> konnector::connection::Config {
         secret_namespace: SECRET_NAMESPACE.to_string(),
         schema_wait: Duration::from_secs(30),
         max_backoff: Duration::from_secs(2),
+        provider_transport: konnector::provider::kubeconfig::Transport::VerifiedTls,
     }
 }
 

@@ -1,5 +1,6 @@
 //! Fault: a conflict-policy module that traps on one consumer object and loops forever on
-//! another (issue 8: "that object reports the error, the others keep syncing").
+//! another (issue 8: "that object reports the error, the others keep syncing"); and one that
+//! answers Adopt to everything, which the host must not obey beyond the ownership rule.
 //!
 //! Injected: a hand-written component ([`poisoned_conflict_policy`]) swapped in for the
 //! built-in conflict policy, with the UIDs of two consumer instances baked in; a 500 ms policy
@@ -9,11 +10,18 @@
 //! poisoned instances never get a provider copy, and each carries a `PolicyFailed` Warning
 //! Event naming the failure (trap, deadline); the konnector's metrics count both failure kinds
 //! and at least 31 instance writes.
+//!
+//! Always-adopt: under `conflictPolicy: Fail`, a provider object marked by another consumer
+//! and an unmarked one; under `Adopt`, one marked by another consumer, one with a partial
+//! marker and an unmarked one; plus an instance with no provider object at all. Counted: every
+//! refused object keeps its spec, annotations and resourceVersion, the instance without a
+//! target gets no copy, each refused instance has `Synced=False` reason `PolicyFailed` and a
+//! Warning Event saying why; only the unmarked object under Adopt is taken.
 
 use std::time::Duration;
 
 use anyhow::Context as _;
-use kbind_tests::faults::policy::poisoned_conflict_policy;
+use kbind_tests::faults::policy::{always_adopt_conflict_policy, poisoned_conflict_policy};
 use kbind_tests::faults::{create_instances, wait_copies};
 use kbind_tests::fixtures::metric_value;
 use kbind_tests::syncenv::{
@@ -21,8 +29,10 @@ use kbind_tests::syncenv::{
 };
 use kbind_tests::testenv::shared_pair;
 use konnector::api::ConflictPolicy;
+use konnector::api::names::{CONSUMER_CLUSTER_UID_ANNOTATION, CONSUMER_OBJECT_UID_ANNOTATION};
 use konnector::policy::{Policies, PolicyLimits, PolicyRole};
 use kube::ResourceExt;
+use kube::api::{DynamicObject, PostParams};
 use serde_json::json;
 
 const OTHERS: usize = 30;
@@ -106,6 +116,185 @@ async fn a_policy_that_traps_or_loops_on_one_object_does_not_stop_the_others() -
             let sample = format!("kbind_instances_synced_total{{api=\"{}\"}}", api.name());
             let synced = metric_value(&text, &sample).unwrap_or(0.0);
             assert!(synced >= (OTHERS + 1) as f64, "{sample}: {synced}");
+            anyhow::Ok(())
+        }))
+        .await;
+    stack.finish(result).await
+}
+
+/// Creates a provider object directly, with the given ownership annotations.
+async fn provider_object(
+    api: &TestApi,
+    provider: &kube::Client,
+    ns: &str,
+    name: &str,
+    markers: &[(&str, &str)],
+) -> anyhow::Result<DynamicObject> {
+    let mut obj = api.object(Some(ns), name, json!({ "owner": "someone else" }));
+    obj.metadata.annotations = Some(
+        markers
+            .iter()
+            .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+            .collect(),
+    );
+    Ok(api
+        .api(provider, Some(ns))
+        .create(&PostParams::default(), &obj)
+        .await?)
+}
+
+/// Waits until the consumer instance shows the refusal: a `PolicyFailed` Warning Event whose
+/// note names the refused answer, and `Synced=False` reason `PolicyFailed`.
+async fn refused(stack: &Stack, api: &TestApi, ns: &str, name: &str) -> anyhow::Result<String> {
+    let note = wait_for(
+        &format!("PolicyFailed Event on {ns}/{name}"),
+        WAIT,
+        || async {
+            let events = events_for(&stack.consumer, Some(ns), name).await?;
+            Ok(events
+                .into_iter()
+                .filter(|e| {
+                    e.reason.as_deref() == Some("PolicyFailed")
+                        && e.type_.as_deref() == Some("Warning")
+                })
+                .find_map(|e| e.note))
+        },
+    )
+    .await?;
+    wait_for(
+        &format!("Synced=False PolicyFailed on {ns}/{name}"),
+        WAIT,
+        || async {
+            let obj = api.api(&stack.consumer, Some(ns)).get(name).await?;
+            let synced = obj.data["status"]["conditions"]
+                .as_array()
+                .and_then(|cs| cs.iter().find(|c| c["type"] == "Synced").cloned());
+            Ok(synced.filter(|c| c["status"] == "False" && c["reason"] == "PolicyFailed"))
+        },
+    )
+    .await?;
+    Ok(note)
+}
+
+/// Fails unless the provider object is exactly as it was: resourceVersion, spec, annotations.
+async fn unchanged(
+    api: &TestApi,
+    provider: &kube::Client,
+    before: &DynamicObject,
+) -> anyhow::Result<bool> {
+    let ns = before.namespace();
+    let now = api
+        .api(provider, ns.as_deref())
+        .get(&before.name_any())
+        .await?;
+    Ok(now.resource_version() == before.resource_version()
+        && now.data["spec"] == before.data["spec"]
+        && now.annotations() == before.annotations())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_that_always_adopts_takes_only_what_the_host_allows() -> anyhow::Result<()> {
+    let pair = shared_pair()?;
+    let stack_name = "faults-adopt";
+    let (fail_ns, adopt_ns) = ("faults-adopt-fail", "faults-adopt-adopt");
+    let api = TestApi::namespaced("adopt.faults.kbind.io");
+    let policies = Policies::builtin()?.with_module(
+        PolicyRole::ConflictPolicy,
+        &always_adopt_conflict_policy()?,
+        "always-adopt.wasm",
+    )?;
+    let stack =
+        Stack::start_with_policies(pair, stack_name, fast_settings(stack_name), policies).await?;
+    let result = pair
+        .diagnose(stack.diagnose(&[&api], async {
+            api.export(&stack).await?;
+            stack.engage(&[&api]);
+            for (ns, policy) in [
+                (fail_ns, ConflictPolicy::Fail),
+                (adopt_ns, ConflictPolicy::Adopt),
+            ] {
+                stack
+                    .create_ready_binding(&stack.binding(ns, "widgets", &[&api], policy))
+                    .await?;
+                ensure_namespace(&stack.provider, ns).await?;
+            }
+            let another = [
+                (CONSUMER_CLUSTER_UID_ANNOTATION, "another-consumer-cluster"),
+                (CONSUMER_OBJECT_UID_ANNOTATION, "another-object"),
+            ];
+            let partial = [(CONSUMER_CLUSTER_UID_ANNOTATION, stack.consumer_uid.as_str())];
+            // (namespace, name, markers): the objects the module would take, all refused.
+            let guarded: [(&str, &str, &[(&str, &str)]); 4] = [
+                (fail_ns, "owned-elsewhere", &another),
+                (fail_ns, "unmarked", &[]),
+                (adopt_ns, "owned-elsewhere", &another),
+                (adopt_ns, "partial", &partial),
+            ];
+            let mut before = Vec::new();
+            for (ns, name, markers) in guarded {
+                before.push(provider_object(&api, &stack.provider, ns, name, markers).await?);
+            }
+            let adoptable =
+                provider_object(&api, &stack.provider, adopt_ns, "unmarked", &[]).await?;
+            for (ns, name, _) in guarded {
+                api.create(&stack.consumer, Some(ns), name, json!({ "mine": true }))
+                    .await?;
+            }
+            api.create(
+                &stack.consumer,
+                Some(adopt_ns),
+                "unmarked",
+                json!({ "mine": true }),
+            )
+            .await?;
+            api.create(
+                &stack.consumer,
+                Some(fail_ns),
+                "no-target",
+                json!({ "mine": true }),
+            )
+            .await?;
+
+            // The one answer the rule allows is carried out: the unmarked object under Adopt.
+            let adopted = wait_for("the unmarked object under Adopt adopted", WAIT, || async {
+                let obj = api
+                    .api(&stack.provider, Some(adopt_ns))
+                    .get("unmarked")
+                    .await?;
+                Ok((obj.data["spec"] == json!({ "mine": true })).then_some(obj))
+            })
+            .await?;
+            assert_ne!(adopted.resource_version(), adoptable.resource_version());
+
+            for (ns, name, _) in guarded {
+                let note = refused(&stack, &api, ns, name).await?;
+                println!("{ns}/{name}: {note}");
+                assert!(note.contains("decided Adopt"), "{ns}/{name}: {note}");
+            }
+            let note = refused(&stack, &api, fail_ns, "no-target").await?;
+            assert!(note.contains("no provider object"), "{note}");
+            // Retries keep being refused: nothing changes on the provider for a while.
+            stays(
+                "the guarded provider objects unchanged",
+                Duration::from_secs(4),
+                || async {
+                    for obj in &before {
+                        if !unchanged(&api, &stack.provider, obj).await? {
+                            return Ok(false);
+                        }
+                    }
+                    Ok(api
+                        .api(&stack.provider, Some(fail_ns))
+                        .get_opt("no-target")
+                        .await?
+                        .is_none())
+                },
+            )
+            .await?;
+            let text = konnector::telemetry::metrics().encode();
+            let sample = "kbind_policy_failures_total{role=\"conflict\",kind=\"invalid-output\"}";
+            let n = metric_value(&text, sample).unwrap_or(0.0);
+            assert!(n >= 5.0, "{sample} counted: {n}");
             anyhow::Ok(())
         }))
         .await;

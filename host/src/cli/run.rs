@@ -20,6 +20,7 @@ use crate::api::names::{DEFAULT_SECRET_NAMESPACE, LEADER_ELECTION_ID};
 use crate::leader::{self, ElectionConfig};
 use crate::manager::{self, Settings};
 use crate::policy::{Policies, PolicyArgs};
+use crate::provider::kubeconfig::Transport;
 use crate::sync::SyncSettings;
 use crate::telemetry::{Health, LogFormat, init_logging, serve_health, serve_metrics};
 use crate::{binding, connection};
@@ -55,6 +56,10 @@ pub struct RunArgs {
     /// related copies never touch it.
     #[arg(long, env = "POD_NAMESPACE", value_name = "NS")]
     pub namespace: Option<String>,
+    /// Accept provider kubeconfigs with `insecure-skip-tls-verify: true` or a plain `http://`
+    /// server (refused by default); for test and lab providers only.
+    #[arg(long, env = "KBIND_ALLOW_INSECURE_PROVIDER")]
+    pub allow_insecure_provider: bool,
     /// Periodic Connection reconcile (discovery of new exports, heartbeat renewal).
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration, value_name = "DURATION")]
     pub connection_resync: Duration,
@@ -84,6 +89,11 @@ impl RunArgs {
             connection: connection::Config {
                 resync: self.connection_resync,
                 secret_namespace: self.secret_namespace.clone(),
+                provider_transport: if self.allow_insecure_provider {
+                    Transport::AllowInsecure
+                } else {
+                    Transport::VerifiedTls
+                },
                 ..connection::Config::default()
             },
             binding: binding::Settings {
@@ -257,17 +267,32 @@ async fn stop_on_signal(shutdown: CancellationToken) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::Parser;
 
-    #[derive(clap::Parser)]
-    struct Wrapper {
+    #[derive(Parser)]
+    struct Cli {
         #[command(flatten)]
         run: RunArgs,
     }
 
+    fn transport(args: &[&str]) -> Transport {
+        let cli = Cli::try_parse_from(std::iter::once("konnector").chain(args.iter().copied()))
+            .unwrap_or_else(|e| panic!("{e}"));
+        cli.run.settings().connection.provider_transport
+    }
+
+    #[test]
+    fn insecure_providers_are_refused_unless_the_flag_is_given() {
+        assert_eq!(transport(&[]), Transport::VerifiedTls);
+        assert_eq!(
+            transport(&["--allow-insecure-provider"]),
+            Transport::AllowInsecure
+        );
+    }
+
     #[test]
     fn credential_and_own_namespaces_reach_the_related_guard() {
-        use clap::Parser as _;
-        let parsed = Wrapper::try_parse_from([
+        let parsed = Cli::try_parse_from([
             "run",
             "--secret-namespace=creds",
             "--namespace=kbind-system",

@@ -178,7 +178,12 @@ impl Steps<'_> {
         if let Some(found) = &found {
             secret::ensure_finalizer(&self.ctx.client, found).await?;
         }
-        let credentials = kubeconfig::credentials(reference, found.as_ref()).await;
+        let credentials = kubeconfig::credentials(
+            reference,
+            found.as_ref(),
+            self.ctx.config.provider_transport,
+        )
+        .await;
         // Reuse the engaged client while the kubeconfig is unchanged: its connection pool and
         // watches stay warm across periodic reconciles.
         Ok(credentials.map(|mut credentials| {

@@ -37,6 +37,7 @@ use crate::api::{Binding, ClusterBinding, Connection, ConnectionStatus};
 use crate::backoff::Backoff;
 use crate::policy::Policies;
 use crate::provider::Engagements;
+use crate::provider::kubeconfig::Transport;
 use crate::telemetry::metrics;
 
 /// Timings and the credential namespace of the Connection controller.
@@ -52,6 +53,8 @@ pub struct Config {
     pub schema_wait: Duration,
     /// Upper bound of the per-object error backoff.
     pub max_backoff: Duration,
+    /// Which provider transports kubeconfigs may use (`--allow-insecure-provider`).
+    pub provider_transport: Transport,
 }
 
 impl Default for Config {
@@ -62,6 +65,7 @@ impl Default for Config {
             secret_namespace: DEFAULT_SECRET_NAMESPACE.to_string(),
             schema_wait: Duration::from_secs(30),
             max_backoff: Duration::from_secs(60),
+            provider_transport: Transport::VerifiedTls,
         }
     }
 }

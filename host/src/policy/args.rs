@@ -4,8 +4,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::limits::PolicyLimits;
 use super::role::PolicyRole;
-use super::runtime::PolicyLimits;
 
 /// Which module serves each role, and the limits of each call.
 #[derive(clap::Args, Debug, Clone, PartialEq, Eq)]
@@ -19,7 +19,7 @@ pub struct PolicyArgs {
     /// A related-selection component (.wasm) to use instead of the built-in one.
     #[arg(long, value_name = "FILE.wasm", env = "KBIND_RELATED_POLICY")]
     pub related_policy: Option<PathBuf>,
-    /// Wall-clock budget of one policy call, in milliseconds.
+    /// Wall-clock budget of one policy call, in milliseconds (waits inside WASI included).
     #[arg(
         long,
         value_name = "MS",
@@ -27,7 +27,7 @@ pub struct PolicyArgs {
         env = "KBIND_POLICY_TIMEOUT_MS"
     )]
     pub policy_timeout_ms: u64,
-    /// Memory cap of one policy call, in MiB.
+    /// Memory cap of one policy call (all its linear memories together), in MiB.
     #[arg(
         long,
         value_name = "MIB",
@@ -35,7 +35,25 @@ pub struct PolicyArgs {
         env = "KBIND_POLICY_MEMORY_MIB"
     )]
     pub policy_memory_mib: usize,
+    /// Largest input (as JSON) handed to a policy module, in MiB; larger ones are refused.
+    #[arg(
+        long,
+        value_name = "MIB",
+        default_value_t = 16,
+        env = "KBIND_POLICY_MAX_INPUT_MIB"
+    )]
+    pub policy_max_input_mib: usize,
+    /// Most data a policy module may hand the host at once (its answer), in MiB.
+    #[arg(
+        long,
+        value_name = "MIB",
+        default_value_t = 4,
+        env = "KBIND_POLICY_MAX_OUTPUT_MIB"
+    )]
+    pub policy_max_output_mib: usize,
 }
+
+const MIB: usize = 1024 * 1024;
 
 impl Default for PolicyArgs {
     fn default() -> Self {
@@ -45,7 +63,9 @@ impl Default for PolicyArgs {
             conflict_policy: None,
             related_policy: None,
             policy_timeout_ms: u64::try_from(limits.timeout.as_millis()).unwrap_or(u64::MAX),
-            policy_memory_mib: limits.memory_bytes / (1024 * 1024),
+            policy_memory_mib: limits.memory_bytes / MIB,
+            policy_max_input_mib: limits.max_input_bytes / MIB,
+            policy_max_output_mib: limits.max_output_bytes / MIB,
         }
     }
 }
@@ -73,7 +93,9 @@ impl PolicyArgs {
     pub fn limits(&self) -> PolicyLimits {
         PolicyLimits {
             timeout: Duration::from_millis(self.policy_timeout_ms),
-            memory_bytes: self.policy_memory_mib.saturating_mul(1024 * 1024),
+            memory_bytes: self.policy_memory_mib.saturating_mul(MIB),
+            max_input_bytes: self.policy_max_input_mib.saturating_mul(MIB),
+            max_output_bytes: self.policy_max_output_mib.saturating_mul(MIB),
         }
     }
 }

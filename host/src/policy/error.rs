@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::limits::SandboxResource;
 use super::role::PolicyRole;
 
 /// A policy failure.
@@ -72,7 +73,7 @@ pub enum PolicyError {
         /// The deadline.
         limit: Duration,
     },
-    /// The module tried to grow its memory past the cap.
+    /// The module's linear memories, together, tried to grow past the cap.
     #[error("the {role} policy {origin} exceeded its memory limit of {limit_bytes} bytes")]
     PolicyMemoryLimit {
         /// The role.
@@ -80,6 +81,44 @@ pub enum PolicyError {
         /// `built-in` or the file path.
         origin: String,
         /// The cap.
+        limit_bytes: usize,
+    },
+    /// The module needs more of a store resource than the sandbox grants (too many linear
+    /// memories, tables or instances, or too large a table).
+    #[error(
+        "the {role} policy {origin} exceeded the sandbox's limit of {} {}",
+        resource.limit(),
+        resource.what()
+    )]
+    PolicyResourceLimit {
+        /// The role.
+        role: PolicyRole,
+        /// `built-in` or the file path.
+        origin: String,
+        /// Which bound.
+        resource: SandboxResource,
+    },
+    /// The input is larger than a module may be given; the call was not made.
+    #[error(
+        "the input for the {role} policy is larger than the limit of {limit_bytes} bytes of JSON; nothing was asked (raise --policy-max-input-mib if such inputs are expected)"
+    )]
+    InputTooLarge {
+        /// The role.
+        role: PolicyRole,
+        /// The bound.
+        limit_bytes: usize,
+    },
+    /// The module handed the host more data at once than the bound (its answer, or the
+    /// arguments of a WASI call).
+    #[error(
+        "the {role} policy {origin} handed the host more than {limit_bytes} bytes at once (its answer, or a WASI call's arguments)"
+    )]
+    OutputTooLarge {
+        /// The role.
+        role: PolicyRole,
+        /// `built-in` or the file path.
+        origin: String,
+        /// The bound.
         limit_bytes: usize,
     },
     /// The module answered with an error of its own (a WIT `result` error).
@@ -140,6 +179,9 @@ impl PolicyError {
             Self::PolicyTrap { .. } => "trap",
             Self::PolicyTimeout { .. } => "timeout",
             Self::PolicyMemoryLimit { .. } => "memory_limit",
+            Self::PolicyResourceLimit { .. } => "resource_limit",
+            Self::InputTooLarge { .. } => "input_too_large",
+            Self::OutputTooLarge { .. } => "output_too_large",
             Self::PolicyRejected { .. } => "rejected",
             Self::InvalidOutput { .. } => "invalid_output",
             Self::EncodeInput { .. } => "encode_input",

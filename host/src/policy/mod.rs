@@ -5,9 +5,11 @@
 //! ```text
 //! controller ──▶ Policies::decide_conflict(&ConflictInput)
 //!                  │  plain Rust types ──▶ WIT records (bindings)
-//!                  │  fresh Store (deadline, memory cap, no capabilities) ──▶ *Pre.instantiate
-//!                  │  call the role's export
-//!                  │  trap / timeout / memory / bad lift ──▶ PolicyError
+//!                  │  input larger than the bound ──▶ PolicyError, nothing called
+//!                  │  fresh Store (memory total, counts, output bound, no capabilities)
+//!                  │  ──▶ *Pre.instantiate, call the role's export, all under one deadline
+//!                  │  trap / timeout / memory / resource / too much output / bad lift
+//!                  │  ──▶ PolicyError
 //!                  ▼  output validated against the input (validate) ──▶ ConflictDecision
 //! ```
 //!
@@ -22,6 +24,7 @@ mod args;
 mod bindings;
 pub mod builtin;
 mod error;
+mod limits;
 mod load;
 mod role;
 mod runtime;
@@ -40,9 +43,11 @@ use crate::telemetry::{PolicyFailureLabels, PolicyLabels, metrics};
 
 pub use args::PolicyArgs;
 pub use error::PolicyError;
+pub use limits::{
+    MAX_INSTANCES, MAX_MEMORIES, MAX_TABLE_ELEMENTS, MAX_TABLES, PolicyLimits, SandboxResource,
+};
 pub use load::{read_file, read_module};
 pub use role::PolicyRole;
-pub use runtime::PolicyLimits;
 pub use types::{
     ConflictDecision, ConflictInput, ConflictReason, ObjectRef, OwnershipMarkers, RelatedInput,
     RelatedPlan, RelatedSource, RelatedTarget, SchemaInput, SchemaVersion, SkipReason,
@@ -51,7 +56,7 @@ pub use types::{
 
 use bindings::{conflict, related, schema};
 use load::Slot;
-use runtime::{HostState, runtime};
+use runtime::{HostState, runtime, within_deadline};
 
 /// The loaded policy modules, one per role.
 #[derive(Clone)]
@@ -200,20 +205,18 @@ impl Policies {
         let role = PolicyRole::ConflictPolicy;
         let slot = &self.inner.conflict;
         let limits = self.inner.limits;
+        limits::check_input(role, input, limits)?;
         let mut store = runtime()?.store(limits);
         let wit_input = bindings::conflict_input(input);
-        let outcome = async {
+        let outcome = within_deadline(limits, async {
             let instance = slot.pre.instantiate_async(&mut store).await?;
             instance
                 .kbind_policy_conflict()
                 .call_decide(&mut store, &wit_input)
                 .await
-        }
+        })
         .await;
-        let answer = match outcome {
-            Ok(answer) => answer,
-            Err(e) => return Err(store.data().classify(e, role, &slot.origin, limits)),
-        };
+        let answer = store.data().settle(outcome, role, &slot.origin, limits)?;
         store.data().drain_output(role, &slot.origin);
         let decision =
             bindings::conflict_decision(answer.map_err(|message| PolicyError::PolicyRejected {
@@ -237,20 +240,18 @@ impl Policies {
         let role = PolicyRole::SchemaSynthesis;
         let slot = &self.inner.schema;
         let limits = self.inner.limits;
+        limits::check_input(role, input, limits)?;
         let mut store = runtime()?.store(limits);
         let wit_input = bindings::schema_input(input);
-        let outcome = async {
+        let outcome = within_deadline(limits, async {
             let instance = slot.pre.instantiate_async(&mut store).await?;
             instance
                 .kbind_policy_schema()
                 .call_synthesize(&mut store, &wit_input)
                 .await
-        }
+        })
         .await;
-        let answer = match outcome {
-            Ok(answer) => answer,
-            Err(e) => return Err(store.data().classify(e, role, &slot.origin, limits)),
-        };
+        let answer = store.data().settle(outcome, role, &slot.origin, limits)?;
         store.data().drain_output(role, &slot.origin);
         let json = answer.map_err(|e| PolicyError::PolicyRejected {
             role,
@@ -273,20 +274,18 @@ impl Policies {
         let role = PolicyRole::RelatedSelection;
         let slot = &self.inner.related;
         let limits = self.inner.limits;
+        limits::check_input(role, input, limits)?;
         let mut store = runtime()?.store(limits);
         let wit_input = bindings::related_input(input);
-        let outcome = async {
+        let outcome = within_deadline(limits, async {
             let instance = slot.pre.instantiate_async(&mut store).await?;
             instance
                 .kbind_policy_related()
                 .call_select(&mut store, &wit_input)
                 .await
-        }
+        })
         .await;
-        let answer = match outcome {
-            Ok(answer) => answer,
-            Err(e) => return Err(store.data().classify(e, role, &slot.origin, limits)),
-        };
+        let answer = store.data().settle(outcome, role, &slot.origin, limits)?;
         store.data().drain_output(role, &slot.origin);
         let plan =
             bindings::related_plan(answer.map_err(|message| PolicyError::PolicyRejected {
@@ -347,6 +346,9 @@ fn failure_kind(error: &PolicyError) -> &'static str {
         PolicyError::PolicyTrap { .. } => "trap",
         PolicyError::PolicyTimeout { .. } => "timeout",
         PolicyError::PolicyMemoryLimit { .. } => "memory",
+        PolicyError::PolicyResourceLimit { .. } => "resource-limit",
+        PolicyError::InputTooLarge { .. } => "input-too-large",
+        PolicyError::OutputTooLarge { .. } => "output-too-large",
         PolicyError::PolicyRejected { .. } => "rejected",
         PolicyError::InvalidOutput { .. } => "invalid-output",
         PolicyError::EncodeInput { .. } => "encode-input",

@@ -6,20 +6,29 @@
 //!        │
 //!   Component (compiled once) ──▶ *Pre (type-checked against the role's world, cached)
 //!        │
-//!   per call: fresh Store { WASI ctx, memory cap, stdout/stderr pipes }
+//!   per call: fresh Store { WASI ctx, StoreCap (memory total, counts), stdout/stderr pipes,
+//!                           hostcall fuel = output bound }
 //!             epoch deadline: yield to tokio every tick, trap at the time limit
+//!             wall-clock timeout around the whole call (see [`within_deadline`])
 //! ```
 //!
 //! A trapped instance is poisoned, so nothing outlives a call but the `*Pre`. Modules get no
 //! capabilities: no preopened directories, no environment or arguments, no sockets or name
 //! lookups, empty stdin, frozen clocks and a deterministic random source; what they write to
 //! stdout/stderr is captured (bounded) and forwarded to `tracing`.
+//!
+//! Two deadlines, because each covers what the other cannot: the epoch deadline interrupts
+//! Wasm that computes without ever returning to the host (it also makes the call yield to
+//! tokio every tick), but it only fires while Wasm runs; a guest parked in a host call (a
+//! WASI `poll` on a `subscribe-duration` sleeps on a tokio timer, whatever the frozen clock
+//! says) is cut off by the tokio timeout around the call, which drops the call's fiber.
 
+use std::future::Future;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use wasmtime::component::{Component, Linker, ResourceTable};
-use wasmtime::{Config, Engine, ResourceLimiter, Store, Trap, UpdateDeadline};
+use wasmtime::{Config, Engine, Store, Trap, UpdateDeadline};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{
     Deterministic, HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxBuilder, WasiCtxView,
@@ -27,30 +36,13 @@ use wasmtime_wasi::{
 };
 
 use super::error::PolicyError;
+use super::limits::{PolicyLimits, SandboxResource, StoreCap};
 use super::role::PolicyRole;
 
 /// How often the epoch advances; also how often a running module yields to tokio.
 const TICK: Duration = Duration::from_millis(5);
 /// How much of a module's stdout/stderr is kept per call.
 const OUTPUT_CAP: usize = 16 * 1024;
-
-/// CPU and memory bounds of one policy call.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PolicyLimits {
-    /// Wall-clock budget of one call (instantiation included).
-    pub timeout: Duration,
-    /// Cap on a module's linear memory, in bytes.
-    pub memory_bytes: usize,
-}
-
-impl Default for PolicyLimits {
-    fn default() -> Self {
-        Self {
-            timeout: Duration::from_secs(2),
-            memory_bytes: 128 * 1024 * 1024,
-        }
-    }
-}
 
 /// The process-wide engine and linker.
 pub(crate) struct Runtime {
@@ -124,16 +116,17 @@ impl Runtime {
         let state = HostState {
             wasi,
             table: ResourceTable::new(),
-            memory: MemoryCap {
-                limit: limits.memory_bytes,
-                hit: false,
-            },
+            cap: StoreCap::new(limits.memory_bytes),
             stdout,
             stderr,
             timed_out: false,
         };
         let mut store = Store::new(&self.engine, state);
-        store.limiter(|s| &mut s.memory);
+        store.limiter(|s| &mut s.cap);
+        // Every string and list the host lifts out of the module (its answer, or the
+        // arguments of a WASI call) is charged against this, so a small answer cannot make
+        // the host allocate a large one (a list whose entries all point at one big string).
+        store.set_hostcall_fuel(limits.max_output_bytes);
         let started = Instant::now();
         let timeout = limits.timeout;
         store.set_epoch_deadline(1);
@@ -154,7 +147,7 @@ impl Runtime {
 pub(crate) struct HostState {
     wasi: WasiCtx,
     table: ResourceTable,
-    memory: MemoryCap,
+    cap: StoreCap,
     stdout: MemoryOutputPipe,
     stderr: MemoryOutputPipe,
     timed_out: bool,
@@ -183,8 +176,31 @@ impl HostState {
         stderr
     }
 
+    /// Turns the outcome of a call (bounded by [`within_deadline`]) into its answer or the
+    /// error that says what happened.
+    pub(crate) fn settle<T>(
+        &self,
+        outcome: Result<wasmtime::Result<T>, tokio::time::error::Elapsed>,
+        role: PolicyRole,
+        origin: &str,
+        limits: PolicyLimits,
+    ) -> Result<T, PolicyError> {
+        match outcome {
+            Ok(Ok(answer)) => Ok(answer),
+            Ok(Err(e)) => Err(self.classify(e, role, origin, limits)),
+            Err(_elapsed) => {
+                self.drain_output(role, origin);
+                Err(PolicyError::PolicyTimeout {
+                    role,
+                    origin: origin.to_owned(),
+                    limit: limits.timeout,
+                })
+            }
+        }
+    }
+
     /// Turns a failed call into the error that says what happened.
-    pub(crate) fn classify(
+    fn classify(
         &self,
         err: wasmtime::Error,
         role: PolicyRole,
@@ -193,17 +209,41 @@ impl HostState {
     ) -> PolicyError {
         let stderr = self.drain_output(role, origin);
         let origin = origin.to_owned();
+        let count_limit = err
+            .chain()
+            .find_map(|cause| SandboxResource::from_wasmtime_message(&cause.to_string()));
+        let output_too_large = err
+            .chain()
+            .any(|cause| cause.to_string().starts_with(HOSTCALL_FUEL_EXHAUSTED));
         if self.timed_out {
             PolicyError::PolicyTimeout {
                 role,
                 origin,
                 limit: limits.timeout,
             }
-        } else if self.memory.hit {
+        } else if self.cap.memory_hit {
             PolicyError::PolicyMemoryLimit {
                 role,
                 origin,
                 limit_bytes: limits.memory_bytes,
+            }
+        } else if let Some(resource) = count_limit {
+            PolicyError::PolicyResourceLimit {
+                role,
+                origin,
+                resource,
+            }
+        } else if self.cap.table_hit {
+            PolicyError::PolicyResourceLimit {
+                role,
+                origin,
+                resource: SandboxResource::TableElements,
+            }
+        } else if output_too_large {
+            PolicyError::OutputTooLarge {
+                role,
+                origin,
+                limit_bytes: limits.max_output_bytes,
             }
         } else if err.downcast_ref::<Trap>().is_some() {
             PolicyError::PolicyTrap {
@@ -224,34 +264,19 @@ impl HostState {
     }
 }
 
-/// Refuses memory growth past the cap, and remembers that it did.
-struct MemoryCap {
-    limit: usize,
-    hit: bool,
-}
+/// How wasmtime says a lift ran out of hostcall fuel (its error type is private; a hostile
+/// test pins the wording).
+const HOSTCALL_FUEL_EXHAUSTED: &str =
+    "too much data is being copied between the host and the guest";
 
-impl ResourceLimiter for MemoryCap {
-    fn memory_growing(
-        &mut self,
-        _current: usize,
-        desired: usize,
-        _maximum: Option<usize>,
-    ) -> wasmtime::Result<bool> {
-        if desired > self.limit {
-            self.hit = true;
-            return Ok(false);
-        }
-        Ok(true)
-    }
-
-    fn table_growing(
-        &mut self,
-        _current: usize,
-        desired: usize,
-        _maximum: Option<usize>,
-    ) -> wasmtime::Result<bool> {
-        Ok(desired <= 1_000_000)
-    }
+/// Runs one call (instantiation and the export) under the call's wall-clock limit. Elapsing
+/// drops the future, and with it the call's fiber, wherever the guest is: computing, or
+/// parked in a host call such as a WASI sleep that the epoch deadline never sees.
+pub(crate) async fn within_deadline<T>(
+    limits: PolicyLimits,
+    call: impl Future<Output = wasmtime::Result<T>>,
+) -> Result<wasmtime::Result<T>, tokio::time::error::Elapsed> {
+    tokio::time::timeout(limits.timeout, call).await
 }
 
 /// A clock that always says the Unix epoch: modules get no time source.

@@ -8,6 +8,8 @@ use std::collections::BTreeSet;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 
+use crate::api::ConflictPolicy;
+
 use super::types::{ConflictDecision, ConflictInput, RelatedInput, RelatedPlan, SchemaInput};
 
 /// Parses and checks a synthesised CRD.
@@ -67,16 +69,49 @@ pub(crate) fn crd(json: &str, input: &SchemaInput) -> Result<CustomResourceDefin
     Ok(crd)
 }
 
-/// Checks a conflict decision is possible for its input.
+/// The ownership rule the host enforces on every conflict decision, whatever the module
+/// answered (spec, "Ownership and conflicts"):
+///
+/// | answer | allowed only when |
+/// |---|---|
+/// | `Create` | no provider object exists |
+/// | `UpdateOwned` | both UID markers name this consumer cluster and object |
+/// | `Adopt` | `conflictPolicy: Adopt` and the target carries no marker at all |
+/// | `Conflict` | always (nothing is written) |
+///
+/// Partial markers count as foreign ownership. Any other answer is refused, so a swapped
+/// module can make the konnector stop writing, never take an object the table forbids.
 pub(crate) fn decision(d: &ConflictDecision, input: &ConflictInput) -> Result<(), String> {
-    match (d, &input.target) {
-        (ConflictDecision::Create, Some(_)) => {
+    let Some(target) = &input.target else {
+        return match d {
+            ConflictDecision::Create | ConflictDecision::Conflict { .. } => Ok(()),
+            ConflictDecision::UpdateOwned | ConflictDecision::Adopt => Err(format!(
+                "decided {d:?}, but there is no provider object to update"
+            )),
+        };
+    };
+    let ours = target.cluster_uid.as_deref() == Some(input.consumer_cluster_uid.as_str())
+        && target.object_uid.as_deref() == Some(input.consumer_object_uid.as_str());
+    let unmarked = target.cluster_uid.is_none() && target.object_uid.is_none();
+    match d {
+        ConflictDecision::Conflict { .. } => Ok(()),
+        ConflictDecision::Create => {
             Err("decided Create, but a provider object already exists".into())
         }
-        (ConflictDecision::UpdateOwned | ConflictDecision::Adopt, None) => Err(format!(
-            "decided {d:?}, but there is no provider object to update"
-        )),
-        _ => Ok(()),
+        ConflictDecision::UpdateOwned if ours => Ok(()),
+        ConflictDecision::UpdateOwned => Err(
+            "decided UpdateOwned, but the provider object's ownership markers do not both name this consumer object"
+                .into(),
+        ),
+        ConflictDecision::Adopt if input.conflict_policy != ConflictPolicy::Adopt => Err(
+            "decided Adopt, but the binding's conflictPolicy is Fail; only conflictPolicy: Adopt may take an existing object"
+                .into(),
+        ),
+        ConflictDecision::Adopt if !unmarked => Err(
+            "decided Adopt, but the provider object carries ownership markers; only an object without any marker may be adopted (partial markers count as foreign)"
+                .into(),
+        ),
+        ConflictDecision::Adopt => Ok(()),
     }
 }
 
@@ -145,7 +180,9 @@ pub(crate) fn plan(plan: &RelatedPlan, input: &RelatedInput) -> Result<(), Strin
 mod tests {
     use super::*;
     use crate::api::{RelatedDirection, RelatedResource, RelatedResourceKind, RelatedSelector};
-    use crate::policy::types::{ObjectRef, RelatedSource, RelatedTarget};
+    use crate::policy::types::{
+        ConflictReason, ObjectRef, OwnershipMarkers, RelatedSource, RelatedTarget,
+    };
 
     fn input(namespace: Option<&str>) -> RelatedInput {
         RelatedInput {
@@ -233,20 +270,180 @@ mod tests {
         assert!(super::plan(&p, &input(None)).is_err_and(|e| e.contains("keyed")));
     }
 
+    const CLUSTER: &str = "cluster-1";
+    const OBJECT: &str = "object-1";
+
+    /// A conflict question under `policy` about a target carrying `markers` (`None`: absent).
+    fn question(
+        policy: ConflictPolicy,
+        markers: Option<(Option<&str>, Option<&str>)>,
+    ) -> ConflictInput {
+        ConflictInput {
+            consumer_cluster_uid: CLUSTER.into(),
+            consumer_object_uid: OBJECT.into(),
+            conflict_policy: policy,
+            target: markers.map(|(c, o)| OwnershipMarkers {
+                cluster_uid: c.map(Into::into),
+                object_uid: o.map(Into::into),
+            }),
+        }
+    }
+
+    const ABSENT: Option<(Option<&str>, Option<&str>)> = None;
+    const UNMARKED: Option<(Option<&str>, Option<&str>)> = Some((None, None));
+    const OURS: Option<(Option<&str>, Option<&str>)> = Some((Some(CLUSTER), Some(OBJECT)));
+    const OTHER_CLUSTER: Option<(Option<&str>, Option<&str>)> =
+        Some((Some("cluster-2"), Some(OBJECT)));
+    const OTHER_OBJECT: Option<(Option<&str>, Option<&str>)> =
+        Some((Some(CLUSTER), Some("object-2")));
+    const CLUSTER_ONLY: Option<(Option<&str>, Option<&str>)> = Some((Some(CLUSTER), None));
+    const OBJECT_ONLY: Option<(Option<&str>, Option<&str>)> = Some((None, Some(OBJECT)));
+
+    fn both_policies() -> [ConflictPolicy; 2] {
+        [ConflictPolicy::Fail, ConflictPolicy::Adopt]
+    }
+
     #[test]
-    fn decisions_must_fit_the_target() {
-        let mut i = ConflictInput {
-            consumer_cluster_uid: "c".into(),
-            consumer_object_uid: "o".into(),
-            conflict_policy: Default::default(),
-            target: None,
+    fn create_allowed_for_absent_target() {
+        for policy in both_policies() {
+            assert_eq!(
+                decision(&ConflictDecision::Create, &question(policy, ABSENT)),
+                Ok(())
+            );
+        }
+    }
+
+    #[test]
+    fn create_refused_for_existing_target() {
+        for target in [UNMARKED, OURS, OTHER_CLUSTER, CLUSTER_ONLY] {
+            let e = decision(
+                &ConflictDecision::Create,
+                &question(ConflictPolicy::Adopt, target),
+            );
+            assert!(e.is_err_and(|e| {
+                e.contains("decided Create, but a provider object already exists")
+            }));
+        }
+    }
+
+    #[test]
+    fn update_owned_allowed_when_both_markers_match() {
+        for policy in both_policies() {
+            assert_eq!(
+                decision(&ConflictDecision::UpdateOwned, &question(policy, OURS)),
+                Ok(())
+            );
+        }
+    }
+
+    #[test]
+    fn update_owned_refused_for_foreign_markers() {
+        for target in [OTHER_CLUSTER, OTHER_OBJECT] {
+            for policy in both_policies() {
+                let e = decision(&ConflictDecision::UpdateOwned, &question(policy, target));
+                assert!(e.is_err_and(|e| e.contains("do not both name this consumer object")));
+            }
+        }
+    }
+
+    #[test]
+    fn update_owned_refused_with_partial_markers() {
+        for target in [CLUSTER_ONLY, OBJECT_ONLY] {
+            let e = decision(
+                &ConflictDecision::UpdateOwned,
+                &question(ConflictPolicy::Adopt, target),
+            );
+            assert!(e.is_err(), "{target:?}");
+        }
+    }
+
+    #[test]
+    fn update_owned_refused_for_unmarked_target() {
+        let e = decision(
+            &ConflictDecision::UpdateOwned,
+            &question(ConflictPolicy::Adopt, UNMARKED),
+        );
+        assert!(e.is_err());
+    }
+
+    #[test]
+    fn update_owned_and_adopt_refused_for_absent_target() {
+        for d in [ConflictDecision::UpdateOwned, ConflictDecision::Adopt] {
+            let e = decision(&d, &question(ConflictPolicy::Adopt, ABSENT));
+            assert!(e.is_err_and(|e| e.contains("there is no provider object to update")));
+        }
+    }
+
+    #[test]
+    fn adopt_allowed_for_unmarked_target_under_adopt() {
+        assert_eq!(
+            decision(
+                &ConflictDecision::Adopt,
+                &question(ConflictPolicy::Adopt, UNMARKED)
+            ),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn adopt_refused_when_policy_is_fail() {
+        let e = decision(
+            &ConflictDecision::Adopt,
+            &question(ConflictPolicy::Fail, UNMARKED),
+        );
+        assert!(e.is_err_and(|e| e.contains("conflictPolicy is Fail")));
+    }
+
+    #[test]
+    fn adopt_refused_for_foreign_markers() {
+        for target in [OTHER_CLUSTER, OTHER_OBJECT] {
+            let e = decision(
+                &ConflictDecision::Adopt,
+                &question(ConflictPolicy::Adopt, target),
+            );
+            assert!(e.is_err_and(|e| e.contains("carries ownership markers")));
+        }
+    }
+
+    #[test]
+    fn adopt_refused_with_partial_markers() {
+        for target in [CLUSTER_ONLY, OBJECT_ONLY] {
+            let e = decision(
+                &ConflictDecision::Adopt,
+                &question(ConflictPolicy::Adopt, target),
+            );
+            assert!(e.is_err_and(|e| e.contains("partial markers count as foreign")));
+        }
+    }
+
+    #[test]
+    fn adopt_refused_for_own_markers() {
+        // Our own copy is updated, not adopted: Adopt is only for unmarked objects.
+        let e = decision(
+            &ConflictDecision::Adopt,
+            &question(ConflictPolicy::Adopt, OURS),
+        );
+        assert!(e.is_err());
+    }
+
+    #[test]
+    fn conflict_is_always_allowed() {
+        let conflict = ConflictDecision::Conflict {
+            reason: ConflictReason::OwnedByAnother,
+            message: "no".into(),
         };
-        assert!(decision(&ConflictDecision::Create, &i).is_ok());
-        assert!(decision(&ConflictDecision::Adopt, &i).is_err());
-        assert!(decision(&ConflictDecision::UpdateOwned, &i).is_err());
-        i.target = Some(Default::default());
-        assert!(decision(&ConflictDecision::Create, &i).is_err());
-        assert!(decision(&ConflictDecision::Adopt, &i).is_ok());
+        for target in [
+            ABSENT,
+            UNMARKED,
+            OURS,
+            OTHER_CLUSTER,
+            CLUSTER_ONLY,
+            OBJECT_ONLY,
+        ] {
+            for policy in both_policies() {
+                assert_eq!(decision(&conflict, &question(policy, target)), Ok(()));
+            }
+        }
     }
 
     fn schema_input() -> SchemaInput {

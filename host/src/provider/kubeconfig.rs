@@ -3,7 +3,14 @@
 //!
 //! Credentials must be inline: a kubeconfig in a Secret cannot meaningfully point at files on
 //! the konnector's disk, and reading them would let a Connection author read the konnector's
-//! files. Exec and auth-provider plugins are refused for the same reason.
+//! files. Exec and auth-provider plugins are refused for the same reason. The transport must
+//! be verified TLS: `insecure-skip-tls-verify: true` and plain `http://` servers are refused
+//! unless the operator started the konnector with `--allow-insecure-provider`
+//! ([`Transport::AllowInsecure`]).
+//!
+//! Messages name the kubeconfig FIELD that is wrong, never its value: the text ends up in
+//! Connection conditions and Events that more people can read than the Secret (server
+//! addresses, context, cluster and user names stay in the Secret).
 
 use std::time::Duration;
 
@@ -13,6 +20,17 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use sha2::{Digest, Sha256};
 
 use crate::api::{Reason, SecretReference};
+
+/// Which provider transports the operator accepts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Transport {
+    /// Only `https://` servers whose certificate is verified (the default).
+    #[default]
+    VerifiedTls,
+    /// Also `insecure-skip-tls-verify: true` and plain `http://` servers: the operator's
+    /// explicit opt-in (`--allow-insecure-provider`), for test and lab providers only.
+    AllowInsecure,
+}
 
 /// Why a Secret does not yield a usable provider client.
 #[derive(Debug, thiserror::Error)]
@@ -54,7 +72,9 @@ pub enum KubeconfigError {
         key: String,
     },
     /// The data is not a kubeconfig.
-    #[error("the kubeconfig in Secret {namespace}/{name} key {key:?} cannot be parsed: {detail}")]
+    #[error(
+        "the data under key {key:?} of Secret {namespace}/{name} is not a kubeconfig: {detail}"
+    )]
     Unparsable {
         /// Namespace of the Secret.
         namespace: String,
@@ -62,7 +82,7 @@ pub enum KubeconfigError {
         name: String,
         /// Data key.
         key: String,
-        /// The parser's complaint.
+        /// What kind of problem, without quoting the data.
         detail: String,
     },
     /// The kubeconfig parses but does not name a usable context, cluster or user.
@@ -147,17 +167,27 @@ pub fn kubeconfig_bytes<'a>(
 }
 
 /// Parses and checks a kubeconfig, without contacting the cluster.
-pub fn parse(reference: &SecretReference, bytes: &[u8]) -> Result<Kubeconfig, KubeconfigError> {
-    let unparsable = |detail: String| KubeconfigError::Unparsable {
+pub fn parse(
+    reference: &SecretReference,
+    bytes: &[u8],
+    transport: Transport,
+) -> Result<Kubeconfig, KubeconfigError> {
+    let unparsable = |detail: &str| KubeconfigError::Unparsable {
         namespace: reference.namespace.clone(),
         name: reference.name.clone(),
         key: reference.key.clone(),
-        detail,
+        detail: detail.to_string(),
     };
-    let text =
-        std::str::from_utf8(bytes).map_err(|e| unparsable(format!("not UTF-8 text: {e}")))?;
-    let kubeconfig = Kubeconfig::from_yaml(text).map_err(|e| unparsable(e.to_string()))?;
-    check(reference, &kubeconfig)?;
+    let text = std::str::from_utf8(bytes).map_err(|_| unparsable("it is not UTF-8 text"))?;
+    // The parser's own message can quote the offending line (a token, a server address), so
+    // it only goes to the debug log.
+    let kubeconfig = Kubeconfig::from_yaml(text).map_err(|e| {
+        tracing::debug!(secret = %format!("{}/{}", reference.namespace, reference.name), error = %e, "kubeconfig does not parse");
+        unparsable(
+            "it is not YAML, or a field has the wrong type; check it with `kubectl --kubeconfig FILE config view`",
+        )
+    })?;
+    check(reference, &kubeconfig, transport)?;
     Ok(kubeconfig)
 }
 
@@ -165,26 +195,55 @@ pub fn parse(reference: &SecretReference, bytes: &[u8]) -> Result<Kubeconfig, Ku
 pub async fn credentials(
     reference: &SecretReference,
     secret: Option<&Secret>,
+    transport: Transport,
 ) -> Result<ProviderCredentials, KubeconfigError> {
     let bytes = kubeconfig_bytes(reference, secret)?;
-    let kubeconfig = parse(reference, bytes)?;
+    let kubeconfig = parse(reference, bytes, transport)?;
     let context_namespace = current_context(&kubeconfig).and_then(|c| c.namespace.clone());
-    let unusable = |problem: String| KubeconfigError::Unusable {
+    let unusable = |problem: &str| KubeconfigError::Unusable {
         namespace: reference.namespace.clone(),
         name: reference.name.clone(),
-        problem,
+        problem: problem.to_string(),
     };
     let mut config =
         kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
             .await
-            .map_err(|e| unusable(e.to_string()))?;
+            .map_err(|e| unusable(config_problem(&e)))?;
     config.connect_timeout = Some(CONNECT_TIMEOUT);
-    let client = kube::Client::try_from(config).map_err(|e| unusable(e.to_string()))?;
+    let client = kube::Client::try_from(config).map_err(|e| {
+        tracing::debug!(secret = %format!("{}/{}", reference.namespace, reference.name), error = %e, "no client from the kubeconfig");
+        unusable(
+            "its TLS material (certificate-authority-data, client-certificate-data, client-key-data, tls-server-name) cannot be used; check that each is base64-encoded PEM",
+        )
+    })?;
     Ok(ProviderCredentials {
         client,
         context_namespace,
         digest: digest(bytes),
     })
+}
+
+/// What is wrong, by kubeconfig field, when kube cannot make a client configuration of a
+/// kubeconfig that passed [`check`]. kube's own messages may quote names from the
+/// kubeconfig, so they are not passed on.
+fn config_problem(error: &kube::config::KubeconfigError) -> &'static str {
+    use kube::config::KubeconfigError as K;
+    match error {
+        K::MissingClusterUrl | K::ParseClusterUrl(_) => {
+            "the server of the current context's cluster is not a valid URL"
+        }
+        K::ParseProxyUrl(_) => "the proxy-url of the current context's cluster is not a valid URL",
+        K::LoadCertificateAuthority(_) | K::ParseCertificates(_) => {
+            "the certificate-authority-data of the current context's cluster is not base64-encoded PEM"
+        }
+        K::LoadClientCertificate(_) => {
+            "the client-certificate-data of the current context's user is not base64-encoded PEM"
+        }
+        K::LoadClientKey(_) => {
+            "the client-key-data of the current context's user is not base64-encoded PEM"
+        }
+        _ => "it does not describe a usable cluster and user for the current context",
+    }
 }
 
 /// Hex SHA-256 of the kubeconfig bytes.
@@ -205,57 +264,46 @@ fn current_context(kubeconfig: &Kubeconfig) -> Option<&kube::config::Context> {
         .as_ref()
 }
 
-fn check(reference: &SecretReference, kubeconfig: &Kubeconfig) -> Result<(), KubeconfigError> {
-    let incomplete = |problem: String| KubeconfigError::Incomplete {
+fn check(
+    reference: &SecretReference,
+    kubeconfig: &Kubeconfig,
+    transport: Transport,
+) -> Result<(), KubeconfigError> {
+    let incomplete = |problem: &str| KubeconfigError::Incomplete {
         namespace: reference.namespace.clone(),
         name: reference.name.clone(),
-        problem,
+        problem: problem.to_string(),
     };
-    let unusable = |problem: String| KubeconfigError::Unusable {
+    let unusable = |problem: &str| KubeconfigError::Unusable {
         namespace: reference.namespace.clone(),
         name: reference.name.clone(),
-        problem,
+        problem: problem.to_string(),
     };
-    let context_name = kubeconfig
+    kubeconfig
         .current_context
         .as_deref()
         .filter(|name| !name.is_empty())
         .ok_or_else(|| {
-            incomplete(
-                "no current-context is set; set current-context to the provider context".into(),
-            )
+            incomplete("no current-context is set; set current-context to the provider context")
         })?;
-    let context = current_context(kubeconfig).ok_or_else(|| {
-        incomplete(format!(
-            "current-context {context_name:?} is not among the contexts"
-        ))
-    })?;
+    let context = current_context(kubeconfig)
+        .ok_or_else(|| incomplete("current-context names a context that is not among contexts"))?;
     let cluster = kubeconfig
         .clusters
         .iter()
         .find(|c| c.name == context.cluster)
         .and_then(|c| c.cluster.as_ref())
-        .ok_or_else(|| {
-            incomplete(format!(
-                "context {context_name:?} names cluster {:?}, which is not defined",
-                context.cluster
-            ))
-        })?;
-    match cluster.server.as_deref() {
-        Some(server) if !server.is_empty() => {}
-        _ => {
-            return Err(incomplete(format!(
-                "cluster {:?} has no server URL",
-                context.cluster
-            )));
-        }
-    }
+        .ok_or_else(|| incomplete("the cluster of the current context is not among clusters"))?;
+    let server = match cluster.server.as_deref() {
+        Some(server) if !server.trim().is_empty() => server.trim(),
+        _ => return Err(incomplete("the current context's cluster has no server")),
+    };
     if cluster.certificate_authority.is_some() {
-        return Err(unusable(format!(
-            "cluster {:?} reads certificate-authority from a file; inline it as certificate-authority-data",
-            context.cluster
-        )));
+        return Err(unusable(
+            "the current context's cluster reads certificate-authority from a file; inline it as certificate-authority-data",
+        ));
     }
+    check_transport(server, cluster.insecure_skip_tls_verify, transport).map_err(unusable)?;
     let Some(user_name) = context.user.as_deref() else {
         return Ok(());
     };
@@ -263,11 +311,7 @@ fn check(reference: &SecretReference, kubeconfig: &Kubeconfig) -> Result<(), Kub
         .auth_infos
         .iter()
         .find(|u| u.name == user_name)
-        .ok_or_else(|| {
-            incomplete(format!(
-                "context {context_name:?} names user {user_name:?}, which is not defined"
-            ))
-        })?;
+        .ok_or_else(|| incomplete("the user of the current context is not among users"))?;
     let Some(auth) = user.auth_info.as_ref() else {
         return Ok(());
     };
@@ -279,14 +323,49 @@ fn check(reference: &SecretReference, kubeconfig: &Kubeconfig) -> Result<(), Kub
     .into_iter()
     .find_map(|(field, set)| set.then_some(field));
     if let Some(field) = file_field {
-        return Err(unusable(format!(
-            "user {user_name:?} reads {field} from a file; inline the credential (…-data or token)"
+        return Err(unusable(&format!(
+            "the current context's user reads {field} from a file; inline the credential (…-data or token)"
         )));
     }
     if auth.exec.is_some() || auth.auth_provider.is_some() {
-        return Err(unusable(format!(
-            "user {user_name:?} uses an exec or auth-provider plugin, which the konnector does not run; use a client certificate or token"
-        )));
+        return Err(unusable(
+            "the current context's user uses an exec or auth-provider plugin, which the konnector does not run; use a client certificate or token",
+        ));
+    }
+    Ok(())
+}
+
+/// Refuses a transport that does not verify the provider unless the operator opted in.
+/// Only the scheme of `server` is looked at, and never repeated.
+fn check_transport(
+    server: &str,
+    insecure_skip_tls_verify: Option<bool>,
+    transport: Transport,
+) -> Result<(), &'static str> {
+    let scheme = server
+        .split_once("://")
+        .map(|(scheme, _)| scheme.to_ascii_lowercase());
+    let insecure = match scheme.as_deref() {
+        Some("https") => false,
+        Some("http") => true,
+        _ => {
+            return Err(
+                "the server of the current context's cluster is not an https:// URL; write it as https://HOST:PORT",
+            );
+        }
+    };
+    if transport == Transport::AllowInsecure {
+        return Ok(());
+    }
+    if insecure {
+        return Err(
+            "the server of the current context's cluster is a plain http:// URL, which sends the credentials unencrypted; use https:// with certificate-authority-data (or start the konnector with --allow-insecure-provider, for test providers only)",
+        );
+    }
+    if insecure_skip_tls_verify == Some(true) {
+        return Err(
+            "the current context's cluster sets insecure-skip-tls-verify: true, so the provider is not authenticated; remove it and add certificate-authority-data (or start the konnector with --allow-insecure-provider, for test providers only)",
+        );
     }
     Ok(())
 }
@@ -303,77 +382,215 @@ mod tests {
         }
     }
 
+    /// Distinctive values, so a test can tell that a message does not quote them.
     const VALID: &str = r#"
 apiVersion: v1
 kind: Config
-current-context: p
+current-context: ctx-secret-name
 contexts:
-- name: p
-  context: {cluster: p, user: u, namespace: team-a}
+- name: ctx-secret-name
+  context: {cluster: cluster-secret-name, user: user-secret-name, namespace: team-a}
 clusters:
-- name: p
-  cluster: {server: "https://127.0.0.1:6443", certificate-authority-data: ""}
+- name: cluster-secret-name
+  cluster: {server: "https://provider-secret-host.example:6443", certificate-authority-data: ""}
 users:
-- name: u
-  user: {token: abc}
+- name: user-secret-name
+  user: {token: token-secret-value}
 "#;
+
+    const VALUES: [&str; 5] = [
+        "ctx-secret-name",
+        "cluster-secret-name",
+        "user-secret-name",
+        "provider-secret-host",
+        "token-secret-value",
+    ];
+
+    fn parse_err(text: &str) -> KubeconfigError {
+        parse_err_with(text, Transport::VerifiedTls)
+    }
+
+    fn parse_err_with(text: &str, transport: Transport) -> KubeconfigError {
+        match parse(&reference(), text.as_bytes(), transport) {
+            Ok(_) => panic!("expected the kubeconfig to be refused:\n{text}"),
+            Err(e) => e,
+        }
+    }
+
+    /// The message names fields, never a value of the kubeconfig.
+    fn assert_quotes_no_value(err: &KubeconfigError) {
+        let message = err.to_string();
+        for value in VALUES {
+            assert!(!message.contains(value), "{message:?} quotes {value:?}");
+        }
+    }
 
     #[test]
     fn valid_inline_kubeconfig_parses() {
-        let parsed = parse(&reference(), VALID.as_bytes());
+        let parsed = parse(&reference(), VALID.as_bytes(), Transport::VerifiedTls);
         assert!(parsed.is_ok(), "{parsed:?}");
     }
 
     #[test]
     fn garbage_is_reported_as_invalid() {
-        let err = parse(&reference(), b"{{{ not yaml")
-            .map(|_| ())
-            .unwrap_err();
+        let err = parse_err("{{{ not yaml");
         assert_eq!(err.reason(), Reason::KubeconfigInvalid);
     }
 
     #[test]
+    fn parse_errors_do_not_quote_the_data() {
+        // A field of the wrong type: the YAML parser's own message would quote the line.
+        let text = VALID.replace(
+            "current-context: ctx-secret-name",
+            "current-context: [token-secret-value]",
+        );
+        let err = parse_err(&text);
+        assert_eq!(err.reason(), Reason::KubeconfigInvalid);
+        assert_quotes_no_value(&err);
+    }
+
+    #[test]
     fn missing_current_context_is_incomplete() {
-        let text = VALID.replace("current-context: p", "");
-        let err = parse(&reference(), text.as_bytes())
-            .map(|_| ())
-            .unwrap_err();
+        let text = VALID.replace("current-context: ctx-secret-name", "");
+        let err = parse_err(&text);
         assert_eq!(err.reason(), Reason::KubeconfigIncomplete);
         assert!(err.to_string().contains("current-context"), "{err}");
     }
 
     #[test]
-    fn undefined_cluster_is_incomplete() {
-        let text = VALID.replace("{cluster: p,", "{cluster: q,");
-        let err = parse(&reference(), text.as_bytes())
-            .map(|_| ())
-            .unwrap_err();
+    fn unknown_current_context_is_incomplete_without_its_name() {
+        let text = VALID.replace("current-context: ctx-secret-name", "current-context: other");
+        let err = parse_err(&text);
         assert_eq!(err.reason(), Reason::KubeconfigIncomplete);
-        assert!(err.to_string().contains("\"q\""), "{err}");
+        assert!(err.to_string().contains("not among contexts"), "{err}");
+        assert!(!err.to_string().contains("other"), "{err}");
+    }
+
+    #[test]
+    fn undefined_cluster_is_incomplete_without_its_name() {
+        let text = VALID.replace("{cluster: cluster-secret-name,", "{cluster: q-secret,");
+        let err = parse_err(&text);
+        assert_eq!(err.reason(), Reason::KubeconfigIncomplete);
+        assert!(err.to_string().contains("not among clusters"), "{err}");
+        assert!(!err.to_string().contains("q-secret"), "{err}");
+    }
+
+    #[test]
+    fn undefined_user_is_incomplete_without_its_name() {
+        let text = VALID.replace("user: user-secret-name,", "user: u-secret,");
+        let err = parse_err(&text);
+        assert_eq!(err.reason(), Reason::KubeconfigIncomplete);
+        assert!(err.to_string().contains("not among users"), "{err}");
+        assert!(!err.to_string().contains("u-secret"), "{err}");
     }
 
     #[test]
     fn file_credentials_are_unusable() {
         let text = VALID.replace(
-            "{token: abc}",
+            "{token: token-secret-value}",
             "{client-certificate: /etc/passwd, client-key: /etc/shadow}",
         );
-        let err = parse(&reference(), text.as_bytes())
-            .map(|_| ())
-            .unwrap_err();
+        let err = parse_err(&text);
         assert_eq!(err.reason(), Reason::KubeconfigUnusable);
+        assert!(err.to_string().contains("client-certificate"), "{err}");
+        assert!(!err.to_string().contains("/etc/passwd"), "{err}");
+        assert_quotes_no_value(&err);
     }
 
     #[test]
     fn exec_plugins_are_unusable() {
         let text = VALID.replace(
-            "{token: abc}",
+            "{token: token-secret-value}",
             "{exec: {command: aws, apiVersion: client.authentication.k8s.io/v1}}",
         );
-        let err = parse(&reference(), text.as_bytes())
-            .map(|_| ())
+        let err = parse_err(&text);
+        assert_eq!(err.reason(), Reason::KubeconfigUnusable);
+        assert_quotes_no_value(&err);
+    }
+
+    #[test]
+    fn insecure_skip_tls_verify_is_unusable_by_default() {
+        let text = VALID.replace(
+            "certificate-authority-data: \"\"",
+            "insecure-skip-tls-verify: true",
+        );
+        let err = parse_err(&text);
+        assert_eq!(err.reason(), Reason::KubeconfigUnusable);
+        let message = err.to_string();
+        assert!(message.contains("insecure-skip-tls-verify"), "{message}");
+        assert!(message.contains("--allow-insecure-provider"), "{message}");
+        assert_quotes_no_value(&err);
+    }
+
+    #[test]
+    fn plain_http_server_is_unusable_by_default() {
+        let text = VALID.replace(
+            "https://provider-secret-host",
+            "http://provider-secret-host",
+        );
+        let err = parse_err(&text);
+        assert_eq!(err.reason(), Reason::KubeconfigUnusable);
+        let message = err.to_string();
+        assert!(message.contains("plain http://"), "{message}");
+        assert!(message.contains("server"), "{message}");
+        assert_quotes_no_value(&err);
+    }
+
+    #[test]
+    fn server_without_https_scheme_is_unusable() {
+        let text = VALID.replace("https://provider-secret-host", "provider-secret-host");
+        let err = parse_err_with(&text, Transport::AllowInsecure);
+        assert_eq!(err.reason(), Reason::KubeconfigUnusable);
+        assert!(err.to_string().contains("not an https:// URL"), "{err}");
+        assert_quotes_no_value(&err);
+    }
+
+    #[test]
+    fn insecure_transports_are_accepted_when_the_operator_opts_in() {
+        let skip = VALID.replace(
+            "certificate-authority-data: \"\"",
+            "insecure-skip-tls-verify: true",
+        );
+        let http = VALID.replace("https://", "http://");
+        for text in [skip, http] {
+            let parsed = parse(&reference(), text.as_bytes(), Transport::AllowInsecure);
+            assert!(parsed.is_ok(), "{parsed:?}");
+        }
+    }
+
+    #[test]
+    fn verified_https_is_accepted_either_way() {
+        let text = VALID.replace("https://", "HTTPS://");
+        for transport in [Transport::VerifiedTls, Transport::AllowInsecure] {
+            let parsed = parse(&reference(), text.as_bytes(), transport);
+            assert!(parsed.is_ok(), "{parsed:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn bad_tls_material_is_unusable_without_quoting_it() {
+        let text = VALID.replace(
+            "certificate-authority-data: \"\"",
+            "certificate-authority-data: bm90LWEtY2VydGlmaWNhdGU=",
+        );
+        let secret = Secret {
+            data: Some(
+                [("kubeconfig".to_string(), ByteString(text.into_bytes()))]
+                    .into_iter()
+                    .collect(),
+            ),
+            ..Secret::default()
+        };
+        let err = credentials(&reference(), Some(&secret), Transport::VerifiedTls)
+            .await
+            .map(drop)
             .unwrap_err();
         assert_eq!(err.reason(), Reason::KubeconfigUnusable);
+        assert!(
+            err.to_string().contains("certificate-authority-data"),
+            "{err}"
+        );
+        assert_quotes_no_value(&err);
     }
 
     #[test]

@@ -6,11 +6,14 @@
 //!                                                   ──▶ Create | UpdateOwned | Adopt | Conflict
 //! ```
 //!
-//! The decision table lives in the conflict-policy module only (`policies/conflict-policy`),
-//! so an operator can swap it; the host keeps no second table. What stays here is reading the
-//! markers (both UID annotations, never the managed label or the name: spec, "The ownership
-//! check uses both UIDs") and the deletion path's "is this copy ours" check, which is not a
-//! policy choice: deletion only ever touches a copy carrying exactly this object's markers.
+//! The module chooses (`policies/conflict-policy`, swappable), the host enforces: every answer
+//! is checked against the ownership rule in `policy::validate` before anything is written
+//! (`Create` only for an absent target, `UpdateOwned` only on both of our markers, `Adopt`
+//! only under `conflictPolicy: Adopt` on an unmarked target); a refused answer is a policy
+//! failure on the object. What stays here is reading the markers (both UID annotations, never
+//! the managed label or the name: spec, "The ownership check uses both UIDs") and the
+//! deletion path's "is this copy ours" check, which is not a policy choice: deletion only
+//! ever touches a copy carrying exactly this object's markers.
 
 use kube::ResourceExt;
 use kube::api::DynamicObject;

@@ -1,6 +1,7 @@
-//! A hostile conflict-policy component for the fault tests: it traps on one consumer object,
+//! Hostile conflict-policy components for the fault tests: one traps on one consumer object,
 //! never returns on another, and answers like the built-in policy for every other object
-//! (`create` without a target, `update-owned` with one; the tests have no foreign targets).
+//! (`create` without a target, `update-owned` with one; the tests have no foreign targets);
+//! another answers `adopt` to everything.
 //!
 //! Written as core WebAssembly text implementing the canonical ABI of
 //! `kbind:policy/conflict#decide` by hand, then wrapped into a component for the
@@ -60,6 +61,27 @@ pub fn poisoned_conflict_policy(trap_uid: &str, loop_uid: &str) -> anyhow::Resul
         loop_len = loop_uid.len(),
     );
     component("conflict-policy", &core)
+}
+
+/// A conflict-policy component that answers `adopt` to every question, whatever the target
+/// and the binding's `conflictPolicy`: the swapped module the host must not obey.
+pub fn always_adopt_conflict_policy() -> anyhow::Result<Vec<u8>> {
+    // The result<decision, string> is at 16 (ok = 0); the decision discriminant at 20:
+    // 0 create, 1 update-owned, 2 adopt, 3 conflict.
+    let core = r#"(module
+  (memory (export "memory") 1)
+  (global $heap (mut i32) (i32.const 1024))
+  (func (export "cabi_realloc") (param i32 i32 i32 i32) (result i32)
+    (local $p i32)
+    (local.set $p (i32.and (i32.add (global.get $heap) (i32.sub (local.get 2) (i32.const 1)))
+                           (i32.sub (i32.const 0) (local.get 2))))
+    (global.set $heap (i32.add (local.get $p) (local.get 3)))
+    (local.get $p))
+  (func (export "kbind:policy/conflict@0.1.0#decide")
+    (param i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32) (result i32)
+    (i32.store8 (i32.const 20) (i32.const 2))
+    (i32.const 16)))"#;
+    component("conflict-policy", core)
 }
 
 /// Wraps a core module (WAT) into a component for `world` of the repository's `wit/`.

@@ -22,6 +22,7 @@ healthProbe: {port: 9091}
 extraArgs: [--log-format=json]
 imagePullSecrets: [{name: regcred}]
 secretNamespace: credentials
+allowInsecureProvider: true
 policies:
   schema: {configMap: schema-policy, key: schema.wasm}
   conflict: {configMap: conflict-policy, key: policy.wasm}
@@ -72,6 +73,7 @@ fn default_values_are_the_spec_table() -> Result<()> {
     assert_eq!(strings(&values["extraArgs"])?, Vec::<String>::new());
     assert_eq!(strings(&values["imagePullSecrets"])?, Vec::<String>::new());
     assert_eq!(values["secretNamespace"].as_str(), Some("kbind"));
+    assert_eq!(values["allowInsecureProvider"], Value::Bool(false));
     assert!(
         values["image"]["repository"]
             .as_str()
@@ -297,6 +299,25 @@ fn secret_namespace_is_passed_as_a_flag() -> Result<()> {
         flag(&rendered.args()?, "--secret-namespace"),
         Some("credentials")
     );
+    Ok(())
+}
+
+#[test]
+fn insecure_providers_are_allowed_only_when_the_value_says_so() -> Result<()> {
+    let opt_in = "--allow-insecure-provider";
+    let default = render(&[])?.args()?;
+    assert!(!default.iter().any(|a| a == opt_in), "{default:?}");
+    let opted_in = render(&["--set", "allowInsecureProvider=true"])?.args()?;
+    assert!(opted_in.iter().any(|a| a == opt_in), "{opted_in:?}");
+    let err = run_helm(&[
+        "template",
+        RELEASE,
+        chart_dir().to_str().context("chart path is not UTF-8")?,
+        "--set-string",
+        "allowInsecureProvider=yes",
+    ])
+    .expect_err("a string allowInsecureProvider must fail the values schema");
+    assert!(err.to_string().contains("allowInsecureProvider"), "{err:#}");
     Ok(())
 }
 

@@ -253,3 +253,124 @@ async fn kcp_logical_cluster_identity_is_used_where_served() -> anyhow::Result<(
     })
     .await
 }
+
+/// The provider's admin kubeconfig with its context namespace set to `namespace` (where a
+/// heartbeat Lease would go), its cluster edited by `edit`.
+fn provider_kubeconfig(
+    pair: &ClusterPair,
+    namespace: &str,
+    edit: impl Fn(&mut kube::config::Cluster),
+) -> anyhow::Result<(String, kube::config::Kubeconfig)> {
+    let mut kubeconfig =
+        kube::config::Kubeconfig::from_yaml(&pair.provider.admin().kubeconfig_yaml()?)?;
+    for named in &mut kubeconfig.contexts {
+        if let Some(context) = named.context.as_mut() {
+            context.namespace = Some(namespace.to_string());
+        }
+    }
+    for named in &mut kubeconfig.clusters {
+        if let Some(cluster) = named.cluster.as_mut() {
+            edit(cluster);
+        }
+    }
+    Ok((serde_yaml::to_string(&kubeconfig)?, kubeconfig))
+}
+
+/// Every value of a kubeconfig that a condition message must not quote: names of contexts,
+/// clusters and users, and the server's host and port.
+fn kubeconfig_values(kubeconfig: &kube::config::Kubeconfig) -> Vec<String> {
+    let mut values = Vec::new();
+    values.extend(kubeconfig.contexts.iter().map(|c| c.name.clone()));
+    values.extend(kubeconfig.clusters.iter().map(|c| c.name.clone()));
+    values.extend(kubeconfig.auth_infos.iter().map(|u| u.name.clone()));
+    for named in &kubeconfig.clusters {
+        if let Some(server) = named.cluster.as_ref().and_then(|c| c.server.as_deref()) {
+            let host_port = server.split_once("://").map_or(server, |(_, rest)| rest);
+            values.push(host_port.trim_end_matches('/').to_string());
+        }
+    }
+    values.retain(|v| !v.is_empty());
+    values
+}
+
+#[tokio::test]
+async fn insecure_provider_kubeconfigs_are_refused_and_nothing_is_written_there()
+-> anyhow::Result<()> {
+    let pair = setup()?;
+    pair.diagnose(async {
+        let consumer = pair.consumer.client().await?;
+        let provider = pair.provider.client().await?;
+        let consumer_uid = kube_system_uid(&consumer).await?;
+        let skip_verify = |cluster: &mut kube::config::Cluster| {
+            cluster.insecure_skip_tls_verify = Some(true);
+            cluster.certificate_authority_data = None;
+        };
+        let plain_http = |cluster: &mut kube::config::Cluster| {
+            cluster.server = cluster
+                .server
+                .as_ref()
+                .map(|s| s.replacen("https://", "http://", 1));
+        };
+        let cases: [(&str, &str, &dyn Fn(&mut kube::config::Cluster)); 2] = [
+            ("skip-verify", "insecure-skip-tls-verify", &skip_verify),
+            ("plain-http", "plain http://", &plain_http),
+        ];
+        for (case, field, edit) in cases {
+            let name = unique(case);
+            let lease_namespace = unique("heartbeat");
+            let (insecure, parsed) = provider_kubeconfig(pair, &lease_namespace, edit)?;
+            put_kubeconfig_secret(&consumer, &name, &insecure).await?;
+            Api::<Connection>::all(consumer.clone())
+                .create(
+                    &PostParams::default(),
+                    &connection(&name, &name, crd_source(), false),
+                )
+                .await?;
+            let seen = wait_connection(&consumer, &name, "KubeconfigUnusable", |c| {
+                has_condition(c, "SecretValid", "False", "KubeconfigUnusable")
+                    && has_condition(c, "Ready", "False", "KubeconfigUnusable")
+            })
+            .await?;
+            for type_ in ["SecretValid", "Ready"] {
+                let message = &condition(&seen, type_).context("condition")?.message;
+                assert!(message.contains(field), "{case}: names {field}: {message}");
+                assert!(
+                    message.contains("--allow-insecure-provider"),
+                    "{case}: tells the opt-in: {message}"
+                );
+                for value in kubeconfig_values(&parsed) {
+                    assert!(
+                        !message.contains(&value),
+                        "{case}: quotes {value:?}: {message}"
+                    );
+                }
+            }
+            // Several resyncs later, nothing reached the provider: no engagement, no heartbeat
+            // namespace or Lease.
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            assert!(pair_not_engaged(pair, &name)?, "{case}: not engaged");
+            let namespace = Api::<Namespace>::all(provider.clone())
+                .get_opt(&lease_namespace)
+                .await?;
+            assert!(namespace.is_none(), "{case}: no heartbeat namespace");
+            let lease_name = konnector::api::names::heartbeat_lease_name(&name, &consumer_uid);
+            let leases = Api::<Lease>::all(provider.clone())
+                .list(&Default::default())
+                .await?;
+            assert!(
+                leases.items.iter().all(|l| l.name_any() != lease_name),
+                "{case}: no heartbeat Lease"
+            );
+
+            // The same credentials with verified TLS are accepted, and the heartbeat lands
+            // where the checks above looked.
+            let (verified, _) = provider_kubeconfig(pair, &lease_namespace, |_| {})?;
+            put_kubeconfig_secret(&consumer, &name, &verified).await?;
+            wait_ready(&consumer, &name).await?;
+            let leases: Api<Lease> = Api::namespaced(provider.clone(), &lease_namespace);
+            eventually(CONVERGE, || async { leases.get(&lease_name).await }).await?;
+        }
+        anyhow::Ok(())
+    })
+    .await
+}
