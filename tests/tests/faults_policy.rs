@@ -224,7 +224,7 @@ async fn a_policy_that_always_adopts_takes_only_what_the_host_allows() -> anyhow
             ];
             let partial = [(CONSUMER_CLUSTER_UID_ANNOTATION, stack.consumer_uid.as_str())];
             // (namespace, name, markers): the objects the module would take, all refused.
-            let guarded: [(&str, &str, &[(&str, &str)]); 4] = [
+            let guarded: [(&str, &str, Markers); 4] = [
                 (fail_ns, "owned-elsewhere", &another),
                 (fail_ns, "unmarked", &[]),
                 (adopt_ns, "owned-elsewhere", &another),
@@ -300,3 +300,6 @@ async fn a_policy_that_always_adopts_takes_only_what_the_host_allows() -> anyhow
         .await;
     stack.finish(result).await
 }
+
+/// Ownership annotations to put on a provider object: `(key, value)` pairs.
+type Markers<'a> = &'a [(&'a str, &'a str)];

@@ -381,10 +381,7 @@ async fn namespace_refusal(
         })?
         .and_then(|ns| ns.metadata.labels)
         .unwrap_or_default();
-    Ok(
-        namespaces::allowed(&connection.name_any(), Some(selector), namespace, &labels)
-            .err(),
-    )
+    Ok(namespaces::allowed(&connection.name_any(), Some(selector), namespace, &labels).err())
 }
 
 /// A Warning Event when a binding turns not Ready for a reason only an operator can fix: a

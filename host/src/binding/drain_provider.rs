@@ -75,10 +75,13 @@ pub async fn resolve(
             secret: format!("{}/{}", reference.namespace, reference.name),
             source,
         })?;
-    let credentials = match kubeconfig::credentials(reference, secret.as_ref()).await {
-        Ok(credentials) => credentials,
-        Err(e) => return unavailable(format!("Connection {connection}: {e}")),
-    };
+    let credentials =
+        match kubeconfig::credentials(reference, secret.as_ref(), ctx.settings.provider_transport)
+            .await
+        {
+            Ok(credentials) => credentials,
+            Err(e) => return unavailable(format!("Connection {connection}: {e}")),
+        };
     match identity::cluster_uid(&credentials.client).await {
         Ok(uid) if uid == pinned_provider => {}
         Ok(uid) => {

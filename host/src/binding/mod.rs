@@ -208,6 +208,9 @@ pub struct Settings {
     pub secret_namespace: String,
     /// The konnector's own namespace (the Pod's), when known: related copies never touch it.
     pub konnector_namespace: Option<String>,
+    /// Which provider transports a drain's own client may use: the same rule as the
+    /// Connection controller's (`--allow-insecure-provider`).
+    pub provider_transport: crate::provider::kubeconfig::Transport,
     /// The instance sync engine's settings.
     pub sync: SyncSettings,
 }
@@ -221,6 +224,7 @@ impl Default for Settings {
             binding_selector: None,
             secret_namespace: DEFAULT_SECRET_NAMESPACE.to_string(),
             konnector_namespace: None,
+            provider_transport: crate::provider::kubeconfig::Transport::default(),
             sync: SyncSettings::default(),
         }
     }

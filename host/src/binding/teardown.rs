@@ -155,8 +155,7 @@ pub async fn drain_dropped<K: BindingObject>(obj: &K, ctx: &Context) -> Result<D
             api,
             "API no longer listed by the binding; draining its instances"
         );
-        if drain_api(ctx, provider.as_ref().ok(), api, &scope, false).await? > 0
-        {
+        if drain_api(ctx, provider.as_ref().ok(), api, &scope, false).await? > 0 {
             unchecked.push(api.to_string());
         }
     }

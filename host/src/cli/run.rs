@@ -85,21 +85,23 @@ pub struct RunArgs {
 
 impl RunArgs {
     fn settings(&self) -> Settings {
+        let provider_transport = if self.allow_insecure_provider {
+            Transport::AllowInsecure
+        } else {
+            Transport::VerifiedTls
+        };
         Settings {
             connection: connection::Config {
                 resync: self.connection_resync,
                 secret_namespace: self.secret_namespace.clone(),
-                provider_transport: if self.allow_insecure_provider {
-                    Transport::AllowInsecure
-                } else {
-                    Transport::VerifiedTls
-                },
+                provider_transport,
                 ..connection::Config::default()
             },
             binding: binding::Settings {
                 status_interval: self.binding_resync,
                 secret_namespace: self.secret_namespace.clone(),
                 konnector_namespace: self.namespace.clone().filter(|ns| !ns.is_empty()),
+                provider_transport,
                 sync: SyncSettings {
                     resync_interval: self.instance_resync,
                     concurrency: self.sync_concurrency.max(1),

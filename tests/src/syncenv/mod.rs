@@ -62,6 +62,7 @@ pub fn fast_settings(stack: &str) -> Settings {
         binding_selector: Some(format!("{STACK_LABEL}={stack}")),
         secret_namespace: DEFAULT_SECRET_NAMESPACE.to_string(),
         konnector_namespace: None,
+        provider_transport: Default::default(),
         sync: SyncSettings {
             resync_interval: Duration::from_secs(5),
             concurrency: 16,

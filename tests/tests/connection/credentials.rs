@@ -263,15 +263,26 @@ fn provider_kubeconfig(
 ) -> anyhow::Result<(String, kube::config::Kubeconfig)> {
     let mut kubeconfig =
         kube::config::Kubeconfig::from_yaml(&pair.provider.admin().kubeconfig_yaml()?)?;
+    // Distinctive names, so that "the message quotes no kubeconfig value" cannot be confused
+    // with prose that happens to use a word like "provider".
+    let distinct = |name: &str| format!("{name}-x9q");
     for named in &mut kubeconfig.contexts {
+        named.name = distinct(&named.name);
         if let Some(context) = named.context.as_mut() {
             context.namespace = Some(namespace.to_string());
+            context.cluster = distinct(&context.cluster);
+            context.user = context.user.as_deref().map(distinct);
         }
     }
+    kubeconfig.current_context = kubeconfig.current_context.as_deref().map(distinct);
     for named in &mut kubeconfig.clusters {
+        named.name = distinct(&named.name);
         if let Some(cluster) = named.cluster.as_mut() {
             edit(cluster);
         }
+    }
+    for named in &mut kubeconfig.auth_infos {
+        named.name = distinct(&named.name);
     }
     Ok((serde_yaml::to_string(&kubeconfig)?, kubeconfig))
 }
@@ -311,7 +322,7 @@ async fn insecure_provider_kubeconfigs_are_refused_and_nothing_is_written_there(
                 .as_ref()
                 .map(|s| s.replacen("https://", "http://", 1));
         };
-        let cases: [(&str, &str, &dyn Fn(&mut kube::config::Cluster)); 2] = [
+        let cases: [(&str, &str, &ClusterEdit); 2] = [
             ("skip-verify", "insecure-skip-tls-verify", &skip_verify),
             ("plain-http", "plain http://", &plain_http),
         ];
@@ -374,3 +385,6 @@ async fn insecure_provider_kubeconfigs_are_refused_and_nothing_is_written_there(
     })
     .await
 }
+
+/// An edit of a kubeconfig's cluster entry, turning it into a bad input.
+type ClusterEdit = dyn Fn(&mut kube::config::Cluster);
