@@ -571,7 +571,7 @@ users:
     async fn bad_tls_material_is_unusable_without_quoting_it() {
         let text = VALID.replace(
             "certificate-authority-data: \"\"",
-            "certificate-authority-data: bm90LWEtY2VydGlmaWNhdGU=",
+            "certificate-authority-data: \"%%%not base64%%%\"",
         );
         let secret = Secret {
             data: Some(
