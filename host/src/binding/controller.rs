@@ -335,8 +335,7 @@ async fn apply<K: BindingObject>(obj: &K, api: &Api<K>, ctx: &Context) -> Result
     }
     // Related resources run in binding reconciliation (spec: "normally every 30 seconds,
     // rather than using the instance watch path"); they need the provider client.
-    if let (Some(engagement), false, true) =
-        (&engagement, spec.related_resources.is_empty(), ready)
+    if let (Some(engagement), false, true) = (&engagement, spec.related_resources.is_empty(), ready)
     {
         let uid = obj.meta().uid.clone().unwrap_or_default();
         let namespace = obj.namespace();
@@ -373,10 +372,7 @@ async fn namespace_refusal(
         })?
         .and_then(|ns| ns.metadata.labels)
         .unwrap_or_default();
-    Ok(
-        namespaces::allowed(&connection.name_any(), Some(selector), namespace, &labels)
-            .err(),
-    )
+    Ok(namespaces::allowed(&connection.name_any(), Some(selector), namespace, &labels).err())
 }
 
 /// A Warning Event when a binding turns not Ready for a reason only an operator can fix: a

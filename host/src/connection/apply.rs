@@ -89,15 +89,17 @@ pub(super) async fn apply(connection: &Connection, ctx: &Context) -> Result<Acti
 
     // Which exported APIs kbind may not install for this Connection (a consumer CRD it does
     // not manage); only needed where the Connection itself installs or binds.
-    let refused = if connection.spec.auto_bind || connection.spec.schema.pull_policy == PullPolicy::All {
-        match refused_installs(&ctx.client, &name, &discovered.apis).await {
-            Ok(refused) => refused,
-            Err(error) => return step.fail(error).await,
-        }
-    } else {
-        BTreeMap::new()
-    };
-    step.install_schemas(&credentials, &discovered, &refused).await;
+    let refused =
+        if connection.spec.auto_bind || connection.spec.schema.pull_policy == PullPolicy::All {
+            match refused_installs(&ctx.client, &name, &discovered.apis).await {
+                Ok(refused) => refused,
+                Err(error) => return step.fail(error).await,
+            }
+        } else {
+            BTreeMap::new()
+        };
+    step.install_schemas(&credentials, &discovered, &refused)
+        .await;
 
     if connection.spec.auto_bind {
         // autoBind never lists an API whose install was refused: its teardown would otherwise
@@ -359,7 +361,12 @@ impl Steps<'_> {
                 .await;
         }
         if !failures.is_empty() {
-            let message = failures.iter().chain(&refusals).cloned().collect::<Vec<_>>().join("; ");
+            let message = failures
+                .iter()
+                .chain(&refusals)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join("; ");
             self.ctx
                 .warn(
                     self.connection,
@@ -384,7 +391,8 @@ impl Steps<'_> {
                     "pullPolicy None: consumer CRDs are managed outside kbind".to_string()
                 }
                 PullPolicy::Bound => {
-                    "pullPolicy Bound: schemas are installed when a binding lists the API".to_string()
+                    "pullPolicy Bound: schemas are installed when a binding lists the API"
+                        .to_string()
                 }
                 PullPolicy::All => format!(
                     "{} exported schema(s) installed and Established",

@@ -220,7 +220,11 @@ mod tests {
             labelled("gateways", "gateway.networking.k8s.io"),
         ]);
         assert_eq!(
-            found.apis.iter().map(|a| a.name.as_str()).collect::<Vec<_>>(),
+            found
+                .apis
+                .iter()
+                .map(|a| a.name.as_str())
+                .collect::<Vec<_>>(),
             ["widgets.example.org"]
         );
         assert_eq!(

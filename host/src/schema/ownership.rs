@@ -112,9 +112,8 @@ mod tests {
         let mut crd = CustomResourceDefinition::default();
         crd.metadata.name = Some(name.into());
         crd.spec.group = api_group(name).into();
-        crd.metadata.annotations = pinned.map(|p| {
-            BTreeMap::from([(CONNECTION_ANNOTATION.to_string(), p.to_string())])
-        });
+        crd.metadata.annotations =
+            pinned.map(|p| BTreeMap::from([(CONNECTION_ANNOTATION.to_string(), p.to_string())]));
         crd
     }
 

@@ -309,8 +309,15 @@ mod tests {
         assert_eq!(v.len(), 1);
         assert!(v[0].served && v[0].storage);
         assert!(v[0].schema.is_some());
-        assert!(v[0].subresources.as_ref().is_some_and(|s| s.status.is_some()));
-        assert_eq!(v[0].additional_printer_columns.as_ref().map(Vec::len), Some(1));
+        assert!(
+            v[0].subresources
+                .as_ref()
+                .is_some_and(|s| s.status.is_some())
+        );
+        assert_eq!(
+            v[0].additional_printer_columns.as_ref().map(Vec::len),
+            Some(1)
+        );
         assert_eq!(v[0].selectable_fields.as_ref().map(Vec::len), Some(1));
         assert!(v[0].deprecated.is_none() && v[0].deprecation_warning.is_none());
         assert!(crd.spec.preserve_unknown_fields.is_none());

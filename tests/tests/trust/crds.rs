@@ -167,7 +167,10 @@ async fn crd_pinned_to_another_connection_is_left_untouched_by_teardown() -> any
                 "the CRD's spec was changed"
             );
             anyhow::ensure!(
-                after.annotations().get(CONNECTION_ANNOTATION).map(String::as_str)
+                after
+                    .annotations()
+                    .get(CONNECTION_ANNOTATION)
+                    .map(String::as_str)
                     == Some("someone-else"),
                 "the pin was changed: {:?}",
                 after.annotations()
@@ -208,7 +211,11 @@ async fn cluster_binding_listing_kbinds_own_crd_never_deletes_it() -> anyhow::Re
             stack.create_cluster_binding(&bystander).await?;
 
             let mut listing = stack.cluster_binding(name, &[&api], ConflictPolicy::Fail);
-            listing.spec.spec.apis.push(konnector::api::ApiReference { name: core.into() });
+            listing
+                .spec
+                .spec
+                .apis
+                .push(konnector::api::ApiReference { name: core.into() });
             stack.create_cluster_binding(&listing).await?;
             let message = cluster_binding_refused(&stack, name, Reason::CRDNotManaged).await?;
             anyhow::ensure!(
@@ -224,7 +231,9 @@ async fn cluster_binding_listing_kbinds_own_crd_never_deletes_it() -> anyhow::Re
                 .await?;
             println!(
                 "survived: {core} CRD {}, bystander ClusterBinding {}",
-                core_crd.as_ref().is_some_and(|c| c.metadata.deletion_timestamp.is_none()),
+                core_crd
+                    .as_ref()
+                    .is_some_and(|c| c.metadata.deletion_timestamp.is_none()),
                 bystanders.is_some()
             );
             anyhow::ensure!(

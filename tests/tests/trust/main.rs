@@ -80,7 +80,8 @@ async fn warning_event(
         || async {
             let events = events_for(&stack.consumer, namespace, name).await?;
             Ok(events.into_iter().find(|e| {
-                e.reason.as_deref() == Some(reason.as_str()) && e.type_.as_deref() == Some("Warning")
+                e.reason.as_deref() == Some(reason.as_str())
+                    && e.type_.as_deref() == Some("Warning")
             }))
         },
     )

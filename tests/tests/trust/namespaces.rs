@@ -53,9 +53,13 @@ async fn binding_outside_the_namespace_selector_syncs_nothing_until_relabelled()
                 &[],
             )];
             stack.create_binding(&binding).await?;
-            let refused = binding_ready_is(&stack, ns, "widgets", "Ready=False NamespaceNotAllowed", |c| {
-                c.status == "False" && c.reason == Reason::NamespaceNotAllowed.as_str()
-            })
+            let refused = binding_ready_is(
+                &stack,
+                ns,
+                "widgets",
+                "Ready=False NamespaceNotAllowed",
+                |c| c.status == "False" && c.reason == Reason::NamespaceNotAllowed.as_str(),
+            )
             .await?;
             anyhow::ensure!(
                 refused.message.contains(ns) && refused.message.contains("label the namespace"),
@@ -65,23 +69,32 @@ async fn binding_outside_the_namespace_selector_syncs_nothing_until_relabelled()
             warning_event(&stack, Some(ns), "widgets", Reason::NamespaceNotAllowed).await?;
 
             for i in 0..2 {
-                api.create(&stack.consumer, Some(ns), &format!("w-{i}"), json!({"i": i}))
-                    .await?;
+                api.create(
+                    &stack.consumer,
+                    Some(ns),
+                    &format!("w-{i}"),
+                    json!({"i": i}),
+                )
+                .await?;
             }
             let provider_configmaps = Api::<ConfigMap>::namespaced(stack.provider.clone(), ns);
             let consumer_widgets = api.api(&stack.consumer, Some(ns));
-            stays("nothing synced from the refused namespace", STAYS, || async {
-                let copies = count_copies(&api, &stack.provider, ns).await?;
-                let finalized = consumer_widgets
-                    .list(&ListParams::default())
-                    .await?
-                    .items
-                    .iter()
-                    .filter(|w| w.finalizers().iter().any(|f| f == SYNCER_FINALIZER))
-                    .count();
-                let related = provider_configmaps.get_opt("settings").await?.is_some();
-                Ok(copies == 0 && finalized == 0 && !related)
-            })
+            stays(
+                "nothing synced from the refused namespace",
+                STAYS,
+                || async {
+                    let copies = count_copies(&api, &stack.provider, ns).await?;
+                    let finalized = consumer_widgets
+                        .list(&ListParams::default())
+                        .await?
+                        .items
+                        .iter()
+                        .filter(|w| w.finalizers().iter().any(|f| f == SYNCER_FINALIZER))
+                        .count();
+                    let related = provider_configmaps.get_opt("settings").await?.is_some();
+                    Ok(copies == 0 && finalized == 0 && !related)
+                },
+            )
             .await?;
 
             // ClusterBindings are cluster-admin objects: the selector does not limit them.
