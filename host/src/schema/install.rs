@@ -5,6 +5,7 @@ use std::time::Duration;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, Patch, PatchParams};
 use sha2::{Digest, Sha256};
+use tracing::debug;
 
 use super::openapi::fetch_facts;
 use super::ownership::{self, Refusal};
@@ -201,10 +202,26 @@ async fn desired_crd(
     } else {
         TakenNames::default()
     };
-    consumer_crd(&raw, api, connection, &taken).map_err(|detail| SchemaError::Unacceptable {
-        api: api.name.clone(),
-        detail,
-    })
+    let crd = consumer_crd(&raw, api, connection, &taken).map_err(|detail| {
+        SchemaError::Unacceptable {
+            api: api.name.clone(),
+            detail,
+        }
+    })?;
+    let kept = &crd.spec.names;
+    if kept.short_names != raw.spec.names.short_names
+        || kept.categories != raw.spec.names.categories
+    {
+        debug!(
+            api = %api.name,
+            offered_short_names = ?raw.spec.names.short_names,
+            kept_short_names = ?kept.short_names,
+            offered_categories = ?raw.spec.names.categories,
+            kept_categories = ?kept.categories,
+            "short names or categories that shadow other consumer resources (or `all`) dropped"
+        );
+    }
+    Ok(crd)
 }
 
 /// Waits until the consumer CRD `name` is Established, for at most `wait`.

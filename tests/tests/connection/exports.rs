@@ -21,7 +21,8 @@ async fn auto_bind_never_lists_kbinds_own_api_or_a_consumer_owned_crd() -> anyho
         // export, and an export whose name the consumer already uses for a CRD of its own.
         for (_, mut crd) in konnector::api::core_crds() {
             if crd.name_any() == CORE {
-                crd.metadata.labels = Some([(EXPORTED_LABEL.to_string(), "true".to_string())].into());
+                crd.metadata.labels =
+                    Some([(EXPORTED_LABEL.to_string(), "true".to_string())].into());
             }
             install_crd(&provider, &crd).await?;
         }
@@ -35,7 +36,8 @@ async fn auto_bind_never_lists_kbinds_own_api_or_a_consumer_owned_crd() -> anyho
             &GroupVersionKind::gvk(group, "v1", "Gadget"),
             "gadgets",
         );
-        let own_objects: Api<DynamicObject> = Api::namespaced_with(consumer.clone(), &name, &gadget);
+        let own_objects: Api<DynamicObject> =
+            Api::namespaced_with(consumer.clone(), &name, &gadget);
         for i in 0..3 {
             let mut object = DynamicObject::new(&format!("own-{i}"), &gadget).within(&name);
             object.data = json!({"spec": {"size": i}});
@@ -46,8 +48,12 @@ async fn auto_bind_never_lists_kbinds_own_api_or_a_consumer_owned_crd() -> anyho
         let bystander = ClusterBinding::new(
             &format!("{name}-bystander"),
             BindingSpec {
-                connection_ref: ConnectionReference { name: format!("{name}-elsewhere") },
-                apis: vec![ApiReference { name: format!("things.{name}.example.org") }],
+                connection_ref: ConnectionReference {
+                    name: format!("{name}-elsewhere"),
+                },
+                apis: vec![ApiReference {
+                    name: format!("things.{name}.example.org"),
+                }],
                 conflict_policy: Default::default(),
                 related_resources: Vec::new(),
             }
@@ -58,33 +64,60 @@ async fn auto_bind_never_lists_kbinds_own_api_or_a_consumer_owned_crd() -> anyho
         connect(&consumer, &provider_cluster, &name, crd_source(), true).await?;
         let auto = eventually(CONVERGE, || async {
             let auto = bindings.get(&name).await?;
-            let ready = auto
-                .status
-                .as_ref()
-                .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-            anyhow::ensure!(ready, "autoBind ClusterBinding not Ready: {:?}", auto.status);
+            let ready = auto.status.as_ref().is_some_and(|s| {
+                s.conditions
+                    .iter()
+                    .any(|c| c.type_ == "Ready" && c.status == "True")
+            });
+            anyhow::ensure!(
+                ready,
+                "autoBind ClusterBinding not Ready: {:?}",
+                auto.status
+            );
             Ok(auto)
         })
         .await?;
         let listed: Vec<String> = auto.spec.apis.iter().map(|a| a.name.clone()).collect();
-        assert_eq!(listed, vec![format!("widgets.{group}")], "autoBind lists only the bindable export");
+        assert_eq!(
+            listed,
+            vec![format!("widgets.{group}")],
+            "autoBind lists only the bindable export"
+        );
         let seen = wait_connection(&consumer, &name, "SchemaInSync=False CRDNotManaged", |c| {
             has_condition(c, "SchemaInSync", "False", "CRDNotManaged")
         })
         .await?;
-        assert!(!exported_names(&seen).contains(&CORE.to_string()), "kbind's own API is never exported");
-        let message = &condition(&seen, "SchemaInSync").context("SchemaInSync")?.message;
-        assert!(message.contains(CORE) && message.contains(&gadgets), "{message}");
-        assert!(has_condition(&seen, "Ready", "True", "AsExpected"), "still Ready");
+        assert!(
+            !exported_names(&seen).contains(&CORE.to_string()),
+            "kbind's own API is never exported"
+        );
+        let message = &condition(&seen, "SchemaInSync")
+            .context("SchemaInSync")?
+            .message;
+        assert!(
+            message.contains(CORE) && message.contains(&gadgets),
+            "{message}"
+        );
+        assert!(
+            has_condition(&seen, "Ready", "True", "AsExpected"),
+            "still Ready"
+        );
         let events = events_for(&consumer, None, &name).await?;
         assert!(
-            events.iter().any(|e| e.reason.as_deref() == Some("CRDNotManaged")),
+            events
+                .iter()
+                .any(|e| e.reason.as_deref() == Some("CRDNotManaged")),
             "a Warning Event on the Connection"
         );
 
-        Api::<Connection>::all(consumer.clone()).delete(&name, &DeleteParams::default()).await?;
+        Api::<Connection>::all(consumer.clone())
+            .delete(&name, &DeleteParams::default())
+            .await?;
         eventually(CONVERGE, || async {
-            let gone = Api::<Connection>::all(consumer.clone()).get_opt(&name).await?.is_none();
+            let gone = Api::<Connection>::all(consumer.clone())
+                .get_opt(&name)
+                .await?
+                .is_none();
             anyhow::ensure!(gone, "Connection still exists");
             Ok(())
         })
@@ -95,22 +128,31 @@ async fn auto_bind_never_lists_kbinds_own_api_or_a_consumer_owned_crd() -> anyho
         let own_crd = crds.get_opt(&gadgets).await?;
         let own_left = own_objects.list(&Default::default()).await?.items.len();
         let bystander_left = bindings.get_opt(&bystander.name_any()).await?.is_some();
-        println!(
-            "survived: {CORE} CRD {}, {gadgets} CRD {}, {own_left} of its objects, bystander ClusterBinding {bystander_left}",
-            core_crd.is_some(),
-            own_crd.is_some()
+        let (core_left, own_crd_left) = (core_crd.is_some(), own_crd.is_some());
+        println!("survived: {CORE} CRD {core_left}, {gadgets} CRD {own_crd_left}");
+        println!("survived: {own_left} of its objects, bystander {bystander_left}");
+        assert!(
+            core_crd.is_some_and(|c| c.metadata.deletion_timestamp.is_none()),
+            "kbind's own CRD deleted"
         );
-        assert!(core_crd.is_some_and(|c| c.metadata.deletion_timestamp.is_none()), "kbind's own CRD deleted");
-        assert!(own_crd.is_some_and(|c| c.metadata.deletion_timestamp.is_none()), "the consumer's own CRD deleted");
+        assert!(
+            own_crd.is_some_and(|c| c.metadata.deletion_timestamp.is_none()),
+            "the consumer's own CRD deleted"
+        );
         assert_eq!(own_left, 3, "the consumer's own objects deleted");
         assert!(bystander_left, "an unrelated ClusterBinding deleted");
         // The kbind-installed CRD of the ordinary export went with the last ClusterBinding.
         eventually(CONVERGE, || async {
-            anyhow::ensure!(crds.get_opt(&format!("widgets.{group}")).await?.is_none(), "widgets CRD still there");
+            anyhow::ensure!(
+                crds.get_opt(&format!("widgets.{group}")).await?.is_none(),
+                "widgets CRD still there"
+            );
             Ok(())
         })
         .await?;
-        bindings.delete(&bystander.name_any(), &DeleteParams::default()).await?;
+        bindings
+            .delete(&bystander.name_any(), &DeleteParams::default())
+            .await?;
         anyhow::Ok(())
     })
     .await
