@@ -146,6 +146,17 @@ async fn decide_and_write(
         // Spec: force ownership only "after the object-ownership check".
         let decision = match ctx.policies.decide_conflict(&input).await {
             Ok(decision) => decision,
+            // The cache holds this consumer's copies only, so its "absent" may hide another
+            // object: before calling an answer impossible, look at the provider itself.
+            Err(e) if target.is_none() && !reread => {
+                reread = true;
+                target = ctx.live_target(obj).await?;
+                if target.is_some() {
+                    continue;
+                }
+                report_policy_failure(obj, ctx, &e.to_string()).await;
+                return Err(Error::DecideConflict(e));
+            }
             Err(e) => {
                 report_policy_failure(obj, ctx, &e.to_string()).await;
                 return Err(Error::DecideConflict(e));
@@ -267,14 +278,26 @@ async fn write_status(
     let Some(body) = instance_status(obj, &ctx.ar, provider, synced) else {
         return Ok(());
     };
-    let stored = ctx
-        .consumer_api(obj.metadata.namespace.as_deref())
-        .patch_status(
-            &obj.name_any(),
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&body),
-        )
-        .await?;
+    let api = ctx.consumer_api(obj.metadata.namespace.as_deref());
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    let stored = match api
+        .patch_status(&obj.name_any(), &params, &Patch::Apply(&body))
+        .await
+    {
+        Ok(stored) => stored,
+        // A status schema without `conditions` makes server-side apply refuse the whole
+        // body; the status copy must not depend on kbind's condition, so write it without.
+        Err(e) if synced.is_some() && rejected_by_provider(&e) => {
+            debug!(error = %e, "the API's status schema has no conditions; Synced is not written");
+            ctx.set_conditions_pruned();
+            let Some(body) = instance_status(obj, &ctx.ar, provider, None) else {
+                return Ok(());
+            };
+            api.patch_status(&obj.name_any(), &params, &Patch::Apply(&body))
+                .await?
+        }
+        Err(e) => return Err(e),
+    };
     if synced.is_some() && !keeps_synced(stored.data.get("status")) {
         debug!("the API's status schema prunes conditions; Synced is not written");
         ctx.set_conditions_pruned();
