@@ -1,5 +1,5 @@
 //! Fault: the consumer kube-apiserver (and its etcd) restarted under a running konnector
-//! (issue 8: "watches recover without a restart of the konnector").
+//! (required: "watches recover without a restart of the konnector").
 //!
 //! Injected: `Cluster::stop` then `Cluster::start` of the consumer, on the same data, ports
 //! and credentials, while the in-process konnector stack keeps running (it is never

@@ -1,4 +1,4 @@
-//! Fault: the konnector process killed with SIGKILL mid-sync and started again (issue 8:
+//! Fault: the konnector process killed with SIGKILL mid-sync and started again (required:
 //! "converges; finalizers consistent").
 //!
 //! Injected: the real `konnector run` binary syncs 1 000 instances being created on the

@@ -1,4 +1,4 @@
-//! Fault: malformed inputs on the consumer side of a bound API (issue 8: "CRD-shaped garbage
+//! Fault: malformed inputs on the consumer side of a bound API (required: "CRD-shaped garbage
 //! in a bound API, huge objects near the apiserver limit, names at the length limit: clear
 //! errors, no crash").
 //!

@@ -1,5 +1,5 @@
 //! Fault: a conflict-policy module that traps on one consumer object and loops forever on
-//! another (issue 8: "that object reports the error, the others keep syncing"); and one that
+//! another (required: "that object reports the error, the others keep syncing"); and one that
 //! answers Adopt to everything, which the host must not obey beyond the ownership rule.
 //!
 //! Injected: a hand-written component ([`poisoned_conflict_policy`]) swapped in for the

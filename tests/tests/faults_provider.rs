@@ -1,5 +1,5 @@
 //! Fault: the provider kube-apiserver (and its etcd) stopped while 1 000 instances are being
-//! synced, then restarted with its data (issue 8).
+//! synced, then restarted with its data.
 //!
 //! Injected: `Cluster::stop` of the provider once at least 200 copies exist, while the test is
 //! still creating consumer instances; 5 s later `Cluster::start` on the same data, ports and

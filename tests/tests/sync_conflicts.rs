@@ -1,4 +1,4 @@
-//! The ownership check and its conflict table (issue 5: "every row of the conflict table
+//! The ownership check and its conflict table (required: "every row of the conflict table
 //! observed as annotation + Event; Adopt overwriting an unmarked target; conflicting delete
 //! leaving the foreign object; recreated instance not owning the retained copy"), and the
 //! binding's conflict count.

@@ -1,4 +1,4 @@
-//! Deleting consumer instances (issue 5: "instance deletion waiting for a provider finalizer;
+//! Deleting consumer instances (required: "instance deletion waiting for a provider finalizer;
 //! Orphan").
 
 use std::time::Duration;

@@ -1,4 +1,4 @@
-//! Losing the provider and getting it back (issue 5: "provider stopped and restarted
+//! Losing the provider and getting it back (required: "provider stopped and restarted
 //! (disengage, nothing deleted, sync resumes and catches up on changes made meanwhile)").
 //! The only sync test with a private cluster pair: it stops a cluster.
 

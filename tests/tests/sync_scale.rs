@@ -1,4 +1,4 @@
-//! Many instances (issue 5: "1 000 instances reaching the provider in a test that reports the
+//! Many instances (required: "1 000 instances reaching the provider in a test that reports the
 //! time taken").
 
 use std::time::{Duration, Instant};

@@ -1,4 +1,4 @@
-//! Which instances a binding selects, and when a binding is Ready (issue 5: "namespaced vs
+//! Which instances a binding selects, and when a binding is Ready (required: "namespaced vs
 //! cluster binding selection; cluster-scoped API"; readiness reasons).
 
 use std::time::Duration;

@@ -1,4 +1,4 @@
-//! Spec to the provider, status back, field isolation and drift (issue 5: "spec
+//! Spec to the provider, status back, field isolation and drift (required: "spec
 //! create/update/no-op; status copy and 'no status does not clear'; field isolation; drift
 //! reverted").
 

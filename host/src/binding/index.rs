@@ -14,7 +14,7 @@
 //! - a Binding selects instances in its own namespace, a ClusterBinding in every namespace and
 //!   cluster-scoped instances (spec, "Selection");
 //! - where a ClusterBinding and a Binding cover the same API on the same Connection, the
-//!   ClusterBinding wins (DESIGN.md);
+//!   ClusterBinding wins (the design);
 //! - one API is served by one Connection: the first binding by rank (ClusterBindings first,
 //!   then the oldest, then by name) pins it, and a binding listing it for another Connection is
 //!   `APIBoundElsewhere`;

@@ -1,5 +1,5 @@
 //! What related copies may touch, decided by the host whatever the related-selection module
-//! plans or the source cluster holds (DESIGN.md, "Trust boundaries").
+//! plans or the source cluster holds (the trust boundaries the host enforces).
 //!
 //! ```text
 //! list sources / targets ──▶ never in a protected namespace (field selector + filter)

@@ -1,5 +1,5 @@
 //! A binding's status as a value: built from the readiness verdict and the conflict counts,
-//! compared as a whole with the stored one, written only when different (STYLE.md, habit 5:
+//! compared as a whole with the stored one, written only when different (house style:
 //! compare normalised structs, never a hand-picked list of fields).
 //!
 //! Spec: "Bindings count conflict annotations on a periodic reconciliation ... Conflicts=True

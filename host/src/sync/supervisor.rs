@@ -10,7 +10,7 @@
 //!
 //! A handle records what its syncer was built for (the engagement epoch and the resolved
 //! target), a cancellation token and a join handle; lifetimes never hang off a reconcile call
-//! (STYLE.md, habit 4). Spec: "When a Connection becomes not Ready, the provider cache is
+//! (house style). Spec: "When a Connection becomes not Ready, the provider cache is
 //! disengaged and its per-API instance syncers stop. When it becomes Ready again, syncers are
 //! rebuilt against the newly engaged provider." Stopping a syncer deletes nothing.
 //!
