@@ -19,7 +19,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{
     ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
     Preconditions,
@@ -30,6 +30,7 @@ use tracing::{debug, info, warn};
 
 use crate::api::names::{RELATED_BINDING_ANNOTATION, RELATED_FIELD_MANAGER};
 use crate::api::{RelatedDirection, RelatedResource, RelatedResourceKind};
+use crate::k8s::{self, NamespaceState};
 use crate::policy::{RelatedInput, RelatedPlan, RelatedSource, RelatedTarget};
 use crate::provider::Engagement;
 use crate::sync::api_code;
@@ -399,18 +400,17 @@ async fn delete_target(
 /// Spec: "Namespace creation and source/target RBAC are still required": a create attempt;
 /// an existing namespace is fine, a refusal is logged and the copy's own write reports.
 async fn ensure_namespace(client: &Client, name: &str) -> Result<()> {
-    let ns: Namespace = serde_json::from_value(json!({ "metadata": { "name": name } }))?;
-    match Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
-        .await
-    {
-        Ok(_) => {
+    match k8s::ensure_namespace(client, name).await {
+        Ok(NamespaceState::Created) => {
             info!(namespace = name, "namespace created for related copies");
             Ok(())
         }
-        Err(e) if api_code(&e) == Some(409) => Ok(()),
-        Err(e) if api_code(&e) == Some(403) => {
-            debug!(namespace = name, error = %e, "may not create namespace; trying the copy anyway");
+        Ok(NamespaceState::Existed) => Ok(()),
+        Ok(NamespaceState::CreateForbidden) => {
+            debug!(
+                namespace = name,
+                "may not create namespace; trying the copy anyway"
+            );
             Ok(())
         }
         Err(source) => Err(Error::CreateNamespace {

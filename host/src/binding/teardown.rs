@@ -33,14 +33,14 @@ use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, Preconditions};
+use kube::api::{DeleteParams, DynamicObject, ListParams, Preconditions};
 use kube::{Api, Client, ResourceExt};
-use serde_json::json;
 use tracing::{info, warn};
 
 use crate::api::names::{DELETION_POLICY_ANNOTATION, DELETION_POLICY_ORPHAN, SYNCER_FINALIZER};
 use crate::api::{Binding, ClusterBinding, Reason};
 use crate::conditions::Desired;
+use crate::k8s::{dynamic_api, remove_finalizer};
 use crate::provider::Engagement;
 use crate::schema::Refusal;
 use crate::schema::ownership;
@@ -409,42 +409,24 @@ async fn delete_provider_copy(
     }
 }
 
+/// Releases the syncer finalizer of one instance (only ours: see
+/// [`crate::k8s::remove_finalizer`]).
 async fn release_finalizer(
     consumer: &Client,
     target: &ApiTarget,
     instance: &DynamicObject,
 ) -> Result<()> {
-    let Some(index) = instance
-        .finalizers()
-        .iter()
-        .position(|f| f == SYNCER_FINALIZER)
-    else {
-        return Ok(());
-    };
-    let ar = target.api_resource();
-    let api: Api<DynamicObject> = match instance.metadata.namespace.as_deref() {
-        Some(ns) => Api::namespaced_with(consumer.clone(), ns, &ar),
-        None => Api::all_with(consumer.clone(), &ar),
-    };
-    let path = format!("/metadata/finalizers/{index}");
-    let patch = serde_json::from_value(json!([
-        { "op": "test", "path": path, "value": SYNCER_FINALIZER },
-        { "op": "remove", "path": path },
-    ]))?;
-    match api
-        .patch(
-            &instance.name_any(),
-            &PatchParams::default(),
-            &Patch::<()>::Json(patch),
-        )
+    let api = dynamic_api(
+        consumer,
+        &target.api_resource(),
+        target.namespaced,
+        instance.metadata.namespace.as_deref(),
+    );
+    // A failed `test` (the list changed under us) is an error; the next attempt reads again.
+    remove_finalizer(&api, instance, SYNCER_FINALIZER)
         .await
-    {
-        Ok(_) => Ok(()),
-        Err(e) if api_code(&e) == Some(404) => Ok(()),
-        // 422: the list changed under us (test failed); the next attempt reads it again.
-        Err(source) => Err(Error::ReleaseFinalizer {
+        .map_err(|source| Error::ReleaseFinalizer {
             name: instance.name_any(),
             source,
-        }),
-    }
+        })
 }
