@@ -9,7 +9,8 @@ use kube::runtime::events::{Recorder, Reporter};
 use tokio_util::sync::CancellationToken;
 
 use crate::policy::Policies;
-use crate::provider::Engagements;
+use crate::registry::Engagements;
+use crate::sync::Supervisor;
 use crate::{binding, connection};
 
 /// Name reported on Events and used as field manager prefix in logs.
@@ -58,14 +59,33 @@ pub async fn run_with(
         settings.connection.clone(),
     ));
     let bindings = Arc::new(binding::Context::new(
-        client,
-        engagements,
-        policies,
+        client.clone(),
+        engagements.clone(),
+        policies.clone(),
         settings.binding,
     ));
     tokio::join!(
         connection::run(connections, shutdown.clone()),
-        binding::run(bindings, shutdown)
+        run_bindings(bindings, shutdown),
+    );
+}
+
+/// Runs the binding controllers and the syncer supervisor, which share the binding context's
+/// registry; without the Connection controller, engagements come from whoever fills the
+/// registry (tests do).
+pub async fn run_bindings(bindings: Arc<binding::Context>, shutdown: CancellationToken) {
+    let supervisor = Supervisor::new(
+        bindings.consumer.clone(),
+        bindings.engagements.clone(),
+        bindings.index.clone(),
+        bindings.policies.clone(),
+        bindings.reporter.clone(),
+        bindings.settings.sync.clone(),
+        bindings.syncers.clone(),
+    );
+    tokio::join!(
+        binding::run(bindings, shutdown.clone()),
+        supervisor.run(shutdown),
     );
 }
 

@@ -828,3 +828,102 @@ async fn input_over_the_bound_is_refused_without_calling_the_module() {
     );
     assert!(started.elapsed() < LIMITS.timeout, "the module was not run");
 }
+
+/// A conflict module that counts its calls in a global and traps on call `trap_at` of one
+/// instance; otherwise it answers `ok(create)`.
+fn counting_conflict_module(trap_at: u32) -> Vec<u8> {
+    component(
+        "conflict-policy",
+        &format!(
+            r#"(module
+  (memory (export "memory") 1)
+  (global $heap (mut i32) (i32.const 1024))
+  (global $calls (mut i32) (i32.const 0))
+  {REALLOC}
+  {DECIDE}
+    (global.set $calls (i32.add (global.get $calls) (i32.const 1)))
+    (if (i32.eq (global.get $calls) (i32.const {trap_at})) (then unreachable))
+    (i32.const 16)))"#
+        ),
+    )
+}
+
+#[tokio::test]
+async fn warm_instance_that_traps_is_retried_on_a_fresh_one() {
+    let policies = hostile(
+        PolicyRole::ConflictPolicy,
+        &counting_conflict_module(3),
+        "counting.wasm",
+    );
+    for call in 1..=6 {
+        let answered = policies
+            .decide_conflict(&input(ConflictPolicy::Fail, None))
+            .await;
+        assert!(
+            matches!(answered, Ok(ConflictDecision::Create)),
+            "call {call}: {answered:?}"
+        );
+    }
+}
+
+/// A conflict module that answers `ok(create)` on the first call of an instance and an
+/// undecodable variant on every later one: its answer depends on what the instance kept.
+fn forgetful_conflict_module() -> Vec<u8> {
+    component(
+        "conflict-policy",
+        &format!(
+            r#"(module
+  (memory (export "memory") 1)
+  (global $heap (mut i32) (i32.const 1024))
+  (global $calls (mut i32) (i32.const 0))
+  {REALLOC}
+  {DECIDE}
+    (global.set $calls (i32.add (global.get $calls) (i32.const 1)))
+    (if (i32.gt_u (global.get $calls) (i32.const 1))
+      (then (i32.store8 (i32.const 20) (i32.const 9))))
+    (i32.const 16)))"#
+        ),
+    )
+}
+
+#[tokio::test]
+async fn fresh_instance_per_call_never_sees_earlier_calls() {
+    let policies = hostile(
+        PolicyRole::ConflictPolicy,
+        &forgetful_conflict_module(),
+        "forgetful.wasm",
+    )
+    .with_instance_reuse(1);
+    for call in 1..=4 {
+        let answered = policies
+            .decide_conflict(&input(ConflictPolicy::Fail, None))
+            .await;
+        assert!(
+            matches!(answered, Ok(ConflictDecision::Create)),
+            "call {call}: {answered:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn instance_with_an_invalid_answer_is_replaced() {
+    let policies = hostile(
+        PolicyRole::ConflictPolicy,
+        &forgetful_conflict_module(),
+        "forgetful.wasm",
+    );
+    let fail = input(ConflictPolicy::Fail, None);
+    let ask = || policies.decide_conflict(&fail);
+    let first = ask().await;
+    assert!(matches!(first, Ok(ConflictDecision::Create)), "{first:?}");
+    let reused = ask().await;
+    assert!(
+        matches!(reused, Err(PolicyError::InvalidOutput { .. })),
+        "a warm instance keeps its state between calls: {reused:?}"
+    );
+    let replaced = ask().await;
+    assert!(
+        matches!(replaced, Ok(ConflictDecision::Create)),
+        "the failed instance is dropped and the next call starts clean: {replaced:?}"
+    );
+}

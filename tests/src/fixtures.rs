@@ -25,7 +25,7 @@ use crate::testenv::{Cluster, ClusterPair};
 use konnector::api::names::EXPORTED_LABEL;
 use konnector::api::{Connection, ConnectionSpec, SchemaPolicy, SecretReference};
 use konnector::policy::Policies;
-use konnector::provider::Engagements;
+use konnector::registry::Engagements;
 
 /// The credential namespace the test konnector uses (the product default).
 pub const SECRET_NAMESPACE: &str = "kbind";

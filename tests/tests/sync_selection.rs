@@ -10,7 +10,7 @@ use kbind_tests::testenv::shared_pair;
 use konnector::api::PullPolicy;
 use konnector::api::names::{CONNECTION_ANNOTATION, SYNCER_FINALIZER};
 use konnector::api::{Binding, ClusterBinding, ConditionType, ConflictPolicy, Reason};
-use konnector::provider::Engagement;
+use konnector::registry::Engagement;
 use kube::api::DynamicObject;
 use kube::{Api, ResourceExt};
 use serde_json::json;

@@ -39,13 +39,14 @@ use crate::api::names::{
 use crate::api::{Binding, BindingSpec, BindingStatus, ClusterBinding, Connection, Reason};
 use crate::conditions::{self, Desired};
 use crate::schema::schema_hash;
-use crate::sync::{ApiTarget, changes, is_established};
+use crate::schema::{ApiTarget, is_established};
+use crate::sync::changes;
 
-use super::index::{BindingKey, Entry};
 use super::readiness::{self, ApiFacts, ConnectionState, CrdFacts, Verdict};
 use super::related::{self, RelatedScope};
 use super::{Context, Error, Result};
 use super::{namespaces, schema, status, teardown};
+use crate::registry::{BindingKey, Entry};
 
 /// What the controller needs from either binding kind.
 pub trait BindingObject:

@@ -24,9 +24,9 @@ use tracing::{info, warn};
 
 use crate::api::{ConditionType, Connection, Reason};
 use crate::conditions::Desired;
-use crate::provider::Engagement;
 use crate::provider::identity;
 use crate::provider::kubeconfig;
+use crate::registry::Engagement;
 
 use super::controller::BindingObject;
 use super::{Context, Error, Result};

@@ -25,7 +25,6 @@
 
 pub mod controller;
 pub mod drain_provider;
-pub mod index;
 pub mod namespaces;
 pub mod readiness;
 pub mod related;
@@ -46,12 +45,11 @@ use crate::api::names::DEFAULT_SECRET_NAMESPACE;
 use crate::api::{Binding, ClusterBinding};
 use crate::backoff::Backoff;
 use crate::policy::Policies;
-use crate::provider::Engagements;
-use crate::sync::{RunningSyncers, Supervisor, SyncSettings};
+use crate::registry::{Engagements, SharedIndex};
+use crate::schema::AppliedSchemas;
+use crate::sync::{RunningSyncers, SyncSettings};
 
 use related_guard::RelatedGuard;
-
-pub use index::{BindingIndex, BindingKey, Coverage, Entry, SharedIndex};
 
 /// Why reconciling a binding failed. Each variant names the operation.
 #[derive(Debug, thiserror::Error)]
@@ -248,6 +246,9 @@ pub struct Context {
     pub related_guard: RelatedGuard,
     /// The syncers the supervisor runs, so a drain can wait for one to stop.
     pub syncers: RunningSyncers,
+    /// Which consumer CRDs were applied from which provider schema, so an unchanged one is
+    /// not applied again.
+    pub applied_schemas: AppliedSchemas,
     failures: Backoff<String>,
     recorder: Recorder,
 }
@@ -288,6 +289,7 @@ impl Context {
                 settings.konnector_namespace.as_deref(),
             ),
             syncers: RunningSyncers::default(),
+            applied_schemas: AppliedSchemas::default(),
             settings,
         }
     }
@@ -307,22 +309,12 @@ impl Context {
     }
 }
 
-/// Runs the Binding and ClusterBinding controllers and the syncer supervisor until
-/// `shutdown`; stopping deletes nothing.
+/// Runs the Binding and ClusterBinding controllers until `shutdown`; stopping deletes
+/// nothing.
 pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
-    let supervisor = Supervisor::new(
-        ctx.consumer.clone(),
-        ctx.engagements.clone(),
-        ctx.index.clone(),
-        ctx.policies.clone(),
-        ctx.reporter.clone(),
-        ctx.settings.sync.clone(),
-        ctx.syncers.clone(),
-    );
     tokio::join!(
         controller::run::<Binding>(ctx.clone(), shutdown.clone()),
-        controller::run::<ClusterBinding>(ctx.clone(), shutdown.clone()),
-        supervisor.run(shutdown),
+        controller::run::<ClusterBinding>(ctx, shutdown),
     );
 }
 

@@ -20,9 +20,9 @@ use std::collections::BTreeMap;
 
 use crate::api::{ConditionType, ExportedApi, Reason};
 use crate::conditions::Desired;
+use crate::schema::ApiTarget;
 use crate::schema::Refusal;
 use crate::schema::ownership::{api_group, is_protected_api};
-use crate::sync::ApiTarget;
 
 /// What the engagement registry and the consumer say about the referenced Connection.
 #[derive(Clone, Debug, PartialEq, Eq)]

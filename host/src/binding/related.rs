@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! for each relatedResources entry:
-//!   list sources (source side, binding scope) ─┐   never in a protected namespace;
+//!   list sources (source side, binding scope, ─┐   never in a protected namespace;
+//!     the entry's label selector server-side)  │
 //!   list targets (target side, binding scope) ─┤   sources of a refused Secret type
 //!                                              │   skipped + related_skipped metric
 //!                                              └▶ related-selection policy (Wasm)
@@ -24,16 +25,16 @@ use kube::api::{
     ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
     Preconditions,
 };
+use kube::core::Selector;
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Map, Value, json};
 use tracing::{debug, info, warn};
 
 use crate::api::names::{RELATED_BINDING_ANNOTATION, RELATED_FIELD_MANAGER};
 use crate::api::{RelatedDirection, RelatedResource, RelatedResourceKind};
-use crate::k8s::{self, NamespaceState};
+use crate::k8s::{self, ApiErrorExt, NamespaceState};
 use crate::policy::{RelatedInput, RelatedPlan, RelatedSource, RelatedTarget};
-use crate::provider::Engagement;
-use crate::sync::api_code;
+use crate::registry::Engagement;
 use crate::telemetry::{RelatedLabels, metrics};
 
 use super::related_guard::RelatedGuard;
@@ -88,9 +89,9 @@ pub async fn sync(
             );
         }
         let sides = Sides::new(entry, consumer, engagement);
-        let mut sources = list(&sides.source, entry, scope).await?;
+        let mut sources = list(&sides.source, entry, scope, Side::Source).await?;
         refuse_sources(entry, &mut sources);
-        let targets = list(&sides.target, entry, scope).await?;
+        let targets = list(&sides.target, entry, scope, Side::Target).await?;
         let plan = plan(scope, entry, &sources, &targets, policies).await?;
         apply_plan(scope, entry, &sides, &plan, &sources, &targets).await?;
     }
@@ -106,7 +107,7 @@ pub async fn delete_copies(
 ) -> Result<()> {
     for entry in scope.entries.iter().filter(|e| e.group.is_empty()) {
         let sides = Sides::new(entry, consumer, engagement);
-        let targets = list(&sides.target, entry, scope).await?;
+        let targets = list(&sides.target, entry, scope, Side::Target).await?;
         for target in targets.values() {
             if marker(target) == Some(scope.binding_uid) {
                 delete_target(&sides.target, entry, target).await?;
@@ -168,6 +169,20 @@ fn api(client: &Client, entry: &RelatedResource, namespace: Option<&str>) -> Api
     }
 }
 
+/// Which side of an entry a list reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Side {
+    /// Where copies come from: listed with the entry's label selector, so the API server
+    /// filters and only candidates travel.
+    Source,
+    /// Where copies go: every object in scope, to find this binding's copies and names taken
+    /// by others.
+    Target,
+}
+
+/// Objects per page of a list, so memory stays bounded however many exist.
+const PAGE: u32 = 500;
+
 /// Lists one side within the binding's scope (spec: "A Binding selects within its namespace,
 /// a ClusterBinding lists across namespaces"), never reading a protected namespace: a
 /// Binding in one lists nothing, an all-namespaces list leaves them out by field selector.
@@ -175,8 +190,9 @@ async fn list(
     client: &Client,
     entry: &RelatedResource,
     scope: &RelatedScope<'_>,
+    side: Side,
 ) -> Result<Objects> {
-    let params = match scope.namespace {
+    let mut params = match scope.namespace {
         Some(ns) if !scope.guard.allows_namespace(ns) => {
             warn!(
                 namespace = ns,
@@ -186,20 +202,42 @@ async fn list(
         }
         Some(_) => ListParams::default(),
         None => ListParams::default().fields(&scope.guard.field_selector()),
-    };
-    let list = api(client, entry, scope.namespace)
-        .list(&params)
-        .await
-        .map_err(|source| Error::ListRelated {
-            resource: resource_label(entry.resource),
-            source,
-        })?;
-    Ok(list
-        .items
-        .into_iter()
-        .filter_map(|o| Some(((o.metadata.namespace.clone()?, o.name_any()), o)))
-        .filter(|((ns, _), _)| scope.guard.allows_namespace(ns))
-        .collect())
+    }
+    .limit(PAGE);
+    if side == Side::Source
+        && let Some(selector) = server_selector(entry)
+    {
+        params = params.labels_from(&selector);
+    }
+    let api = api(client, entry, scope.namespace);
+    let mut objects = Objects::new();
+    loop {
+        let page = api
+            .list(&params)
+            .await
+            .map_err(|source| Error::ListRelated {
+                resource: resource_label(entry.resource),
+                source,
+            })?;
+        let next = page.metadata.continue_.clone().filter(|c| !c.is_empty());
+        objects.extend(
+            page.items
+                .into_iter()
+                .filter_map(|o| Some(((o.metadata.namespace.clone()?, o.name_any()), o)))
+                .filter(|((ns, _), _)| scope.guard.allows_namespace(ns)),
+        );
+        match next {
+            Some(token) => params = params.continue_token(&token),
+            None => return Ok(objects),
+        }
+    }
+}
+
+/// The entry's label selector for the API server, when it has a valid, non-empty one; an
+/// invalid one is left to the selection module, which refuses it.
+fn server_selector(entry: &RelatedResource) -> Option<Selector> {
+    let selector = Selector::try_from(entry.selector.label_selector.clone()?).ok()?;
+    (!selector.selects_all()).then_some(selector)
 }
 
 /// Drops the Secrets of a type the host refuses to copy, counting each in `related_skipped`.
@@ -389,7 +427,7 @@ async fn delete_target(
     {
         Ok(_) => Ok(()),
         // Already gone, or replaced by someone else since the list: nothing of ours to delete.
-        Err(e) if matches!(api_code(&e), Some(404 | 409)) => Ok(()),
+        Err(e) if e.is_not_found() || e.is_conflict() => Ok(()),
         Err(source) => Err(Error::DeleteRelated {
             resource: resource_label(entry.resource),
             source,
@@ -471,5 +509,29 @@ mod tests {
         assert!(!payload_differs(&existing, &desired));
         desired["data"] = json!({ "k": "dzI=" });
         assert!(payload_differs(&existing, &desired));
+    }
+
+    #[test]
+    fn source_label_selector_is_applied_by_the_api_server() {
+        let mut selected = entry(RelatedResourceKind::Secrets);
+        selected.selector.label_selector = Some(
+            serde_json::from_value(json!({"matchLabels": {"app": "db"}}))
+                .unwrap_or_else(|e| panic!("{e}")),
+        );
+        let selector = server_selector(&selected).map(|s| s.to_string());
+        assert_eq!(selector.as_deref(), Some("app=db"));
+    }
+
+    #[test]
+    fn empty_or_invalid_selector_lists_everything_for_the_module_to_judge() {
+        assert!(server_selector(&entry(RelatedResourceKind::Secrets)).is_none());
+        let mut invalid = entry(RelatedResourceKind::Configmaps);
+        invalid.selector.label_selector = Some(
+            serde_json::from_value(
+                json!({"matchExpressions": [{"key": "app", "operator": "Nope"}]}),
+            )
+            .unwrap_or_else(|e| panic!("{e}")),
+        );
+        assert!(server_selector(&invalid).is_none());
     }
 }

@@ -23,9 +23,9 @@ use tracing::{info, warn};
 
 use crate::api::names::CONNECTION_ANNOTATION;
 use crate::api::{Connection, PullPolicy, Reason, SchemaSource};
-use crate::provider::Engagement;
+use crate::registry::Engagement;
+use crate::schema::is_established;
 use crate::schema::{Refusal, SchemaError, Target, ensure_installed};
-use crate::sync::is_established;
 
 use super::Context;
 
@@ -60,6 +60,7 @@ pub async fn install_bound(
             &ctx.consumer,
             &engagement.provider,
             &ctx.policies,
+            &ctx.applied_schemas,
             &target,
             ctx.settings.schema_wait,
         )

@@ -40,12 +40,12 @@ use tracing::{info, warn};
 use crate::api::names::{DELETION_POLICY_ANNOTATION, DELETION_POLICY_ORPHAN, SYNCER_FINALIZER};
 use crate::api::{Binding, ClusterBinding, Reason};
 use crate::conditions::Desired;
-use crate::k8s::{dynamic_api, remove_finalizer};
-use crate::provider::Engagement;
+use crate::k8s::{ApiErrorExt, dynamic_api, remove_finalizer};
+use crate::registry::Engagement;
+use crate::schema::ApiTarget;
 use crate::schema::Refusal;
 use crate::schema::ownership;
 use crate::sync::conflict::owned_by;
-use crate::sync::{ApiTarget, api_code};
 
 use super::controller::{BindingObject, write_condition};
 use super::drain_provider;
@@ -271,7 +271,7 @@ async fn drain_api(
                 api = api_name,
                 "last ClusterBinding gone: consumer CRD deleted"
             ),
-            Err(e) if api_code(&e) == Some(404) => {}
+            Err(e) if e.is_not_found() => {}
             Err(source) => {
                 return Err(Error::DeleteCrd {
                     name: api_name.to_string(),
@@ -313,7 +313,7 @@ async fn release_only(
     ctx.warn(scope.binding, Reason::CRDNotManaged.as_str(), note)
         .await;
     match drain_instances(ctx, None, target, scope.namespace).await {
-        Err(Error::ListInstances { source, .. }) if api_code(&source) == Some(403) => {
+        Err(Error::ListInstances { source, .. }) if source.is_forbidden() => {
             warn!(api = %target.plural, error = %source, "instances not listable: no finalizer released");
             Ok(())
         }
@@ -337,7 +337,7 @@ async fn drain_instances(
     };
     let instances = match consumer.list(&ListParams::default()).await {
         Ok(list) => list.items,
-        Err(e) if api_code(&e) == Some(404) => return Ok(0),
+        Err(e) if e.is_not_found() => return Ok(0),
         Err(source) => {
             return Err(Error::ListInstances {
                 api: target.plural.clone(),
@@ -404,7 +404,7 @@ async fn delete_provider_copy(
             info!(namespace = ns, name, "provider copy deletion requested");
             Ok(())
         }
-        Err(e) if matches!(api_code(&e), Some(404 | 409)) => Ok(()),
+        Err(e) if e.is_not_found() || e.is_conflict() => Ok(()),
         Err(source) => Err(Error::DeleteProviderCopy { name, source }),
     }
 }

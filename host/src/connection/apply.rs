@@ -14,10 +14,10 @@ use crate::api::names::EXPORTED_LABEL;
 use crate::api::{ConditionType, Connection, ConnectionStatus, ExportedApi, PullPolicy, Reason};
 use crate::conditions::{self, Desired};
 use crate::heartbeat::{self, LeaseLocation};
-use crate::provider::Engagement;
 use crate::provider::discovery::{self, Discovered};
 use crate::provider::identity::{self, IdentityError};
 use crate::provider::kubeconfig::{self, ProviderCredentials};
+use crate::registry::Engagement;
 use crate::schema::{self, Refusal, Target, ownership};
 
 /// Reconciles a non-deleting Connection.
@@ -335,6 +335,7 @@ impl Steps<'_> {
                     &self.ctx.client,
                     &credentials.client,
                     &self.ctx.policies,
+                    &self.ctx.applied_schemas,
                     &target,
                     self.ctx.config.schema_wait,
                 )

@@ -36,8 +36,9 @@ use crate::api::names::{CLEANUP_FINALIZER, DEFAULT_SECRET_NAMESPACE, FIELD_MANAG
 use crate::api::{Binding, ClusterBinding, Connection, ConnectionStatus};
 use crate::backoff::Backoff;
 use crate::policy::Policies;
-use crate::provider::Engagements;
 use crate::provider::kubeconfig::Transport;
+use crate::registry::Engagements;
+use crate::schema::AppliedSchemas;
 use crate::telemetry::metrics;
 
 /// Timings and the credential namespace of the Connection controller.
@@ -82,6 +83,9 @@ pub struct Context {
     pub recorder: Recorder,
     /// Timings and namespaces.
     pub config: Config,
+    /// Which consumer CRDs were applied from which provider schema (`pullPolicy: All`), so
+    /// an unchanged one is not applied again.
+    pub applied_schemas: AppliedSchemas,
     failures: Backoff<String>,
 }
 
@@ -99,6 +103,7 @@ impl Context {
             engagements,
             policies,
             recorder,
+            applied_schemas: AppliedSchemas::default(),
             failures: Backoff::new(Duration::from_secs(1), config.max_backoff),
             config,
         }

@@ -51,6 +51,15 @@ pub struct PolicyArgs {
         env = "KBIND_POLICY_MAX_OUTPUT_MIB"
     )]
     pub policy_max_output_mib: usize,
+    /// Calls one instance of a module serves before it is replaced by a fresh one (1: a
+    /// fresh instance per call). An instance that fails in any way is always replaced.
+    #[arg(
+        long,
+        value_name = "CALLS",
+        default_value_t = super::warm::DEFAULT_REUSE,
+        env = "KBIND_POLICY_INSTANCE_CALLS"
+    )]
+    pub policy_instance_calls: u32,
 }
 
 const MIB: usize = 1024 * 1024;
@@ -66,6 +75,7 @@ impl Default for PolicyArgs {
             policy_memory_mib: limits.memory_bytes / MIB,
             policy_max_input_mib: limits.max_input_bytes / MIB,
             policy_max_output_mib: limits.max_output_bytes / MIB,
+            policy_instance_calls: super::warm::DEFAULT_REUSE,
         }
     }
 }

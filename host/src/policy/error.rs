@@ -188,4 +188,15 @@ impl PolicyError {
             Self::CallAborted { .. } => "call_aborted",
         }
     }
+
+    /// Whether the failure may come from what an instance kept from earlier calls (a trap,
+    /// exhausted memory or tables), so that a fresh instance could answer.
+    pub(crate) fn is_instance_fault(&self) -> bool {
+        matches!(
+            self,
+            Self::PolicyTrap { .. }
+                | Self::PolicyMemoryLimit { .. }
+                | Self::PolicyResourceLimit { .. }
+        )
+    }
 }

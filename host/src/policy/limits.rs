@@ -184,6 +184,11 @@ impl StoreCap {
             table_hit: false,
         }
     }
+
+    /// Bytes of linear memory the store holds now.
+    pub(crate) fn total(&self) -> usize {
+        self.total
+    }
 }
 
 impl ResourceLimiter for StoreCap {

@@ -6,79 +6,50 @@
 //! The built-in modules are compiled once per process and their `*Pre`s shared.
 
 use std::path::Path;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
-use wasmtime::component::InstancePre;
-
-use super::bindings::{conflict, related, schema};
 use super::builtin;
+use super::call::RoleModule;
 use super::error::PolicyError;
 use super::role::PolicyRole;
-use super::runtime::{HostState, runtime};
+use super::runtime::runtime;
+use super::warm::Pool;
 
-/// A role's pre-instantiated component, with where it came from.
-#[derive(Clone)]
-pub(crate) struct Slot<P> {
+/// A role's pre-instantiated component, with where it came from and its warm instances.
+pub(crate) struct Slot<P: RoleModule> {
     pub(crate) pre: P,
     pub(crate) origin: Arc<str>,
+    pub(crate) pool: Arc<Pool<P::Instance>>,
 }
 
-/// The generated `*Pre` type of one role.
-pub(crate) trait RolePre: Clone + Send + Sync + 'static {
-    /// The role.
-    const ROLE: PolicyRole;
-    /// Type-checks the instance-pre against the role's world.
-    fn new(pre: InstancePre<HostState>) -> wasmtime::Result<Self>;
-    /// The process-wide cache of the built-in module.
-    fn builtin_cell() -> &'static OnceLock<Result<Self, String>>;
-}
+impl<P: RoleModule> Slot<P> {
+    /// A slot for a checked module.
+    fn new(pre: P, origin: &str) -> Self {
+        Self {
+            pre,
+            origin: Arc::from(origin),
+            pool: Pool::new(),
+        }
+    }
 
-impl RolePre for schema::SchemaSynthesisPre<HostState> {
-    const ROLE: PolicyRole = PolicyRole::SchemaSynthesis;
-    fn new(pre: InstancePre<HostState>) -> wasmtime::Result<Self> {
-        schema::SchemaSynthesisPre::new(pre)
-    }
-    fn builtin_cell() -> &'static OnceLock<Result<Self, String>> {
-        static CELL: OnceLock<Result<schema::SchemaSynthesisPre<HostState>, String>> =
-            OnceLock::new();
-        &CELL
-    }
-}
-
-impl RolePre for conflict::ConflictPolicyPre<HostState> {
-    const ROLE: PolicyRole = PolicyRole::ConflictPolicy;
-    fn new(pre: InstancePre<HostState>) -> wasmtime::Result<Self> {
-        conflict::ConflictPolicyPre::new(pre)
-    }
-    fn builtin_cell() -> &'static OnceLock<Result<Self, String>> {
-        static CELL: OnceLock<Result<conflict::ConflictPolicyPre<HostState>, String>> =
-            OnceLock::new();
-        &CELL
-    }
-}
-
-impl RolePre for related::RelatedSelectionPre<HostState> {
-    const ROLE: PolicyRole = PolicyRole::RelatedSelection;
-    fn new(pre: InstancePre<HostState>) -> wasmtime::Result<Self> {
-        related::RelatedSelectionPre::new(pre)
-    }
-    fn builtin_cell() -> &'static OnceLock<Result<Self, String>> {
-        static CELL: OnceLock<Result<related::RelatedSelectionPre<HostState>, String>> =
-            OnceLock::new();
-        &CELL
+    /// The same module with no warm instances: instances made under other limits or
+    /// another reuse count are not carried over.
+    pub(crate) fn without_instances(&self) -> Self {
+        Self {
+            pre: self.pre.clone(),
+            origin: self.origin.clone(),
+            pool: Pool::new(),
+        }
     }
 }
 
 /// The built-in module of a role (compiled on first use, then shared).
-pub(crate) fn builtin<P: RolePre>() -> Result<Slot<P>, PolicyError> {
+pub(crate) fn builtin<P: RoleModule>() -> Result<Slot<P>, PolicyError> {
     let cached = P::builtin_cell().get_or_init(|| {
         from_bytes::<P>(builtin::component(P::ROLE), builtin::ORIGIN).map_err(|e| e.to_string())
     });
     match cached {
-        Ok(pre) => Ok(Slot {
-            pre: pre.clone(),
-            origin: Arc::from(builtin::ORIGIN),
-        }),
+        Ok(pre) => Ok(Slot::new(pre.clone(), builtin::ORIGIN)),
         // The embedded module is ours: failing to load it is a build problem, reported
         // with the original message.
         Err(message) => Err(PolicyError::CompileModule {
@@ -90,7 +61,12 @@ pub(crate) fn builtin<P: RolePre>() -> Result<Slot<P>, PolicyError> {
 }
 
 /// A module for a role from bytes (`origin` names it in errors and logs).
-pub(crate) fn from_bytes<P: RolePre>(bytes: &[u8], origin: &str) -> Result<P, PolicyError> {
+pub(crate) fn module<P: RoleModule>(bytes: &[u8], origin: &str) -> Result<Slot<P>, PolicyError> {
+    Ok(Slot::new(from_bytes::<P>(bytes, origin)?, origin))
+}
+
+/// A checked module for a role from bytes.
+fn from_bytes<P: RoleModule>(bytes: &[u8], origin: &str) -> Result<P, PolicyError> {
     let rt = runtime()?;
     let component = rt.compile(P::ROLE, bytes, origin)?;
     let wrong_world = |e: wasmtime::Error| PolicyError::WrongWorld {
@@ -103,16 +79,13 @@ pub(crate) fn from_bytes<P: RolePre>(bytes: &[u8], origin: &str) -> Result<P, Po
 }
 
 /// A module for a role from a file, or the built-in one when `path` is `None`.
-pub(crate) fn slot<P: RolePre>(path: Option<&Path>) -> Result<Slot<P>, PolicyError> {
+pub(crate) fn slot<P: RoleModule>(path: Option<&Path>) -> Result<Slot<P>, PolicyError> {
     let Some(path) = path else {
         return builtin::<P>();
     };
     let bytes = read_module(P::ROLE, path)?;
     let origin = path.display().to_string();
-    Ok(Slot {
-        pre: from_bytes::<P>(&bytes, &origin)?,
-        origin: Arc::from(origin.as_str()),
-    })
+    Ok(Slot::new(from_bytes::<P>(&bytes, &origin)?, &origin))
 }
 
 /// Reads a module file through cap-std: the directory is opened with ambient authority

@@ -6,15 +6,16 @@
 //! controller ──▶ Policies::decide_conflict(&ConflictInput)
 //!                  │  plain Rust types ──▶ WIT records (bindings)
 //!                  │  input larger than the bound ──▶ PolicyError, nothing called
-//!                  │  fresh Store (memory total, counts, output bound, no capabilities)
-//!                  │  ──▶ *Pre.instantiate, call the role's export, all under one deadline
+//!                  │  warm instance, or a fresh Store (memory total, counts, output
+//!                  │  bound, no capabilities) + *Pre.instantiate; the role's export
+//!                  │  called under one deadline (call::call, the same for every role)
 //!                  │  trap / timeout / memory / resource / too much output / bad lift
 //!                  │  ──▶ PolicyError
 //!                  ▼  output validated against the input (validate) ──▶ ConflictDecision
 //! ```
 //!
-//! [`Policies`] is cheap to clone and safe to share between tokio tasks: each call gets its
-//! own store and instance, runs as an async call that yields to tokio every few
+//! [`Policies`] is cheap to clone and safe to share between tokio tasks: each call has an
+//! instance to itself (kept warm between calls, dropped after any failure; see `warm`), runs as an async call that yields to tokio every few
 //! milliseconds, and ends with either an answer or a [`PolicyError`]; a failing module
 //! never takes the process down and the next call starts clean. The built-in modules are
 //! embedded in the binary ([`builtin`]); [`PolicyArgs`] swaps any role for a `.wasm` file,
@@ -23,6 +24,7 @@
 mod args;
 mod bindings;
 pub mod builtin;
+mod call;
 mod error;
 mod limits;
 mod load;
@@ -30,6 +32,7 @@ mod role;
 mod runtime;
 mod types;
 mod validate;
+mod warm;
 
 use std::future::Future;
 use std::path::Path;
@@ -37,7 +40,6 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use tracing::instrument;
 
 use crate::telemetry::{PolicyFailureLabels, PolicyLabels, metrics};
 
@@ -54,9 +56,11 @@ pub use types::{
     SkippedObject,
 };
 
+pub use warm::DEFAULT_REUSE;
+
 use bindings::{conflict, related, schema};
 use load::Slot;
-use runtime::{HostState, runtime, within_deadline};
+use runtime::HostState;
 
 /// The loaded policy modules, one per role.
 #[derive(Clone)]
@@ -64,18 +68,33 @@ pub struct Policies {
     inner: Arc<Inner>,
 }
 
-#[derive(Clone)]
 struct Inner {
     limits: PolicyLimits,
+    /// Calls one warm instance serves before it is recycled (1: a fresh instance per call).
+    reuse: u32,
     schema: Slot<schema::SchemaSynthesisPre<HostState>>,
     conflict: Slot<conflict::ConflictPolicyPre<HostState>>,
     related: Slot<related::RelatedSelectionPre<HostState>>,
+}
+
+impl Inner {
+    /// The same modules under other limits or another reuse count, with no warm instances.
+    fn rebuilt(&self, limits: PolicyLimits, reuse: u32) -> Self {
+        Self {
+            limits,
+            reuse,
+            schema: self.schema.without_instances(),
+            conflict: self.conflict.without_instances(),
+            related: self.related.without_instances(),
+        }
+    }
 }
 
 impl std::fmt::Debug for Policies {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Policies")
             .field("limits", &self.inner.limits)
+            .field("reuse", &self.inner.reuse)
             .field("schema", &self.inner.schema.origin)
             .field("conflict", &self.inner.conflict.origin)
             .field("related", &self.inner.related.origin)
@@ -96,6 +115,7 @@ impl Policies {
         Ok(Self {
             inner: Arc::new(Inner {
                 limits: args.limits(),
+                reuse: args.policy_instance_calls.max(1),
                 schema: load::slot(path(PolicyRole::SchemaSynthesis))?,
                 conflict: load::slot(path(PolicyRole::ConflictPolicy))?,
                 related: load::slot(path(PolicyRole::RelatedSelection))?,
@@ -111,27 +131,11 @@ impl Policies {
         bytes: &[u8],
         origin: &str,
     ) -> Result<Self, PolicyError> {
-        let mut inner = (*self.inner).clone();
-        let origin_arc: Arc<str> = Arc::from(origin);
+        let mut inner = self.inner.rebuilt(self.inner.limits, self.inner.reuse);
         match role {
-            PolicyRole::SchemaSynthesis => {
-                inner.schema = Slot {
-                    pre: load::from_bytes(bytes, origin)?,
-                    origin: origin_arc,
-                }
-            }
-            PolicyRole::ConflictPolicy => {
-                inner.conflict = Slot {
-                    pre: load::from_bytes(bytes, origin)?,
-                    origin: origin_arc,
-                }
-            }
-            PolicyRole::RelatedSelection => {
-                inner.related = Slot {
-                    pre: load::from_bytes(bytes, origin)?,
-                    origin: origin_arc,
-                }
-            }
+            PolicyRole::SchemaSynthesis => inner.schema = load::module(bytes, origin)?,
+            PolicyRole::ConflictPolicy => inner.conflict = load::module(bytes, origin)?,
+            PolicyRole::RelatedSelection => inner.related = load::module(bytes, origin)?,
         }
         Ok(Self {
             inner: Arc::new(inner),
@@ -146,10 +150,16 @@ impl Policies {
 
     /// These policies with other limits.
     pub fn with_limits(&self, limits: PolicyLimits) -> Self {
-        let mut inner = (*self.inner).clone();
-        inner.limits = limits;
         Self {
-            inner: Arc::new(inner),
+            inner: Arc::new(self.inner.rebuilt(limits, self.inner.reuse)),
+        }
+    }
+
+    /// These policies with each instance serving at most `calls` calls (at least one) before
+    /// it is recycled; 1 gives every call a fresh instance.
+    pub fn with_instance_reuse(&self, calls: u32) -> Self {
+        Self {
+            inner: Arc::new(self.inner.rebuilt(self.inner.limits, calls.max(1))),
         }
     }
 
@@ -172,7 +182,9 @@ impl Policies {
         &self,
         input: &ConflictInput,
     ) -> Result<ConflictDecision, PolicyError> {
-        timed(PolicyRole::ConflictPolicy, self.decide_conflict_call(input)).await
+        let inner = &self.inner;
+        let call = call::call(&inner.conflict, inner.limits, inner.reuse, input);
+        timed(PolicyRole::ConflictPolicy, call).await
     }
 
     /// Asks the schema-synthesis policy for the consumer CRD of a provider resource.
@@ -180,125 +192,17 @@ impl Policies {
         &self,
         input: &SchemaInput,
     ) -> Result<CustomResourceDefinition, PolicyError> {
-        timed(
-            PolicyRole::SchemaSynthesis,
-            self.synthesize_schema_call(input),
-        )
-        .await
+        let inner = &self.inner;
+        let call = call::call(&inner.schema, inner.limits, inner.reuse, input);
+        timed(PolicyRole::SchemaSynthesis, call).await
     }
 
     /// Asks the related-selection policy what one `relatedResources` entry copies, skips
     /// and deletes.
     pub async fn select_related(&self, input: &RelatedInput) -> Result<RelatedPlan, PolicyError> {
-        timed(
-            PolicyRole::RelatedSelection,
-            self.select_related_call(input),
-        )
-        .await
-    }
-
-    #[instrument(skip_all, fields(role = "conflict-policy", origin = %self.inner.conflict.origin))]
-    async fn decide_conflict_call(
-        &self,
-        input: &ConflictInput,
-    ) -> Result<ConflictDecision, PolicyError> {
-        let role = PolicyRole::ConflictPolicy;
-        let slot = &self.inner.conflict;
-        let limits = self.inner.limits;
-        limits::check_input(role, input, limits)?;
-        let mut store = runtime()?.store(limits);
-        let wit_input = bindings::conflict_input(input);
-        let outcome = within_deadline(limits, async {
-            let instance = slot.pre.instantiate_async(&mut store).await?;
-            instance
-                .kbind_policy_conflict()
-                .call_decide(&mut store, &wit_input)
-                .await
-        })
-        .await;
-        let answer = store.data().settle(outcome, role, &slot.origin, limits)?;
-        store.data().drain_output(role, &slot.origin);
-        let decision =
-            bindings::conflict_decision(answer.map_err(|message| PolicyError::PolicyRejected {
-                role,
-                origin: slot.origin.to_string(),
-                message,
-            })?);
-        validate::decision(&decision, input).map_err(|message| PolicyError::InvalidOutput {
-            role,
-            origin: slot.origin.to_string(),
-            message,
-        })?;
-        Ok(decision)
-    }
-
-    #[instrument(skip_all, fields(role = "schema-synthesis", origin = %self.inner.schema.origin, group = %input.group, resource = %input.resource))]
-    async fn synthesize_schema_call(
-        &self,
-        input: &SchemaInput,
-    ) -> Result<CustomResourceDefinition, PolicyError> {
-        let role = PolicyRole::SchemaSynthesis;
-        let slot = &self.inner.schema;
-        let limits = self.inner.limits;
-        limits::check_input(role, input, limits)?;
-        let mut store = runtime()?.store(limits);
-        let wit_input = bindings::schema_input(input);
-        let outcome = within_deadline(limits, async {
-            let instance = slot.pre.instantiate_async(&mut store).await?;
-            instance
-                .kbind_policy_schema()
-                .call_synthesize(&mut store, &wit_input)
-                .await
-        })
-        .await;
-        let answer = store.data().settle(outcome, role, &slot.origin, limits)?;
-        store.data().drain_output(role, &slot.origin);
-        let json = answer.map_err(|e| PolicyError::PolicyRejected {
-            role,
-            origin: slot.origin.to_string(),
-            message: if e.path.is_empty() {
-                e.message
-            } else {
-                format!("at {}: {}", e.path, e.message)
-            },
-        })?;
-        validate::crd(&json, input).map_err(|message| PolicyError::InvalidOutput {
-            role,
-            origin: slot.origin.to_string(),
-            message,
-        })
-    }
-
-    #[instrument(skip_all, fields(role = "related-selection", origin = %self.inner.related.origin, binding = %input.binding_uid))]
-    async fn select_related_call(&self, input: &RelatedInput) -> Result<RelatedPlan, PolicyError> {
-        let role = PolicyRole::RelatedSelection;
-        let slot = &self.inner.related;
-        let limits = self.inner.limits;
-        limits::check_input(role, input, limits)?;
-        let mut store = runtime()?.store(limits);
-        let wit_input = bindings::related_input(input);
-        let outcome = within_deadline(limits, async {
-            let instance = slot.pre.instantiate_async(&mut store).await?;
-            instance
-                .kbind_policy_related()
-                .call_select(&mut store, &wit_input)
-                .await
-        })
-        .await;
-        let answer = store.data().settle(outcome, role, &slot.origin, limits)?;
-        store.data().drain_output(role, &slot.origin);
-        let plan =
-            bindings::related_plan(answer.map_err(|message| PolicyError::PolicyRejected {
-                role,
-                origin: slot.origin.to_string(),
-                message,
-            })?);
-        validate::plan(&plan, input).map_err(|message| PolicyError::InvalidOutput {
-            role,
-            origin: slot.origin.to_string(),
-            message,
-        })?;
-        Ok(plan)
+        let inner = &self.inner;
+        let call = call::call(&inner.related, inner.limits, inner.reuse, input);
+        timed(PolicyRole::RelatedSelection, call).await
     }
 }
 
@@ -353,5 +257,86 @@ fn failure_kind(error: &PolicyError) -> &'static str {
         PolicyError::InvalidOutput { .. } => "invalid-output",
         PolicyError::EncodeInput { .. } => "encode-input",
         PolicyError::CallAborted { .. } => "aborted",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::ConflictPolicy;
+
+    fn ask(target: Option<OwnershipMarkers>) -> ConflictInput {
+        ConflictInput {
+            consumer_cluster_uid: "consumer".into(),
+            consumer_object_uid: "object".into(),
+            conflict_policy: ConflictPolicy::Fail,
+            target,
+        }
+    }
+
+    fn foreign() -> Option<OwnershipMarkers> {
+        Some(OwnershipMarkers {
+            cluster_uid: Some("another".into()),
+            object_uid: Some("theirs".into()),
+        })
+    }
+
+    fn policies() -> Policies {
+        Policies::builtin().unwrap_or_else(|e| panic!("built-in policies: {e}"))
+    }
+
+    #[tokio::test]
+    async fn warm_instance_serves_the_next_call() {
+        let policies = policies().with_instance_reuse(DEFAULT_REUSE);
+        for _ in 0..3 {
+            let decision = policies.decide_conflict(&ask(None)).await;
+            assert!(
+                matches!(decision, Ok(ConflictDecision::Create)),
+                "{decision:?}"
+            );
+            assert_eq!(policies.inner.conflict.pool.idle(), 1);
+        }
+    }
+
+    #[tokio::test]
+    async fn instance_is_recycled_after_its_reuse_count() {
+        let policies = policies().with_instance_reuse(2);
+        let first = policies.decide_conflict(&ask(None)).await;
+        assert!(first.is_ok(), "{first:?}");
+        assert_eq!(policies.inner.conflict.pool.idle(), 1);
+        let second = policies.decide_conflict(&ask(None)).await;
+        assert!(second.is_ok(), "{second:?}");
+        assert_eq!(
+            policies.inner.conflict.pool.idle(),
+            0,
+            "an instance that served its calls is dropped"
+        );
+    }
+
+    #[tokio::test]
+    async fn failed_call_drops_its_instance() {
+        // An answer of 4 bytes at most: `create` lifts no string, a conflict's message does.
+        let policies = policies().with_limits(PolicyLimits {
+            max_output_bytes: 4,
+            ..PolicyLimits::DEFAULT
+        });
+        let created = policies.decide_conflict(&ask(None)).await;
+        assert!(created.is_ok(), "{created:?}");
+        assert_eq!(policies.inner.conflict.pool.idle(), 1);
+        let refused = policies.decide_conflict(&ask(foreign())).await;
+        assert!(
+            matches!(refused, Err(PolicyError::OutputTooLarge { .. })),
+            "{refused:?}"
+        );
+        assert_eq!(policies.inner.conflict.pool.idle(), 0);
+    }
+
+    #[tokio::test]
+    async fn other_limits_start_without_warm_instances() {
+        let policies = policies();
+        let decision = policies.decide_conflict(&ask(None)).await;
+        assert!(decision.is_ok(), "{decision:?}");
+        let relimited = policies.with_limits(PolicyLimits::DEFAULT);
+        assert_eq!(relimited.inner.conflict.pool.idle(), 0);
     }
 }

@@ -6,13 +6,14 @@
 //!        │
 //!   Component (compiled once) ──▶ *Pre (type-checked against the role's world, cached)
 //!        │
-//!   per call: fresh Store { WASI ctx, StoreCap (memory total, counts), stdout/stderr pipes,
-//!                           hostcall fuel = output bound }
-//!             epoch deadline: yield to tokio every tick, trap at the time limit
+//!   Store { WASI ctx, StoreCap (memory total, counts), stdout/stderr pipes }
+//!        │   kept warm between calls (see `warm`), dropped after any failure
+//!   per call (see [`arm`]): hostcall fuel = output bound,
+//!             epoch deadline: yield to tokio every tick, trap at the time limit,
 //!             wall-clock timeout around the whole call (see [`within_deadline`])
 //! ```
 //!
-//! A trapped instance is poisoned, so nothing outlives a call but the `*Pre`. Modules get no
+//! A trapped instance is poisoned and dropped with its store. Modules get no
 //! capabilities: no preopened directories, no environment or arguments, no sockets or name
 //! lookups, empty stdin, frozen clocks and a deterministic random source; what they write to
 //! stdout/stderr is captured (bounded) and forwarded to `tracing`.
@@ -97,7 +98,8 @@ impl Runtime {
         })
     }
 
-    /// A fresh store for one call, with the sandbox's WASI context and the call's limits.
+    /// A fresh store with the sandbox's WASI context and the limits' memory cap; each call
+    /// on it is armed with [`arm`] first.
     pub(crate) fn store(&self, limits: PolicyLimits) -> Store<HostState> {
         let stdout = MemoryOutputPipe::new(OUTPUT_CAP);
         let stderr = MemoryOutputPipe::new(OUTPUT_CAP);
@@ -119,28 +121,36 @@ impl Runtime {
             cap: StoreCap::new(limits.memory_bytes),
             stdout,
             stderr,
+            stdout_seen: 0,
+            stderr_seen: 0,
             timed_out: false,
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.cap);
-        // Every string and list the host lifts out of the module (its answer, or the
-        // arguments of a WASI call) is charged against this, so a small answer cannot make
-        // the host allocate a large one (a list whose entries all point at one big string).
-        store.set_hostcall_fuel(limits.max_output_bytes);
-        let started = Instant::now();
-        let timeout = limits.timeout;
-        store.set_epoch_deadline(1);
-        store.epoch_deadline_callback(move |mut ctx| {
-            if started.elapsed() >= timeout {
-                ctx.data_mut().timed_out = true;
-                Err(wasmtime::Error::msg("policy call deadline exceeded"))
-            } else {
-                // Let other tasks on this tokio worker run, then keep going.
-                Ok(UpdateDeadline::Yield(1))
-            }
-        });
         store
     }
+}
+
+/// Arms a store for one call: the call's time limit starts now, and its answer may lift at
+/// most `max_output_bytes`.
+pub(crate) fn arm(store: &mut Store<HostState>, limits: PolicyLimits) {
+    store.data_mut().timed_out = false;
+    // Every string and list the host lifts out of the module (its answer, or the arguments
+    // of a WASI call) is charged against this, so a small answer cannot make the host
+    // allocate a large one (a list whose entries all point at one big string).
+    store.set_hostcall_fuel(limits.max_output_bytes);
+    let started = Instant::now();
+    let timeout = limits.timeout;
+    store.set_epoch_deadline(1);
+    store.epoch_deadline_callback(move |mut ctx| {
+        if started.elapsed() >= timeout {
+            ctx.data_mut().timed_out = true;
+            Err(wasmtime::Error::msg("policy call deadline exceeded"))
+        } else {
+            // Let other tasks on this tokio worker run, then keep going.
+            Ok(UpdateDeadline::Yield(1))
+        }
+    });
 }
 
 /// Per-call state of a store.
@@ -150,6 +160,9 @@ pub(crate) struct HostState {
     cap: StoreCap,
     stdout: MemoryOutputPipe,
     stderr: MemoryOutputPipe,
+    /// How much of stdout/stderr earlier calls on this store already forwarded.
+    stdout_seen: usize,
+    stderr_seen: usize,
     timed_out: bool,
 }
 
@@ -163,10 +176,24 @@ impl WasiView for HostState {
 }
 
 impl HostState {
-    /// Forwards what the module printed to `tracing` and returns its stderr.
-    pub(crate) fn drain_output(&self, role: PolicyRole, origin: &str) -> String {
-        let stdout = String::from_utf8_lossy(&self.stdout.contents()).into_owned();
-        let stderr = String::from_utf8_lossy(&self.stderr.contents()).into_owned();
+    /// Bytes of linear memory the store's instances hold.
+    pub(crate) fn memory_in_use(&self) -> usize {
+        self.cap.total()
+    }
+
+    /// Whether the output buffers are more than half full: an instance that prints a lot
+    /// is recycled before its prints start to fail.
+    pub(crate) fn output_nearly_full(&self) -> bool {
+        self.stdout_seen.max(self.stderr_seen) > OUTPUT_CAP / 2
+    }
+
+    /// Forwards what the module printed during this call to `tracing` and returns the
+    /// call's stderr.
+    pub(crate) fn drain_output(&mut self, role: PolicyRole, origin: &str) -> String {
+        let (stdout, seen) = unread(&self.stdout, self.stdout_seen);
+        self.stdout_seen = seen;
+        let (stderr, seen) = unread(&self.stderr, self.stderr_seen);
+        self.stderr_seen = seen;
         if !stdout.trim().is_empty() {
             tracing::debug!(role = %role, origin, output = %stdout.trim_end(), "policy stdout");
         }
@@ -179,7 +206,7 @@ impl HostState {
     /// Turns the outcome of a call (bounded by [`within_deadline`]) into its answer or the
     /// error that says what happened.
     pub(crate) fn settle<T>(
-        &self,
+        &mut self,
         outcome: Result<wasmtime::Result<T>, tokio::time::error::Elapsed>,
         role: PolicyRole,
         origin: &str,
@@ -201,7 +228,7 @@ impl HostState {
 
     /// Turns a failed call into the error that says what happened.
     fn classify(
-        &self,
+        &mut self,
         err: wasmtime::Error,
         role: PolicyRole,
         origin: &str,
@@ -262,6 +289,13 @@ impl HostState {
             }
         }
     }
+}
+
+/// What a pipe holds past `seen`, and the new mark.
+fn unread(pipe: &MemoryOutputPipe, seen: usize) -> (String, usize) {
+    let contents = pipe.contents();
+    let fresh = contents.get(seen..).unwrap_or_default();
+    (String::from_utf8_lossy(fresh).into_owned(), contents.len())
 }
 
 /// How wasmtime says a lift ran out of hostcall fuel (its error type is private; a hostile

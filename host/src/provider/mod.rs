@@ -3,11 +3,8 @@
 //! hands Ready Connections' clients to the binding and sync machinery.
 
 pub mod discovery;
-mod engagement;
 pub mod identity;
 pub mod kubeconfig;
-
-pub use engagement::{Engagement, Engagements};
 
 /// How a failed API call should be treated by a controller.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -7,12 +7,13 @@ use kube::api::{Api, Patch, PatchParams};
 use sha2::{Digest, Sha256};
 use tracing::debug;
 
+use super::applied::{AppliedSchemas, source_hash};
 use super::openapi::fetch_facts;
 use super::ownership::{self, Refusal};
 use super::sanitize::{TakenNames, consumer_crd};
 use crate::api::names::FIELD_MANAGER;
 use crate::api::{ExportedApi, SchemaSource, UpdatePolicy};
-use crate::policy::{Policies, PolicyError};
+use crate::policy::{Policies, PolicyError, SchemaInput};
 
 /// How often the Established condition is polled while waiting.
 const ESTABLISHED_POLL: Duration = Duration::from_millis(200);
@@ -111,10 +112,14 @@ pub enum SchemaError {
 ///
 /// With `UpdatePolicy::Once` an installed CRD is left as it is; with `Always` it is brought
 /// up to date with the provider on every call (server-side apply is a no-op when equal).
+///
+/// A provider source unchanged since the last apply, over a consumer CRD untouched since and
+/// Established, is not applied again (`applied` remembers).
 pub async fn ensure_installed(
     consumer: &kube::Client,
     provider: &kube::Client,
     policies: &Policies,
+    applied: &AppliedSchemas,
     target: &Target<'_>,
     wait: Duration,
 ) -> Result<Installed, SchemaError> {
@@ -138,7 +143,18 @@ pub async fn ensure_installed(
     if existing.is_some() && update == UpdatePolicy::Once {
         return established(consumer, &api.name, wait).await;
     }
-    let mut desired = desired_crd(consumer, provider, policies, connection, api, source).await?;
+    let source = fetch_source(provider, api, source).await?;
+    let source_hash = source.hash();
+    if let Some(existing) = &existing
+        && is_established(existing)
+        && applied.unchanged(connection, &api.name, &source_hash, existing)
+    {
+        return Ok(Installed {
+            crd: existing.clone(),
+            hash: schema_hash(existing),
+        });
+    }
+    let mut desired = desired_crd(consumer, policies, connection, api, source).await?;
     // Optimistic lock on the CRD just judged: if it changed hands since (annotation removed
     // or re-pinned), the write fails with a conflict and the next reconcile judges again.
     desired.metadata.resource_version = existing.and_then(|crd| crd.metadata.resource_version);
@@ -152,23 +168,63 @@ pub async fn ensure_installed(
         crd: api.name.clone(),
         source,
     })?;
-    established(consumer, &api.name, wait).await
+    let installed = established(consumer, &api.name, wait).await?;
+    applied.record(connection, &api.name, &source_hash, &installed.crd);
+    Ok(installed)
+}
+
+/// Where a consumer CRD comes from: the provider's CRD, or the facts synthesis needs.
+enum Source {
+    Crd(Box<CustomResourceDefinition>),
+    OpenApi(Box<SchemaInput>),
+}
+
+impl Source {
+    /// Hash of what the provider gave, to tell a changed schema from an unchanged one.
+    fn hash(&self) -> String {
+        match self {
+            Self::Crd(crd) => source_hash(&crd.spec),
+            Self::OpenApi(input) => source_hash(input),
+        }
+    }
+}
+
+/// Reads the provider's side of `api`'s schema.
+async fn fetch_source(
+    provider: &kube::Client,
+    api: &ExportedApi,
+    source: SchemaSource,
+) -> Result<Source, SchemaError> {
+    match source {
+        SchemaSource::OpenApi => {
+            let facts = fetch_facts(provider, api).await?;
+            Ok(Source::OpenApi(Box::new(facts.synthesis_input())))
+        }
+        SchemaSource::Crd | SchemaSource::Auto => {
+            let crds: Api<CustomResourceDefinition> = Api::all(provider.clone());
+            let crd = crds
+                .get(&api.name)
+                .await
+                .map_err(|source| SchemaError::ProviderRead {
+                    api: api.name.clone(),
+                    source,
+                })?;
+            Ok(Source::Crd(Box::new(crd)))
+        }
+    }
 }
 
 /// The CRD the consumer should have for `api`: the source's CRD, cut down to what a
 /// consumer needs (see [`super::sanitize`]).
 async fn desired_crd(
     consumer: &kube::Client,
-    provider: &kube::Client,
     policies: &Policies,
     connection: &str,
     api: &ExportedApi,
-    source: SchemaSource,
+    source: Source,
 ) -> Result<CustomResourceDefinition, SchemaError> {
     let raw = match source {
-        SchemaSource::OpenApi => {
-            let facts = fetch_facts(provider, api).await?;
-            let input = facts.synthesis_input();
+        Source::OpenApi(input) => {
             policies
                 .synthesize_schema(&input)
                 .await
@@ -177,15 +233,7 @@ async fn desired_crd(
                     source,
                 })?
         }
-        SchemaSource::Crd | SchemaSource::Auto => {
-            let crds: Api<CustomResourceDefinition> = Api::all(provider.clone());
-            crds.get(&api.name)
-                .await
-                .map_err(|source| SchemaError::ProviderRead {
-                    api: api.name.clone(),
-                    source,
-                })?
-        }
+        Source::Crd(crd) => *crd,
     };
     let names = &raw.spec.names;
     let has_aliases = [&names.short_names, &names.categories]
@@ -238,16 +286,16 @@ pub async fn established(
             crd: name.to_string(),
             source,
         })?;
+        if is_established(&crd) {
+            let hash = schema_hash(&crd);
+            return Ok(Installed { crd, hash });
+        }
         let conditions = crd.status.as_ref().and_then(|s| s.conditions.as_ref());
         if let Some(condition) = conditions
             .into_iter()
             .flatten()
             .find(|c| c.type_ == "Established")
         {
-            if condition.status == "True" {
-                let hash = schema_hash(&crd);
-                return Ok(Installed { crd, hash });
-            }
             detail = condition.message.clone().unwrap_or_default();
         }
         if tokio::time::Instant::now() >= deadline {
@@ -259,6 +307,17 @@ pub async fn established(
         }
         tokio::time::sleep(ESTABLISHED_POLL).await;
     }
+}
+
+/// Whether a CRD's Established condition is True: the API server serves it.
+pub fn is_established(crd: &CustomResourceDefinition) -> bool {
+    crd.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c.type_ == "Established" && c.status == "True")
+        })
 }
 
 /// Short hash of a CRD's spec, stable across reads.

@@ -6,14 +6,21 @@
 //! `core.kbind.io/connection`, which pins the API to that Connection; [`ownership`] is the one
 //! rule deciding which consumer CRDs kbind may install, update or delete: never one of a
 //! protected group, never one kbind did not install for the same Connection.
-//! `updatePolicy: Once` leaves an installed CRD as it is.
+//! `updatePolicy: Once` leaves an installed CRD as it is; `Always` applies again only when
+//! the provider's schema changed ([`applied`]).
 
+mod applied;
 mod install;
 mod openapi;
 pub mod ownership;
 pub mod sanitize;
+mod target;
 
-pub use install::{Installed, SchemaError, Target, ensure_installed, established, schema_hash};
+pub use applied::AppliedSchemas;
+pub use install::{
+    Installed, SchemaError, Target, ensure_installed, established, is_established, schema_hash,
+};
 pub use openapi::{ApiFacts, VersionFacts, fetch_facts};
 pub use ownership::Refusal;
 pub use sanitize::{TakenNames, consumer_crd};
+pub use target::ApiTarget;

@@ -21,6 +21,7 @@
 //! Losing a provider deletes nothing: syncers stop, finalizers stay, objects stay.
 
 pub mod conflict;
+mod coverage;
 pub mod delete;
 pub mod desired;
 pub mod fields;
@@ -29,12 +30,10 @@ mod recent;
 pub mod reconcile;
 pub mod supervisor;
 pub mod syncer;
-mod target;
 
 use std::time::Duration;
 
 pub use supervisor::{RunningSyncers, Supervisor};
-pub use target::{ApiTarget, is_established};
 
 use crate::api::names::SYNCER_FINALIZER;
 
@@ -127,14 +126,6 @@ impl Default for SyncSettings {
             deletion_poll: Duration::from_secs(10),
             supervisor_tick: Duration::from_secs(10),
         }
-    }
-}
-
-/// The HTTP status code of an API error, if it is one.
-pub(crate) fn api_code(err: &kube::Error) -> Option<u16> {
-    match err {
-        kube::Error::Api(status) => Some(status.code),
-        _ => None,
     }
 }
 

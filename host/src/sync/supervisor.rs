@@ -28,12 +28,13 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::binding::index::SharedIndex;
 use crate::policy::Policies;
-use crate::provider::Engagements;
+use crate::registry::Engagements;
+use crate::registry::SharedIndex;
 
+use super::SyncSettings;
 use super::syncer::{self, SyncerSpec};
-use super::{ApiTarget, SyncSettings};
+use crate::schema::ApiTarget;
 
 /// How long a stopping syncer may take to finish its in-flight reconciles.
 const STOP_GRACE: Duration = Duration::from_secs(30);
@@ -85,7 +86,6 @@ pub struct Supervisor {
     reporter: Reporter,
     settings: SyncSettings,
     handles: HashMap<(String, String), Handle>,
-    reconcile_all: watch::Sender<u64>,
     running: RunningSyncers,
 }
 
@@ -116,7 +116,6 @@ impl Supervisor {
             reporter,
             settings,
             handles: HashMap::new(),
-            reconcile_all: watch::channel(0).0,
             running,
         }
     }
@@ -131,11 +130,8 @@ impl Supervisor {
             tokio::select! {
                 () = shutdown.cancelled() => break,
                 changed = engagements.changed() => if changed.is_err() { break },
-                changed = index.changed() => {
-                    if changed.is_err() { break }
-                    // Selection may have changed for running syncers too (a new namespace).
-                    self.reconcile_all.send_modify(|n| *n += 1);
-                }
+                // Running syncers follow selection changes themselves (see `coverage`).
+                changed = index.changed() => if changed.is_err() { break },
                 _ = tick.tick() => {}
             }
         }
@@ -147,7 +143,7 @@ impl Supervisor {
     }
 
     /// The (Connection, API) pairs that should have a syncer, with what to build it for.
-    fn desired(&self) -> BTreeMap<(String, String), (Identity, crate::provider::Engagement)> {
+    fn desired(&self) -> BTreeMap<(String, String), (Identity, crate::registry::Engagement)> {
         self.index
             .read(|i| i.active())
             .into_iter()
@@ -199,11 +195,7 @@ impl Supervisor {
                 settings: self.settings.clone(),
             };
             let token = CancellationToken::new();
-            let join = tokio::spawn(syncer::run(
-                spec,
-                self.reconcile_all.subscribe(),
-                token.clone(),
-            ));
+            let join = tokio::spawn(syncer::run(spec, token.clone()));
             self.handles.insert(
                 key,
                 Handle {

@@ -4,7 +4,7 @@
 //! ```text
 //! consumer watch (DynamicObject, all namespaces) ──────────────┐
 //! provider watch ──▶ provider cache ──▶ same namespace/name ───┼─▶ queue keyed by consumer object
-//! index changes ("reconcile all"), per-object resync ──────────┘   (dedup, N at a time)
+//! selection changes (coverage), per-object resync ─────────────┘   (dedup, N at a time)
 //! ```
 //!
 //! Both caches hold what reconciles read and nothing more: managedFields are dropped as
@@ -31,18 +31,18 @@ use kube::runtime::events::Recorder;
 use kube::runtime::reflector::{self, ObjectRef, Store, reflector};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
-use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::api::names::CONSUMER_CLUSTER_LABEL;
-use crate::binding::index::SharedIndex;
 use crate::k8s::{ApiErrorExt, dynamic_api};
 use crate::policy::Policies;
+use crate::registry::SharedIndex;
 
 use super::recent::RecentWrites;
-use super::{ApiTarget, Error, Result, SyncSettings, changes};
+use super::{Error, Result, SyncSettings};
 use crate::backoff::Backoff;
+use crate::schema::ApiTarget;
 
 /// Everything one syncer's reconciles share.
 pub struct SyncContext {
@@ -212,13 +212,9 @@ fn error_policy(obj: Arc<DynamicObject>, err: &Error, ctx: Arc<SyncContext>) -> 
     Action::requeue(delay)
 }
 
-/// Runs one syncer until `shutdown`. `reconcile_all` ticks when the binding index changed, so
-/// that newly selected namespaces are picked up without waiting for a resync.
-pub async fn run(
-    spec: SyncerSpec,
-    reconcile_all: watch::Receiver<u64>,
-    shutdown: CancellationToken,
-) {
+/// Runs one syncer until `shutdown`. Binding changes re-reconcile the instances whose
+/// selection they changed, so newly selected namespaces are picked up without a resync.
+pub async fn run(spec: SyncerSpec, shutdown: CancellationToken) {
     let ar = spec.target.api_resource();
     let writer = reflector::store::Writer::new(ar.clone());
     let provider_store = writer.as_reader();
@@ -266,20 +262,29 @@ pub async fn run(
         watcher(consumer_api, watcher::Config::default()).modify(drop_managed_fields),
     )
     .applied_objects();
+    let selections = super::coverage::selection_changes(
+        ctx.index.clone(),
+        ctx.connection.clone(),
+        ctx.api.clone(),
+        consumer_store.clone(),
+        ar.clone(),
+    );
     let mapper_ar = ar.clone();
+    let selection_ar = ar.clone();
     Controller::for_stream_with(instances, consumer_store, ar.clone())
         .with_config(ControllerConfig::default().concurrency(spec.settings.concurrency))
         // A provider event concerns the consumer object with the same namespace and name.
         .watches_stream_with(
             provider_events,
-            move |provider_obj: DynamicObject| {
-                let mut key = ObjectRef::new_with(&provider_obj.name_any(), mapper_ar.clone());
-                key.namespace = provider_obj.metadata.namespace.clone();
-                Some(key)
-            },
-            ar,
+            move |provider_obj: DynamicObject| key_of(provider_obj, mapper_ar.clone()),
+            ar.clone(),
         )
-        .reconcile_all_on(changes(reconcile_all))
+        // A binding change concerns the instances whose selection it changed.
+        .watches_stream_with(
+            selections,
+            move |obj: DynamicObject| key_of(obj, selection_ar.clone()),
+            ar.clone(),
+        )
         .graceful_shutdown_on(shutdown.cancelled_owned())
         .run(super::reconcile::reconcile, error_policy, ctx.clone())
         .for_each(|result| async move {
@@ -289,4 +294,11 @@ pub async fn run(
         })
         .await;
     info!(connection = %ctx.connection, api = %ctx.api, "syncer stopped");
+}
+
+/// The queue key of the consumer object with the same namespace and name as `obj`.
+fn key_of(obj: DynamicObject, ar: ApiResource) -> Option<ObjectRef<DynamicObject>> {
+    let mut key = ObjectRef::new_with(&obj.name_any(), ar);
+    key.namespace = obj.metadata.namespace;
+    Some(key)
 }

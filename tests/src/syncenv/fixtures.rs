@@ -8,7 +8,7 @@ use anyhow::Context as _;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use konnector::api::names::{CONNECTION_ANNOTATION, EXPORTED_LABEL};
 use konnector::api::{ExportedApi, ResourceScope};
-use konnector::sync::is_established;
+use konnector::schema::is_established;
 use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::{Api, Client, ResourceExt};

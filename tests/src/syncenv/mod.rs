@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! test ──engage()──▶ Engagements ─┐        (stands in for the Connection controller)
-//!      ──Binding───▶ consumer ────┴─▶ konnector::binding::run ──▶ syncers ──▶ provider
+//!      ──Binding───▶ consumer ────┴─▶ konnector::manager::run_bindings ──▶ syncers ──▶ provider
 //! ```
 //!
 //! Several tests share one pair, so each test runs its own stack with its own Connection name,
@@ -26,7 +26,7 @@ use konnector::api::{
 use konnector::binding::{Context, Settings};
 use konnector::conditions::is_true;
 use konnector::policy::Policies;
-use konnector::provider::{Engagement, Engagements};
+use konnector::registry::{Engagement, Engagements};
 use konnector::sync::SyncSettings;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
@@ -132,7 +132,7 @@ impl Stack {
             settings,
         ));
         let shutdown = CancellationToken::new();
-        let task = tokio::spawn(konnector::binding::run(ctx, shutdown.clone()));
+        let task = tokio::spawn(konnector::manager::run_bindings(ctx, shutdown.clone()));
         Ok(Self {
             name: name.to_string(),
             provider,

@@ -27,7 +27,7 @@ use k8s_openapi::jiff::Timestamp;
 use tokio::sync::watch;
 
 use crate::api::ConflictPolicy;
-use crate::sync::ApiTarget;
+use crate::schema::ApiTarget;
 
 /// Identifies one binding object.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -77,6 +77,45 @@ pub struct Coverage {
     pub binding: BindingKey,
     /// Its conflict policy.
     pub conflict_policy: ConflictPolicy,
+}
+
+/// Who selects instances of one (Connection, API), per scope: `None` is the ClusterBinding
+/// that selects in every namespace and cluster-scoped instances, `Some(ns)` the Binding of a
+/// namespace (each the first by rank).
+pub type Scopes = BTreeMap<Option<String>, Coverage>;
+
+/// Which instances of an API a change of its [`Scopes`] concerns.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reach {
+    /// None: the selection is the same.
+    Nothing,
+    /// All of them: the cluster-wide selection changed.
+    Everything,
+    /// Those in these namespaces.
+    Namespaces(BTreeSet<String>),
+}
+
+/// What changed between two selections of one API: a binding change re-reconciles only
+/// the instances whose selection it may have changed.
+pub fn reach(old: &Scopes, new: &Scopes) -> Reach {
+    if old.get(&None) != new.get(&None) {
+        return Reach::Everything;
+    }
+    let namespaces: BTreeSet<String> = old
+        .keys()
+        .chain(new.keys())
+        .flatten()
+        .filter(|ns| {
+            let scope = Some((*ns).clone());
+            old.get(&scope) != new.get(&scope)
+        })
+        .cloned()
+        .collect();
+    if namespaces.is_empty() {
+        Reach::Nothing
+    } else {
+        Reach::Namespaces(namespaces)
+    }
 }
 
 /// All known bindings. Cheap queries, no I/O.
@@ -164,6 +203,28 @@ impl BindingIndex {
                 binding: key.clone(),
                 conflict_policy: e.conflict_policy,
             })
+    }
+
+    /// Who selects instances of `api` through `connection`, per scope.
+    pub fn scopes(&self, connection: &str, api: &str) -> Scopes {
+        let mut ranked: Vec<_> = self
+            .entries
+            .iter()
+            .filter(|(_, e)| e.ready && e.connection == connection && e.apis.contains_key(api))
+            .collect();
+        ranked.sort_by(|(ka, ea), (kb, eb)| rank(ka, ea).cmp(&rank(kb, eb)));
+        let mut scopes = Scopes::new();
+        for (key, entry) in ranked {
+            let scope = match key {
+                BindingKey::Cluster { .. } => None,
+                BindingKey::Namespaced { namespace, .. } => Some(namespace.clone()),
+            };
+            scopes.entry(scope).or_insert_with(|| Coverage {
+                binding: key.clone(),
+                conflict_policy: entry.conflict_policy,
+            });
+        }
+        scopes
     }
 
     /// Every (Connection, API) that at least one Ready binding selects and whose consumer CRD
@@ -432,5 +493,52 @@ mod tests {
         shared.apply(cluster("c"), e);
         assert_eq!(*shared.subscribe().borrow(), seen);
         assert_eq!(shared.read(|i| i.listing(W).len()), 1);
+    }
+
+    #[test]
+    fn namespaced_binding_change_reaches_only_its_namespace() {
+        let mut index = BindingIndex::default();
+        index.apply(ns("a", "b"), entry("p", &[W], ConflictPolicy::Fail, 1));
+        let before = index.scopes("p", W);
+        index.apply(ns("b", "b"), entry("p", &[W], ConflictPolicy::Fail, 2));
+        let after = index.scopes("p", W);
+        assert_eq!(
+            reach(&before, &after),
+            Reach::Namespaces(["b".to_string()].into())
+        );
+    }
+
+    #[test]
+    fn cluster_binding_change_reaches_everything() {
+        let mut index = BindingIndex::default();
+        index.apply(ns("a", "b"), entry("p", &[W], ConflictPolicy::Fail, 1));
+        let before = index.scopes("p", W);
+        index.apply(cluster("all"), entry("p", &[W], ConflictPolicy::Adopt, 2));
+        assert_eq!(reach(&before, &index.scopes("p", W)), Reach::Everything);
+    }
+
+    #[test]
+    fn change_to_another_api_or_connection_reaches_nothing() {
+        let mut index = BindingIndex::default();
+        index.apply(ns("a", "b"), entry("p", &[W], ConflictPolicy::Fail, 1));
+        let before = index.scopes("p", W);
+        index.apply(
+            ns("a", "g"),
+            entry("p", &["gadgets.example.org"], ConflictPolicy::Fail, 2),
+        );
+        index.apply(ns("c", "b"), entry("q", &[W], ConflictPolicy::Fail, 3));
+        assert_eq!(reach(&before, &index.scopes("p", W)), Reach::Nothing);
+    }
+
+    #[test]
+    fn conflict_policy_change_reaches_its_namespace() {
+        let mut index = BindingIndex::default();
+        index.apply(ns("a", "b"), entry("p", &[W], ConflictPolicy::Fail, 1));
+        let before = index.scopes("p", W);
+        index.apply(ns("a", "b"), entry("p", &[W], ConflictPolicy::Adopt, 1));
+        assert_eq!(
+            reach(&before, &index.scopes("p", W)),
+            Reach::Namespaces(["a".to_string()].into())
+        );
     }
 }

@@ -1,4 +1,4 @@
-//! Which concrete resource a syncer watches on both clusters, read from the consumer CRD.
+//! Which concrete resource an installed API is on both clusters, read from the consumer CRD.
 //!
 //! The consumer CRD is the contract: the syncer watches the consumer and the provider with the
 //! same group, version, kind and plural, so namespace and name are unchanged and a
@@ -64,20 +64,10 @@ impl ApiTarget {
     }
 }
 
-/// Whether a CRD has the condition `Established=True`.
-pub fn is_established(crd: &CustomResourceDefinition) -> bool {
-    crd.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| {
-            cs.iter()
-                .any(|c| c.type_ == "Established" && c.status == "True")
-        })
-}
-
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::schema::is_established;
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
         CustomResourceDefinitionCondition, CustomResourceDefinitionNames,
         CustomResourceDefinitionSpec, CustomResourceDefinitionStatus,

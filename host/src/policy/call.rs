@@ -1,0 +1,271 @@
+//! One call path for the three roles: each role only says how its input becomes WIT, which
+//! export it calls and how its answer is checked ([`RoleModule`]); [`call`] does the rest
+//! the same way for all of them.
+//!
+//! ```text
+//! input ──(size bound)──▶ WIT input ──▶ warm instance (or a fresh one) ──▶ export
+//!       ──(trap / timeout / limit / bad lift ──▶ PolicyError, instance dropped)
+//!       ──▶ answer ──(module refused ──▶ PolicyRejected; host check fails ──▶ InvalidOutput)
+//!       ──▶ decision; the instance goes back to its pool
+//! ```
+
+use std::future::Future;
+use std::sync::OnceLock;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use serde::Serialize;
+use wasmtime::Store;
+use wasmtime::component::InstancePre;
+
+use super::bindings::{self, conflict, related, schema};
+use super::error::PolicyError;
+use super::limits::{self, PolicyLimits};
+use super::load::Slot;
+use super::role::PolicyRole;
+use super::runtime::{self, HostState, runtime, within_deadline};
+use super::types::{ConflictDecision, ConflictInput, RelatedInput, RelatedPlan, SchemaInput};
+use super::validate;
+use super::warm::Warm;
+
+/// Why a role's answer is not used: the module said no, or the host's check refused it.
+pub(crate) enum Refusal {
+    /// The module returned its error variant.
+    Rejected(String),
+    /// The answer breaks a rule the host enforces.
+    Invalid(String),
+}
+
+/// A role's generated `*Pre` and how one call of it goes.
+pub(crate) trait RoleModule: Clone + Send + Sync + 'static {
+    /// The role.
+    const ROLE: PolicyRole;
+    /// The instantiated world.
+    type Instance: Send + 'static;
+    /// The host's input.
+    type Input: Serialize + Sync;
+    /// The input as the world's record.
+    type WitInput: Send + Sync;
+    /// What the export returns.
+    type WitOutput: Send;
+    /// The checked decision.
+    type Output;
+
+    /// Type-checks the instance-pre against the role's world.
+    fn new(pre: InstancePre<HostState>) -> wasmtime::Result<Self>;
+    /// The process-wide cache of the built-in module.
+    fn builtin_cell() -> &'static OnceLock<Result<Self, String>>;
+    /// Converts the input.
+    fn wit_input(input: &Self::Input) -> Self::WitInput;
+    /// Instantiates the module in a store.
+    fn instantiate<'a>(
+        &'a self,
+        store: &'a mut Store<HostState>,
+    ) -> impl Future<Output = wasmtime::Result<Self::Instance>> + Send + 'a;
+    /// Calls the role's export.
+    fn invoke<'a>(
+        instance: &'a Self::Instance,
+        store: &'a mut Store<HostState>,
+        input: &'a Self::WitInput,
+    ) -> impl Future<Output = wasmtime::Result<Self::WitOutput>> + Send + 'a;
+    /// Checks the answer against the input.
+    fn finish(output: Self::WitOutput, input: &Self::Input) -> Result<Self::Output, Refusal>;
+}
+
+/// Runs one call of a role's module; `reuse` is how many calls one instance may serve.
+///
+/// A warm instance that traps or runs out of memory is retried once on a fresh instance, so
+/// state a module kept from earlier calls (a bump allocator that never frees, say) cannot
+/// turn into an error a fresh instance would not give.
+#[tracing::instrument(level = "debug", skip_all, fields(role = %P::ROLE, origin = %slot.origin))]
+pub(crate) async fn call<P: RoleModule>(
+    slot: &Slot<P>,
+    limits: PolicyLimits,
+    reuse: u32,
+    input: &P::Input,
+) -> Result<P::Output, PolicyError> {
+    let role = P::ROLE;
+    limits::check_input(role, input, limits)?;
+    let wit_input = P::wit_input(input);
+    let taken = slot.pool.take();
+    let was_warm = taken.is_some();
+    let (warm, answer) = match attempt(slot, limits, taken, &wit_input).await {
+        Err(e) if was_warm && e.is_instance_fault() => {
+            attempt(slot, limits, None, &wit_input).await?
+        }
+        other => other?,
+    };
+    let origin = || slot.origin.to_string();
+    let output = P::finish(answer, input).map_err(|refusal| match refusal {
+        Refusal::Rejected(message) => PolicyError::PolicyRejected {
+            role,
+            origin: origin(),
+            message,
+        },
+        Refusal::Invalid(message) => PolicyError::InvalidOutput {
+            role,
+            origin: origin(),
+            message,
+        },
+    })?;
+    slot.pool.give_back(warm, reuse, limits.memory_bytes);
+    Ok(output)
+}
+
+/// One call on `warm` (or on a fresh instance), under the call's deadline.
+async fn attempt<P: RoleModule>(
+    slot: &Slot<P>,
+    limits: PolicyLimits,
+    warm: Option<Warm<P::Instance>>,
+    input: &P::WitInput,
+) -> Result<(Warm<P::Instance>, P::WitOutput), PolicyError> {
+    let (mut store, instance, calls) = match warm {
+        Some(w) => (w.store, Some(w.instance), w.calls),
+        None => (runtime()?.store(limits), None, 0),
+    };
+    runtime::arm(&mut store, limits);
+    let outcome = within_deadline(limits, async {
+        let instance = match instance {
+            Some(instance) => instance,
+            None => slot.pre.instantiate(&mut store).await?,
+        };
+        let answer = P::invoke(&instance, &mut store, input).await?;
+        Ok((instance, answer))
+    })
+    .await;
+    let settled = store
+        .data_mut()
+        .settle(outcome, P::ROLE, &slot.origin, limits);
+    let (instance, answer) = settled?;
+    store.data_mut().drain_output(P::ROLE, &slot.origin);
+    let warm = Warm {
+        store,
+        instance,
+        calls: calls.saturating_add(1),
+    };
+    Ok((warm, answer))
+}
+
+impl RoleModule for conflict::ConflictPolicyPre<HostState> {
+    const ROLE: PolicyRole = PolicyRole::ConflictPolicy;
+    type Instance = conflict::ConflictPolicy;
+    type Input = ConflictInput;
+    type WitInput = conflict::iface::ConflictInput;
+    type WitOutput = Result<conflict::iface::Decision, String>;
+    type Output = ConflictDecision;
+
+    fn new(pre: InstancePre<HostState>) -> wasmtime::Result<Self> {
+        conflict::ConflictPolicyPre::new(pre)
+    }
+    fn builtin_cell() -> &'static OnceLock<Result<Self, String>> {
+        static CELL: OnceLock<Result<conflict::ConflictPolicyPre<HostState>, String>> =
+            OnceLock::new();
+        &CELL
+    }
+    fn wit_input(input: &ConflictInput) -> Self::WitInput {
+        bindings::conflict_input(input)
+    }
+    fn instantiate<'a>(
+        &'a self,
+        store: &'a mut Store<HostState>,
+    ) -> impl Future<Output = wasmtime::Result<Self::Instance>> + Send + 'a {
+        self.instantiate_async(store)
+    }
+    fn invoke<'a>(
+        instance: &'a Self::Instance,
+        store: &'a mut Store<HostState>,
+        input: &'a Self::WitInput,
+    ) -> impl Future<Output = wasmtime::Result<Self::WitOutput>> + Send + 'a {
+        instance.kbind_policy_conflict().call_decide(store, input)
+    }
+    fn finish(output: Self::WitOutput, input: &ConflictInput) -> Result<ConflictDecision, Refusal> {
+        let decision = bindings::conflict_decision(output.map_err(Refusal::Rejected)?);
+        validate::decision(&decision, input).map_err(Refusal::Invalid)?;
+        Ok(decision)
+    }
+}
+
+impl RoleModule for schema::SchemaSynthesisPre<HostState> {
+    const ROLE: PolicyRole = PolicyRole::SchemaSynthesis;
+    type Instance = schema::SchemaSynthesis;
+    type Input = SchemaInput;
+    type WitInput = schema::iface::SchemaInput;
+    type WitOutput = Result<String, schema::iface::SynthesisError>;
+    type Output = CustomResourceDefinition;
+
+    fn new(pre: InstancePre<HostState>) -> wasmtime::Result<Self> {
+        schema::SchemaSynthesisPre::new(pre)
+    }
+    fn builtin_cell() -> &'static OnceLock<Result<Self, String>> {
+        static CELL: OnceLock<Result<schema::SchemaSynthesisPre<HostState>, String>> =
+            OnceLock::new();
+        &CELL
+    }
+    fn wit_input(input: &SchemaInput) -> Self::WitInput {
+        bindings::schema_input(input)
+    }
+    fn instantiate<'a>(
+        &'a self,
+        store: &'a mut Store<HostState>,
+    ) -> impl Future<Output = wasmtime::Result<Self::Instance>> + Send + 'a {
+        self.instantiate_async(store)
+    }
+    fn invoke<'a>(
+        instance: &'a Self::Instance,
+        store: &'a mut Store<HostState>,
+        input: &'a Self::WitInput,
+    ) -> impl Future<Output = wasmtime::Result<Self::WitOutput>> + Send + 'a {
+        instance.kbind_policy_schema().call_synthesize(store, input)
+    }
+    fn finish(
+        output: Self::WitOutput,
+        input: &SchemaInput,
+    ) -> Result<CustomResourceDefinition, Refusal> {
+        let json = output.map_err(|e| {
+            Refusal::Rejected(if e.path.is_empty() {
+                e.message
+            } else {
+                format!("at {}: {}", e.path, e.message)
+            })
+        })?;
+        validate::crd(&json, input).map_err(Refusal::Invalid)
+    }
+}
+
+impl RoleModule for related::RelatedSelectionPre<HostState> {
+    const ROLE: PolicyRole = PolicyRole::RelatedSelection;
+    type Instance = related::RelatedSelection;
+    type Input = RelatedInput;
+    type WitInput = related::iface::RelatedInput;
+    type WitOutput = Result<related::iface::RelatedPlan, String>;
+    type Output = RelatedPlan;
+
+    fn new(pre: InstancePre<HostState>) -> wasmtime::Result<Self> {
+        related::RelatedSelectionPre::new(pre)
+    }
+    fn builtin_cell() -> &'static OnceLock<Result<Self, String>> {
+        static CELL: OnceLock<Result<related::RelatedSelectionPre<HostState>, String>> =
+            OnceLock::new();
+        &CELL
+    }
+    fn wit_input(input: &RelatedInput) -> Self::WitInput {
+        bindings::related_input(input)
+    }
+    fn instantiate<'a>(
+        &'a self,
+        store: &'a mut Store<HostState>,
+    ) -> impl Future<Output = wasmtime::Result<Self::Instance>> + Send + 'a {
+        self.instantiate_async(store)
+    }
+    fn invoke<'a>(
+        instance: &'a Self::Instance,
+        store: &'a mut Store<HostState>,
+        input: &'a Self::WitInput,
+    ) -> impl Future<Output = wasmtime::Result<Self::WitOutput>> + Send + 'a {
+        instance.kbind_policy_related().call_select(store, input)
+    }
+    fn finish(output: Self::WitOutput, input: &RelatedInput) -> Result<RelatedPlan, Refusal> {
+        let plan = bindings::related_plan(output.map_err(Refusal::Rejected)?);
+        validate::plan(&plan, input).map_err(Refusal::Invalid)?;
+        Ok(plan)
+    }
+}

@@ -1,0 +1,15 @@
+//! The in-memory state the controllers share, each part with one writer: which Connections
+//! are engaged and with which provider client (written by the Connection controller), and
+//! which binding selects which instances (written by the binding controllers). The syncer
+//! supervisor and the syncers only read.
+//!
+//! ```text
+//! Connection controller ──▶ Engagements ──┐
+//! binding controllers ────▶ BindingIndex ─┴──▶ supervisor, syncers, binding controllers
+//! ```
+
+mod engagements;
+pub mod index;
+
+pub use engagements::{Engagement, Engagements};
+pub use index::{BindingIndex, BindingKey, Coverage, Entry, Reach, Scopes, SharedIndex, reach};

@@ -1,0 +1,133 @@
+//! What kbind last applied per (Connection, API): a provider schema that has not changed
+//! since, over a consumer CRD nobody else changed since, is not applied again.
+//!
+//! ```text
+//! provider source (CRD spec / OpenAPI facts) ──hash──┐
+//! consumer CRD resourceVersion ─────────────────────┴─▶ same as last apply? ──▶ nothing to do
+//! ```
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+/// The memory of applied schemas; cheap to clone, shared by the binding controllers.
+#[derive(Clone, Default)]
+pub struct AppliedSchemas {
+    inner: Arc<Mutex<HashMap<(String, String), Applied>>>,
+}
+
+impl std::fmt::Debug for AppliedSchemas {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AppliedSchemas").finish_non_exhaustive()
+    }
+}
+
+/// One applied schema.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Applied {
+    /// Hash of the provider source it was built from.
+    source: String,
+    /// The consumer CRD's resourceVersion once it was Established after the apply.
+    resource_version: Option<String>,
+}
+
+impl AppliedSchemas {
+    /// Whether `existing` is what kbind applied for this source, untouched since.
+    pub fn unchanged(
+        &self,
+        connection: &str,
+        api: &str,
+        source: &str,
+        existing: &CustomResourceDefinition,
+    ) -> bool {
+        let Ok(map) = self.inner.lock() else {
+            return false;
+        };
+        map.get(&(connection.to_owned(), api.to_owned()))
+            .is_some_and(|applied| {
+                applied.source == source
+                    && applied.resource_version.is_some()
+                    && applied.resource_version == existing.metadata.resource_version
+            })
+    }
+
+    /// Remembers an apply of `source` that left `installed` Established.
+    pub fn record(
+        &self,
+        connection: &str,
+        api: &str,
+        source: &str,
+        installed: &CustomResourceDefinition,
+    ) {
+        if let Ok(mut map) = self.inner.lock() {
+            map.insert(
+                (connection.to_owned(), api.to_owned()),
+                Applied {
+                    source: source.to_owned(),
+                    resource_version: installed.metadata.resource_version.clone(),
+                },
+            );
+        }
+    }
+
+    /// Forgets an API, so the next call applies again (after a failure, say).
+    pub fn forget(&self, connection: &str, api: &str) {
+        if let Ok(mut map) = self.inner.lock() {
+            map.remove(&(connection.to_owned(), api.to_owned()));
+        }
+    }
+}
+
+/// Hash of a schema source as JSON.
+pub fn source_hash(source: &impl Serialize) -> String {
+    let bytes = serde_json::to_vec(source).unwrap_or_default();
+    Sha256::digest(&bytes)
+        .iter()
+        .take(16)
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn crd(rv: Option<&str>) -> CustomResourceDefinition {
+        let mut crd = CustomResourceDefinition::default();
+        crd.metadata.resource_version = rv.map(str::to_owned);
+        crd
+    }
+
+    #[test]
+    fn same_source_over_untouched_crd_is_unchanged() {
+        let applied = AppliedSchemas::default();
+        applied.record("p", "widgets.example.org", "h1", &crd(Some("7")));
+        assert!(applied.unchanged("p", "widgets.example.org", "h1", &crd(Some("7"))));
+    }
+
+    #[test]
+    fn new_provider_source_is_applied_again() {
+        let applied = AppliedSchemas::default();
+        applied.record("p", "widgets.example.org", "h1", &crd(Some("7")));
+        assert!(!applied.unchanged("p", "widgets.example.org", "h2", &crd(Some("7"))));
+    }
+
+    #[test]
+    fn consumer_crd_changed_by_someone_else_is_applied_again() {
+        let applied = AppliedSchemas::default();
+        applied.record("p", "widgets.example.org", "h1", &crd(Some("7")));
+        assert!(!applied.unchanged("p", "widgets.example.org", "h1", &crd(Some("9"))));
+    }
+
+    #[test]
+    fn another_connection_has_its_own_memory() {
+        let applied = AppliedSchemas::default();
+        applied.record("p", "widgets.example.org", "h1", &crd(Some("7")));
+        assert!(!applied.unchanged("q", "widgets.example.org", "h1", &crd(Some("7"))));
+        applied.forget("p", "widgets.example.org");
+        assert!(!applied.unchanged("p", "widgets.example.org", "h1", &crd(Some("7"))));
+    }
+}

@@ -1,0 +1,93 @@
+//! Binding changes as reconcile triggers, proportional to what they change: a syncer
+//! re-reconciles the instances of the namespaces whose selection changed, all of them only
+//! when the cluster-wide selection did, and none when a change concerns other APIs or
+//! Connections.
+//!
+//! ```text
+//! index change ──▶ scopes(connection, api) now vs before ──▶ reach ──▶ consumer cache
+//!                                                                   ──▶ keys of the objects reached
+//! ```
+
+use futures::{Stream, StreamExt, stream};
+use kube::api::DynamicObject;
+use kube::core::ApiResource;
+use kube::runtime::reflector::Store;
+use kube::runtime::watcher;
+use tokio::sync::watch;
+
+use crate::registry::{Reach, Scopes, SharedIndex, reach};
+
+/// What the trigger stream carries between index changes.
+struct State {
+    changes: watch::Receiver<u64>,
+    index: SharedIndex,
+    connection: String,
+    api: String,
+    last: Scopes,
+    cache: Store<DynamicObject>,
+    ar: ApiResource,
+}
+
+/// A stream of the consumer objects (name and namespace only) that a binding change may
+/// have selected or deselected, for `Controller::watches_stream_with`.
+pub fn selection_changes(
+    index: SharedIndex,
+    connection: String,
+    api: String,
+    cache: Store<DynamicObject>,
+    ar: ApiResource,
+) -> impl Stream<Item = Result<DynamicObject, watcher::Error>> + Send + 'static {
+    let state = State {
+        changes: index.subscribe(),
+        last: index.read(|i| i.scopes(&connection, &api)),
+        index,
+        connection,
+        api,
+        cache,
+        ar,
+    };
+    stream::unfold(state, |mut state| async move {
+        state.changes.changed().await.ok()?;
+        let now = state
+            .index
+            .read(|i| i.scopes(&state.connection, &state.api));
+        let reached = reach(&state.last, &now);
+        state.last = now;
+        let keys = reached_keys(&reached, &state.cache, &state.ar);
+        Some((stream::iter(keys.into_iter().map(Ok)), state))
+    })
+    .flatten()
+}
+
+/// The keys of the cached objects a change reaches.
+fn reached_keys(
+    reached: &Reach,
+    cache: &Store<DynamicObject>,
+    ar: &ApiResource,
+) -> Vec<DynamicObject> {
+    let selected = |obj: &DynamicObject| match reached {
+        Reach::Nothing => false,
+        Reach::Everything => true,
+        Reach::Namespaces(namespaces) => obj
+            .metadata
+            .namespace
+            .as_ref()
+            .is_some_and(|ns| namespaces.contains(ns)),
+    };
+    if *reached == Reach::Nothing {
+        return Vec::new();
+    }
+    cache
+        .state()
+        .iter()
+        .filter(|obj| selected(obj))
+        .filter_map(|obj| {
+            let name = obj.metadata.name.as_deref()?;
+            let key = DynamicObject::new(name, ar);
+            Some(match &obj.metadata.namespace {
+                Some(ns) => key.within(ns),
+                None => key,
+            })
+        })
+        .collect()
+}
