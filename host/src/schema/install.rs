@@ -14,6 +14,7 @@ use super::sanitize::{TakenNames, consumer_crd};
 use crate::api::names::FIELD_MANAGER;
 use crate::api::{ExportedApi, SchemaSource, UpdatePolicy};
 use crate::policy::{Policies, PolicyError, SchemaInput};
+use crate::telemetry::{ApiLabels, metrics};
 
 /// How often the Established condition is polled while waiting.
 const ESTABLISHED_POLL: Duration = Duration::from_millis(200);
@@ -168,6 +169,12 @@ pub async fn ensure_installed(
         crd: api.name.clone(),
         source,
     })?;
+    metrics()
+        .schema_applies
+        .get_or_create(&ApiLabels {
+            api: api.name.clone(),
+        })
+        .inc();
     let installed = established(consumer, &api.name, wait).await?;
     applied.record(connection, &api.name, &source_hash, &installed.crd);
     Ok(installed)

@@ -68,6 +68,9 @@ pub struct Metrics {
     pub sync_lag: Family<ApiLabels, Histogram>,
     /// Instance conflicts detected, per API.
     pub conflicts: Family<ApiLabels, Counter>,
+    /// Consumer CRDs applied from a provider schema, per API (an unchanged schema is not
+    /// applied again).
+    pub schema_applies: Family<ApiLabels, Counter>,
     /// Related copies skipped: a foreign target, or a Secret type the host does not copy.
     pub related_skipped: Family<RelatedLabels, Counter>,
     /// Policy call durations, per role.
@@ -93,6 +96,7 @@ impl Metrics {
             instances_synced: Family::default(),
             sync_lag: Family::new_with_constructor(latency_histogram),
             conflicts: Family::default(),
+            schema_applies: Family::default(),
             related_skipped: Family::default(),
             policy_duration: Family::new_with_constructor(latency_histogram),
             policy_failures: Family::default(),
@@ -128,6 +132,11 @@ impl Metrics {
             "conflicts",
             "Instance conflicts detected",
             metrics.conflicts.clone(),
+        );
+        registry.register(
+            "schema_applies",
+            "Consumer CRDs applied from a changed provider schema",
+            metrics.schema_applies.clone(),
         );
         registry.register(
             "related_skipped",

@@ -9,6 +9,7 @@ mod credentials;
 mod discovery;
 mod exports;
 mod lifecycle;
+mod schema_refresh;
 
 use std::time::Duration;
 
