@@ -52,7 +52,7 @@ fn strict_provider_crd(api: &TestApi) -> anyhow::Result<CustomResourceDefinition
 
 #[test]
 fn malformed_consumer_instances_get_clear_errors_and_the_rest_syncs() -> anyhow::Result<()> {
-    let scenario = Scenario::new("faults-malformed").pull_policy(PullPolicy::None);
+    let scenario = Scenario::unbound("faults-malformed").pull_policy(PullPolicy::None);
     scenario.run(async |s| {
         let (api, ns) = (&s.api, s.ns());
         install_crd(&s.provider, &strict_provider_crd(api)?).await?;

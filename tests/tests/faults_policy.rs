@@ -41,7 +41,7 @@ const WAIT: Duration = Duration::from_secs(120);
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_policy_that_traps_or_loops_on_one_object_does_not_stop_the_others() -> anyhow::Result<()>
 {
-    let scenario = Scenario::new("faults-policy");
+    let scenario = Scenario::unbound("faults-policy");
     let (api, ns) = (scenario.api().clone(), "faults-policy");
     // The consumer CRD is installed up front (pinned to the stack's Connection, as schema
     // installation would) so the poisoned instances exist, with their UIDs, before the stack
@@ -195,7 +195,7 @@ fn a_policy_that_always_adopts_takes_only_what_the_host_allows() -> anyhow::Resu
         &module,
         "always-adopt.wasm",
     )?;
-    Scenario::new("faults-adopt")
+    Scenario::unbound("faults-adopt")
         .policies(policies)
         .run(async |s| {
             let (api, provider) = (&s.api, &s.provider);

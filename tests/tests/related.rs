@@ -49,71 +49,77 @@ fn related_copies_in_both_directions() -> anyhow::Result<()> {
         entry(Secrets, FromProvider, &["from-provider"], &[]),
         entry(Configmaps, FromConsumer, &["from-consumer"], &[]),
     ];
-    Scenario::new("rel-both").related(entries).run(async |s| {
-        let ns = s.ns();
-        put_secret(&s.provider, ns, "from-provider", &[], &[("k", "p")], None).await?;
-        put_configmap(&s.consumer, ns, "from-consumer", &[], &[("k", "c")]).await?;
-        s.export_and_bind().await?;
-        let uid = binding_uid(s).await?;
-        let copy = wait_secret(&s.consumer, ns, "from-provider").await?;
-        assert_eq!(secret_value(&copy, "k").as_deref(), Some("p"));
-        assert_eq!(related_marker(&copy), uid);
-        let provider_cms = Api::<ConfigMap>::namespaced(s.provider.clone(), ns);
-        let cm = wait_for("ConfigMap copied to the provider", RELATED_WAIT, || async {
-            Ok(provider_cms.get_opt("from-consumer").await?)
+    Scenario::unbound("rel-both")
+        .related(entries)
+        .run(async |s| {
+            let ns = s.ns();
+            put_secret(&s.provider, ns, "from-provider", &[], &[("k", "p")], None).await?;
+            put_configmap(&s.consumer, ns, "from-consumer", &[], &[("k", "c")]).await?;
+            s.export_and_bind().await?;
+            let uid = binding_uid(s).await?;
+            let copy = wait_secret(&s.consumer, ns, "from-provider").await?;
+            assert_eq!(secret_value(&copy, "k").as_deref(), Some("p"));
+            assert_eq!(related_marker(&copy), uid);
+            let provider_cms = Api::<ConfigMap>::namespaced(s.provider.clone(), ns);
+            let cm = wait_for("ConfigMap copied to the provider", RELATED_WAIT, || async {
+                Ok(provider_cms.get_opt("from-consumer").await?)
+            })
+            .await?;
+            assert_eq!(
+                cm.data
+                    .as_ref()
+                    .and_then(|d| d.get("k"))
+                    .map(String::as_str),
+                Some("c")
+            );
+            assert_eq!(related_marker(&cm), uid);
+            // Nothing travels the other way: the entries create no provider Secret of that name.
+            absent_for(&s.provider, ns, "from-consumer").await
         })
-        .await?;
-        assert_eq!(
-            cm.data
-                .as_ref()
-                .and_then(|d| d.get("k"))
-                .map(String::as_str),
-            Some("c")
-        );
-        assert_eq!(related_marker(&cm), uid);
-        // Nothing travels the other way: the entries create no provider Secret of that name.
-        absent_for(&s.provider, ns, "from-consumer").await
-    })
 }
 
 #[test]
 fn names_only_select_exact_names() -> anyhow::Result<()> {
     let entries = vec![entry(Secrets, FromProvider, &["wanted"], &[])];
-    Scenario::new("rel-names").related(entries).run(async |s| {
-        put_secret(&s.provider, s.ns(), "wanted", &[], &[("k", "v")], None).await?;
-        put_secret(&s.provider, s.ns(), "wanted-not", &[], &[("k", "v")], None).await?;
-        s.export_and_bind().await?;
-        wait_secret(&s.consumer, s.ns(), "wanted").await?;
-        absent_for(&s.consumer, s.ns(), "wanted-not").await
-    })
+    Scenario::unbound("rel-names")
+        .related(entries)
+        .run(async |s| {
+            put_secret(&s.provider, s.ns(), "wanted", &[], &[("k", "v")], None).await?;
+            put_secret(&s.provider, s.ns(), "wanted-not", &[], &[("k", "v")], None).await?;
+            s.export_and_bind().await?;
+            wait_secret(&s.consumer, s.ns(), "wanted").await?;
+            absent_for(&s.consumer, s.ns(), "wanted-not").await
+        })
 }
 
 #[test]
 fn labels_only_select_matching_labels() -> anyhow::Result<()> {
     let label = ("rel-labels.test/related", "true");
     let entries = vec![entry(Secrets, FromProvider, &[], &[label])];
-    Scenario::new("rel-labels").related(entries).run(async |s| {
-        put_secret(
-            &s.provider,
-            s.ns(),
-            "labelled",
-            &[label],
-            &[("k", "v")],
-            None,
-        )
-        .await?;
-        put_secret(&s.provider, s.ns(), "plain", &[], &[("k", "v")], None).await?;
-        s.export_and_bind().await?;
-        wait_secret(&s.consumer, s.ns(), "labelled").await?;
-        absent_for(&s.consumer, s.ns(), "plain").await
-    })
+    Scenario::unbound("rel-labels")
+        .related(entries)
+        .run(async |s| {
+            put_secret(
+                &s.provider,
+                s.ns(),
+                "labelled",
+                &[label],
+                &[("k", "v")],
+                None,
+            )
+            .await?;
+            put_secret(&s.provider, s.ns(), "plain", &[], &[("k", "v")], None).await?;
+            s.export_and_bind().await?;
+            wait_secret(&s.consumer, s.ns(), "labelled").await?;
+            absent_for(&s.consumer, s.ns(), "plain").await
+        })
 }
 
 #[test]
 fn names_and_labels_must_both_match() -> anyhow::Result<()> {
     let label = ("rel-both-match.test/related", "true");
     let entries = vec![entry(Secrets, FromProvider, &["a", "b"], &[label])];
-    Scenario::new("rel-both-match")
+    Scenario::unbound("rel-both-match")
         .related(entries)
         .run(async |s| {
             put_secret(&s.provider, s.ns(), "a", &[label], &[("k", "v")], None).await?;
@@ -131,23 +137,25 @@ fn names_and_labels_must_both_match() -> anyhow::Result<()> {
 #[test]
 fn empty_selector_matches_everything_in_scope() -> anyhow::Result<()> {
     let entries = vec![entry(Configmaps, FromProvider, &[], &[])];
-    Scenario::new("rel-empty").related(entries).run(async |s| {
-        put_configmap(&s.provider, s.ns(), "one", &[], &[("k", "1")]).await?;
-        put_configmap(&s.provider, s.ns(), "two", &[("x", "y")], &[("k", "2")]).await?;
-        put_configmap(&s.provider, "rel-empty-other", "three", &[], &[("k", "3")]).await?;
-        s.export_and_bind().await?;
-        let consumer = Api::<ConfigMap>::namespaced(s.consumer.clone(), s.ns());
-        for name in ["one", "two"] {
-            wait_for(&format!("ConfigMap {name}"), RELATED_WAIT, || async {
-                Ok(consumer.get_opt(name).await?)
-            })
-            .await?;
-        }
-        // A Binding's scope is its namespace: the other namespace is not copied.
-        let other = Api::<ConfigMap>::namespaced(s.consumer.clone(), "rel-empty-other");
-        anyhow::ensure!(other.get_opt("three").await?.is_none());
-        Ok(())
-    })
+    Scenario::unbound("rel-empty")
+        .related(entries)
+        .run(async |s| {
+            put_configmap(&s.provider, s.ns(), "one", &[], &[("k", "1")]).await?;
+            put_configmap(&s.provider, s.ns(), "two", &[("x", "y")], &[("k", "2")]).await?;
+            put_configmap(&s.provider, "rel-empty-other", "three", &[], &[("k", "3")]).await?;
+            s.export_and_bind().await?;
+            let consumer = Api::<ConfigMap>::namespaced(s.consumer.clone(), s.ns());
+            for name in ["one", "two"] {
+                wait_for(&format!("ConfigMap {name}"), RELATED_WAIT, || async {
+                    Ok(consumer.get_opt(name).await?)
+                })
+                .await?;
+            }
+            // A Binding's scope is its namespace: the other namespace is not copied.
+            let other = Api::<ConfigMap>::namespaced(s.consumer.clone(), "rel-empty-other");
+            anyhow::ensure!(other.get_opt("three").await?.is_none());
+            Ok(())
+        })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -156,7 +164,7 @@ async fn binding_selects_its_namespace_cluster_binding_all() -> anyhow::Result<(
     let ns_label = ("rel-scope.test/ns", "true");
     let cl_label = ("rel-scope.test/cluster", "true");
     let entries = vec![entry(Secrets, FromProvider, &[], &[ns_label])];
-    let s = Scenario::new("rel-scope")
+    let s = Scenario::unbound("rel-scope")
         .namespace(ns_a)
         .related(entries)
         .start()
@@ -190,7 +198,7 @@ async fn binding_selects_its_namespace_cluster_binding_all() -> anyhow::Result<(
 fn copy_carries_only_payload_and_the_marker() -> anyhow::Result<()> {
     let label = ("rel-payload.test/related", "true");
     let entries = vec![entry(Secrets, FromProvider, &["s"], &[])];
-    Scenario::new("rel-payload")
+    Scenario::unbound("rel-payload")
         .related(entries)
         .run(async |s| {
             put_secret(&s.provider, s.ns(), "s", &[label], &[("k", "v")], None).await?;
@@ -216,7 +224,7 @@ fn copy_carries_only_payload_and_the_marker() -> anyhow::Result<()> {
 #[test]
 fn foreign_target_is_skipped_even_under_adopt() -> anyhow::Result<()> {
     let entries = vec![entry(Secrets, FromProvider, &["taken", "free"], &[])];
-    let scenario = Scenario::new("rel-foreign")
+    let scenario = Scenario::unbound("rel-foreign")
         .conflict_policy(ConflictPolicy::Adopt)
         .related(entries);
     scenario.run(async |s| {
@@ -260,7 +268,7 @@ fn foreign_target_is_skipped_even_under_adopt() -> anyhow::Result<()> {
 fn source_label_removed_deletes_the_copy() -> anyhow::Result<()> {
     let label = ("rel-unlabel.test/related", "true");
     let entries = vec![entry(Secrets, FromProvider, &[], &[label])];
-    Scenario::new("rel-unlabel")
+    Scenario::unbound("rel-unlabel")
         .related(entries)
         .run(async |s| {
             put_secret(&s.provider, s.ns(), "s", &[label], &[("k", "v")], None).await?;
@@ -282,26 +290,28 @@ fn binding_deleted_deletes_copies_keeps_sources() -> anyhow::Result<()> {
         entry(Secrets, FromProvider, &["down"], &[]),
         entry(Secrets, FromConsumer, &["up"], &[]),
     ];
-    Scenario::new("rel-unbind").related(entries).run(async |s| {
-        let (consumer, provider, ns) = (&s.consumer, &s.provider, s.ns());
-        put_secret(provider, ns, "down", &[], &[("k", "v")], None).await?;
-        put_secret(consumer, ns, "up", &[], &[("k", "v")], None).await?;
-        s.export_and_bind().await?;
-        wait_secret(consumer, ns, "down").await?;
-        wait_secret(provider, ns, "up").await?;
-        s.unbind().await?;
-        anyhow::ensure!(!secret_exists(consumer, ns, "down").await?, "copy left");
-        anyhow::ensure!(!secret_exists(provider, ns, "up").await?, "copy left");
-        anyhow::ensure!(secret_exists(provider, ns, "down").await?, "source gone");
-        anyhow::ensure!(secret_exists(consumer, ns, "up").await?, "source gone");
-        Ok(())
-    })
+    Scenario::unbound("rel-unbind")
+        .related(entries)
+        .run(async |s| {
+            let (consumer, provider, ns) = (&s.consumer, &s.provider, s.ns());
+            put_secret(provider, ns, "down", &[], &[("k", "v")], None).await?;
+            put_secret(consumer, ns, "up", &[], &[("k", "v")], None).await?;
+            s.export_and_bind().await?;
+            wait_secret(consumer, ns, "down").await?;
+            wait_secret(provider, ns, "up").await?;
+            s.unbind().await?;
+            anyhow::ensure!(!secret_exists(consumer, ns, "down").await?, "copy left");
+            anyhow::ensure!(!secret_exists(provider, ns, "up").await?, "copy left");
+            anyhow::ensure!(secret_exists(provider, ns, "down").await?, "source gone");
+            anyhow::ensure!(secret_exists(consumer, ns, "up").await?, "source gone");
+            Ok(())
+        })
 }
 
 #[test]
 fn immutable_source_change_recreates_the_copy() -> anyhow::Result<()> {
     let entries = vec![entry(Secrets, FromProvider, &["s"], &[])];
-    Scenario::new("rel-immutable")
+    Scenario::unbound("rel-immutable")
         .related(entries)
         .run(async |s| {
             put_secret(&s.provider, s.ns(), "s", &[], &[("k", "v1")], Some(true)).await?;
@@ -345,7 +355,7 @@ async fn provider_secrets_in_protected_namespaces_or_of_token_types_are_never_co
 -> anyhow::Result<()> {
     let (name, own) = ("rel-guard-p", "rel-guard-p-own");
     let label = ("rel-guard-p.test/related", "true");
-    let s = Scenario::new(name)
+    let s = Scenario::unbound(name)
         .settings(|settings| settings.konnector_namespace = Some(own.into()))
         .cluster_binding()
         .related(vec![entry(Secrets, FromProvider, &[], &[label])])
@@ -436,7 +446,7 @@ async fn provider_secrets_in_protected_namespaces_or_of_token_types_are_never_co
 async fn from_consumer_never_touches_protected_namespaces_on_the_provider() -> anyhow::Result<()> {
     let (name, own) = ("rel-guard-c", "rel-guard-c-own");
     let label = ("rel-guard-c.test/related", "true");
-    let s = Scenario::new(name)
+    let s = Scenario::unbound(name)
         .settings(|settings| settings.konnector_namespace = Some(own.into()))
         .cluster_binding()
         .related(vec![entry(Secrets, FromConsumer, &[], &[label])])
@@ -528,7 +538,7 @@ async fn from_consumer_never_touches_protected_namespaces_on_the_provider() -> a
 #[test]
 fn a_binding_that_is_not_ready_copies_nothing() -> anyhow::Result<()> {
     let entries = vec![entry(Secrets, FromProvider, &["s"], &[])];
-    Scenario::new("rel-not-ready")
+    Scenario::unbound("rel-not-ready")
         .related(entries)
         .run(async |s| {
             put_secret(&s.provider, s.ns(), "s", &[], &[("k", "v")], None).await?;

@@ -195,7 +195,7 @@ fn dropped_api_without_a_provider_client_is_released_and_reported() -> anyhow::R
 
 #[test]
 fn teardown_without_engagement_drains_through_the_connection_credentials() -> anyhow::Result<()> {
-    Scenario::new("strand-creds").run(async |s| {
+    Scenario::unbound("strand-creds").run(async |s| {
         bind_with_credentials(s, &s.pair().provider.admin().kubeconfig_yaml()?).await?;
         let provider = with_instance(s, &s.api).await?;
         // Not engaged any more, as after a restart while the Connection is deleting.
@@ -209,7 +209,7 @@ fn teardown_without_engagement_drains_through_the_connection_credentials() -> an
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn teardown_with_unusable_credentials_reports_it() -> anyhow::Result<()> {
-    let s = Scenario::new("strand-badcreds").start().await?;
+    let s = Scenario::unbound("strand-badcreds").start().await?;
     let result = s
         .check(async |s| {
             bind_with_credentials(s, "not: [a kubeconfig").await?;

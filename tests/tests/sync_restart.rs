@@ -14,7 +14,7 @@ use serde_json::json;
 
 #[test]
 fn provider_restart_resumes_sync_without_deleting() -> anyhow::Result<()> {
-    Scenario::new("restart").private_pair().run(async |s| {
+    Scenario::unbound("restart").private_pair().run(async |s| {
         s.export().await?;
         let first = s.engage();
         s.bind().await?;

@@ -161,7 +161,7 @@ fn cluster_scoped_instances_need_a_cluster_binding() -> anyhow::Result<()> {
 #[test]
 fn binding_of_unexported_api_is_not_ready() -> anyhow::Result<()> {
     let unexported = TestApi::namespaced("ready-unexported-not.e2e.kbind.io");
-    let scenario = Scenario::new("ready-unexported").with_api(unexported);
+    let scenario = Scenario::unbound("ready-unexported").with_api(unexported);
     scenario.run(async |s| {
         s.api.export(s).await?;
         s.extra[0].install_on_consumer(&s.consumer, None).await?;
@@ -181,7 +181,7 @@ fn binding_of_unexported_api_is_not_ready() -> anyhow::Result<()> {
 
 #[test]
 fn binding_of_missing_or_unready_connection_is_not_ready() -> anyhow::Result<()> {
-    Scenario::new("ready-noconn").run(async |s| {
+    Scenario::unbound("ready-noconn").run(async |s| {
         let missing = "ready-noconn-later";
         s.export().await?;
         let mut binding = s.new_binding();
@@ -203,7 +203,7 @@ fn binding_of_missing_or_unready_connection_is_not_ready() -> anyhow::Result<()>
 
 #[test]
 fn api_bound_through_two_connections_is_bound_elsewhere() -> anyhow::Result<()> {
-    let scenario = Scenario::new("ready-twice").pull_policy(PullPolicy::None);
+    let scenario = Scenario::unbound("ready-twice").pull_policy(PullPolicy::None);
     scenario.run(async |s| {
         let other = "ready-twice-other";
         s.api.install_on_provider(&s.provider).await?;
@@ -236,31 +236,33 @@ fn api_bound_through_two_connections_is_bound_elsewhere() -> anyhow::Result<()> 
 
 #[test]
 fn cluster_binding_wins_over_binding_for_the_same_api() -> anyhow::Result<()> {
-    Scenario::new("sel-wins").cluster_binding().run(async |s| {
-        s.export().await?;
-        s.engage();
-        // The Binding would adopt; the ClusterBinding says Fail and must win.
-        s.create_binding(&s.binding(s.ns(), "adopting", &[&s.api], ConflictPolicy::Adopt))
+    Scenario::unbound("sel-wins")
+        .cluster_binding()
+        .run(async |s| {
+            s.export().await?;
+            s.engage();
+            // The Binding would adopt; the ClusterBinding says Fail and must win.
+            s.create_binding(&s.binding(s.ns(), "adopting", &[&s.api], ConflictPolicy::Adopt))
+                .await?;
+            s.bind().await?;
+            ensure_namespace(&s.provider, s.ns()).await?;
+            let foreign = s
+                .api
+                .object(Some(s.ns()), "taken", json!({ "foreign": true }));
+            s.copies().create(&PostParams::default(), &foreign).await?;
+            s.create("taken", json!({ "mine": true })).await?;
+            let conflict = wait_for(
+                "a ForeignObjectExists conflict (Fail policy)",
+                WAIT,
+                || async {
+                    let obj = s.instances().get("taken").await?;
+                    Ok(obj.annotations().get(CONFLICT_ANNOTATION).cloned())
+                },
+            )
             .await?;
-        s.bind().await?;
-        ensure_namespace(&s.provider, s.ns()).await?;
-        let foreign = s
-            .api
-            .object(Some(s.ns()), "taken", json!({ "foreign": true }));
-        s.copies().create(&PostParams::default(), &foreign).await?;
-        s.create("taken", json!({ "mine": true })).await?;
-        let conflict = wait_for(
-            "a ForeignObjectExists conflict (Fail policy)",
-            WAIT,
-            || async {
-                let obj = s.instances().get("taken").await?;
-                Ok(obj.annotations().get(CONFLICT_ANNOTATION).cloned())
-            },
-        )
-        .await?;
-        assert!(conflict.starts_with("ForeignObjectExists"), "{conflict}");
-        let foreign = s.copies().get("taken").await?;
-        assert_eq!(foreign.data["spec"], json!({ "foreign": true }));
-        Ok(())
-    })
+            assert!(conflict.starts_with("ForeignObjectExists"), "{conflict}");
+            let foreign = s.copies().get("taken").await?;
+            assert_eq!(foreign.data["spec"], json!({ "foreign": true }));
+            Ok(())
+        })
 }

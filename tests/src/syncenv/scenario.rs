@@ -12,7 +12,7 @@
 //!                                    tails; the stack is stopped either way
 //! ```
 //!
-//! [`Scenario::new`] starts the stack only: the test exports, engages and binds when its
+//! [`Scenario::unbound`] starts the stack only: the test exports, engages and binds when its
 //! behaviour needs something to happen first ([`Scenario::export`], [`Scenario::engage`],
 //! [`Scenario::bind`]).
 
@@ -95,7 +95,7 @@ impl Scenario {
     }
 
     /// A scenario whose stack runs but whose API is neither exported, engaged nor bound yet.
-    pub fn new(name: &str) -> ScenarioBuilder {
+    pub fn unbound(name: &str) -> ScenarioBuilder {
         ScenarioBuilder {
             bound: false,
             ..Self::bound(name)
@@ -279,7 +279,7 @@ impl ScenarioBuilder {
         self
     }
 
-    /// Makes the main API cluster-scoped (bind it with [`Self::cluster_binding`]).
+    /// Makes the main API cluster-scoped (only a ClusterBinding selects its instances).
     pub fn cluster_scoped(mut self) -> Self {
         self.api.namespaced = false;
         self

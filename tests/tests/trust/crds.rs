@@ -34,7 +34,7 @@ fn crds(s: &Scenario) -> Api<CustomResourceDefinition> {
 #[test]
 fn last_cluster_binding_of_a_crd_the_consumer_made_leaves_it_and_its_objects() -> anyhow::Result<()>
 {
-    let scenario = Scenario::new("trust-own-crd")
+    let scenario = Scenario::unbound("trust-own-crd")
         .namespace("trust-own-crd-ns")
         .cluster_binding();
     scenario.run(async |s| {
@@ -100,7 +100,7 @@ fn last_cluster_binding_of_a_crd_the_consumer_made_leaves_it_and_its_objects() -
 
 #[test]
 fn crd_pinned_to_another_connection_is_left_untouched_by_teardown() -> anyhow::Result<()> {
-    let scenario = Scenario::new("trust-pinned")
+    let scenario = Scenario::unbound("trust-pinned")
         .namespace("trust-pinned-ns")
         .cluster_binding();
     scenario.run(async |s| {
@@ -142,7 +142,7 @@ fn crd_pinned_to_another_connection_is_left_untouched_by_teardown() -> anyhow::R
 #[test]
 fn cluster_binding_listing_kbinds_own_crd_never_deletes_it() -> anyhow::Result<()> {
     let core = "clusterbindings.core.kbind.io";
-    Scenario::new("trust-core")
+    Scenario::unbound("trust-core")
         .cluster_binding()
         .run(async |s| {
             let name = s.name.as_str();

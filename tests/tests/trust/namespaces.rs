@@ -20,7 +20,7 @@ const LABEL: &str = "trust.kbind.test/may-bind";
 #[test]
 fn binding_outside_the_namespace_selector_syncs_nothing_until_relabelled() -> anyhow::Result<()> {
     let cluster_api = TestApi::namespaced("trust-ns-cluster.e2e.kbind.io");
-    let scenario = Scenario::new("trust-ns").namespace("trust-ns-team");
+    let scenario = Scenario::unbound("trust-ns").namespace("trust-ns-team");
     scenario.with_api(cluster_api).run(async |s| {
         let (api, cluster_api, ns) = (&s.api, &s.extra[0], s.ns());
         let selector =

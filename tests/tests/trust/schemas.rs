@@ -56,7 +56,7 @@ fn hostile_crd(api: &TestApi) -> serde_json::Value {
 
 #[test]
 fn hostile_schema_module_answer_is_installed_without_its_hostile_parts() -> anyhow::Result<()> {
-    let scenario = Scenario::new("trust-schema").namespace("trust-schema-ns");
+    let scenario = Scenario::unbound("trust-schema").namespace("trust-schema-ns");
     let module = fixed_schema_synthesis(&hostile_crd(scenario.api()).to_string())?;
     let policies = Policies::builtin()?.with_module(
         PolicyRole::SchemaSynthesis,
