@@ -1,5 +1,5 @@
 //! Fault: the Connection's kubeconfig Secret rotated, mid-sync, to a kubeconfig of another
-//! cluster (required: "nothing written there").
+//! cluster: nothing is written there.
 //!
 //! Injected: while 300 consumer instances are being created and synced by the in-process
 //! konnector (all controllers, the real Connection controller included), the Secret is

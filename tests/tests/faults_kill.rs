@@ -1,5 +1,5 @@
-//! Fault: the konnector process killed with SIGKILL mid-sync and started again (required:
-//! "converges; finalizers consistent").
+//! Fault: the konnector process killed with SIGKILL mid-sync and started again converges, with
+//! every instance's finalizer consistent.
 //!
 //! Injected: the real `konnector run` binary syncs 1 000 instances being created on the
 //! consumer; once at least 200 copies exist it gets SIGKILL (no graceful shutdown, in-flight

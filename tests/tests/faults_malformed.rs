@@ -1,6 +1,6 @@
-//! Fault: malformed inputs on the consumer side of a bound API (required: "CRD-shaped garbage
-//! in a bound API, huge objects near the apiserver limit, names at the length limit: clear
-//! errors, no crash").
+//! Fault: malformed inputs on the consumer side of a bound API (garbage in a bound API, huge
+//! objects near the apiserver limit, names at the length limit) get clear errors and crash
+//! nothing.
 //!
 //! Injected: the consumer CRD is free-form (`pullPolicy: None`, installed by the test) while
 //! the provider's schema is strict (`spec.size` an integer ≤ 100, `spec.payload` a string), so
@@ -21,11 +21,10 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kbind_tests::faults::{create_instances, wait_copies};
 use kbind_tests::fixtures::install_crd;
 use kbind_tests::syncenv::{
-    Stack, TestApi, ensure_namespace, events_for, merge, stays, synced_condition, wait_for,
+    Scenario, TestApi, events_for, merge, stays, synced_condition, wait_for,
 };
-use kbind_tests::testenv::shared_pair;
+use konnector::api::PullPolicy;
 use konnector::api::names::EXPORTED_LABEL;
-use konnector::api::{ConflictPolicy, PullPolicy};
 use serde_json::json;
 
 const GOOD: usize = 10;
@@ -51,105 +50,84 @@ fn strict_provider_crd(api: &TestApi) -> anyhow::Result<CustomResourceDefinition
     Ok(crd)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn malformed_consumer_instances_get_clear_errors_and_the_rest_syncs() -> anyhow::Result<()> {
-    let pair = shared_pair()?;
-    let ns = "faults-malformed";
-    let stack = Stack::start(pair, ns).await?;
-    let api = TestApi::namespaced("malformed.faults.kbind.io");
-    let result = pair
-        .diagnose(stack.diagnose(&[&api], async {
-            stack.set_pull_policy(PullPolicy::None).await?;
-            install_crd(&stack.provider, &strict_provider_crd(&api)?).await?;
-            api.install_on_consumer(&stack.consumer, Some(ns)).await?;
-            stack.engage(&[&api]);
-            stack
-                .create_ready_binding(&stack.binding(ns, "widgets", &[&api], ConflictPolicy::Fail))
-                .await?;
-            ensure_namespace(&stack.consumer, ns).await?;
+#[test]
+fn malformed_consumer_instances_get_clear_errors_and_the_rest_syncs() -> anyhow::Result<()> {
+    let scenario = Scenario::unbound("faults-malformed").pull_policy(PullPolicy::None);
+    scenario.run(async |s| {
+        let (api, ns) = (&s.api, s.ns());
+        install_crd(&s.provider, &strict_provider_crd(api)?).await?;
+        api.install_on_consumer(&s.consumer, Some(&s.name)).await?;
+        s.engage();
+        s.bind().await?;
 
-            let long_name = "a".repeat(253);
-            let rejected = [
-                ("garbage-type", json!({ "size": "not a number" })),
-                ("garbage-range", json!({ "size": 1000 })),
-            ];
-            for (name, spec) in &rejected {
-                api.create(&stack.consumer, Some(ns), name, spec.clone())
-                    .await?;
-            }
-            api.create(
-                &stack.consumer,
-                Some(ns),
-                "huge",
-                json!({ "payload": "x".repeat(HUGE) }),
-            )
+        let long_name = "a".repeat(253);
+        let rejected = [
+            ("garbage-type", json!({ "size": "not a number" })),
+            ("garbage-range", json!({ "size": 1000 })),
+        ];
+        for (name, spec) in &rejected {
+            s.create(name, spec.clone()).await?;
+        }
+        s.create("huge", json!({ "payload": "x".repeat(HUGE) }))
             .await?;
-            api.create(&stack.consumer, Some(ns), &long_name, json!({ "size": 1 }))
-                .await?;
-            create_instances(&api, &stack.consumer, ns, "good", 0..GOOD).await?;
+        s.create(&long_name, json!({ "size": 1 })).await?;
+        create_instances(api, &s.consumer, ns, "good", 0..GOOD).await?;
 
-            wait_copies(&api, &stack.provider, ns, GOOD + 2, WAIT).await?;
-            let copies = api.api(&stack.provider, Some(ns));
-            let huge = copies.get("huge").await?;
-            assert_eq!(
-                huge.data["spec"]["payload"].as_str().map(str::len),
-                Some(HUGE),
-                "the huge instance is copied intact"
-            );
-            assert!(copies.get_opt(&long_name).await?.is_some());
+        wait_copies(api, &s.provider, ns, GOOD + 2, WAIT).await?;
+        let huge = s.copies().get("huge").await?;
+        assert_eq!(
+            huge.data["spec"]["payload"].as_str().map(str::len),
+            Some(HUGE),
+            "the huge instance is copied intact"
+        );
+        assert!(s.copies().get_opt(&long_name).await?.is_some());
 
-            for (name, _) in &rejected {
-                let note = wait_for(
-                    &format!("ProviderRejected Event on {name}"),
-                    WAIT,
-                    || async {
-                        let events = events_for(&stack.consumer, Some(ns), name).await?;
-                        Ok(events
-                            .into_iter()
-                            .filter(|e| e.reason.as_deref() == Some("ProviderRejected"))
-                            .find_map(|e| e.note))
-                    },
-                )
-                .await?;
-                println!("{name}: {note}");
-                assert!(
-                    note.contains("spec.size"),
-                    "the Event quotes the provider: {note}"
-                );
-            }
-            stays(
-                "no copy of a rejected instance",
-                Duration::from_secs(2),
+        for (name, _) in &rejected {
+            let note = wait_for(
+                &format!("ProviderRejected Event on {name}"),
+                WAIT,
                 || async {
-                    Ok(copies.get_opt("garbage-type").await?.is_none()
-                        && copies.get_opt("garbage-range").await?.is_none())
+                    let events = events_for(&s.consumer, Some(ns), name).await?;
+                    Ok(events
+                        .into_iter()
+                        .filter(|e| e.reason.as_deref() == Some("ProviderRejected"))
+                        .find_map(|e| e.note))
                 },
             )
             .await?;
-            // Still syncing.
-            api.create(&stack.consumer, Some(ns), "late", json!({ "size": 2 }))
-                .await?;
-            wait_copies(&api, &stack.provider, ns, GOOD + 3, WAIT).await?;
-            // Fixing the spec clears the rejection: the copy appears and Synced turns True.
-            merge(
-                &api.api(&stack.consumer, Some(ns)),
-                "garbage-range",
-                json!({ "spec": { "size": 5 } }),
-            )
-            .await?;
-            wait_for("garbage-range Synced=True once fixed", WAIT, || async {
-                let obj = api
-                    .api(&stack.consumer, Some(ns))
-                    .get("garbage-range")
-                    .await?;
-                Ok(synced_condition(&obj)
-                    .filter(|c| c["status"] == "True" && c["reason"] == "AsExpected")
-                    .map(|_| ()))
-            })
-            .await?;
-            assert!(copies.get_opt("garbage-range").await?.is_some());
-            anyhow::Ok(())
-        }))
-        .await;
-    stack.finish(result).await
+            println!("{name}: {note}");
+            assert!(
+                note.contains("spec.size"),
+                "the Event quotes the provider: {note}"
+            );
+        }
+        stays(
+            "no copy of a rejected instance",
+            Duration::from_secs(2),
+            || async {
+                Ok(s.copies().get_opt("garbage-type").await?.is_none()
+                    && s.copies().get_opt("garbage-range").await?.is_none())
+            },
+        )
+        .await?;
+        // Still syncing.
+        s.create("late", json!({ "size": 2 })).await?;
+        wait_copies(api, &s.provider, ns, GOOD + 3, WAIT).await?;
+        // Fixing the spec clears the rejection: the copy appears and Synced turns True.
+        merge(
+            &s.instances(),
+            "garbage-range",
+            json!({ "spec": { "size": 5 } }),
+        )
+        .await?;
+        wait_for("garbage-range Synced=True once fixed", WAIT, || async {
+            let obj = s.instances().get("garbage-range").await?;
+            Ok(synced_condition(&obj)
+                .filter(|c| c["status"] == "True" && c["reason"] == "AsExpected")
+                .map(|_| ()))
+        })
+        .await?;
+        assert!(s.copies().get_opt("garbage-range").await?.is_some());
+        Ok(())
+    })
 }

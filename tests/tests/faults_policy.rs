@@ -1,6 +1,6 @@
 //! Fault: a conflict-policy module that traps on one consumer object and loops forever on
-//! another (required: "that object reports the error, the others keep syncing"); and one that
-//! answers Adopt to everything, which the host must not obey beyond the ownership rule.
+//! another (that object reports the error, the others keep syncing); and one that answers
+//! Adopt to everything, which the host must not obey beyond the ownership rule.
 //!
 //! Injected: a hand-written component ([`poisoned_conflict_policy`]) swapped in for the
 //! built-in conflict policy, with the UIDs of two consumer instances baked in; a 500 ms policy
@@ -25,7 +25,7 @@ use kbind_tests::faults::policy::{always_adopt_conflict_policy, poisoned_conflic
 use kbind_tests::faults::{create_instances, wait_copies};
 use kbind_tests::fixtures::metric_value;
 use kbind_tests::syncenv::{
-    Stack, TestApi, ensure_namespace, events_for, fast_settings, stays, wait_for,
+    BINDING, Scenario, TestApi, ensure_namespace, events_for, stays, synced_condition, wait_for,
 };
 use kbind_tests::testenv::shared_pair;
 use konnector::api::ConflictPolicy;
@@ -41,17 +41,16 @@ const WAIT: Duration = Duration::from_secs(120);
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_policy_that_traps_or_loops_on_one_object_does_not_stop_the_others() -> anyhow::Result<()>
 {
-    let pair = shared_pair()?;
-    let ns = "faults-policy";
-    let api = TestApi::namespaced("policy.faults.kbind.io");
+    let scenario = Scenario::unbound("faults-policy");
+    let (api, ns) = (scenario.api().clone(), "faults-policy");
     // The consumer CRD is installed up front (pinned to the stack's Connection, as schema
     // installation would) so the poisoned instances exist, with their UIDs, before the stack
     // that runs the poisoned module starts.
-    let provider = pair.provider.client().await?;
+    let pair = shared_pair()?;
     let consumer = pair.consumer.client().await?;
-    api.install_on_provider(&provider).await?;
+    api.install_on_provider(&pair.provider.client().await?)
+        .await?;
     api.install_on_consumer(&consumer, Some(ns)).await?;
-    ensure_namespace(&consumer, ns).await?;
     let trap = api
         .create(&consumer, Some(ns), "poison-trap", json!({ "v": 1 }))
         .await?;
@@ -66,19 +65,19 @@ async fn a_policy_that_traps_or_loops_on_one_object_does_not_stop_the_others() -
         timeout: Duration::from_millis(500),
         ..policies.limits()
     });
-    let stack = Stack::start_with_policies(pair, ns, fast_settings(ns), policies).await?;
-    let result = pair
-        .diagnose(stack.diagnose(&[&api], async {
-            stack.engage(&[&api]);
-            stack
-                .create_ready_binding(&stack.binding(ns, "widgets", &[&api], ConflictPolicy::Fail))
-                .await?;
-            create_instances(&api, &stack.consumer, ns, "ok", 0..OTHERS).await?;
-            wait_copies(&api, &stack.provider, ns, OTHERS, WAIT).await?;
+    scenario
+        .policies(policies)
+        .start()
+        .await?
+        .run(async |s| {
+            s.engage();
+            s.bind().await?;
+            create_instances(&api, &s.consumer, ns, "ok", 0..OTHERS).await?;
+            wait_copies(&api, &s.provider, ns, OTHERS, WAIT).await?;
 
             for (name, expected) in [("poison-trap", "trap"), ("poison-loop", "did not finish")] {
                 let note = wait_for(&format!("PolicyFailed Event on {name}"), WAIT, || async {
-                    let events = events_for(&stack.consumer, Some(ns), name).await?;
+                    let events = events_for(&s.consumer, Some(ns), name).await?;
                     Ok(events
                         .into_iter()
                         .filter(|e| e.reason.as_deref() == Some("PolicyFailed"))
@@ -92,16 +91,14 @@ async fn a_policy_that_traps_or_loops_on_one_object_does_not_stop_the_others() -
                 );
             }
             // The syncer keeps going: a later instance syncs while the poisoned ones retry.
-            api.create(&stack.consumer, Some(ns), "late", json!({ "v": 1 }))
-                .await?;
-            wait_copies(&api, &stack.provider, ns, OTHERS + 1, WAIT).await?;
-            let copies = api.api(&stack.provider, Some(ns));
+            s.create("late", json!({ "v": 1 })).await?;
+            wait_copies(&api, &s.provider, ns, OTHERS + 1, WAIT).await?;
             stays(
                 "no provider copy of the poisoned instances",
                 Duration::from_secs(3),
                 || async {
-                    Ok(copies.get_opt("poison-trap").await?.is_none()
-                        && copies.get_opt("poison-loop").await?.is_none())
+                    Ok(s.copies().get_opt("poison-trap").await?.is_none()
+                        && s.copies().get_opt("poison-loop").await?.is_none())
                 },
             )
             .await?;
@@ -116,10 +113,9 @@ async fn a_policy_that_traps_or_loops_on_one_object_does_not_stop_the_others() -
             let sample = format!("kbind_instances_synced_total{{api=\"{}\"}}", api.name());
             let synced = metric_value(&text, &sample).unwrap_or(0.0);
             assert!(synced >= (OTHERS + 1) as f64, "{sample}: {synced}");
-            anyhow::Ok(())
-        }))
-        .await;
-    stack.finish(result).await
+            Ok(())
+        })
+        .await
 }
 
 /// Creates a provider object directly, with the given ownership annotations.
@@ -145,12 +141,12 @@ async fn provider_object(
 
 /// Waits until the consumer instance shows the refusal: a `PolicyFailed` Warning Event whose
 /// note names the refused answer, and `Synced=False` reason `PolicyFailed`.
-async fn refused(stack: &Stack, api: &TestApi, ns: &str, name: &str) -> anyhow::Result<String> {
+async fn refused(s: &Scenario, ns: &str, name: &str) -> anyhow::Result<String> {
     let note = wait_for(
         &format!("PolicyFailed Event on {ns}/{name}"),
         WAIT,
         || async {
-            let events = events_for(&stack.consumer, Some(ns), name).await?;
+            let events = events_for(&s.consumer, Some(ns), name).await?;
             Ok(events
                 .into_iter()
                 .filter(|e| {
@@ -165,11 +161,9 @@ async fn refused(stack: &Stack, api: &TestApi, ns: &str, name: &str) -> anyhow::
         &format!("Synced=False PolicyFailed on {ns}/{name}"),
         WAIT,
         || async {
-            let obj = api.api(&stack.consumer, Some(ns)).get(name).await?;
-            let synced = obj.data["status"]["conditions"]
-                .as_array()
-                .and_then(|cs| cs.iter().find(|c| c["type"] == "Synced").cloned());
-            Ok(synced.filter(|c| c["status"] == "False" && c["reason"] == "PolicyFailed"))
+            let obj = s.api.api(&s.consumer, Some(ns)).get(name).await?;
+            Ok(synced_condition(&obj)
+                .filter(|c| c["status"] == "False" && c["reason"] == "PolicyFailed"))
         },
     )
     .await?;
@@ -192,37 +186,34 @@ async fn unchanged(
         && now.annotations() == before.annotations())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_policy_that_always_adopts_takes_only_what_the_host_allows() -> anyhow::Result<()> {
-    let pair = shared_pair()?;
-    let stack_name = "faults-adopt";
+#[test]
+fn a_policy_that_always_adopts_takes_only_what_the_host_allows() -> anyhow::Result<()> {
     let (fail_ns, adopt_ns) = ("faults-adopt-fail", "faults-adopt-adopt");
-    let api = TestApi::namespaced("adopt.faults.kbind.io");
+    let module = always_adopt_conflict_policy()?;
     let policies = Policies::builtin()?.with_module(
         PolicyRole::ConflictPolicy,
-        &always_adopt_conflict_policy()?,
+        &module,
         "always-adopt.wasm",
     )?;
-    let stack =
-        Stack::start_with_policies(pair, stack_name, fast_settings(stack_name), policies).await?;
-    let result = pair
-        .diagnose(stack.diagnose(&[&api], async {
-            api.export(&stack).await?;
-            stack.engage(&[&api]);
+    Scenario::unbound("faults-adopt")
+        .policies(policies)
+        .run(async |s| {
+            let (api, provider) = (&s.api, &s.provider);
+            s.export().await?;
+            s.engage();
             for (ns, policy) in [
                 (fail_ns, ConflictPolicy::Fail),
                 (adopt_ns, ConflictPolicy::Adopt),
             ] {
-                stack
-                    .create_ready_binding(&stack.binding(ns, "widgets", &[&api], policy))
+                s.create_ready_binding(&s.binding(ns, BINDING, &[api], policy))
                     .await?;
-                ensure_namespace(&stack.provider, ns).await?;
+                ensure_namespace(provider, ns).await?;
             }
             let another = [
                 (CONSUMER_CLUSTER_UID_ANNOTATION, "another-consumer-cluster"),
                 (CONSUMER_OBJECT_UID_ANNOTATION, "another-object"),
             ];
-            let partial = [(CONSUMER_CLUSTER_UID_ANNOTATION, stack.consumer_uid.as_str())];
+            let partial = [(CONSUMER_CLUSTER_UID_ANNOTATION, s.consumer_uid.as_str())];
             // (namespace, name, markers): the objects the module would take, all refused.
             let guarded: [(&str, &str, Markers); 4] = [
                 (fail_ns, "owned-elsewhere", &another),
@@ -232,46 +223,33 @@ async fn a_policy_that_always_adopts_takes_only_what_the_host_allows() -> anyhow
             ];
             let mut before = Vec::new();
             for (ns, name, markers) in guarded {
-                before.push(provider_object(&api, &stack.provider, ns, name, markers).await?);
+                before.push(provider_object(api, provider, ns, name, markers).await?);
             }
-            let adoptable =
-                provider_object(&api, &stack.provider, adopt_ns, "unmarked", &[]).await?;
+            let adoptable = provider_object(api, provider, adopt_ns, "unmarked", &[]).await?;
+            let mine = json!({ "mine": true });
             for (ns, name, _) in guarded {
-                api.create(&stack.consumer, Some(ns), name, json!({ "mine": true }))
+                api.create(&s.consumer, Some(ns), name, mine.clone())
                     .await?;
             }
-            api.create(
-                &stack.consumer,
-                Some(adopt_ns),
-                "unmarked",
-                json!({ "mine": true }),
-            )
-            .await?;
-            api.create(
-                &stack.consumer,
-                Some(fail_ns),
-                "no-target",
-                json!({ "mine": true }),
-            )
-            .await?;
+            api.create(&s.consumer, Some(adopt_ns), "unmarked", mine.clone())
+                .await?;
+            api.create(&s.consumer, Some(fail_ns), "no-target", mine.clone())
+                .await?;
 
             // The one answer the rule allows is carried out: the unmarked object under Adopt.
             let adopted = wait_for("the unmarked object under Adopt adopted", WAIT, || async {
-                let obj = api
-                    .api(&stack.provider, Some(adopt_ns))
-                    .get("unmarked")
-                    .await?;
-                Ok((obj.data["spec"] == json!({ "mine": true })).then_some(obj))
+                let obj = api.api(provider, Some(adopt_ns)).get("unmarked").await?;
+                Ok((obj.data["spec"] == mine).then_some(obj))
             })
             .await?;
             assert_ne!(adopted.resource_version(), adoptable.resource_version());
 
             for (ns, name, _) in guarded {
-                let note = refused(&stack, &api, ns, name).await?;
+                let note = refused(s, ns, name).await?;
                 println!("{ns}/{name}: {note}");
                 assert!(note.contains("decided Adopt"), "{ns}/{name}: {note}");
             }
-            let note = refused(&stack, &api, fail_ns, "no-target").await?;
+            let note = refused(s, fail_ns, "no-target").await?;
             assert!(note.contains("no provider object"), "{note}");
             // Retries keep being refused: nothing changes on the provider for a while.
             stays(
@@ -279,12 +257,12 @@ async fn a_policy_that_always_adopts_takes_only_what_the_host_allows() -> anyhow
                 Duration::from_secs(4),
                 || async {
                     for obj in &before {
-                        if !unchanged(&api, &stack.provider, obj).await? {
+                        if !unchanged(api, provider, obj).await? {
                             return Ok(false);
                         }
                     }
                     Ok(api
-                        .api(&stack.provider, Some(fail_ns))
+                        .api(provider, Some(fail_ns))
                         .get_opt("no-target")
                         .await?
                         .is_none())
@@ -295,10 +273,8 @@ async fn a_policy_that_always_adopts_takes_only_what_the_host_allows() -> anyhow
             let sample = "kbind_policy_failures_total{role=\"conflict\",kind=\"invalid-output\"}";
             let n = metric_value(&text, sample).unwrap_or(0.0);
             assert!(n >= 5.0, "{sample} counted: {n}");
-            anyhow::Ok(())
-        }))
-        .await;
-    stack.finish(result).await
+            Ok(())
+        })
 }
 
 /// Ownership annotations to put on a provider object: `(key, value)` pairs.

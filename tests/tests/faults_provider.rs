@@ -14,59 +14,44 @@
 use std::time::Duration;
 
 use kbind_tests::faults::{check_converged, count_copies, create_instances, wait_copies};
-use kbind_tests::syncenv::{Stack, TestApi, ensure_namespace, wait_for};
-use kbind_tests::testenv::ClusterPair;
-use konnector::api::ConflictPolicy;
+use kbind_tests::syncenv::{Scenario, wait_for};
 
 const INSTANCES: usize = 1000;
 const STOP_AFTER: usize = 200;
 const CONVERGE: Duration = Duration::from_secs(300);
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn provider_outage_mid_sync_loses_and_duplicates_nothing() -> anyhow::Result<()> {
-    let pair = ClusterPair::start_private()?;
-    let ns = "outage";
-    let stack = Stack::start(&pair, ns).await?;
-    let api = TestApi::namespaced("outage.faults.kbind.io");
-    let result = pair
-        .diagnose(stack.diagnose(&[&api], async {
-            api.export(&stack).await?;
-            stack.engage(&[&api]);
-            stack
-                .create_ready_binding(&stack.binding(ns, "widgets", &[&api], ConflictPolicy::Fail))
-                .await?;
-            ensure_namespace(&stack.consumer, ns).await?;
-
-            let creating = {
-                let (api, consumer) = (api.clone(), stack.consumer.clone());
-                tokio::spawn(async move {
-                    create_instances(&api, &consumer, ns, "w", 0..INSTANCES).await
-                })
-            };
-            wait_for(
-                &format!("{STOP_AFTER} copies before the outage"),
-                CONVERGE,
-                || async {
-                    let n = count_copies(&api, &stack.provider, ns).await?;
-                    Ok((n >= STOP_AFTER).then_some(n))
-                },
+#[test]
+fn provider_outage_mid_sync_loses_and_duplicates_nothing() -> anyhow::Result<()> {
+    Scenario::bound("outage").private_pair().run(async |s| {
+        let (api, ns) = (&s.api, s.ns());
+        let creating = {
+            let (api, consumer, ns) = (api.clone(), s.consumer.clone(), ns.to_string());
+            tokio::spawn(
+                async move { create_instances(&api, &consumer, &ns, "w", 0..INSTANCES).await },
             )
-            .await?;
-            // Fault: the provider goes away mid-sync.
-            tokio::task::block_in_place(|| pair.provider.stop());
-            tokio::time::sleep(Duration::from_secs(5)).await;
-            tokio::task::block_in_place(|| pair.provider.start())?;
-            creating.await??;
+        };
+        wait_for(
+            &format!("{STOP_AFTER} copies before the outage"),
+            CONVERGE,
+            || async {
+                let n = count_copies(api, &s.provider, ns).await?;
+                Ok((n >= STOP_AFTER).then_some(n))
+            },
+        )
+        .await?;
+        // Fault: the provider goes away mid-sync.
+        tokio::task::block_in_place(|| s.pair().provider.stop());
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        tokio::task::block_in_place(|| s.pair().provider.start())?;
+        creating.await??;
 
-            let provider = pair.provider.client().await?;
-            wait_copies(&api, &provider, ns, INSTANCES, CONVERGE).await?;
-            let counted = check_converged(&api, &stack.consumer, &provider, ns).await?;
-            println!("provider outage: {counted:?}");
-            assert_eq!(counted.consumer, INSTANCES, "every instance is still there");
-            assert_eq!(counted.provider, INSTANCES, "one copy per instance");
-            assert_eq!(counted.distinct_markers, INSTANCES, "no marker twice");
-            anyhow::Ok(())
-        }))
-        .await;
-    stack.finish(result).await
+        let provider = s.pair().provider.client().await?;
+        wait_copies(api, &provider, ns, INSTANCES, CONVERGE).await?;
+        let counted = check_converged(api, &s.consumer, &provider, ns).await?;
+        println!("provider outage: {counted:?}");
+        assert_eq!(counted.consumer, INSTANCES, "every instance is still there");
+        assert_eq!(counted.provider, INSTANCES, "one copy per instance");
+        assert_eq!(counted.distinct_markers, INSTANCES, "no marker twice");
+        Ok(())
+    })
 }

@@ -1,148 +1,104 @@
-//! Deleting consumer instances (required: "instance deletion waiting for a provider finalizer;
-//! Orphan").
+//! Deleting a consumer instance deletes its provider copy, waits for the provider's own
+//! finalizers before releasing the instance, and keeps the copy under `deletion-policy:
+//! Orphan`.
 
 use std::time::Duration;
 
 use anyhow::Context as _;
-use kbind_tests::syncenv::{Stack, TestApi, delete, merge, stays, wait_for};
-use kbind_tests::testenv::shared_pair;
-use konnector::api::ConflictPolicy;
+use kbind_tests::syncenv::{
+    Scenario, WAIT, delete, gone, holds_syncer_finalizer, merge, stays, wait_for,
+};
 use konnector::api::names::{
     CONSUMER_CLUSTER_UID_ANNOTATION, CONSUMER_OBJECT_UID_ANNOTATION, DELETION_POLICY_ANNOTATION,
-    DELETION_POLICY_ORPHAN, MANAGED_LABEL, SYNCER_FINALIZER,
+    DELETION_POLICY_ORPHAN, MANAGED_LABEL,
 };
 use kube::ResourceExt;
 use serde_json::json;
 
-const WAIT: Duration = Duration::from_secs(30);
+#[test]
+fn deleting_an_instance_deletes_its_provider_copy() -> anyhow::Result<()> {
+    Scenario::bound("delete-owned").run(async |s| {
+        s.create("w", json!({})).await?;
+        s.copy("w").await?;
+        delete(&s.instances(), "w").await?;
+        gone(&s.copies(), "w").await?;
+        gone(&s.instances(), "w").await
+    })
+}
 
-async fn bound(name: &str) -> anyhow::Result<(Stack, TestApi)> {
-    let pair = shared_pair()?;
-    let stack = Stack::start(pair, name).await?;
-    let api = TestApi::namespaced(&format!("{name}.e2e.kbind.io"));
-    api.export(&stack).await?;
-    stack.engage(&[&api]);
-    stack
-        .create_ready_binding(&stack.binding(name, "widgets", &[&api], ConflictPolicy::Fail))
+#[test]
+fn instance_deletion_waits_for_provider_finalizer() -> anyhow::Result<()> {
+    Scenario::bound("delete-waits").run(async |s| {
+        s.create("w", json!({})).await?;
+        s.copy("w").await?;
+        // A provider-side controller holds its own finalizer on the copy.
+        let hold = json!({ "metadata": { "finalizers": ["provider.example.org/hold"] } });
+        merge(&s.copies(), "w", hold).await?;
+        delete(&s.instances(), "w").await?;
+        wait_for("the copy terminating", WAIT, || async {
+            Ok(s.copies()
+                .get("w")
+                .await?
+                .metadata
+                .deletion_timestamp
+                .map(|_| ()))
+        })
         .await?;
-    Ok((stack, api))
+        stays(
+            "the instance held open by its finalizer",
+            Duration::from_secs(4),
+            || async {
+                let obj = s.instances().get_opt("w").await?;
+                Ok(obj.is_some_and(|o| {
+                    o.metadata.deletion_timestamp.is_some() && holds_syncer_finalizer(&o)
+                }))
+            },
+        )
+        .await?;
+        // The provider controller finishes; only then does the consumer instance go.
+        merge(
+            &s.copies(),
+            "w",
+            json!({ "metadata": { "finalizers": null } }),
+        )
+        .await?;
+        gone(&s.instances(), "w").await?;
+        assert!(s.copies().get_opt("w").await?.is_none());
+        Ok(())
+    })
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn deleting_an_instance_deletes_its_provider_copy() -> anyhow::Result<()> {
-    let ns = "delete-owned";
-    let (stack, api) = bound(ns).await?;
-    let result = shared_pair()?
-        .diagnose(stack.diagnose(&[&api], async {
-            api.create(&stack.consumer, Some(ns), "w", json!({}))
-                .await?;
-            let provider = api.api(&stack.provider, Some(ns));
-            wait_for("the copy", WAIT, || async {
-                Ok(provider.get_opt("w").await?)
-            })
-            .await?;
-            delete(&api.api(&stack.consumer, Some(ns)), "w").await?;
-            wait_for("the copy deleted", WAIT, || async {
-                Ok(provider.get_opt("w").await?.is_none().then_some(()))
-            })
-            .await?;
-            wait_for("the consumer instance gone", WAIT, || async {
-                Ok(api
-                    .api(&stack.consumer, Some(ns))
-                    .get_opt("w")
-                    .await?
-                    .is_none()
-                    .then_some(()))
-            })
-            .await?;
-            anyhow::Ok(())
-        }))
-        .await;
-    stack.finish(result).await
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn instance_deletion_waits_for_provider_finalizer() -> anyhow::Result<()> {
-    let ns = "delete-waits";
-    let (stack, api) = bound(ns).await?;
-    let result = shared_pair()?
-        .diagnose(stack.diagnose(&[&api], async {
-            let consumer = api.api(&stack.consumer, Some(ns));
-            let provider = api.api(&stack.provider, Some(ns));
-            api.create(&stack.consumer, Some(ns), "w", json!({}))
-                .await?;
-            wait_for("the copy", WAIT, || async {
-                Ok(provider.get_opt("w").await?)
-            })
-            .await?;
-            // A provider-side controller holds its own finalizer on the copy.
-            merge(
-                &provider,
-                "w",
-                json!({ "metadata": { "finalizers": ["provider.example.org/hold"] } }),
-            )
-            .await?;
-            delete(&consumer, "w").await?;
-            wait_for("the copy terminating", WAIT, || async {
-                Ok(provider
-                    .get("w")
-                    .await?
-                    .metadata
-                    .deletion_timestamp
-                    .map(|_| ()))
-            })
-            .await?;
-            stays(
-                "the consumer instance held open by its finalizer",
-                Duration::from_secs(4),
-                || async {
-                    let obj = consumer.get_opt("w").await?;
-                    Ok(obj.is_some_and(|o| {
-                        o.metadata.deletion_timestamp.is_some()
-                            && o.finalizers().iter().any(|f| f == SYNCER_FINALIZER)
-                    }))
-                },
-            )
-            .await?;
-            // The provider controller finishes; only then does the consumer instance go.
-            merge(
-                &provider,
-                "w",
-                json!({ "metadata": { "finalizers": null } }),
-            )
-            .await?;
-            wait_for("the consumer instance gone", WAIT, || async {
-                Ok(consumer.get_opt("w").await?.is_none().then_some(()))
-            })
-            .await?;
-            assert!(provider.get_opt("w").await?.is_none());
-            anyhow::Ok(())
-        }))
-        .await;
-    stack.finish(result).await
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn orphan_keeps_provider_copy() -> anyhow::Result<()> {
-    let ns = "delete-orphan";
-    let (stack, api) = bound(ns).await?;
-    let result = shared_pair()?.diagnose(stack.diagnose(&[&api], async {
-        let consumer = api.api(&stack.consumer, Some(ns));
-        let provider = api.api(&stack.provider, Some(ns));
-        let created = api.create(&stack.consumer, Some(ns), "w", json!({ "keep": "me" })).await?;
-        wait_for("the copy", WAIT, || async { Ok(provider.get_opt("w").await?) }).await?;
-        merge(&consumer, "w", json!({ "metadata": { "annotations": { DELETION_POLICY_ANNOTATION: DELETION_POLICY_ORPHAN } } })).await?;
-        delete(&consumer, "w").await?;
-        wait_for("the consumer instance gone", WAIT, || async { Ok(consumer.get_opt("w").await?.is_none().then_some(())) }).await?;
-        let kept = provider.get_opt("w").await?.context("the provider copy is kept")?;
+#[test]
+fn orphan_keeps_provider_copy() -> anyhow::Result<()> {
+    Scenario::bound("delete-orphan").run(async |s| {
+        let created = s.create("w", json!({ "keep": "me" })).await?;
+        s.copy("w").await?;
+        let orphan = json!({ "metadata": { "annotations": {
+            DELETION_POLICY_ANNOTATION: DELETION_POLICY_ORPHAN } } });
+        merge(&s.instances(), "w", orphan).await?;
+        delete(&s.instances(), "w").await?;
+        gone(&s.instances(), "w").await?;
+        let kept = s
+            .copies()
+            .get_opt("w")
+            .await?
+            .context("the provider copy is kept")?;
         assert!(kept.metadata.deletion_timestamp.is_none());
         assert_eq!(kept.data["spec"], json!({ "keep": "me" }));
         // Its ownership markers stay as they were.
-        assert_eq!(kept.labels().get(MANAGED_LABEL).map(String::as_str), Some("true"));
-        assert_eq!(kept.annotations().get(CONSUMER_CLUSTER_UID_ANNOTATION), Some(&stack.consumer_uid));
-        assert_eq!(kept.annotations().get(CONSUMER_OBJECT_UID_ANNOTATION), created.uid().as_ref());
-        anyhow::Ok(())
-    }))
-    .await;
-    stack.finish(result).await
+        assert_eq!(
+            kept.labels().get(MANAGED_LABEL).map(String::as_str),
+            Some("true")
+        );
+        let annotations = kept.annotations();
+        assert_eq!(
+            annotations.get(CONSUMER_CLUSTER_UID_ANNOTATION),
+            Some(&s.consumer_uid)
+        );
+        assert_eq!(
+            annotations.get(CONSUMER_OBJECT_UID_ANNOTATION),
+            created.uid().as_ref()
+        );
+        Ok(())
+    })
 }

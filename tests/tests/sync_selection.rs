@@ -1,453 +1,268 @@
-//! Which instances a binding selects, and when a binding is Ready (required: "namespaced vs
-//! cluster binding selection; cluster-scoped API"; readiness reasons).
+//! Which instances a binding selects (a Binding its namespace, a ClusterBinding every
+//! namespace, cluster-scoped instances only through a ClusterBinding, the ClusterBinding
+//! winning over a Binding), and when a binding is Ready (exported API, Ready Connection, API
+//! not bound through another Connection).
 
 use std::time::Duration;
 
-use anyhow::Context as _;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kbind_tests::syncenv::{Stack, TestApi, apply_connection, stays, wait_for};
-use kbind_tests::testenv::shared_pair;
-use konnector::api::PullPolicy;
-use konnector::api::names::{CONNECTION_ANNOTATION, SYNCER_FINALIZER};
-use konnector::api::{Binding, ClusterBinding, ConditionType, ConflictPolicy, Reason};
+use kbind_tests::syncenv::{
+    BINDING, Scenario, TestApi, WAIT, apply_connection, ensure_namespace, holds_syncer_finalizer,
+    stays, wait_for,
+};
+use konnector::api::names::{CONFLICT_ANNOTATION, CONNECTION_ANNOTATION};
+use konnector::api::{ConditionType, ConflictPolicy, PullPolicy, Reason};
 use konnector::registry::Engagement;
-use kube::api::DynamicObject;
+use kube::api::PostParams;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
-const WAIT: Duration = Duration::from_secs(30);
-
-fn ready_reason(
-    conditions: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
-) -> Option<(String, String)> {
-    conditions
-        .iter()
-        .find(|c| c.type_ == ConditionType::Ready.as_str())
-        .map(|c| (c.status.clone(), c.reason.clone()))
+/// Binding `name`'s Ready condition in the scenario's namespace, as (status, reason).
+async fn ready(s: &Scenario, name: &str) -> anyhow::Result<Option<(String, String)>> {
+    let b = s.bindings().get(name).await?;
+    Ok(b.status.and_then(|st| {
+        st.conditions
+            .into_iter()
+            .find(|c| c.type_ == ConditionType::Ready.as_str())
+            .map(|c| (c.status, c.reason))
+    }))
 }
 
-async fn binding_ready(
-    stack: &Stack,
-    ns: &str,
-    name: &str,
-) -> anyhow::Result<Option<(String, String)>> {
-    let b = Api::<Binding>::namespaced(stack.consumer.clone(), ns)
-        .get(name)
-        .await?;
-    Ok(b.status.and_then(|s| ready_reason(&s.conditions)))
+/// Waits until Binding `name` is Ready with `status` and `reason`.
+async fn ready_is(s: &Scenario, name: &str, status: &str, reason: Reason) -> anyhow::Result<()> {
+    let want = (status.to_string(), reason.as_str().to_string());
+    wait_for(
+        &format!("{name} Ready={status} {}", reason.as_str()),
+        WAIT,
+        || async { Ok(ready(s, name).await?.filter(|r| *r == want).map(|_| ())) },
+    )
+    .await
 }
 
-async fn on_provider(
-    stack: &Stack,
-    api: &TestApi,
-    ns: Option<&str>,
-    name: &str,
-) -> anyhow::Result<Option<DynamicObject>> {
-    Ok(api.api(&stack.provider, ns).get_opt(name).await?)
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn namespaced_binding_selects_only_its_namespace() -> anyhow::Result<()> {
-    let pair = shared_pair()?;
-    let stack = Stack::start(pair, "sel-ns").await?;
-    let api = TestApi::namespaced("sel-ns.e2e.kbind.io");
-    let result = pair
-        .diagnose(stack.diagnose(&[&api], async {
-            api.export(&stack).await?;
-            stack.engage(&[&api]);
-            stack
-                .create_ready_binding(&stack.binding(
-                    "sel-ns-a",
-                    "widgets",
-                    &[&api],
-                    ConflictPolicy::Fail,
-                ))
+#[test]
+fn namespaced_binding_selects_only_its_namespace() -> anyhow::Result<()> {
+    Scenario::bound("sel-ns")
+        .namespace("sel-ns-a")
+        .run(async |s| {
+            s.create("selected", json!({ "size": 1 })).await?;
+            s.api
+                .create(
+                    &s.consumer,
+                    Some("sel-ns-b"),
+                    "ignored",
+                    json!({ "size": 2 }),
+                )
                 .await?;
-            api.create(
-                &stack.consumer,
-                Some("sel-ns-a"),
-                "selected",
-                json!({ "size": 1 }),
-            )
-            .await?;
-            api.create(
-                &stack.consumer,
-                Some("sel-ns-b"),
-                "ignored",
-                json!({ "size": 2 }),
-            )
-            .await?;
-
-            let copy = wait_for("the selected instance on the provider", WAIT, || async {
-                on_provider(&stack, &api, Some("sel-ns-a"), "selected").await
-            })
-            .await?;
+            let copy = s.copy("selected").await?;
             assert_eq!(copy.data["spec"], json!({ "size": 1 }));
             // pullPolicy Bound: the binding installed the consumer CRD, pinned to its Connection.
-            let crd = Api::<CustomResourceDefinition>::all(stack.consumer.clone())
-                .get(&api.name())
+            let crd = Api::<CustomResourceDefinition>::all(s.consumer.clone())
+                .get(&s.api.name())
                 .await?;
             assert_eq!(
                 crd.annotations().get(CONNECTION_ANNOTATION),
-                Some(&stack.name),
+                Some(&s.name),
                 "consumer CRD pinned to the Connection"
             );
             assert_eq!(
-                binding_ready(&stack, "sel-ns-a", "widgets").await?,
+                ready(s, BINDING).await?,
                 Some(("True".into(), "AsExpected".into()))
             );
             // The syncer has been running for the API; the other namespace stays untouched.
             stays(
-                "the unselected instance to stay consumer-only",
+                "the unselected instance consumer-only",
                 Duration::from_secs(3),
                 || async {
-                    let absent = on_provider(&stack, &api, Some("sel-ns-b"), "ignored")
+                    let absent = s
+                        .api
+                        .api(&s.provider, Some("sel-ns-b"))
+                        .get_opt("ignored")
                         .await?
                         .is_none();
-                    let ignored = api
-                        .api(&stack.consumer, Some("sel-ns-b"))
+                    let ignored = s
+                        .api
+                        .api(&s.consumer, Some("sel-ns-b"))
                         .get("ignored")
                         .await?;
-                    Ok(absent && !ignored.finalizers().iter().any(|f| f == SYNCER_FINALIZER))
+                    Ok(absent && !holds_syncer_finalizer(&ignored))
                 },
             )
-            .await?;
-            anyhow::Ok(())
-        }))
-        .await;
-    stack.finish(result).await
+            .await
+        })
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cluster_binding_selects_every_namespace() -> anyhow::Result<()> {
-    let pair = shared_pair()?;
-    let stack = Stack::start(pair, "sel-cluster").await?;
-    let api = TestApi::namespaced("sel-cluster.e2e.kbind.io");
-    let result = pair
-        .diagnose(stack.diagnose(&[&api], async {
-            api.export(&stack).await?;
-            stack.engage(&[&api]);
-            stack
-                .create_ready_cluster_binding(&stack.cluster_binding(
-                    "sel-cluster",
-                    &[&api],
-                    ConflictPolicy::Fail,
-                ))
-                .await?;
-            for ns in ["sel-cluster-a", "sel-cluster-b"] {
-                api.create(&stack.consumer, Some(ns), "w", json!({ "ns": ns }))
+#[test]
+fn cluster_binding_selects_every_namespace() -> anyhow::Result<()> {
+    Scenario::bound("sel-cluster")
+        .cluster_binding()
+        .run(async |s| {
+            let namespaces = ["sel-cluster-a", "sel-cluster-b"];
+            for ns in namespaces {
+                s.api
+                    .create(&s.consumer, Some(ns), "w", json!({ "ns": ns }))
                     .await?;
             }
-            for ns in ["sel-cluster-a", "sel-cluster-b"] {
+            for ns in namespaces {
+                let copies = s.api.api(&s.provider, Some(ns));
                 let copy = wait_for(
                     &format!("the instance in {ns} on the provider"),
                     WAIT,
-                    || async { on_provider(&stack, &api, Some(ns), "w").await },
+                    || async { Ok(copies.get_opt("w").await?) },
                 )
                 .await?;
                 assert_eq!(copy.data["spec"], json!({ "ns": ns }));
             }
-            anyhow::Ok(())
-        }))
-        .await;
-    stack.finish(result).await
+            Ok(())
+        })
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cluster_scoped_api_stays_cluster_scoped() -> anyhow::Result<()> {
-    let pair = shared_pair()?;
-    let stack = Stack::start(pair, "sel-scope").await?;
-    let api = TestApi::cluster_scoped("sel-scope.e2e.kbind.io");
-    let result = pair
-        .diagnose(stack.diagnose(&[&api], async {
-            api.export(&stack).await?;
-            stack.engage(&[&api]);
-            stack
-                .create_ready_cluster_binding(&stack.cluster_binding(
-                    "sel-scope",
-                    &[&api],
-                    ConflictPolicy::Fail,
-                ))
-                .await?;
-            api.create(&stack.consumer, None, "global", json!({ "tier": "gold" }))
-                .await?;
-            let copy = wait_for(
-                "the cluster-scoped instance on the provider",
-                WAIT,
-                || async { on_provider(&stack, &api, None, "global").await },
-            )
-            .await?;
-            assert_eq!(copy.metadata.namespace, None);
-            assert_eq!(copy.data["spec"], json!({ "tier": "gold" }));
-            anyhow::Ok(())
-        }))
-        .await;
-    stack.finish(result).await
+#[test]
+fn cluster_scoped_api_stays_cluster_scoped() -> anyhow::Result<()> {
+    let scenario = Scenario::bound("sel-scope")
+        .cluster_scoped()
+        .cluster_binding();
+    scenario.run(async |s| {
+        s.create("global", json!({ "tier": "gold" })).await?;
+        let copy = s.copy("global").await?;
+        assert_eq!(copy.metadata.namespace, None);
+        assert_eq!(copy.data["spec"], json!({ "tier": "gold" }));
+        Ok(())
+    })
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cluster_scoped_instances_need_a_cluster_binding() -> anyhow::Result<()> {
-    let pair = shared_pair()?;
-    let stack = Stack::start(pair, "sel-scope-ns").await?;
-    let api = TestApi::cluster_scoped("sel-scope-ns.e2e.kbind.io");
+#[test]
+fn cluster_scoped_instances_need_a_cluster_binding() -> anyhow::Result<()> {
     let probe = TestApi::namespaced("sel-scope-ns-probe.e2e.kbind.io");
-    let result = pair
-        .diagnose(stack.diagnose(&[&api, &probe], async {
-            api.export(&stack).await?;
-            probe.export(&stack).await?;
-            stack.engage(&[&api, &probe]);
-            stack
-                .create_ready_binding(&stack.binding(
-                    "sel-scope-ns",
-                    "widgets",
-                    &[&api, &probe],
-                    ConflictPolicy::Fail,
-                ))
-                .await?;
-            api.create(&stack.consumer, None, "global", json!({}))
-                .await?;
-            probe
-                .create(&stack.consumer, Some("sel-scope-ns"), "probe", json!({}))
-                .await?;
-            wait_for("the namespaced probe on the provider", WAIT, || async {
-                on_provider(&stack, &probe, Some("sel-scope-ns"), "probe").await
-            })
+    let scenario = Scenario::bound("sel-scope-ns")
+        .cluster_scoped()
+        .with_api(probe);
+    scenario.run(async |s| {
+        let probe = &s.extra[0];
+        s.create("global", json!({})).await?;
+        probe
+            .create(&s.consumer, Some(s.ns()), "probe", json!({}))
             .await?;
-            stays(
-                "the cluster-scoped instance to stay consumer-only",
-                Duration::from_secs(3),
-                || async { Ok(on_provider(&stack, &api, None, "global").await?.is_none()) },
-            )
-            .await?;
-            anyhow::Ok(())
-        }))
-        .await;
-    stack.finish(result).await
+        wait_for("the namespaced probe on the provider", WAIT, || async {
+            Ok(probe
+                .api(&s.provider, Some(s.ns()))
+                .get_opt("probe")
+                .await?)
+        })
+        .await?;
+        stays(
+            "the cluster-scoped instance consumer-only",
+            Duration::from_secs(3),
+            || async { Ok(s.copies().get_opt("global").await?.is_none()) },
+        )
+        .await
+    })
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn binding_of_unexported_api_is_not_ready() -> anyhow::Result<()> {
-    let pair = shared_pair()?;
-    let stack = Stack::start(pair, "ready-unexported").await?;
-    let api = TestApi::namespaced("ready-unexported.e2e.kbind.io");
+#[test]
+fn binding_of_unexported_api_is_not_ready() -> anyhow::Result<()> {
     let unexported = TestApi::namespaced("ready-unexported-not.e2e.kbind.io");
-    let result = pair
-        .diagnose(stack.diagnose(&[&api], async {
-            api.export(&stack).await?;
-            unexported
-                .install_on_consumer(&stack.consumer, None)
-                .await?;
-            stack.engage(&[&api]);
-            stack
-                .create_binding(&stack.binding(
-                    "ready-unexported",
-                    "widgets",
-                    &[&api, &unexported],
-                    ConflictPolicy::Fail,
-                ))
-                .await?;
-            let reason = wait_for("Ready=False APINotExported", WAIT, || async {
-                Ok(binding_ready(&stack, "ready-unexported", "widgets")
-                    .await?
-                    .filter(|(_, r)| r == Reason::APINotExported.as_str()))
-            })
-            .await?;
-            assert_eq!(reason.0, "False");
-            // A not-Ready binding selects nothing, not even its exported API.
-            api.create(&stack.consumer, Some("ready-unexported"), "w", json!({}))
-                .await?;
-            stays(
-                "nothing to reach the provider",
-                Duration::from_secs(3),
-                || async {
-                    Ok(on_provider(&stack, &api, Some("ready-unexported"), "w")
-                        .await?
-                        .is_none())
-                },
-            )
-            .await?;
-            anyhow::Ok(())
-        }))
-        .await;
-    stack.finish(result).await
+    let scenario = Scenario::unbound("ready-unexported").with_api(unexported);
+    scenario.run(async |s| {
+        s.api.export(s).await?;
+        s.extra[0].install_on_consumer(&s.consumer, None).await?;
+        s.stack.engage(&[&s.api]);
+        s.create_binding(&s.new_binding()).await?;
+        ready_is(s, BINDING, "False", Reason::APINotExported).await?;
+        // A not-Ready binding selects nothing, not even its exported API.
+        s.create("w", json!({})).await?;
+        stays(
+            "nothing reaching the provider",
+            Duration::from_secs(3),
+            || async { Ok(s.copies().get_opt("w").await?.is_none()) },
+        )
+        .await
+    })
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn binding_of_missing_or_unready_connection_is_not_ready() -> anyhow::Result<()> {
-    let pair = shared_pair()?;
-    let stack = Stack::start(pair, "ready-noconn").await?;
-    let api = TestApi::namespaced("ready-noconn.e2e.kbind.io");
-    let missing = "ready-noconn-later";
-    let is = |status: &str, reason: Reason| (status.to_string(), reason.as_str().to_string());
-    let result = pair
-        .diagnose(stack.diagnose(&[&api], async {
-            api.export(&stack).await?;
-            let mut binding =
-                stack.binding("ready-noconn", "widgets", &[&api], ConflictPolicy::Fail);
-            binding.spec.connection_ref.name = missing.into();
-            stack.create_binding(&binding).await?;
-            wait_for("Ready=False ConnectionNotFound", WAIT, || async {
-                Ok(binding_ready(&stack, "ready-noconn", "widgets")
-                    .await?
-                    .filter(|r| *r == is("False", Reason::ConnectionNotFound)))
-            })
-            .await?;
-            // The Connection appears but is not Ready (not engaged).
-            apply_connection(&stack.consumer, missing, PullPolicy::Bound).await?;
-            wait_for("Ready=False ConnectionNotReady", WAIT, || async {
-                Ok(binding_ready(&stack, "ready-noconn", "widgets")
-                    .await?
-                    .filter(|r| *r == is("False", Reason::ConnectionNotReady)))
-            })
-            .await?;
-            // It becomes Ready: the binding follows without being touched, and its CRD is
-            // installed for it (pullPolicy Bound).
-            stack.engagements.engage(Engagement {
-                connection: missing.into(),
-                ..stack.engage(&[&api])
-            });
-            wait_for("Ready=True once engaged", WAIT, || async {
-                Ok(binding_ready(&stack, "ready-noconn", "widgets")
-                    .await?
-                    .filter(|r| *r == is("True", Reason::AsExpected)))
-            })
-            .await?;
-            anyhow::Ok(())
-        }))
-        .await;
-    stack.finish(result).await
+#[test]
+fn binding_of_missing_or_unready_connection_is_not_ready() -> anyhow::Result<()> {
+    Scenario::unbound("ready-noconn").run(async |s| {
+        let missing = "ready-noconn-later";
+        s.export().await?;
+        let mut binding = s.new_binding();
+        binding.spec.connection_ref.name = missing.into();
+        s.create_binding(&binding).await?;
+        ready_is(s, BINDING, "False", Reason::ConnectionNotFound).await?;
+        // The Connection appears but is not Ready (not engaged).
+        apply_connection(&s.consumer, missing, PullPolicy::Bound).await?;
+        ready_is(s, BINDING, "False", Reason::ConnectionNotReady).await?;
+        // It becomes Ready: the binding follows without being touched, and its CRD is
+        // installed for it (pullPolicy Bound).
+        s.engagements.engage(Engagement {
+            connection: missing.into(),
+            ..s.engage()
+        });
+        ready_is(s, BINDING, "True", Reason::AsExpected).await
+    })
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn api_bound_through_two_connections_is_bound_elsewhere() -> anyhow::Result<()> {
-    let pair = shared_pair()?;
-    let first = Stack::start(pair, "ready-twice").await?;
-    let api = TestApi::namespaced("ready-twice.e2e.kbind.io");
-    let result = pair
-        .diagnose(first.diagnose(&[&api], async {
-            api.install_on_provider(&first.provider).await?;
-            // pullPolicy None: the operator installs the CRD and pins it to the first
-            // Connection (kbind binds only CRDs annotated for the binding's Connection).
-            first.set_pull_policy(PullPolicy::None).await?;
-            api.install_on_consumer(&first.consumer, Some("ready-twice"))
-                .await?;
-            first.engage(&[&api]);
-            // A second Connection of the same stack (same provider) for the same API.
-            let second = Engagement {
-                connection: "ready-twice-other".into(),
-                ..first.engage(&[&api])
-            };
-            first.engagements.engage(second);
-            first
-                .create_binding(&first.binding(
-                    "ready-twice",
-                    "first",
-                    &[&api],
-                    ConflictPolicy::Fail,
-                ))
-                .await?;
-            wait_for("the first binding Ready", WAIT, || async {
-                Ok(binding_ready(&first, "ready-twice", "first")
-                    .await?
-                    .filter(|(s, _)| s == "True"))
-            })
+#[test]
+fn api_bound_through_two_connections_is_bound_elsewhere() -> anyhow::Result<()> {
+    let scenario = Scenario::unbound("ready-twice").pull_policy(PullPolicy::None);
+    scenario.run(async |s| {
+        let other = "ready-twice-other";
+        s.api.install_on_provider(&s.provider).await?;
+        // pullPolicy None: the operator installs the CRD and pins it to the first Connection
+        // (kbind binds only CRDs annotated for the binding's Connection).
+        s.api
+            .install_on_consumer(&s.consumer, Some(&s.name))
             .await?;
-            let mut other = first.binding("ready-twice", "second", &[&api], ConflictPolicy::Fail);
-            other.spec.connection_ref.name = "ready-twice-other".into();
-            first.create_binding(&other).await?;
-            wait_for("the second binding APIBoundElsewhere", WAIT, || async {
-                Ok(binding_ready(&first, "ready-twice", "second")
-                    .await?
-                    .filter(|r| {
-                        *r == (
-                            "False".to_string(),
-                            Reason::APIBoundElsewhere.as_str().to_string(),
-                        )
-                    }))
-            })
+        // A second Connection of the same stack (same provider) for the same API.
+        s.engagements.engage(Engagement {
+            connection: other.into(),
+            ..s.engage()
+        });
+        s.create_binding(&s.binding(s.ns(), "first", &[&s.api], ConflictPolicy::Fail))
             .await?;
-            assert_eq!(
-                binding_ready(&first, "ready-twice", "first")
-                    .await?
-                    .map(|r| r.0),
-                Some("True".into())
-            );
-            anyhow::Ok(())
-        }))
-        .await;
-    first.finish(result).await
+        wait_for("the first binding Ready", WAIT, || async {
+            Ok(ready(s, "first")
+                .await?
+                .filter(|(status, _)| status == "True"))
+        })
+        .await?;
+        let mut second = s.binding(s.ns(), "second", &[&s.api], ConflictPolicy::Fail);
+        second.spec.connection_ref.name = other.into();
+        s.create_binding(&second).await?;
+        ready_is(s, "second", "False", Reason::APIBoundElsewhere).await?;
+        assert_eq!(ready(s, "first").await?.map(|r| r.0), Some("True".into()));
+        Ok(())
+    })
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cluster_binding_wins_over_binding_for_the_same_api() -> anyhow::Result<()> {
-    let pair = shared_pair()?;
-    let stack = Stack::start(pair, "sel-wins").await?;
-    let api = TestApi::namespaced("sel-wins.e2e.kbind.io");
-    let result = pair
-        .diagnose(stack.diagnose(&[&api], async {
-            api.export(&stack).await?;
-            stack.engage(&[&api]);
+#[test]
+fn cluster_binding_wins_over_binding_for_the_same_api() -> anyhow::Result<()> {
+    Scenario::unbound("sel-wins")
+        .cluster_binding()
+        .run(async |s| {
+            s.export().await?;
+            s.engage();
             // The Binding would adopt; the ClusterBinding says Fail and must win.
-            stack
-                .create_binding(&stack.binding(
-                    "sel-wins",
-                    "adopting",
-                    &[&api],
-                    ConflictPolicy::Adopt,
-                ))
+            s.create_binding(&s.binding(s.ns(), "adopting", &[&s.api], ConflictPolicy::Adopt))
                 .await?;
-            stack
-                .create_ready_cluster_binding(&stack.cluster_binding(
-                    "sel-wins",
-                    &[&api],
-                    ConflictPolicy::Fail,
-                ))
-                .await?;
-            wait_for("the ClusterBinding Ready", WAIT, || async {
-                let b = Api::<ClusterBinding>::all(stack.consumer.clone())
-                    .get("sel-wins")
-                    .await?;
-                Ok(b.status
-                    .and_then(|s| ready_reason(&s.conditions))
-                    .filter(|(s, _)| s == "True"))
-            })
-            .await?;
-            kbind_tests::syncenv::ensure_namespace(&stack.provider, "sel-wins").await?;
-            api.api(&stack.provider, Some("sel-wins"))
-                .create(
-                    &Default::default(),
-                    &api.object(Some("sel-wins"), "taken", json!({ "foreign": true })),
-                )
-                .await?;
-            api.create(
-                &stack.consumer,
-                Some("sel-wins"),
-                "taken",
-                json!({ "mine": true }),
-            )
-            .await?;
+            s.bind().await?;
+            ensure_namespace(&s.provider, s.ns()).await?;
+            let foreign = s
+                .api
+                .object(Some(s.ns()), "taken", json!({ "foreign": true }));
+            s.copies().create(&PostParams::default(), &foreign).await?;
+            s.create("taken", json!({ "mine": true })).await?;
             let conflict = wait_for(
                 "a ForeignObjectExists conflict (Fail policy)",
                 WAIT,
                 || async {
-                    let obj = api
-                        .api(&stack.consumer, Some("sel-wins"))
-                        .get("taken")
-                        .await?;
-                    Ok(obj
-                        .annotations()
-                        .get(konnector::api::names::CONFLICT_ANNOTATION)
-                        .cloned())
+                    let obj = s.instances().get("taken").await?;
+                    Ok(obj.annotations().get(CONFLICT_ANNOTATION).cloned())
                 },
             )
             .await?;
             assert!(conflict.starts_with("ForeignObjectExists"), "{conflict}");
-            let foreign = on_provider(&stack, &api, Some("sel-wins"), "taken")
-                .await?
-                .context("foreign object")?;
+            let foreign = s.copies().get("taken").await?;
             assert_eq!(foreign.data["spec"], json!({ "foreign": true }));
-            anyhow::Ok(())
-        }))
-        .await;
-    stack.finish(result).await
+            Ok(())
+        })
 }

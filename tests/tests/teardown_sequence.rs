@@ -1,7 +1,7 @@
-//! "Delete the Connection last" end to end: the documented three-command teardown against
-//! the real manager (Connection controller, binding controllers, syncers), in its own test
-//! binary so that its konnector handles every binding of the pair without meeting the
-//! per-test stacks of `teardown.rs`.
+//! Deleting the Connection last, end to end: the three-command teardown (binding, Connection,
+//! credential Secret) against the real manager (Connection controller, binding controllers,
+//! syncers), in its own test binary so that its konnector handles every binding of the pair
+//! without meeting the per-test stacks of `teardown.rs`.
 
 use std::time::Duration;
 
@@ -26,10 +26,11 @@ use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(60);
 
-/// The documented sequence against the real manager (Connection controller included):
+/// The teardown sequence against the real manager (Connection controller included):
 /// `delete binding` → `delete connection` → `delete secret`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn documented_teardown_leaves_what_the_spec_says() -> anyhow::Result<()> {
+async fn teardown_in_order_deletes_copies_and_releases_credentials_keeping_the_rest()
+-> anyhow::Result<()> {
     let pair = shared_pair()?;
     shared_konnector(pair)?;
     let name = "td-full";

@@ -55,6 +55,21 @@ where
     .with_context(|| format!("timed out after {timeout:?} waiting for {what}"))
 }
 
+/// Waits until object `name` no longer exists.
+pub async fn gone(api: &Api<DynamicObject>, name: &str) -> anyhow::Result<()> {
+    wait_for(&format!("{name} gone"), super::WAIT, || async {
+        Ok(api.get_opt(name).await?.is_none().then_some(()))
+    })
+    .await
+}
+
+/// Whether an instance holds the syncer's finalizer.
+pub fn holds_syncer_finalizer(obj: &DynamicObject) -> bool {
+    obj.finalizers()
+        .iter()
+        .any(|f| f == konnector::api::names::SYNCER_FINALIZER)
+}
+
 /// Asserts that `probe` keeps yielding `true` for `period` (for "nothing happens" checks,
 /// after a positive signal showed the machinery is running).
 pub async fn stays<F, Fut>(what: &str, period: Duration, mut probe: F) -> anyhow::Result<()>

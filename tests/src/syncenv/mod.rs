@@ -38,18 +38,22 @@ use crate::testenv::ClusterPair;
 mod fixtures;
 mod helpers;
 pub mod related;
+mod scenario;
 
 pub use fixtures::TestApi;
 use fixtures::install_core_crds;
 pub use helpers::{
-    cluster_uid, delete, ensure_namespace, events_for, init_logging, merge, set_status, stays,
-    synced_condition, wait_for,
+    cluster_uid, delete, ensure_namespace, events_for, gone, holds_syncer_finalizer, init_logging,
+    merge, set_status, stays, synced_condition, wait_for,
 };
+pub use scenario::{BINDING, Scenario, ScenarioBuilder, WAIT};
 
 /// Label selecting the bindings one test's stack handles.
 pub const STACK_LABEL: &str = "kbind.test/stack";
 /// How long a new binding may take to become Ready (CRD installation included).
 pub const READY_WAIT: Duration = Duration::from_secs(60);
+/// How many objects of one API a failure dump shows per cluster.
+const DUMP_ITEMS: usize = 40;
 /// Field manager of the tests' own writes.
 pub const TEST_MANAGER: &str = "kbind-e2e";
 
@@ -310,7 +314,8 @@ impl Stack {
         }
     }
 
-    /// Both clusters' objects of `apis` and this stack's bindings, as YAML.
+    /// Both clusters' objects of `apis` (at most `DUMP_ITEMS` of each) and this stack's
+    /// bindings, as YAML.
     pub async fn dump(&self, apis: &[&TestApi]) -> String {
         let mut out = String::new();
         let selector = ListParams::default().labels(&format!("{STACK_LABEL}={}", self.name));
@@ -330,11 +335,12 @@ impl Stack {
             for (side, client) in [("consumer", &self.consumer), ("provider", &self.provider)] {
                 match api.all(client).list(&ListParams::default()).await {
                     Ok(list) => {
-                        let mut items = list.items;
+                        let total = list.items.len();
+                        let mut items: Vec<_> = list.items.into_iter().take(DUMP_ITEMS).collect();
                         items
                             .iter_mut()
                             .for_each(|o| o.metadata.managed_fields = None);
-                        out += &format!("--- {side} {}\n{}\n", api.name(), yaml(&items));
+                        out += &format!("--- {side} {} ({total})\n{}\n", api.name(), yaml(&items));
                     }
                     Err(e) => out += &format!("--- {side} {}: {e}\n", api.name()),
                 }

@@ -1,5 +1,5 @@
 //! Builders and probes for the related-resource and teardown tests: Secrets and ConfigMaps on
-//! either cluster, `relatedResources` entries, and bindings that carry them.
+//! either cluster, and `relatedResources` entries.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -8,14 +8,11 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use konnector::api::names::RELATED_BINDING_ANNOTATION;
-use konnector::api::{
-    Binding, ConflictPolicy, RelatedDirection, RelatedResource, RelatedResourceKind,
-    RelatedSelector,
-};
+use konnector::api::{RelatedDirection, RelatedResource, RelatedResourceKind, RelatedSelector};
 use kube::api::{ObjectMeta, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 
-use super::{Stack, TEST_MANAGER, TestApi, ensure_namespace, wait_for};
+use super::{TEST_MANAGER, ensure_namespace, wait_for};
 
 /// How long related copies may take (the tests' binding period is 2 s).
 pub const RELATED_WAIT: Duration = Duration::from_secs(30);
@@ -46,23 +43,6 @@ fn to_map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect()
-}
-
-/// Installs `api`, engages the stack and creates a Ready Binding `name` in `namespace` with
-/// `entries`.
-pub async fn related_binding(
-    stack: &Stack,
-    api: &TestApi,
-    namespace: &str,
-    name: &str,
-    policy: ConflictPolicy,
-    entries: Vec<RelatedResource>,
-) -> anyhow::Result<Binding> {
-    api.export(stack).await?;
-    stack.engage(&[api]);
-    let mut binding = stack.binding(namespace, name, &[api], policy);
-    binding.spec.related_resources = entries;
-    stack.create_ready_binding(&binding).await
 }
 
 /// Applies an Opaque Secret (creating its namespace) as the test's field manager.

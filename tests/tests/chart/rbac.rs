@@ -92,7 +92,7 @@ fn default_bound_resource_groups_grant_crud_on_every_group() -> Result<()> {
 #[test]
 fn bound_resource_groups_narrow_only_the_configurable_rule() -> Result<()> {
     let default = render(&[])?.cluster_role_rules()?;
-    // The spec's example, passed with -f as the spec says.
+    // Narrowing to one API group through a values file passed with -f.
     let narrowed = render_with_values(
         "narrow",
         "rbac:\n  boundResourceGroups:\n    - example.org\n",

@@ -1,5 +1,6 @@
-//! The Connection controller against real kube-apiservers, one test per branch of
-//! `spec/connection-controller.md` and the Connection parts of the other spec pages.
+//! The Connection controller against real kube-apiservers, one test per branch of its
+//! reconciliation: credentials, identity pinning, discovery, schema installation, autoBind,
+//! heartbeat and deletion.
 //!
 //! One test binary (one shared cluster pair and konnector), four files: credentials and
 //! identity, discovery and schemas, what exports cannot reach on the consumer, lifecycle

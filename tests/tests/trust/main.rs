@@ -13,12 +13,10 @@ use std::time::Duration;
 
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kbind_tests::syncenv::{Stack, events_for, wait_for};
+use kbind_tests::syncenv::{Stack, WAIT, events_for, wait_for};
 use konnector::api::{Binding, ClusterBinding, ConditionType, Reason};
 use kube::Api;
 
-/// How long the tests wait for the konnector.
-const WAIT: Duration = Duration::from_secs(60);
 /// How long "nothing happens" checks watch.
 const STAYS: Duration = Duration::from_secs(4);
 

@@ -5,16 +5,13 @@
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kbind_tests::faults::schema_module::fixed_schema_synthesis;
-use kbind_tests::syncenv::{Stack, TestApi, fast_settings, wait_for};
-use kbind_tests::testenv::shared_pair;
+use kbind_tests::syncenv::{Scenario, TestApi};
+use konnector::api::Connection;
 use konnector::api::names::CONNECTION_ANNOTATION;
-use konnector::api::{ConflictPolicy, Connection};
 use konnector::policy::{Policies, PolicyRole};
 use kube::api::{Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
-
-use super::WAIT;
 
 const HOSTILE_FINALIZER: &str = "evil.example.com/hold";
 
@@ -57,91 +54,59 @@ fn hostile_crd(api: &TestApi) -> serde_json::Value {
     })
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn hostile_schema_module_answer_is_installed_without_its_hostile_parts() -> anyhow::Result<()>
-{
-    let pair = shared_pair()?;
-    let name = "trust-schema";
-    let ns = "trust-schema-ns";
-    let api = TestApi::namespaced(&format!("{name}.e2e.kbind.io"));
-    let module = fixed_schema_synthesis(&hostile_crd(&api).to_string())?;
+#[test]
+fn hostile_schema_module_answer_is_installed_without_its_hostile_parts() -> anyhow::Result<()> {
+    let scenario = Scenario::unbound("trust-schema").namespace("trust-schema-ns");
+    let module = fixed_schema_synthesis(&hostile_crd(scenario.api()).to_string())?;
     let policies = Policies::builtin()?.with_module(
         PolicyRole::SchemaSynthesis,
         &module,
         "hostile-schema.wasm",
     )?;
-    let stack = Stack::start_with_policies(pair, name, fast_settings(name), policies).await?;
-    let result = pair
-        .diagnose(stack.diagnose(&[&api], async {
-            // The OpenAPI source: the consumer CRD comes from the schema module.
-            Api::<Connection>::all(stack.consumer.clone())
-                .patch(
-                    name,
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"spec": {"schema": {"source": "OpenAPI"}}})),
-                )
-                .await?;
-            api.export(&stack).await?;
-            stack.engage(&[&api]);
-            stack
-                .create_ready_binding(&stack.binding(ns, "widgets", &[&api], ConflictPolicy::Fail))
-                .await?;
-
-            let crd = Api::<CustomResourceDefinition>::all(stack.consumer.clone())
-                .get(&api.name())
-                .await?;
-            let names = &crd.spec.names;
-            let conversion = crd.spec.conversion.clone().unwrap_or_default();
-            let hostile_finalizers = crd
-                .finalizers()
-                .iter()
-                .filter(|f| *f == HOSTILE_FINALIZER)
-                .count();
-            let owners = crd.owner_references().len();
-            let foreign_labels = crd.labels().len();
-            let foreign_annotations = crd
-                .annotations()
-                .keys()
-                .filter(|k| *k != CONNECTION_ANNOTATION)
-                .count();
-            println!(
-                "survived: {hostile_finalizers} hostile finalizer(s), {owners} ownerReference(s), {foreign_labels} label(s), {foreign_annotations} foreign annotation(s), conversion {:?}, shortNames {:?}, categories {:?}",
-                conversion.strategy, names.short_names, names.categories
-            );
-            anyhow::ensure!(hostile_finalizers == 0, "{:?}", crd.finalizers());
-            anyhow::ensure!(owners == 0, "{:?}", crd.owner_references());
-            anyhow::ensure!(foreign_labels == 0, "{:?}", crd.labels());
-            anyhow::ensure!(foreign_annotations == 0, "{:?}", crd.annotations());
-            anyhow::ensure!(
-                crd.annotations().get(CONNECTION_ANNOTATION) == Some(&name.to_string()),
-                "pinned to {:?}",
-                crd.annotations().get(CONNECTION_ANNOTATION)
-            );
-            anyhow::ensure!(
-                conversion.strategy == "None" && conversion.webhook.is_none(),
-                "{conversion:?}"
-            );
-            anyhow::ensure!(
-                names.short_names.as_deref() == Some(&["tswd".to_string()][..]),
-                "{:?}",
-                names.short_names
-            );
-            anyhow::ensure!(
-                names.categories.as_deref() == Some(&["trustschemas".to_string()][..]),
-                "{:?}",
-                names.categories
-            );
-
-            // What is left serves the API: an instance reaches the provider.
-            api.create(&stack.consumer, Some(ns), "w", json!({"size": 1}))
-                .await?;
-            let provider = api.api(&stack.provider, Some(ns));
-            wait_for("the provider copy", WAIT, || async {
-                Ok(provider.get_opt("w").await?)
-            })
+    scenario.policies(policies).run(async |s| {
+        // The OpenAPI source: the consumer CRD comes from the schema module.
+        let openapi = json!({"spec": {"schema": {"source": "OpenAPI"}}});
+        Api::<Connection>::all(s.consumer.clone())
+            .patch(&s.name, &PatchParams::default(), &Patch::Merge(openapi))
             .await?;
-            anyhow::Ok(())
-        }))
-        .await;
-    stack.finish(result).await
+        s.export_and_bind().await?;
+
+        let crd = Api::<CustomResourceDefinition>::all(s.consumer.clone()).get(&s.api.name()).await?;
+        let names = &crd.spec.names;
+        let conversion = crd.spec.conversion.clone().unwrap_or_default();
+        let hostile_finalizers = crd.finalizers().iter().filter(|f| *f == HOSTILE_FINALIZER).count();
+        let owners = crd.owner_references().len();
+        let foreign_labels = crd.labels().len();
+        let foreign_annotations =
+            crd.annotations().keys().filter(|k| *k != CONNECTION_ANNOTATION).count();
+        println!(
+            "survived: {hostile_finalizers} hostile finalizer(s), {owners} ownerReference(s), {foreign_labels} label(s), {foreign_annotations} foreign annotation(s), conversion {:?}, shortNames {:?}, categories {:?}",
+            conversion.strategy, names.short_names, names.categories
+        );
+        anyhow::ensure!(hostile_finalizers == 0, "{:?}", crd.finalizers());
+        anyhow::ensure!(owners == 0, "{:?}", crd.owner_references());
+        anyhow::ensure!(foreign_labels == 0, "{:?}", crd.labels());
+        anyhow::ensure!(foreign_annotations == 0, "{:?}", crd.annotations());
+        let pin = crd.annotations().get(CONNECTION_ANNOTATION);
+        anyhow::ensure!(pin == Some(&s.name), "pinned to {pin:?}");
+        anyhow::ensure!(
+            conversion.strategy == "None" && conversion.webhook.is_none(),
+            "{conversion:?}"
+        );
+        anyhow::ensure!(
+            names.short_names.as_deref() == Some(&["tswd".to_string()][..]),
+            "{:?}",
+            names.short_names
+        );
+        anyhow::ensure!(
+            names.categories.as_deref() == Some(&["trustschemas".to_string()][..]),
+            "{:?}",
+            names.categories
+        );
+
+        // What is left serves the API: an instance reaches the provider.
+        s.create("w", json!({"size": 1})).await?;
+        s.copy("w").await?;
+        Ok(())
+    })
 }

@@ -1,0 +1,397 @@
+//! One e2e scenario set up in one call, so that a test body holds only the behaviour it
+//! checks: a konnector [`Stack`] on a cluster pair, its test APIs exported and engaged, and a
+//! Ready binding listing them.
+//!
+//! ```text
+//! #[test]
+//! fn drift_is_reverted() -> anyhow::Result<()> {
+//!     Scenario::bound("drift")       stack and Connection "drift", API widgets.drift.e2e.kbind.io
+//!         .conflict_policy(Adopt)    Binding drift/widgets (Adopt), waited for until Ready
+//!         .run(async |s| { .. })     the behaviour; a failure carries both clusters' objects of
+//! }                                  the APIs, the stack's bindings and the apiservers' log
+//!                                    tails; the stack is stopped either way
+//! ```
+//!
+//! [`Scenario::unbound`] starts the stack only: the test exports, engages and binds when its
+//! behaviour needs something to happen first ([`Scenario::export`], [`Scenario::engage`],
+//! [`Scenario::bind`]).
+
+use std::ops::Deref;
+use std::time::Duration;
+
+use konnector::api::{Binding, ClusterBinding, ConflictPolicy, PullPolicy, RelatedResource};
+use konnector::binding::Settings;
+use konnector::policy::Policies;
+use konnector::registry::Engagement;
+use kube::Api;
+use kube::api::{DeleteParams, DynamicObject};
+use serde_json::Value;
+
+use super::{Stack, TestApi, fast_settings, wait_for};
+use crate::testenv::{ClusterPair, shared_pair};
+
+/// The name of a scenario's Binding (a ClusterBinding is named after the scenario).
+pub const BINDING: &str = "widgets";
+/// How long a scenario helper waits for the konnector.
+pub const WAIT: Duration = Duration::from_secs(60);
+
+/// A running scenario: the stack (reachable through `Deref`), its APIs and its namespace.
+pub struct Scenario {
+    /// The konnector stack; its name is also the Connection's and the ClusterBinding's.
+    pub stack: Stack,
+    /// The API the scenario is about.
+    pub api: TestApi,
+    /// Further APIs, exported, engaged and bound with the main one.
+    pub extra: Vec<TestApi>,
+    namespace: String,
+    cluster_binding: bool,
+    policy: ConflictPolicy,
+    related: Vec<RelatedResource>,
+    // Declared last: the stack stops before a private pair's clusters go.
+    pair: Pair,
+}
+
+enum Pair {
+    Shared(&'static ClusterPair),
+    Private(Box<ClusterPair>),
+}
+
+/// How a [`Scenario`] is set up; [`ScenarioBuilder::run`] or [`ScenarioBuilder::start`]
+/// starts it.
+pub struct ScenarioBuilder {
+    name: String,
+    namespace: String,
+    api: TestApi,
+    extra: Vec<TestApi>,
+    cluster_binding: bool,
+    policy: ConflictPolicy,
+    related: Vec<RelatedResource>,
+    settings: Settings,
+    policies: Option<Policies>,
+    pull_policy: Option<PullPolicy>,
+    private_pair: bool,
+    bound: bool,
+}
+
+impl Scenario {
+    /// A scenario whose API is exported, engaged and bound by a Ready binding once started.
+    /// `name` names the stack, the Connection, the namespace and the API group
+    /// (`widgets.<name>.e2e.kbind.io`), so it must be unique in the test binary.
+    pub fn bound(name: &str) -> ScenarioBuilder {
+        ScenarioBuilder {
+            name: name.to_string(),
+            namespace: name.to_string(),
+            api: TestApi::namespaced(&format!("{name}.e2e.kbind.io")),
+            extra: Vec::new(),
+            cluster_binding: false,
+            policy: ConflictPolicy::Fail,
+            related: Vec::new(),
+            settings: fast_settings(name),
+            policies: None,
+            pull_policy: None,
+            private_pair: false,
+            bound: true,
+        }
+    }
+
+    /// A scenario whose stack runs but whose API is neither exported, engaged nor bound yet.
+    pub fn unbound(name: &str) -> ScenarioBuilder {
+        ScenarioBuilder {
+            bound: false,
+            ..Self::bound(name)
+        }
+    }
+
+    /// The cluster pair the scenario runs on.
+    pub fn pair(&self) -> &ClusterPair {
+        match &self.pair {
+            Pair::Shared(pair) => pair,
+            Pair::Private(pair) => pair,
+        }
+    }
+
+    /// The scenario's namespace: its Binding's, and its instances'.
+    pub fn ns(&self) -> &str {
+        &self.namespace
+    }
+
+    /// Every API of the scenario, the main one first.
+    pub fn apis(&self) -> Vec<&TestApi> {
+        std::iter::once(&self.api).chain(&self.extra).collect()
+    }
+
+    /// Exports every API on the provider.
+    pub async fn export(&self) -> anyhow::Result<()> {
+        for api in self.apis() {
+            api.export(&self.stack).await?;
+        }
+        Ok(())
+    }
+
+    /// Engages the Connection exporting every API, as the Connection controller would.
+    pub fn engage(&self) -> Engagement {
+        self.stack.engage(&self.apis())
+    }
+
+    /// The scenario's Binding `<ns>/widgets` as configured, not yet created.
+    pub fn new_binding(&self) -> Binding {
+        let mut b = self
+            .stack
+            .binding(&self.namespace, BINDING, &self.apis(), self.policy);
+        b.spec.related_resources = self.related.clone();
+        b
+    }
+
+    /// The scenario's ClusterBinding `<name>` as configured, not yet created.
+    pub fn new_cluster_binding(&self) -> ClusterBinding {
+        let mut b = self
+            .stack
+            .cluster_binding(&self.stack.name, &self.apis(), self.policy);
+        b.spec.spec.related_resources = self.related.clone();
+        b
+    }
+
+    /// Creates the configured Binding or ClusterBinding and waits until it is Ready.
+    pub async fn bind(&self) -> anyhow::Result<()> {
+        if self.cluster_binding {
+            self.stack
+                .create_ready_cluster_binding(&self.new_cluster_binding())
+                .await?;
+        } else {
+            self.stack.create_ready_binding(&self.new_binding()).await?;
+        }
+        Ok(())
+    }
+
+    /// Deletes the configured Binding or ClusterBinding and waits until its teardown is done
+    /// and it is gone.
+    pub async fn unbind(&self) -> anyhow::Result<()> {
+        if self.cluster_binding {
+            let api = self.cluster_bindings();
+            api.delete(&self.stack.name, &DeleteParams::default())
+                .await?;
+            wait_for("the ClusterBinding gone", WAIT, || async {
+                Ok(api.get_opt(&self.stack.name).await?.is_none().then_some(()))
+            })
+            .await
+        } else {
+            let api = self.bindings();
+            api.delete(BINDING, &DeleteParams::default()).await?;
+            wait_for("the Binding gone", WAIT, || async {
+                Ok(api.get_opt(BINDING).await?.is_none().then_some(()))
+            })
+            .await
+        }
+    }
+
+    /// Exports and engages every API, then binds: what [`Scenario::bound`] does on start, for a
+    /// test that prepares something first.
+    pub async fn export_and_bind(&self) -> anyhow::Result<()> {
+        self.export().await?;
+        self.engage();
+        self.bind().await
+    }
+
+    /// Bindings in the scenario's namespace.
+    pub fn bindings(&self) -> Api<Binding> {
+        Api::namespaced(self.stack.consumer.clone(), &self.namespace)
+    }
+
+    /// ClusterBindings.
+    pub fn cluster_bindings(&self) -> Api<ClusterBinding> {
+        Api::all(self.stack.consumer.clone())
+    }
+
+    /// The main API's instances on the consumer, in the scenario's namespace.
+    pub fn instances(&self) -> Api<DynamicObject> {
+        self.api.api(&self.stack.consumer, Some(&self.namespace))
+    }
+
+    /// The main API's copies on the provider, in the scenario's namespace.
+    pub fn copies(&self) -> Api<DynamicObject> {
+        self.api.api(&self.stack.provider, Some(&self.namespace))
+    }
+
+    /// Creates an instance of the main API on the consumer, in the scenario's namespace.
+    pub async fn create(&self, name: &str, spec: Value) -> anyhow::Result<DynamicObject> {
+        self.api
+            .create(&self.stack.consumer, Some(&self.namespace), name, spec)
+            .await
+    }
+
+    /// Waits for the provider copy of instance `name` and returns it.
+    pub async fn copy(&self, name: &str) -> anyhow::Result<DynamicObject> {
+        let copies = self.copies();
+        wait_for(&format!("the provider copy of {name}"), WAIT, || async {
+            Ok(copies.get_opt(name).await?)
+        })
+        .await
+    }
+
+    /// Runs a test body, then stops the stack; a failure carries the diagnostics.
+    pub async fn run(
+        self,
+        body: impl AsyncFnOnce(&Scenario) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        let result = self.check(body).await;
+        self.finish(result).await
+    }
+
+    /// Runs a test body without stopping the stack (for a test that cleans up after it,
+    /// whatever the outcome, before [`Scenario::finish`]); a failure carries both clusters'
+    /// objects of the scenario's APIs, the stack's bindings and the apiservers' log tails.
+    pub async fn check<T>(
+        &self,
+        body: impl AsyncFnOnce(&Scenario) -> anyhow::Result<T>,
+    ) -> anyhow::Result<T> {
+        let apis = self.apis();
+        self.pair()
+            .diagnose(self.stack.diagnose(&apis, body(self)))
+            .await
+    }
+
+    /// Stops the stack (then a private pair) and passes the test's result through.
+    pub async fn finish<T>(self, result: anyhow::Result<T>) -> anyhow::Result<T> {
+        let Self { stack, pair, .. } = self;
+        let result = stack.finish(result).await;
+        drop(pair);
+        result
+    }
+}
+
+impl Deref for Scenario {
+    type Target = Stack;
+
+    fn deref(&self) -> &Stack {
+        &self.stack
+    }
+}
+
+impl ScenarioBuilder {
+    /// The main API, for a test that prepares it before the stack starts.
+    pub fn api(&self) -> &TestApi {
+        &self.api
+    }
+
+    /// Binds and creates instances in `namespace` instead of the scenario's name.
+    pub fn namespace(mut self, namespace: &str) -> Self {
+        self.namespace = namespace.to_string();
+        self
+    }
+
+    /// Makes the main API cluster-scoped (only a ClusterBinding selects its instances).
+    pub fn cluster_scoped(mut self) -> Self {
+        self.api.namespaced = false;
+        self
+    }
+
+    /// Adds an API, exported, engaged and bound with the main one.
+    pub fn with_api(mut self, api: TestApi) -> Self {
+        self.extra.push(api);
+        self
+    }
+
+    /// Binds with a ClusterBinding named after the scenario instead of a Binding.
+    pub fn cluster_binding(mut self) -> Self {
+        self.cluster_binding = true;
+        self
+    }
+
+    /// The binding's `conflictPolicy` (default `Fail`).
+    pub fn conflict_policy(mut self, policy: ConflictPolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// The binding's `relatedResources` entries.
+    pub fn related(mut self, entries: Vec<RelatedResource>) -> Self {
+        self.related = entries;
+        self
+    }
+
+    /// Changes the stack's settings (from [`fast_settings`]).
+    pub fn settings(mut self, change: impl FnOnce(&mut Settings)) -> Self {
+        change(&mut self.settings);
+        self
+    }
+
+    /// Runs the stack with these policy modules instead of the built-in ones.
+    pub fn policies(mut self, policies: Policies) -> Self {
+        self.policies = Some(policies);
+        self
+    }
+
+    /// The Connection's `schema.pullPolicy` (default `Bound`).
+    pub fn pull_policy(mut self, pull_policy: PullPolicy) -> Self {
+        self.pull_policy = Some(pull_policy);
+        self
+    }
+
+    /// Runs on a cluster pair of the scenario's own, for a test that stops or restarts a
+    /// cluster.
+    pub fn private_pair(mut self) -> Self {
+        self.private_pair = true;
+        self
+    }
+
+    /// Starts the scenario and runs a test body in it ([`Scenario::run`]) on a runtime of its
+    /// own, multi-threaded as the konnector's is: the whole of a `#[test]` function. (A test
+    /// that needs to await something before the stack starts uses [`Self::start`] instead.)
+    pub fn run(
+        self,
+        body: impl AsyncFnOnce(&Scenario) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()?
+            .block_on(async { self.start().await?.run(body).await })
+    }
+
+    /// Starts the stack and, for [`Scenario::bound`], exports, engages and binds; a failure
+    /// on the way carries the diagnostics.
+    pub async fn start(self) -> anyhow::Result<Scenario> {
+        let pair = if self.private_pair {
+            let pair = tokio::task::spawn_blocking(ClusterPair::start_private).await??;
+            Pair::Private(Box::new(pair))
+        } else {
+            Pair::Shared(shared_pair()?)
+        };
+        let cluster_pair = match &pair {
+            Pair::Shared(pair) => *pair,
+            Pair::Private(pair) => pair,
+        };
+        let policies = match self.policies {
+            Some(policies) => policies,
+            None => Policies::builtin()?,
+        };
+        let stack =
+            Stack::start_with_policies(cluster_pair, &self.name, self.settings, policies).await?;
+        let scenario = Scenario {
+            stack,
+            api: self.api,
+            extra: self.extra,
+            namespace: self.namespace,
+            cluster_binding: self.cluster_binding,
+            policy: self.policy,
+            related: self.related,
+            pair,
+        };
+        let (pull_policy, bound) = (self.pull_policy, self.bound);
+        let setup = scenario
+            .check(async |s| {
+                if let Some(pull_policy) = pull_policy {
+                    s.set_pull_policy(pull_policy).await?;
+                }
+                if bound {
+                    s.export_and_bind().await?;
+                }
+                Ok(())
+            })
+            .await;
+        match setup {
+            Ok(()) => Ok(scenario),
+            Err(e) => scenario.finish(Err(e)).await,
+        }
+    }
+}
