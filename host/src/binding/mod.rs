@@ -5,16 +5,25 @@
 //! Connection ──(Ready)──▶ engagement registry ─────────────┐
 //!                                                          ▼
 //! Binding / ClusterBinding ──▶ controller ──▶ index ──▶ syncer supervisor ──▶ syncers
-//!                                  │                         (crate::sync)
-//!                                  └──▶ status: Ready, boundAPIs[].conflictCount, Conflicts
+//!                                  ▲  │                      (crate::sync)          │
+//!                                  │  │                                             ▼
+//!                                  │  │          instance outcomes (crate::sync::outcomes)
+//!                                  │  └──▶ status: Ready, Synced, Conflicts, PermissionDenied,
+//!                                  │       conflictCount ◀── summary of the binding's scope
+//!                                  └────── summary changed (triggers) ◀────────────┘
 //! ```
 //!
 //! - [`controller`]: the reconcile shared by both kinds (finalizer `core.kbind.io/cleanup`).
+//! - [`facts`]: what readiness is judged on (Connection, engagement, consumer CRDs, pins).
 //! - [`readiness`]: when a binding is Ready, and the reason when it is not.
 //! - [`namespaces`]: which namespaces may bind through a Connection.
 //! - [`schema`]: installing consumer CRDs for `pullPolicy: Bound`.
 //! - [`index`]: which binding selects which instance, under which conflict policy.
 //! - [`status`]: building the status value and deciding whether it changed.
+//! - [`summary`]: the instance conditions (Synced, Conflicts, PermissionDenied) from the sync
+//!   engine's outcomes; [`triggers`]: reconciling when they change.
+//! - [`failure`]: related-resource and teardown failures as conditions.
+//! - [`events`]: Events for conditions that changed state.
 //! - [`related`]: copying related Secrets/ConfigMaps through the related-selection policy.
 //! - [`related_guard`]: the namespaces and Secret types related copies may touch.
 //! - [`teardown`]: what deleting a binding, or dropping an API from it, cleans up.
@@ -25,6 +34,9 @@
 
 pub mod controller;
 pub mod drain_provider;
+pub mod events;
+pub mod facts;
+pub mod failure;
 pub mod index;
 pub mod namespaces;
 pub mod readiness;
@@ -32,7 +44,9 @@ pub mod related;
 pub mod related_guard;
 pub mod schema;
 pub mod status;
+pub mod summary;
 pub mod teardown;
+pub mod triggers;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -47,7 +61,7 @@ use crate::api::{Binding, ClusterBinding};
 use crate::backoff::Backoff;
 use crate::policy::Policies;
 use crate::provider::Engagements;
-use crate::sync::{RunningSyncers, Supervisor, SyncSettings};
+use crate::sync::{Outcomes, RunningSyncers, Supervisor, SyncSettings};
 
 use related_guard::RelatedGuard;
 
@@ -85,15 +99,6 @@ pub enum Error {
     ReadCrd {
         /// The CRD (API) name.
         name: String,
-        /// What the consumer said.
-        #[source]
-        source: kube::Error,
-    },
-    /// Listing instances to count conflict annotations.
-    #[error("counting conflicts of {api}: {source}")]
-    CountConflicts {
-        /// The API.
-        api: String,
         /// What the consumer said.
         #[source]
         source: kube::Error,
@@ -248,6 +253,8 @@ pub struct Context {
     pub related_guard: RelatedGuard,
     /// The syncers the supervisor runs, so a drain can wait for one to stop.
     pub syncers: RunningSyncers,
+    /// What the syncers' last reconcile of each instance came to (written by the sync engine).
+    pub outcomes: Outcomes,
     failures: Backoff<String>,
     recorder: Recorder,
 }
@@ -288,6 +295,7 @@ impl Context {
                 settings.konnector_namespace.as_deref(),
             ),
             syncers: RunningSyncers::default(),
+            outcomes: Outcomes::default(),
             settings,
         }
     }
@@ -301,7 +309,12 @@ impl Context {
             action: "Reconcile".into(),
             secondary: None,
         };
-        if let Err(error) = self.recorder.publish(&event, binding).await {
+        self.publish(&event, binding).await;
+    }
+
+    /// Publishes an Event on a binding; a failure to publish is only logged.
+    pub(crate) async fn publish(&self, event: &Event, binding: &ObjectReference) {
+        if let Err(error) = self.recorder.publish(event, binding).await {
             tracing::warn!(%error, "publishing an Event failed");
         }
     }
@@ -318,6 +331,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
         ctx.reporter.clone(),
         ctx.settings.sync.clone(),
         ctx.syncers.clone(),
+        ctx.outcomes.clone(),
     );
     tokio::join!(
         controller::run::<Binding>(ctx.clone(), shutdown.clone()),
@@ -343,15 +357,6 @@ mod tests {
         assert!(
             read.to_string()
                 .starts_with("reading CustomResourceDefinition widgets.example.org")
-        );
-        let count = Error::CountConflicts {
-            api: "widgets.example.org".into(),
-            source: api_error(),
-        };
-        assert!(
-            count
-                .to_string()
-                .starts_with("counting conflicts of widgets.example.org")
         );
         assert!(
             Error::ReadConnection(api_error())

@@ -32,6 +32,7 @@ use crate::binding::index::SharedIndex;
 use crate::policy::Policies;
 use crate::provider::Engagements;
 
+use super::outcomes::Outcomes;
 use super::syncer::{self, SyncerSpec};
 use super::{ApiTarget, SyncSettings};
 
@@ -84,6 +85,7 @@ pub struct Supervisor {
     policies: Policies,
     reporter: Reporter,
     settings: SyncSettings,
+    outcomes: Outcomes,
     handles: HashMap<(String, String), Handle>,
     reconcile_all: watch::Sender<u64>,
     running: RunningSyncers,
@@ -98,7 +100,9 @@ impl std::fmt::Debug for Supervisor {
 }
 
 impl Supervisor {
-    /// A supervisor with no syncers yet, publishing the ones it runs to `running`.
+    /// A supervisor with no syncers yet, publishing the ones it runs to `running`; its syncers
+    /// leave instance outcomes in `outcomes`, and a stopped syncer's are forgotten.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         consumer: Client,
         engagements: Engagements,
@@ -107,6 +111,7 @@ impl Supervisor {
         reporter: Reporter,
         settings: SyncSettings,
         running: RunningSyncers,
+        outcomes: Outcomes,
     ) -> Self {
         Self {
             consumer,
@@ -115,6 +120,7 @@ impl Supervisor {
             policies,
             reporter,
             settings,
+            outcomes,
             handles: HashMap::new(),
             reconcile_all: watch::channel(0).0,
             running,
@@ -196,6 +202,7 @@ impl Supervisor {
                 index: self.index.clone(),
                 policies: self.policies.clone(),
                 recorder: Recorder::new(self.consumer.clone(), self.reporter.clone()),
+                outcomes: self.outcomes.clone(),
                 settings: self.settings.clone(),
             };
             let token = CancellationToken::new();
@@ -233,5 +240,7 @@ impl Supervisor {
                 abort.abort();
             }
         }
+        // After the syncer is done, so no late reconcile writes an entry back.
+        self.outcomes.forget_api(connection, api);
     }
 }

@@ -7,6 +7,7 @@
 
 mod credentials;
 mod discovery;
+mod events;
 mod exports;
 mod lifecycle;
 
