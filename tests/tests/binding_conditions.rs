@@ -365,6 +365,12 @@ async fn provider_refusals_are_permission_denied_until_granted() -> anyhow::Resu
             })
             .await?;
             assert_eq!(granted.conflict_count, 0);
+            let instance = api.api(&stack.consumer, Some(ns)).get("w").await?;
+            assert_eq!(
+                synced_condition(&instance).map(|c| c["status"].clone()),
+                Some(json!("True")),
+                "the instance's Forbidden cleared too"
+            );
             wait_secret(&stack.consumer, ns, "shared").await?;
             assert!(api.api(&stack.provider, Some(ns)).get_opt("w").await?.is_some());
             anyhow::Ok(())

@@ -66,3 +66,66 @@ pub fn summary_changes<K: BindingObject>(
         }
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::Reason;
+    use crate::api::{ApiReference, Binding, BindingSpec, ConflictPolicy, ConnectionReference};
+    use crate::sync::Outcome;
+    use futures::StreamExt;
+    use kube::runtime::reflector::store::Writer;
+    use kube::runtime::watcher;
+
+    const API: &str = "widgets.example.org";
+
+    fn binding(namespace: &str) -> Binding {
+        let mut b = Binding::new(
+            "widgets",
+            BindingSpec {
+                connection_ref: ConnectionReference { name: "p".into() },
+                apis: vec![ApiReference { name: API.into() }],
+                conflict_policy: ConflictPolicy::Fail,
+                related_resources: vec![],
+            },
+        );
+        b.metadata.namespace = Some(namespace.into());
+        b
+    }
+
+    async fn next<S: Stream<Item = ObjectRef<Binding>> + Unpin>(stream: &mut S) -> Option<String> {
+        tokio::time::timeout(Duration::from_secs(2), stream.next())
+            .await
+            .ok()
+            .flatten()
+            .and_then(|r| r.namespace)
+    }
+
+    #[tokio::test]
+    async fn only_bindings_whose_summary_changed_are_reconciled() {
+        let outcomes = Outcomes::default();
+        let mut writer = Writer::<Binding>::default();
+        for ns in ["a", "b"] {
+            writer.apply_watcher_event(&watcher::Event::Apply(binding(ns)));
+        }
+        let mut stream = Box::pin(summary_changes(outcomes.clone(), writer.as_reader()));
+        // The syncer finished its first pass: both bindings' summaries are new.
+        outcomes.listing_started("p", API);
+        outcomes.listing_done("p", API);
+        let mut first = vec![next(&mut stream).await, next(&mut stream).await];
+        first.sort();
+        assert_eq!(first, vec![Some("a".into()), Some("b".into())]);
+        // A conflict in namespace a concerns the Binding there only.
+        outcomes.record(
+            "p",
+            API,
+            Some("a"),
+            "w",
+            Outcome::failure(Reason::ForeignObjectExists),
+        );
+        assert_eq!(next(&mut stream).await, Some("a".into()));
+        // Something the summaries do not show changes nothing.
+        outcomes.record("p", "gadgets.example.org", Some("b"), "g", Outcome::InSync);
+        assert_eq!(next(&mut stream).await, None);
+    }
+}

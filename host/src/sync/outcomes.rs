@@ -80,7 +80,7 @@ pub struct Summary {
     pub in_sync: u64,
     /// Failing instances per reason (conflicts included).
     pub failing: BTreeMap<Reason, Failing>,
-    /// Conflicting instances per API (every listed API with a syncer has an entry).
+    /// Conflicting instances per API (every API of the scope has an entry).
     pub conflicts_per_api: BTreeMap<String, i64>,
     /// APIs whose provider watch the provider refuses, with what it said.
     pub denied_apis: BTreeMap<String, String>,
@@ -327,10 +327,10 @@ impl Outcomes {
                 // A refused watch never settles, and is the story itself.
                 let settled = s.listings.get(key).is_some_and(Listing::settled);
                 summary.settling |= !settled && denied.is_none();
+                let conflicts = summary.conflicts_per_api.entry(key.1.clone()).or_default();
                 let Some(namespaces) = s.instances.get(key) else {
                     continue;
                 };
-                let conflicts = summary.conflicts_per_api.entry(key.1.clone()).or_default();
                 let in_scope = namespaces
                     .iter()
                     .filter(|(ns, _)| namespace.is_none() || ns.as_deref() == namespace);
@@ -428,15 +428,15 @@ mod tests {
     #[test]
     fn only_the_binding_s_connection_and_apis_count() {
         let outcomes = registry();
-        let nothing = Summary {
-            settling: true,
-            ..Summary::default()
-        };
-        assert_eq!(outcomes.summarise("other", [API], None), nothing);
+        let other = outcomes.summarise("other", [API], None);
+        assert_eq!(other.in_sync + other.failing_total(), 0);
         assert_eq!(
-            outcomes.summarise(C, ["gadgets.example.org"], None),
-            nothing
+            other.conflicts_per_api,
+            BTreeMap::from([(API.to_string(), 0)])
         );
+        let gadgets = outcomes.summarise(C, ["gadgets.example.org"], None);
+        assert_eq!(gadgets.in_sync + gadgets.failing_total(), 0);
+        assert!(gadgets.settling, "no syncer for it");
     }
 
     #[test]
