@@ -441,3 +441,79 @@ async fn a_blocked_teardown_says_why_until_it_can_finish() -> anyhow::Result<()>
         .await;
     stack.finish(result).await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_konnector_keeps_the_binding_story_without_repeating_it() -> anyhow::Result<()>
+{
+    let pair = shared_pair()?;
+    let ns = "opsc-restart";
+    let api = TestApi::namespaced("restart.opsc.kbind.io");
+    let stack = Stack::start(pair, ns).await?;
+    let before = pair
+        .diagnose(stack.diagnose(&[&api], async {
+            api.export(&stack).await?;
+            stack.engage(&[&api]);
+            stack
+                .create_ready_binding(&stack.binding(ns, "widgets", &[&api], ConflictPolicy::Fail))
+                .await?;
+            api.create(
+                &stack.provider,
+                Some(ns),
+                "taken",
+                json!({ "owner": "else" }),
+            )
+            .await?;
+            api.create(&stack.consumer, Some(ns), "taken", json!({ "mine": true }))
+                .await?;
+            let status = wait_binding(
+                &stack,
+                ns,
+                "widgets",
+                "Synced=False ForeignObjectExists",
+                |s| is(s, "Synced", "False", "ForeignObjectExists"),
+            )
+            .await?;
+            event(
+                &stack,
+                Some(ns),
+                "widgets",
+                "Warning",
+                "ForeignObjectExists",
+            )
+            .await?;
+            condition(&status, "Synced").cloned().context("Synced")
+        }))
+        .await;
+    stack.stop().await;
+    let before = before?;
+
+    // A new konnector process: nothing in memory, a new Event recorder.
+    let stack = Stack::start(pair, ns).await?;
+    let result = pair
+        .diagnose(stack.diagnose(&[&api], async {
+            stack.engage(&[&api]);
+            api.create(&stack.consumer, Some(ns), "after", json!({ "mine": true }))
+                .await?;
+            let status = wait_binding(&stack, ns, "widgets", "the new konnector's summary", |s| {
+                condition(s, "Synced")
+                    .is_some_and(|c| c.message.starts_with("1 of 2 instance(s) not in sync"))
+            })
+            .await?;
+            let synced = condition(&status, "Synced").context("Synced")?;
+            assert_eq!(synced.reason, "ForeignObjectExists");
+            assert_eq!(
+                synced.last_transition_time, before.last_transition_time,
+                "Synced never flipped while the new konnector caught up"
+            );
+            assert_eq!(status.conflict_count, 1);
+            let warnings: Vec<Event> = events_for(&stack.consumer, Some(ns), "widgets")
+                .await?
+                .into_iter()
+                .filter(|e| e.reason.as_deref() == Some("ForeignObjectExists"))
+                .collect();
+            assert_eq!(warnings.len(), 1, "not announced again: {warnings:?}");
+            anyhow::Ok(())
+        }))
+        .await;
+    stack.finish(result).await
+}
