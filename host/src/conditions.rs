@@ -3,6 +3,7 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
+use kube::runtime::events::{Event, EventType};
 
 use crate::api::{ConditionType, Reason};
 
@@ -92,6 +93,81 @@ pub fn same_ignoring_time(a: &[Condition], b: &[Condition]) -> bool {
         })
 }
 
+/// A condition whose status or reason differs from what was stored before: the "change of
+/// state" an Event announces (a new message alone is not one, so retries stay quiet).
+#[derive(Clone, Copy, Debug)]
+pub struct Transition<'a> {
+    /// The condition as it is now.
+    pub now: &'a Condition,
+    /// The condition as it was stored, if it was.
+    pub before: Option<&'a Condition>,
+}
+
+impl Transition<'_> {
+    /// Whether the condition was stored before with status `status`.
+    pub fn was(&self, status: bool) -> bool {
+        let status = if status { "True" } else { "False" };
+        self.before.is_some_and(|b| b.status == status)
+    }
+}
+
+/// The conditions of `new` whose status or reason changed from `old`.
+pub fn transitions<'a>(old: &'a [Condition], new: &'a [Condition]) -> Vec<Transition<'a>> {
+    new.iter()
+        .filter_map(|now| {
+            let before = old.iter().find(|c| c.type_ == now.type_);
+            let changed = before.is_none_or(|b| b.status != now.status || b.reason != now.reason);
+            changed.then_some(Transition { now, before })
+        })
+        .collect()
+}
+
+/// An Event announcing a condition's change of state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Announcement {
+    /// Warning (a failure state) or Normal (a recovery).
+    pub warning: bool,
+    /// The Event reason.
+    pub reason: String,
+    /// What happened and what to do: the condition's message.
+    pub note: String,
+}
+
+impl Announcement {
+    /// A Warning carrying the condition's reason and message.
+    pub fn warning(condition: &Condition) -> Self {
+        Self {
+            warning: true,
+            reason: condition.reason.clone(),
+            note: condition.message.clone(),
+        }
+    }
+
+    /// A Normal Event named after the condition type (`Ready`, `Synced`), with its message.
+    pub fn recovered(condition: &Condition) -> Self {
+        Self {
+            warning: false,
+            reason: condition.type_.clone(),
+            note: condition.message.clone(),
+        }
+    }
+
+    /// The Event to publish, reported under `action`.
+    pub fn event(self, action: &str) -> Event {
+        Event {
+            type_: if self.warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: self.reason,
+            note: Some(self.note),
+            action: action.to_string(),
+            secondary: None,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -136,6 +212,46 @@ mod tests {
         );
         assert_eq!(conditions[0].status, "False");
         assert_eq!(conditions[0].reason, "SecretNotFound");
+    }
+
+    #[test]
+    fn transitions_are_status_or_reason_changes_only() {
+        let mut old = Vec::new();
+        set(
+            &mut old,
+            Desired::falsy(ConditionType::Ready, Reason::SecretNotFound, "create it"),
+            None,
+        );
+        set(
+            &mut old,
+            Desired::truthy(ConditionType::Connected, Reason::AsExpected, "ok"),
+            None,
+        );
+        let mut new = old.clone();
+        set(
+            &mut new,
+            Desired::falsy(ConditionType::Ready, Reason::SecretNotFound, "other words"),
+            None,
+        );
+        assert!(transitions(&old, &new).is_empty(), "a new message only");
+        set(
+            &mut new,
+            Desired::falsy(ConditionType::Ready, Reason::KubeconfigInvalid, "fix it"),
+            None,
+        );
+        set(
+            &mut new,
+            Desired::truthy(ConditionType::SchemaInSync, Reason::AsExpected, "ok"),
+            None,
+        );
+        let changed: Vec<_> = transitions(&old, &new)
+            .iter()
+            .map(|t| (t.now.type_.as_str(), t.before.is_some(), t.was(false)))
+            .collect();
+        assert_eq!(
+            changed,
+            vec![("Ready", true, true), ("SchemaInSync", false, false)]
+        );
     }
 
     #[test]

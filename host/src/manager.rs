@@ -82,6 +82,7 @@ pub async fn run_bindings(bindings: Arc<binding::Context>, shutdown: Cancellatio
         bindings.reporter.clone(),
         bindings.settings.sync.clone(),
         bindings.syncers.clone(),
+        bindings.outcomes.clone(),
     );
     tokio::join!(
         binding::run(bindings, shutdown.clone()),

@@ -152,12 +152,17 @@ pub struct BindingStatus {
     /// One entry per bound API.
     #[serde(default, rename = "boundAPIs", skip_serializing_if = "Vec::is_empty")]
     pub bound_apis: Vec<BoundApi>,
-    /// Ready, Synced, Conflicts, PermissionDenied.
+    /// Ready, Synced, Conflicts, PermissionDenied, RelatedResourcesSynced, Drained,
+    /// TeardownFailed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
     /// The generation this status was computed for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// Instances in this binding's scope whose provider target belongs to someone else, over
+    /// all bound APIs (the per-API counts are in `boundAPIs`).
+    #[serde(default)]
+    pub conflict_count: i64,
 }
 
 /// The state of one bound API.

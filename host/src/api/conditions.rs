@@ -20,6 +20,10 @@ pub enum ConditionType {
     Conflicts,
     /// The instances of APIs a binding stopped covering were drained through the provider.
     Drained,
+    /// A binding's related Secrets/ConfigMaps were copied (and stale copies removed).
+    RelatedResourcesSynced,
+    /// The last teardown attempt of a deleting binding failed; it is retried.
+    TeardownFailed,
 }
 
 impl ConditionType {
@@ -34,12 +38,15 @@ impl ConditionType {
             Self::Synced => "Synced",
             Self::Conflicts => "Conflicts",
             Self::Drained => "Drained",
+            Self::RelatedResourcesSynced => "RelatedResourcesSynced",
+            Self::TeardownFailed => "TeardownFailed",
         }
     }
 }
 
-/// Condition reasons. Each names one case an operator has to tell apart.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// Condition reasons. Each names one case an operator has to tell apart. Ordered as declared,
+/// so summaries keyed by reason list them in a stable order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Reason {
     /// Everything is as it should be.
     AsExpected,
@@ -98,6 +105,12 @@ pub enum Reason {
     CRDNotManaged,
     /// The binding's namespace does not match its Connection's `bindingNamespaceSelector`.
     NamespaceNotAllowed,
+    /// A related Secret/ConfigMap copy could not be listed, written or deleted for another
+    /// reason than RBAC or an unreachable cluster.
+    CopyFailed,
+    /// A delete or finalizer release a binding's teardown needs failed for another reason than
+    /// RBAC or an unreachable cluster.
+    DeleteFailed,
 }
 
 impl Reason {
@@ -131,6 +144,8 @@ impl Reason {
             Self::NoProviderClient => "NoProviderClient",
             Self::CRDNotManaged => "CRDNotManaged",
             Self::NamespaceNotAllowed => "NamespaceNotAllowed",
+            Self::CopyFailed => "CopyFailed",
+            Self::DeleteFailed => "DeleteFailed",
         }
     }
 }

@@ -5,16 +5,25 @@
 //! Connection ──(Ready)──▶ engagement registry ─────────────┐
 //!                                                          ▼
 //! Binding / ClusterBinding ──▶ controller ──▶ index ──▶ syncer supervisor ──▶ syncers
-//!                                  │                         (crate::sync)
-//!                                  └──▶ status: Ready, boundAPIs[].conflictCount, Conflicts
+//!                                  ▲  │                      (crate::sync)          │
+//!                                  │  │                                             ▼
+//!                                  │  │          instance outcomes (crate::sync::outcomes)
+//!                                  │  └──▶ status: Ready, Synced, Conflicts, PermissionDenied,
+//!                                  │       conflictCount ◀── summary of the binding's scope
+//!                                  └────── summary changed (triggers) ◀────────────┘
 //! ```
 //!
 //! - [`controller`]: the reconcile shared by both kinds (finalizer `core.kbind.io/cleanup`).
+//! - [`facts`]: what readiness is judged on (Connection, engagement, consumer CRDs, pins).
 //! - [`readiness`]: when a binding is Ready, and the reason when it is not.
 //! - [`namespaces`]: which namespaces may bind through a Connection.
 //! - [`schema`]: installing consumer CRDs for `pullPolicy: Bound`.
 //! - [`index`]: which binding selects which instance, under which conflict policy.
 //! - [`status`]: building the status value and deciding whether it changed.
+//! - [`summary`]: the instance conditions (Synced, Conflicts, PermissionDenied) from the sync
+//!   engine's outcomes; [`triggers`]: reconciling when they change.
+//! - [`failure`]: related-resource and teardown failures as conditions.
+//! - [`events`]: Events for conditions that changed state.
 //! - [`related`]: copying related Secrets/ConfigMaps through the related-selection policy.
 //! - [`related_guard`]: the namespaces and Secret types related copies may touch.
 //! - [`teardown`]: what deleting a binding, or dropping an API from it, cleans up.
@@ -25,13 +34,18 @@
 
 pub mod controller;
 pub mod drain_provider;
+pub mod events;
+pub mod facts;
+pub mod failure;
 pub mod namespaces;
 pub mod readiness;
 pub mod related;
 pub mod related_guard;
 pub mod schema;
 pub mod status;
+pub mod summary;
 pub mod teardown;
+pub mod triggers;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -47,7 +61,7 @@ use crate::backoff::Backoff;
 use crate::policy::Policies;
 use crate::registry::{Engagements, SharedIndex};
 use crate::schema::AppliedSchemas;
-use crate::sync::{RunningSyncers, SyncSettings};
+use crate::sync::{Outcomes, RunningSyncers, SyncSettings};
 
 use related_guard::RelatedGuard;
 
@@ -83,15 +97,6 @@ pub enum Error {
     ReadCrd {
         /// The CRD (API) name.
         name: String,
-        /// What the consumer said.
-        #[source]
-        source: kube::Error,
-    },
-    /// Listing instances to count conflict annotations.
-    #[error("counting conflicts of {api}: {source}")]
-    CountConflicts {
-        /// The API.
-        api: String,
         /// What the consumer said.
         #[source]
         source: kube::Error,
@@ -249,6 +254,8 @@ pub struct Context {
     /// Which consumer CRDs were applied from which provider schema, so an unchanged one is
     /// not applied again.
     pub applied_schemas: AppliedSchemas,
+    /// What the syncers' last reconcile of each instance came to (written by the sync engine).
+    pub outcomes: Outcomes,
     failures: Backoff<String>,
     recorder: Recorder,
 }
@@ -290,6 +297,7 @@ impl Context {
             ),
             syncers: RunningSyncers::default(),
             applied_schemas: AppliedSchemas::default(),
+            outcomes: Outcomes::default(),
             settings,
         }
     }
@@ -303,7 +311,12 @@ impl Context {
             action: "Reconcile".into(),
             secondary: None,
         };
-        if let Err(error) = self.recorder.publish(&event, binding).await {
+        self.publish(&event, binding).await;
+    }
+
+    /// Publishes an Event on a binding; a failure to publish is only logged.
+    pub(crate) async fn publish(&self, event: &Event, binding: &ObjectReference) {
+        if let Err(error) = self.recorder.publish(event, binding).await {
             tracing::warn!(%error, "publishing an Event failed");
         }
     }
@@ -335,15 +348,6 @@ mod tests {
         assert!(
             read.to_string()
                 .starts_with("reading CustomResourceDefinition widgets.example.org")
-        );
-        let count = Error::CountConflicts {
-            api: "widgets.example.org".into(),
-            source: api_error(),
-        };
-        assert!(
-            count
-                .to_string()
-                .starts_with("counting conflicts of widgets.example.org")
         );
         assert!(
             Error::ReadConnection(api_error())

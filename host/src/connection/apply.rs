@@ -1,4 +1,13 @@
-//! The non-deleting path of a Connection, step by step as the spec's first flowchart draws it.
+//! The non-deleting path of a Connection, step by step as the spec's first flowchart draws it:
+//!
+//! ```text
+//! secret (SecretValid) ─▶ identities (Connected) ─▶ discover (PermissionDenied, exportedAPIs)
+//!   ─▶ refused installs ─▶ install schemas (SchemaInSync) ─▶ autoBind ─▶ heartbeat ─▶ Ready
+//! ```
+//!
+//! A phase that cannot go on sets its condition and `Ready=False` with its reason and stops the
+//! run ([`Stop`]); the status is persisted either way, and Events follow from the conditions
+//! that changed (`super::events`).
 
 use std::collections::BTreeMap;
 
@@ -20,9 +29,9 @@ use crate::provider::kubeconfig::{self, ProviderCredentials};
 use crate::registry::Engagement;
 use crate::schema::{self, Refusal, Target, ownership};
 
-/// Reconciles a non-deleting Connection.
+/// Reconciles a non-deleting Connection: the phases of the spec's flowchart, each setting its
+/// condition; a phase that fails ends the reconcile with the status persisted.
 pub(super) async fn apply(connection: &Connection, ctx: &Context) -> Result<Action> {
-    let name = connection.name_any();
     let generation = connection.metadata.generation;
     let mut status = connection.status.clone().unwrap_or_default();
     status.observed_generation = generation;
@@ -32,119 +41,21 @@ pub(super) async fn apply(connection: &Connection, ctx: &Context) -> Result<Acti
         status,
         generation,
     };
-
-    // Credentials: the Secret must be in the designated namespace and hold a usable kubeconfig.
-    let reference = &connection.spec.kubeconfig_secret_ref;
-    let credentials = match step.credentials().await? {
-        Ok(credentials) => credentials,
-        Err(error) => {
-            let (reason, message) = (error.reason(), error.to_string());
-            step.set(Desired::falsy(
-                ConditionType::SecretValid,
-                reason,
-                message.clone(),
-            ));
-            return step.not_ready(reason, message).await;
-        }
-    };
-    step.set(Desired::truthy(
-        ConditionType::SecretValid,
-        Reason::AsExpected,
-        format!(
-            "Secret {}/{} holds a usable kubeconfig",
-            reference.namespace, reference.name
-        ),
-    ));
-
-    // Identities: read both, pin on first success, refuse a different cluster afterwards.
-    let Some((provider_uid, consumer_uid)) = step.identities(&credentials).await? else {
-        return step.settle().await;
-    };
-
-    // Discovery per schema.source.
-    let discovered = match discovery::discover(&credentials.client, connection.spec.schema.source)
-        .await
-    {
-        Ok(discovered) => discovered,
-        Err(error) if error.is_forbidden() => {
-            let message = format!(
-                "{error}; grant the provider credentials discovery access (see the konnector RBAC docs)"
-            );
-            step.set(Desired::truthy(
-                ConditionType::PermissionDenied,
-                Reason::Forbidden,
-                message.clone(),
-            ));
-            return step.not_ready(Reason::Forbidden, message).await;
-        }
-        Err(error) => return step.fail(error.into()).await,
-    };
-    step.set(Desired::falsy(
-        ConditionType::PermissionDenied,
-        Reason::AsExpected,
-        "the provider credentials may read what the konnector needs",
-    ));
-    step.status.active_schema_source = Some(discovered.source.as_str().to_string());
-    step.status.exported_apis = discovered.apis.clone();
-
-    // Which exported APIs kbind may not install for this Connection (a consumer CRD it does
-    // not manage); only needed where the Connection itself installs or binds.
-    let refused =
-        if connection.spec.auto_bind || connection.spec.schema.pull_policy == PullPolicy::All {
-            match refused_installs(&ctx.client, &name, &discovered.apis).await {
-                Ok(refused) => refused,
-                Err(error) => return step.fail(error).await,
-            }
-        } else {
-            BTreeMap::new()
-        };
-    step.install_schemas(&credentials, &discovered, &refused)
-        .await;
-
-    if connection.spec.auto_bind {
-        // autoBind never lists an API whose install was refused: its teardown would otherwise
-        // reach a CRD kbind does not own.
-        let bindable: Vec<ExportedApi> = discovered
-            .apis
-            .iter()
-            .filter(|api| !refused.contains_key(&api.name))
-            .cloned()
-            .collect();
-        if let Err(error) = autobind::sync(ctx, connection, &bindable).await {
-            return step.fail(error).await;
-        }
+    match step.run().await {
+        Ok(()) | Err(Stop::Settle) => step.settle().await,
+        Err(Stop::Fail(error)) => step.fail(error).await,
+        Err(Stop::Retry(error)) => Err(error),
     }
+}
 
-    // Heartbeat: best-effort, never blocks Ready.
-    let location = LeaseLocation::new(
-        &name,
-        &consumer_uid,
-        credentials.context_namespace.as_deref(),
-    );
-    if let Err(error) = heartbeat::renew(&credentials.client, &location, &name, &consumer_uid).await
-    {
-        warn!(connection = %name, %error, "heartbeat not renewed");
-    }
-
-    step.set(Desired::truthy(
-        ConditionType::Ready,
-        Reason::AsExpected,
-        format!(
-            "connected to provider cluster {provider_uid}; {} API(s) exported",
-            discovered.apis.len()
-        ),
-    ));
-    let engaged = ctx.engagements.engage(Engagement {
-        connection: name.clone(),
-        provider: credentials.client.clone(),
-        provider_uid,
-        consumer_uid,
-        exported: discovered.apis,
-        credentials_digest: credentials.digest.clone(),
-        epoch: 0,
-    });
-    info!(connection = %name, epoch = engaged.epoch, "connection ready");
-    step.settle().await
+/// Why the phases stopped before Ready.
+enum Stop {
+    /// The Connection is not Ready and its status says why: persist it, requeue after resync.
+    Settle,
+    /// A failure to retry with backoff, after persisting what was learned so far.
+    Fail(Error),
+    /// A consumer read failed before anything was learned: retry with backoff.
+    Retry(Error),
 }
 
 /// The state threaded through the steps of one reconcile.
@@ -156,8 +67,164 @@ struct Steps<'a> {
 }
 
 impl Steps<'_> {
+    /// The non-deleting flow, in the spec's order.
+    async fn run(&mut self) -> Result<(), Stop> {
+        let credentials = self.secret().await?;
+        let (provider_uid, consumer_uid) = self.identities(&credentials).await?;
+        let discovered = self.discover(&credentials).await?;
+        let refused = self.refused_installs(&discovered).await?;
+        self.install_schemas(&credentials, &discovered, &refused)
+            .await;
+        self.auto_bind(&discovered, &refused).await?;
+        self.heartbeat(&credentials, &consumer_uid).await;
+        self.ready(credentials, provider_uid, consumer_uid, discovered);
+        Ok(())
+    }
+
     fn set(&mut self, desired: Desired) {
         conditions::set(&mut self.status.conditions, desired, self.generation);
+    }
+
+    /// Credentials: the Secret must be in the designated namespace and hold a usable
+    /// kubeconfig (SecretValid).
+    async fn secret(&mut self) -> Result<ProviderCredentials, Stop> {
+        let connection = self.connection;
+        let reference = &connection.spec.kubeconfig_secret_ref;
+        match self.credentials().await.map_err(Stop::Retry)? {
+            Ok(credentials) => {
+                self.set(Desired::truthy(
+                    ConditionType::SecretValid,
+                    Reason::AsExpected,
+                    format!(
+                        "Secret {}/{} holds a usable kubeconfig",
+                        reference.namespace, reference.name
+                    ),
+                ));
+                Ok(credentials)
+            }
+            Err(error) => {
+                let (reason, message) = (error.reason(), error.to_string());
+                self.set(Desired::falsy(
+                    ConditionType::SecretValid,
+                    reason,
+                    message.clone(),
+                ));
+                Err(self.not_ready(reason, message))
+            }
+        }
+    }
+
+    /// Discovery per `schema.source`; an RBAC denial is PermissionDenied, anything else is
+    /// retried.
+    async fn discover(&mut self, credentials: &ProviderCredentials) -> Result<Discovered, Stop> {
+        let source = self.connection.spec.schema.source;
+        let discovered = match discovery::discover(&credentials.client, source).await {
+            Ok(discovered) => discovered,
+            Err(error) if error.is_forbidden() => {
+                let message = format!(
+                    "{error}; grant the provider credentials discovery access (see the konnector RBAC docs)"
+                );
+                self.set(Desired::truthy(
+                    ConditionType::PermissionDenied,
+                    Reason::Forbidden,
+                    message.clone(),
+                ));
+                return Err(self.not_ready(Reason::Forbidden, message));
+            }
+            Err(error) => return Err(Stop::Fail(error.into())),
+        };
+        self.set(Desired::falsy(
+            ConditionType::PermissionDenied,
+            Reason::AsExpected,
+            "the provider credentials may read what the konnector needs",
+        ));
+        self.status.active_schema_source = Some(discovered.source.as_str().to_string());
+        self.status.exported_apis = discovered.apis.clone();
+        Ok(discovered)
+    }
+
+    /// Which exported APIs kbind may not install for this Connection (a consumer CRD it does
+    /// not manage); only needed where the Connection itself installs or binds.
+    async fn refused_installs(
+        &self,
+        discovered: &Discovered,
+    ) -> Result<BTreeMap<String, Refusal>, Stop> {
+        let spec = &self.connection.spec;
+        if !spec.auto_bind && spec.schema.pull_policy != PullPolicy::All {
+            return Ok(BTreeMap::new());
+        }
+        refused_installs(
+            &self.ctx.client,
+            &self.connection.name_any(),
+            &discovered.apis,
+        )
+        .await
+        .map_err(Stop::Fail)
+    }
+
+    /// autoBind: the managed ClusterBinding lists every exported API whose install was not
+    /// refused (its teardown would otherwise reach a CRD kbind does not own).
+    async fn auto_bind(
+        &self,
+        discovered: &Discovered,
+        refused: &BTreeMap<String, Refusal>,
+    ) -> Result<(), Stop> {
+        if !self.connection.spec.auto_bind {
+            return Ok(());
+        }
+        let bindable: Vec<ExportedApi> = discovered
+            .apis
+            .iter()
+            .filter(|api| !refused.contains_key(&api.name))
+            .cloned()
+            .collect();
+        autobind::sync(self.ctx, self.connection, &bindable)
+            .await
+            .map_err(Stop::Fail)
+    }
+
+    /// Heartbeat: best-effort, never blocks Ready.
+    async fn heartbeat(&self, credentials: &ProviderCredentials, consumer_uid: &str) {
+        let name = self.connection.name_any();
+        let location = LeaseLocation::new(
+            &name,
+            consumer_uid,
+            credentials.context_namespace.as_deref(),
+        );
+        if let Err(error) =
+            heartbeat::renew(&credentials.client, &location, &name, consumer_uid).await
+        {
+            warn!(connection = %name, %error, "heartbeat not renewed");
+        }
+    }
+
+    /// Ready=True, and the provider client engaged for the binding and sync machinery.
+    fn ready(
+        &mut self,
+        credentials: ProviderCredentials,
+        provider_uid: String,
+        consumer_uid: String,
+        discovered: Discovered,
+    ) {
+        let name = self.connection.name_any();
+        self.set(Desired::truthy(
+            ConditionType::Ready,
+            Reason::AsExpected,
+            format!(
+                "connected to provider cluster {provider_uid}; {} API(s) exported",
+                discovered.apis.len()
+            ),
+        ));
+        let engaged = self.ctx.engagements.engage(Engagement {
+            connection: name.clone(),
+            provider: credentials.client,
+            provider_uid,
+            consumer_uid,
+            exported: discovered.apis,
+            credentials_digest: credentials.digest,
+            epoch: 0,
+        });
+        info!(connection = %name, epoch = engaged.epoch, "connection ready");
     }
 
     /// Loads the Secret (placing its cleanup finalizer) and builds the provider client.
@@ -198,24 +265,19 @@ impl Steps<'_> {
         }))
     }
 
-    /// Reads and checks both identities. `None` means the reconcile settled on a failure.
+    /// Identities: read both, pin on first success, refuse a different cluster afterwards
+    /// (Connected).
     async fn identities(
         &mut self,
         credentials: &ProviderCredentials,
-    ) -> Result<Option<(String, String)>> {
+    ) -> Result<(String, String), Stop> {
         let provider_uid = match identity::cluster_uid(&credentials.client).await {
             Ok(uid) => uid,
-            Err(error) => {
-                self.identity_failed("provider", error).await?;
-                return Ok(None);
-            }
+            Err(error) => return Err(self.identity_failed("provider", error)),
         };
         let consumer_uid = match identity::cluster_uid(&self.ctx.client).await {
             Ok(uid) => uid,
-            Err(error) => {
-                self.identity_failed("consumer", error).await?;
-                return Ok(None);
-            }
+            Err(error) => return Err(self.identity_failed("consumer", error)),
         };
         for (side, pinned, observed) in [
             (
@@ -239,16 +301,7 @@ impl Steps<'_> {
                     Reason::ClusterIdentityChanged,
                     message.clone(),
                 ));
-                self.ctx
-                    .warn(
-                        self.connection,
-                        Reason::ClusterIdentityChanged.as_str(),
-                        message.clone(),
-                    )
-                    .await;
-                self.not_ready(Reason::ClusterIdentityChanged, message)
-                    .await?;
-                return Ok(None);
+                return Err(self.not_ready(Reason::ClusterIdentityChanged, message));
             }
         }
         self.status.remote_cluster_uid = Some(provider_uid.clone());
@@ -258,13 +311,13 @@ impl Steps<'_> {
             Reason::AsExpected,
             format!("provider cluster {provider_uid}, consumer cluster {consumer_uid}"),
         ));
-        Ok(Some((provider_uid, consumer_uid)))
+        Ok((provider_uid, consumer_uid))
     }
 
-    async fn identity_failed(&mut self, side: &str, error: IdentityError) -> Result<()> {
+    fn identity_failed(&mut self, side: &str, error: IdentityError) -> Stop {
+        let message = format!("{side}: {error}");
         match error {
             IdentityError::Forbidden { .. } => {
-                let message = format!("{side}: {error}");
                 self.set(Desired::truthy(
                     ConditionType::PermissionDenied,
                     Reason::Forbidden,
@@ -275,34 +328,25 @@ impl Steps<'_> {
                     Reason::Forbidden,
                     message.clone(),
                 ));
-                self.not_ready(Reason::Forbidden, message).await.map(drop)
+                self.not_ready(Reason::Forbidden, message)
             }
             IdentityError::Missing { .. } => {
-                let message = format!("{side}: {error}");
                 self.set(Desired::falsy(
                     ConditionType::Connected,
                     Reason::IdentityUnavailable,
                     message.clone(),
                 ));
                 self.not_ready(Reason::IdentityUnavailable, message)
-                    .await
-                    .map(drop)
             }
             IdentityError::Read { .. } => {
-                let message = format!("{side}: {error}; retrying");
+                let message = format!("{message}; retrying");
                 self.set(Desired::falsy(
                     ConditionType::Connected,
                     Reason::ProviderUnreachable,
                     message.clone(),
                 ));
-                self.set(Desired::falsy(
-                    ConditionType::Ready,
-                    Reason::ProviderUnreachable,
-                    message,
-                ));
-                self.ctx.engagements.disengage(&self.connection.name_any());
-                persist_status(self.ctx, self.connection, self.status.clone()).await?;
-                Err(error.into())
+                self.not_ready(Reason::ProviderUnreachable, message);
+                Stop::Fail(error.into())
             }
         }
     }
@@ -357,15 +401,7 @@ impl Steps<'_> {
                 format!("{refusal} (left out of schema installation and autoBind)")
             }))
             .collect();
-        if !refusals.is_empty() {
-            self.ctx
-                .warn(
-                    self.connection,
-                    Reason::CRDNotManaged.as_str(),
-                    refusals.join("; "),
-                )
-                .await;
-        }
+        // Warning Events follow from SchemaInSync changing state (see `super::events`).
         if !failures.is_empty() {
             let message = failures
                 .iter()
@@ -373,13 +409,6 @@ impl Steps<'_> {
                 .cloned()
                 .collect::<Vec<_>>()
                 .join("; ");
-            self.ctx
-                .warn(
-                    self.connection,
-                    Reason::SchemaInstallFailed.as_str(),
-                    failures.join("; "),
-                )
-                .await;
             self.set(Desired::falsy(
                 ConditionType::SchemaInSync,
                 Reason::SchemaInstallFailed,
@@ -413,11 +442,11 @@ impl Steps<'_> {
         }
     }
 
-    /// Marks the Connection not Ready, disengages it and persists; requeued after resync.
-    async fn not_ready(&mut self, reason: Reason, message: String) -> Result<Action> {
+    /// Marks the Connection not Ready and disengages it; the reconcile then settles.
+    fn not_ready(&mut self, reason: Reason, message: String) -> Stop {
         self.set(Desired::falsy(ConditionType::Ready, reason, message));
         self.ctx.engagements.disengage(&self.connection.name_any());
-        self.settle().await
+        Stop::Settle
     }
 
     /// Persists what was learned so far and returns the error for a backoff retry.

@@ -9,11 +9,14 @@
 //! ```
 //!
 //! Each failing step sets its condition with a reason, disengages the provider, persists
-//! the status and stops; see `apply`. Deletion is in `cleanup`.
+//! the status and stops; see `apply`. Deletion is in `cleanup`. Persisting a status that
+//! changed state publishes the Events that tell the operator (`events`): a Warning per failure
+//! reason, a Normal one on becoming Ready.
 
 mod apply;
 mod autobind;
 mod cleanup;
+mod events;
 mod secret;
 
 use std::sync::Arc;
@@ -117,9 +120,13 @@ impl Context {
             action: "Reconcile".into(),
             secondary: None,
         };
+        self.publish(connection, &event).await;
+    }
+
+    async fn publish(&self, connection: &Connection, event: &Event) {
         if let Err(error) = self
             .recorder
-            .publish(&event, &connection.object_ref(&()))
+            .publish(event, &connection.object_ref(&()))
             .await
         {
             warn!(%error, "publishing an Event failed");
@@ -237,7 +244,8 @@ fn error_policy(
     Action::requeue(delay)
 }
 
-/// Writes the status through the status subresource when it differs from what is stored.
+/// Writes the status through the status subresource when it differs from what is stored, then
+/// publishes the Events for the conditions that changed state.
 async fn persist_status(
     ctx: &Context,
     connection: &Connection,
@@ -260,6 +268,15 @@ async fn persist_status(
     .await
     .map_err(Error::WriteStatus)?;
     info!(connection = %connection.name_any(), "status updated");
+    let before = connection
+        .status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
+    for announcement in events::announcements(before, &status.conditions) {
+        ctx.publish(connection, &announcement.event("Reconcile"))
+            .await;
+    }
     Ok(())
 }
 

@@ -24,7 +24,7 @@ use crate::api::Reason;
 use crate::api::names::{DELETION_POLICY_ANNOTATION, DELETION_POLICY_ORPHAN, SYNCER_FINALIZER};
 
 use super::conflict::owned_by;
-use super::reconcile::publish;
+use super::report::publish;
 use super::syncer::SyncContext;
 use super::{Error, Result};
 use crate::k8s::{ApiErrorExt, remove_finalizer};

@@ -71,6 +71,17 @@ pub fn keeps_synced(status: Option<&Value>) -> bool {
     conditions(status).any(|c| c["type"] == ConditionType::Synced.as_str())
 }
 
+/// Whether `status` already carries kbind's `Synced=False` with this reason and message: the
+/// failure was reported before, and its Warning Event need not be published again.
+pub fn already_says(status: Option<&Value>, reason: Reason, message: &str) -> bool {
+    conditions(status).any(|c| {
+        c["type"] == ConditionType::Synced.as_str()
+            && c["status"] == "False"
+            && c["reason"] == reason.as_str()
+            && c["message"] == message
+    })
+}
+
 fn conditions(status: Option<&Value>) -> impl Iterator<Item = &Value> {
     status
         .and_then(|s| s.get("conditions"))
@@ -262,6 +273,38 @@ mod tests {
             status["conditions"][0]["lastTransitionTime"],
             "2020-01-01T00:00:00Z"
         );
+    }
+
+    #[test]
+    fn a_reported_failure_is_recognised_by_reason_and_message() {
+        let c = object(json!({ "spec": {} }));
+        let failed = Synced::False {
+            reason: Reason::Forbidden,
+            message: "grant create",
+        };
+        let status = written(instance_status(&c, &ar(), None, Some(failed)));
+        assert!(already_says(
+            Some(&status),
+            Reason::Forbidden,
+            "grant create"
+        ));
+        assert!(!already_says(
+            Some(&status),
+            Reason::Forbidden,
+            "another message"
+        ));
+        assert!(!already_says(
+            Some(&status),
+            Reason::ProviderRejected,
+            "grant create"
+        ));
+        let status = written(instance_status(&c, &ar(), None, Some(IN_SYNC)));
+        assert!(!already_says(
+            Some(&status),
+            Reason::Forbidden,
+            "grant create"
+        ));
+        assert!(!already_says(None, Reason::Forbidden, "grant create"));
     }
 
     #[test]

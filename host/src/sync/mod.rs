@@ -17,6 +17,8 @@
 //!   object, which gives deduplication, bounded concurrency and no per-object tasks.
 //! - [`reconcile`] and [`delete`] are the per-object logic; [`desired`] and [`conflict`] are
 //!   the pure parts they are built from.
+//! - [`outcomes`] is where every reconcile leaves what it came to (in sync, conflict, failure
+//!   reason), for the binding controllers to summarise without listing instances.
 //!
 //! Losing a provider deletes nothing: syncers stop, finalizers stay, objects stay.
 
@@ -26,13 +28,16 @@ pub mod delete;
 pub mod desired;
 pub mod fields;
 pub mod instance_status;
+pub mod outcomes;
 mod recent;
 pub mod reconcile;
+mod report;
 pub mod supervisor;
 pub mod syncer;
 
 use std::time::Duration;
 
+pub use outcomes::{Outcome, Outcomes, Summary};
 pub use supervisor::{RunningSyncers, Supervisor};
 
 use crate::api::names::SYNCER_FINALIZER;

@@ -16,28 +16,27 @@
 //! conflict annotation cleared when the conflict is gone
 //! ```
 //!
-//! Deleting instances is in [`super::delete`].
+//! What the instance is told (conditions, annotation, Events, the outcome registry) is in
+//! [`super::report`]; deleting instances is in [`super::delete`].
 
 use std::sync::Arc;
 use std::time::Instant;
 
+use kube::ResourceExt;
 use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType};
-use kube::{Resource, ResourceExt};
 use serde_json::json;
-use tracing::{debug, info, instrument, warn};
+use tracing::{debug, info, instrument};
 
-use crate::api::names::{CONFLICT_ANNOTATION, FIELD_MANAGER, SYNCER_FINALIZER};
-use crate::api::{ConflictPolicy, Reason};
-use crate::policy::{ConflictDecision, ConflictReason};
+use crate::api::ConflictPolicy;
+use crate::api::names::{FIELD_MANAGER, SYNCER_FINALIZER};
+use crate::policy::ConflictDecision;
 use crate::telemetry::{ApiLabels, metrics};
 
-use super::conflict::{conflict_annotation_value, conflict_input};
-use super::instance_status::{Synced, instance_status, keeps_synced};
+use super::conflict::conflict_input;
 use super::syncer::SyncContext;
 use super::{Error, Result};
-use super::{desired, fields};
+use super::{desired, fields, report};
 use crate::k8s::{ApiErrorExt, NamespaceState, ensure_namespace};
 
 /// Reconciles one consumer instance. Wired into the syncer's controller.
@@ -49,8 +48,9 @@ use crate::k8s::{ApiErrorExt, NamespaceState, ensure_namespace};
 ))]
 pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<SyncContext>) -> Result<Action> {
     let action = reconcile_inner(&obj, &ctx).await;
-    if action.is_ok() {
-        ctx.forget_failures(&obj);
+    match &action {
+        Ok(_) => ctx.forget_failures(&obj),
+        Err(_) => ctx.attempted(&obj),
     }
     action
 }
@@ -60,6 +60,8 @@ async fn reconcile_inner(obj: &DynamicObject, ctx: &SyncContext) -> Result<Actio
     let namespace = obj.metadata.namespace.as_deref();
     let has_finalizer = obj.finalizers().iter().any(|f| f == SYNCER_FINALIZER);
     if obj.metadata.deletion_timestamp.is_some() {
+        // A deleting instance is no longer one a binding waits on to be in sync.
+        ctx.forget_outcome(obj);
         // A finalizer means this engine once wrote to the provider and owes the cleanup,
         // whether or not a binding still selects the object.
         return if has_finalizer {
@@ -73,6 +75,7 @@ async fn reconcile_inner(obj: &DynamicObject, ctx: &SyncContext) -> Result<Actio
         .read(|i| i.covering(&ctx.connection, &ctx.api, namespace))
     else {
         debug!("not selected by any Ready binding");
+        ctx.forget_outcome(obj);
         return Ok(Action::await_change());
     };
     let uid = obj.metadata.uid.as_deref().ok_or(Error::MissingIdentity)?;
@@ -90,7 +93,7 @@ async fn reconcile_inner(obj: &DynamicObject, ctx: &SyncContext) -> Result<Actio
         // write triggered): whatever a policy answered, nothing would be written, so
         // neither the provider nor the policy is asked.
         debug!("provider copy already matches");
-        finish(obj, ctx, copy).await?;
+        report::in_sync(obj, ctx, copy).await?;
         return Ok(Action::requeue(ctx.settings.resync_interval));
     }
     // Spec: "The engine places core.kbind.io/syncer on the consumer instance before its
@@ -116,7 +119,7 @@ async fn reconcile_inner(obj: &DynamicObject, ctx: &SyncContext) -> Result<Actio
             copy
         }
     };
-    finish(obj, ctx, &copy).await?;
+    report::in_sync(obj, ctx, &copy).await?;
     Ok(Action::requeue(ctx.settings.resync_interval))
 }
 
@@ -154,17 +157,17 @@ async fn decide_and_write(
                 if target.is_some() {
                     continue;
                 }
-                report_policy_failure(obj, ctx, &e.to_string()).await;
+                report::policy_failed(obj, ctx, &e.to_string()).await;
                 return Err(Error::DecideConflict(e));
             }
             Err(e) => {
-                report_policy_failure(obj, ctx, &e.to_string()).await;
+                report::policy_failed(obj, ctx, &e.to_string()).await;
                 return Err(Error::DecideConflict(e));
             }
         };
         let written = match (decision, target.as_ref()) {
             (ConflictDecision::Conflict { reason, message }, _) => {
-                mark_conflict(obj, ctx, reason, &message).await?;
+                report::conflict(obj, ctx, reason, &message).await?;
                 return Ok(Outcome::Conflict);
             }
             (ConflictDecision::Create, Some(_)) => {
@@ -211,99 +214,12 @@ async fn decide_and_write(
                 ctx.recent_writes
                     .forget(obj.metadata.namespace.as_deref(), &obj.name_any());
                 if let Error::ApplyToProvider(inner) | Error::CreateOnProvider(inner) = &e {
-                    write_failed(obj, ctx, inner).await;
+                    report::write_failed(obj, ctx, inner).await;
                 }
                 return Err(e);
             }
         }
     }
-}
-
-/// What a failed provider write teaches: a vanished namespace is created again next time; a
-/// copy the provider refuses (invalid against its schema, too large) cannot succeed until
-/// the consumer object changes, so the object itself says why.
-async fn write_failed(obj: &DynamicObject, ctx: &SyncContext, error: &kube::Error) {
-    match obj.metadata.namespace.as_deref() {
-        Some(ns) if error.is_not_found() => ctx.forget_provider_namespace(ns),
-        _ if rejected_by_provider(error) => report_rejected(obj, ctx, error).await,
-        _ if error.is_forbidden() => {
-            let message = format!(
-                "the provider credentials may not write {} copies: grant create/patch on them to \
-                 the Connection's provider identity (see `kubectl kbind provider-rbac`)",
-                ctx.api
-            );
-            warn!(message, "provider refused the write");
-            publish(
-                ctx,
-                obj,
-                EventType::Warning,
-                Reason::Forbidden,
-                "Sync",
-                &message,
-            )
-            .await;
-            set_synced_failure(obj, ctx, Reason::Forbidden, &message).await;
-        }
-        _ => {}
-    }
-}
-
-/// After a successful write (or a skipped one): clear a resolved conflict, then copy the
-/// provider status and say `Synced=True` for this generation, in one status write (none when
-/// the instance already says all that).
-async fn finish(obj: &DynamicObject, ctx: &SyncContext, copy: &DynamicObject) -> Result<()> {
-    if obj.annotations().contains_key(CONFLICT_ANNOTATION) {
-        clear_conflict(obj, ctx).await?;
-    }
-    let synced = Synced::True {
-        generation: obj.metadata.generation,
-    };
-    write_status(obj, ctx, Some(copy), synced)
-        .await
-        .map_err(Error::CopyStatus)
-}
-
-/// Writes the instance status from [`instance_status`]; learns once per syncer when the API's
-/// schema prunes the `Synced` condition, and then stops writing it.
-async fn write_status(
-    obj: &DynamicObject,
-    ctx: &SyncContext,
-    provider: Option<&DynamicObject>,
-    synced: Synced<'_>,
-) -> Result<(), kube::Error> {
-    if !ctx.target.status_subresource {
-        return Ok(());
-    }
-    let synced = (!ctx.conditions_pruned()).then_some(synced);
-    let Some(body) = instance_status(obj, &ctx.ar, provider, synced) else {
-        return Ok(());
-    };
-    let api = ctx.consumer_api(obj.metadata.namespace.as_deref());
-    let params = PatchParams::apply(FIELD_MANAGER).force();
-    let stored = match api
-        .patch_status(&obj.name_any(), &params, &Patch::Apply(&body))
-        .await
-    {
-        Ok(stored) => stored,
-        // A status schema without `conditions` makes server-side apply refuse the whole
-        // body; the status copy must not depend on kbind's condition, so write it without.
-        Err(e) if synced.is_some() && rejected_by_provider(&e) => {
-            debug!(error = %e, "the API's status schema has no conditions; Synced is not written");
-            ctx.set_conditions_pruned();
-            let Some(body) = instance_status(obj, &ctx.ar, provider, None) else {
-                return Ok(());
-            };
-            api.patch_status(&obj.name_any(), &params, &Patch::Apply(&body))
-                .await?
-        }
-        Err(e) => return Err(e),
-    };
-    if synced.is_some() && !keeps_synced(stored.data.get("status")) {
-        debug!("the API's status schema prunes conditions; Synced is not written");
-        ctx.set_conditions_pruned();
-    }
-    debug!("instance status written");
-    Ok(())
 }
 
 /// Creates the provider copy where the cache has none. A create, not an apply: it fails with
@@ -424,139 +340,6 @@ async fn add_finalizer(obj: &DynamicObject, ctx: &SyncContext) -> Result<()> {
     .await
     .map_err(Error::AddFinalizer)?;
     Ok(())
-}
-
-/// Conflict: the durable annotation, a Warning Event when the conflict is new or changed, and
-/// the best-effort `Synced=False` condition. Nothing is written to the provider.
-async fn mark_conflict(
-    obj: &DynamicObject,
-    ctx: &SyncContext,
-    reason: ConflictReason,
-    message: &str,
-) -> Result<()> {
-    let value = conflict_annotation_value(reason, message);
-    let reason = Reason::from(reason);
-    if obj.annotations().get(CONFLICT_ANNOTATION) == Some(&value) {
-        return Ok(());
-    }
-    warn!(
-        reason = reason.as_str(),
-        message, "provider target conflict"
-    );
-    metrics()
-        .conflicts
-        .get_or_create(&ApiLabels {
-            api: ctx.api.clone(),
-        })
-        .inc();
-    let api = ctx.consumer_api(obj.metadata.namespace.as_deref());
-    let patch = json!({ "metadata": { "annotations": { CONFLICT_ANNOTATION: value } } });
-    api.patch(
-        &obj.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(&patch),
-    )
-    .await
-    .map_err(Error::MarkConflict)?;
-    publish(ctx, obj, EventType::Warning, reason, "Sync", message).await;
-    set_synced_failure(obj, ctx, reason, message).await;
-    Ok(())
-}
-
-/// The `Synced=False` instance condition. Best-effort: the API's status schema may prune it,
-/// so a failure to write it is only logged (spec: "the annotation is the durable
-/// diagnostic").
-async fn set_synced_failure(obj: &DynamicObject, ctx: &SyncContext, reason: Reason, message: &str) {
-    if let Err(e) = write_status(obj, ctx, None, Synced::False { reason, message }).await {
-        debug!(error = %e, "could not set the Synced condition");
-    }
-}
-
-async fn clear_conflict(obj: &DynamicObject, ctx: &SyncContext) -> Result<()> {
-    let api = ctx.consumer_api(obj.metadata.namespace.as_deref());
-    let patch = json!({ "metadata": { "annotations": { CONFLICT_ANNOTATION: null } } });
-    api.patch(
-        &obj.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(&patch),
-    )
-    .await
-    .map_err(Error::ClearConflict)?;
-    info!("conflict resolved");
-    Ok(())
-}
-
-/// Whether the provider refused the copy itself (retrying the same spec cannot succeed):
-/// invalid (400, 422), too large (413), or a spec whose types do not fit the provider's schema,
-/// which the apiserver's server-side apply reports as a 500 "failed to create typed patch
-/// object".
-fn rejected_by_provider(error: &kube::Error) -> bool {
-    match error {
-        kube::Error::Api(status) => match status.code {
-            400 | 413 | 422 => true,
-            500 => status
-                .message
-                .starts_with("failed to create typed patch object"),
-            _ => false,
-        },
-        _ => false,
-    }
-}
-
-/// Tells the consumer object why the provider refused its copy: a Warning Event and the
-/// best-effort `Synced=False` condition, like a policy failure.
-async fn report_rejected(obj: &DynamicObject, ctx: &SyncContext, error: &kube::Error) {
-    let message = match error {
-        kube::Error::Api(status) => format!("the provider rejected the copy: {}", status.message),
-        other => format!("the provider rejected the copy: {other}"),
-    };
-    warn!(message, "provider rejected the copy");
-    publish(
-        ctx,
-        obj,
-        EventType::Warning,
-        Reason::ProviderRejected,
-        "Sync",
-        &message,
-    )
-    .await;
-    set_synced_failure(obj, ctx, Reason::ProviderRejected, &message).await;
-}
-
-async fn report_policy_failure(obj: &DynamicObject, ctx: &SyncContext, message: &str) {
-    warn!(message, "conflict policy failed");
-    publish(
-        ctx,
-        obj,
-        EventType::Warning,
-        Reason::PolicyFailed,
-        "Sync",
-        message,
-    )
-    .await;
-    set_synced_failure(obj, ctx, Reason::PolicyFailed, message).await;
-}
-
-/// Publishes an Event about a consumer instance; failures are logged, never fatal.
-pub(crate) async fn publish(
-    ctx: &SyncContext,
-    obj: &DynamicObject,
-    type_: EventType,
-    reason: Reason,
-    action: &str,
-    note: &str,
-) {
-    let reference = obj.object_ref(&ctx.ar);
-    let event = Event {
-        type_,
-        reason: reason.as_str().into(),
-        note: Some(note.into()),
-        action: action.into(),
-        secondary: None,
-    };
-    if let Err(e) = ctx.recorder.publish(&event, &reference).await {
-        debug!(error = %e, "could not publish event");
-    }
 }
 
 impl SyncContext {

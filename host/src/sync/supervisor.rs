@@ -33,6 +33,7 @@ use crate::registry::Engagements;
 use crate::registry::SharedIndex;
 
 use super::SyncSettings;
+use super::outcomes::Outcomes;
 use super::syncer::{self, SyncerSpec};
 use crate::schema::ApiTarget;
 
@@ -85,6 +86,7 @@ pub struct Supervisor {
     policies: Policies,
     reporter: Reporter,
     settings: SyncSettings,
+    outcomes: Outcomes,
     handles: HashMap<(String, String), Handle>,
     running: RunningSyncers,
 }
@@ -98,7 +100,9 @@ impl std::fmt::Debug for Supervisor {
 }
 
 impl Supervisor {
-    /// A supervisor with no syncers yet, publishing the ones it runs to `running`.
+    /// A supervisor with no syncers yet, publishing the ones it runs to `running`; its syncers
+    /// leave instance outcomes in `outcomes`, and a stopped syncer's are forgotten.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         consumer: Client,
         engagements: Engagements,
@@ -107,6 +111,7 @@ impl Supervisor {
         reporter: Reporter,
         settings: SyncSettings,
         running: RunningSyncers,
+        outcomes: Outcomes,
     ) -> Self {
         Self {
             consumer,
@@ -115,6 +120,7 @@ impl Supervisor {
             policies,
             reporter,
             settings,
+            outcomes,
             handles: HashMap::new(),
             running,
         }
@@ -192,6 +198,7 @@ impl Supervisor {
                 index: self.index.clone(),
                 policies: self.policies.clone(),
                 recorder: Recorder::new(self.consumer.clone(), self.reporter.clone()),
+                outcomes: self.outcomes.clone(),
                 settings: self.settings.clone(),
             };
             let token = CancellationToken::new();
@@ -225,5 +232,7 @@ impl Supervisor {
                 abort.abort();
             }
         }
+        // After the syncer is done, so no late reconcile writes an entry back.
+        self.outcomes.forget_api(connection, api);
     }
 }

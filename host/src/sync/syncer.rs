@@ -39,6 +39,7 @@ use crate::k8s::{ApiErrorExt, dynamic_api};
 use crate::policy::Policies;
 use crate::registry::SharedIndex;
 
+use super::outcomes::{Outcome, Outcomes};
 use super::recent::RecentWrites;
 use super::{Error, Result, SyncSettings};
 use crate::backoff::Backoff;
@@ -66,6 +67,8 @@ pub struct SyncContext {
     pub policies: Policies,
     /// Event recorder for consumer instances.
     pub recorder: Recorder,
+    /// Where each reconcile leaves what it came to, for the binding controllers.
+    pub outcomes: Outcomes,
     /// The provider watch's cache: this consumer's copies only.
     pub provider_store: Store<DynamicObject>,
     /// Copies written since the provider watch last caught up.
@@ -108,6 +111,8 @@ pub struct SyncerSpec {
     pub policies: Policies,
     /// Event recorder.
     pub recorder: Recorder,
+    /// The instance outcome registry.
+    pub outcomes: Outcomes,
     /// Timings.
     pub settings: SyncSettings,
 }
@@ -173,6 +178,54 @@ impl SyncContext {
     pub(crate) fn forget_failures(&self, obj: &DynamicObject) {
         self.failures.succeeded(&failure_key(obj));
     }
+
+    /// Leaves what reconciling `obj` came to in the outcome registry.
+    pub(crate) fn record_outcome(&self, obj: &DynamicObject, outcome: Outcome) {
+        self.outcomes.record(
+            &self.connection,
+            &self.api,
+            obj.metadata.namespace.as_deref(),
+            &obj.name_any(),
+            outcome,
+        );
+    }
+
+    /// Tells the outcome registry what the consumer watch saw.
+    fn follow_listing(&self, event: &watcher::Event<DynamicObject>) {
+        let (connection, api) = (&self.connection, &self.api);
+        match event {
+            watcher::Event::Init => self.outcomes.listing_started(connection, api),
+            watcher::Event::InitApply(obj) => self.outcomes.listed(
+                connection,
+                api,
+                obj.metadata.namespace.as_deref(),
+                &obj.name_any(),
+            ),
+            watcher::Event::InitDone => self.outcomes.listing_done(connection, api),
+            watcher::Event::Delete(obj) => self.forget_outcome(obj),
+            watcher::Event::Apply(_) => {}
+        }
+    }
+
+    /// A reconcile of `obj` failed before it had an outcome to record.
+    pub(crate) fn attempted(&self, obj: &DynamicObject) {
+        self.outcomes.attempted(
+            &self.connection,
+            &self.api,
+            obj.metadata.namespace.as_deref(),
+            &obj.name_any(),
+        );
+    }
+
+    /// Removes `obj` from the outcome registry: deleted, or no longer selected.
+    pub(crate) fn forget_outcome(&self, obj: &DynamicObject) {
+        self.outcomes.forget(
+            &self.connection,
+            &self.api,
+            obj.metadata.namespace.as_deref(),
+            &obj.name_any(),
+        );
+    }
 }
 
 fn failure_key(obj: &DynamicObject) -> (Option<String>, String) {
@@ -212,6 +265,25 @@ fn error_policy(obj: Arc<DynamicObject>, err: &Error, ctx: Arc<SyncContext>) -> 
     Action::requeue(delay)
 }
 
+/// What the provider said when it refused the watch of `api` (403); `None` for other errors,
+/// which the watcher retries without them concerning permissions.
+fn watch_denial(api: &str, error: &watcher::Error) -> Option<String> {
+    let message = match error {
+        watcher::Error::InitialListFailed(e)
+        | watcher::Error::WatchStartFailed(e)
+        | watcher::Error::WatchFailed(e)
+            if e.is_forbidden() =>
+        {
+            e.to_string()
+        }
+        watcher::Error::WatchError(status) if status.is_forbidden() => status.message.clone(),
+        _ => return None,
+    };
+    Some(format!(
+        "the provider refuses to list/watch {api}: {message}"
+    ))
+}
+
 /// Runs one syncer until `shutdown`. Binding changes re-reconcile the instances whose
 /// selection they changed, so newly selected namespaces are picked up without a resync.
 pub async fn run(spec: SyncerSpec, shutdown: CancellationToken) {
@@ -222,13 +294,32 @@ pub async fn run(spec: SyncerSpec, shutdown: CancellationToken) {
         "{CONSUMER_CLUSTER_LABEL}={}",
         spec.consumer_cluster_uid
     ));
+    // The provider refusing this watch is the binding's PermissionDenied: nothing of this API
+    // can sync until the provider identity may list and watch it.
+    let access = (
+        spec.outcomes.clone(),
+        spec.connection.clone(),
+        spec.api.clone(),
+    );
     let provider_events = reflector(
         writer,
         watcher(
             Api::<DynamicObject>::all_with(spec.provider.clone(), &ar),
             own_copies,
         )
-        .modify(drop_managed_fields),
+        .modify(drop_managed_fields)
+        .map(move |event| {
+            let (outcomes, connection, api) = &access;
+            match &event {
+                Ok(_) => outcomes.set_denied(connection, api, None),
+                Err(error) => {
+                    if let Some(message) = watch_denial(api, error) {
+                        outcomes.set_denied(connection, api, Some(message));
+                    }
+                }
+            }
+            event
+        }),
     )
     .default_backoff()
     .touched_objects();
@@ -243,6 +334,7 @@ pub async fn run(spec: SyncerSpec, shutdown: CancellationToken) {
         index: spec.index,
         policies: spec.policies,
         recorder: spec.recorder,
+        outcomes: spec.outcomes,
         provider_store,
         recent_writes: RecentWrites::default(),
         conditions_pruned: AtomicBool::new(false),
@@ -257,10 +349,20 @@ pub async fn run(spec: SyncerSpec, shutdown: CancellationToken) {
     let consumer_api = Api::<DynamicObject>::all_with(spec.consumer, &ar);
     let consumer_writer = reflector::store::Writer::new(ar.clone());
     let consumer_store = consumer_writer.as_reader();
+    // The outcome registry follows the consumer listing: what is listed holds the API's first
+    // pass back until reconciled, and a deleted instance leaves (the controller does not
+    // reconcile deletions it did not hold open with a finalizer).
+    let listing = ctx.clone();
     let instances = reflector(
         consumer_writer,
         watcher(consumer_api, watcher::Config::default()).modify(drop_managed_fields),
     )
+    .map(move |event| {
+        if let Ok(event) = &event {
+            listing.follow_listing(event);
+        }
+        event
+    })
     .applied_objects();
     let selections = super::coverage::selection_changes(
         ctx.index.clone(),

@@ -8,6 +8,7 @@
 
 mod credentials;
 mod discovery;
+mod events;
 mod exports;
 mod lifecycle;
 mod schema_refresh;

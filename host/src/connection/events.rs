@@ -1,0 +1,110 @@
+//! Events on Connections: one per change of state, never one per requeue (a Connection is
+//! reconciled every 30 seconds, and a konnector restart re-reads the stored status).
+//!
+//! ```text
+//! stored conditions ─┐
+//! new conditions ────┴▶ Ready turned False, or changed reason ─▶ Warning <reason>: <message>
+//!                       Ready turned True ────────────────────▶ Normal Ready: <message>
+//!                       SchemaInSync turned False / changed ──▶ Warning <reason>: <message>
+//! ```
+//!
+//! Every failure of the non-deleting flow and of deletion ends in `Ready=False` with its reason
+//! (SecretNotFound, KubeconfigInvalid, Forbidden, ClusterIdentityChanged, ProviderUnreachable,
+//! DrainingBindings, ...), so Ready's transitions tell the whole story; SchemaInSync adds what
+//! does not make the Connection unready (CRDNotManaged, SchemaInstallFailed).
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+
+use crate::api::ConditionType;
+use crate::conditions::{Announcement, transitions};
+
+/// The Events a change from `old` to `new` conditions announces.
+pub fn announcements(old: &[Condition], new: &[Condition]) -> Vec<Announcement> {
+    transitions(old, new)
+        .into_iter()
+        .filter_map(|t| {
+            let now = t.now;
+            let status = now.status == "True";
+            match now.type_.as_str() {
+                x if x == ConditionType::Ready.as_str() => Some(if status {
+                    Announcement::recovered(now)
+                } else {
+                    Announcement::warning(now)
+                }),
+                x if x == ConditionType::SchemaInSync.as_str() && !status => {
+                    Some(Announcement::warning(now))
+                }
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::Reason;
+    use crate::conditions::{Desired, set};
+
+    fn conditions(desired: &[Desired]) -> Vec<Condition> {
+        let mut out = Vec::new();
+        for d in desired {
+            set(&mut out, d.clone(), None);
+        }
+        out
+    }
+
+    fn ready(reason: Reason, status: bool, message: &str) -> Desired {
+        Desired {
+            type_: ConditionType::Ready,
+            status,
+            reason,
+            message: message.into(),
+        }
+    }
+
+    #[test]
+    fn each_failure_reason_is_one_warning_until_it_changes() {
+        let missing = conditions(&[ready(Reason::SecretNotFound, false, "create it")]);
+        let events = announcements(&[], &missing);
+        assert_eq!(events.len(), 1);
+        assert!(events[0].warning);
+        assert_eq!(events[0].reason, "SecretNotFound");
+        assert_eq!(events[0].note, "create it");
+        let requeued = conditions(&[ready(Reason::SecretNotFound, false, "create it!")]);
+        assert!(announcements(&missing, &requeued).is_empty(), "per requeue");
+        let forbidden = conditions(&[ready(Reason::Forbidden, false, "grant it")]);
+        let events = announcements(&requeued, &forbidden);
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].reason, "Forbidden");
+    }
+
+    #[test]
+    fn becoming_ready_is_a_normal_event() {
+        let broken = conditions(&[ready(Reason::ProviderUnreachable, false, "retrying")]);
+        let fine = conditions(&[ready(Reason::AsExpected, true, "connected")]);
+        let events = announcements(&broken, &fine);
+        assert_eq!(events.len(), 1);
+        assert!(!events[0].warning);
+        assert_eq!(events[0].reason, "Ready");
+        assert!(announcements(&fine, &fine).is_empty());
+    }
+
+    #[test]
+    fn schema_refusals_warn_without_touching_ready() {
+        let fine = conditions(&[ready(Reason::AsExpected, true, "connected")]);
+        let mut refused = fine.clone();
+        set(
+            &mut refused,
+            Desired::falsy(
+                ConditionType::SchemaInSync,
+                Reason::CRDNotManaged,
+                "not kbind's",
+            ),
+            None,
+        );
+        let events = announcements(&fine, &refused);
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].reason, "CRDNotManaged");
+    }
+}

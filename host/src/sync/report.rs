@@ -1,0 +1,243 @@
+//! What a consumer instance is told about its sync, in one place: its `Synced` condition, its
+//! conflict annotation, Warning Events, and the outcome the binding controllers summarise.
+//!
+//! ```text
+//! in sync ──────▶ clear conflict annotation ─▶ Synced=True (observedGeneration) ─▶ outcome InSync
+//! conflict ─────▶ annotation ─┐
+//! rejected, policy failure, ──┴▶ Warning Event (once per reason and message) ─▶ Synced=False
+//! forbidden write                                                           ─▶ outcome reason
+//! ```
+//!
+//! Every failure reason clears when the cause is gone: the next successful write sets
+//! `Synced=True` over it and records the instance in sync. An Event is published when the
+//! instance's failure is new or different (its stored `Synced` condition does not say it yet,
+//! or its annotation differs), not on every retry.
+
+use kube::api::{DynamicObject, Patch, PatchParams};
+use kube::runtime::events::{Event, EventType};
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+use tracing::{debug, info, warn};
+
+use crate::api::Reason;
+use crate::api::names::{CONFLICT_ANNOTATION, FIELD_MANAGER};
+use crate::k8s::ApiErrorExt;
+use crate::policy::ConflictReason;
+use crate::telemetry::{ApiLabels, metrics};
+
+use super::conflict::conflict_annotation_value;
+use super::instance_status::{Synced, already_says, instance_status, keeps_synced};
+use super::outcomes::Outcome;
+use super::syncer::SyncContext;
+use super::{Error, Result};
+
+/// After a successful (or skipped) write: clears a resolved conflict, copies the provider
+/// status and says `Synced=True` for this generation in one status write (none when the
+/// instance already says all that), and records the instance in sync.
+pub(super) async fn in_sync(
+    obj: &DynamicObject,
+    ctx: &SyncContext,
+    copy: &DynamicObject,
+) -> Result<()> {
+    if obj.annotations().contains_key(CONFLICT_ANNOTATION) {
+        clear_conflict(obj, ctx).await?;
+    }
+    ctx.record_outcome(obj, Outcome::InSync);
+    let synced = Synced::True {
+        generation: obj.metadata.generation,
+    };
+    write_status(obj, ctx, Some(copy), synced)
+        .await
+        .map_err(Error::CopyStatus)
+}
+
+/// Conflict: the durable annotation, a Warning Event when the conflict is new or changed, and
+/// the best-effort `Synced=False` condition. Nothing is written to the provider.
+pub(super) async fn conflict(
+    obj: &DynamicObject,
+    ctx: &SyncContext,
+    reason: ConflictReason,
+    message: &str,
+) -> Result<()> {
+    let value = conflict_annotation_value(reason, message);
+    let reason = Reason::from(reason);
+    ctx.record_outcome(obj, Outcome::Conflict(reason));
+    if obj.annotations().get(CONFLICT_ANNOTATION) == Some(&value) {
+        return Ok(());
+    }
+    warn!(
+        reason = reason.as_str(),
+        message, "provider target conflict"
+    );
+    metrics()
+        .conflicts
+        .get_or_create(&ApiLabels {
+            api: ctx.api.clone(),
+        })
+        .inc();
+    let api = ctx.consumer_api(obj.metadata.namespace.as_deref());
+    let patch = json!({ "metadata": { "annotations": { CONFLICT_ANNOTATION: value } } });
+    api.patch(
+        &obj.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await
+    .map_err(Error::MarkConflict)?;
+    publish(ctx, obj, EventType::Warning, reason, "Sync", message).await;
+    set_synced_failure(obj, ctx, reason, message).await;
+    Ok(())
+}
+
+/// What a failed provider write teaches: a vanished namespace is created again next time; a
+/// copy the provider refuses (invalid against its schema, too large) or the credentials may
+/// not write cannot succeed until something changes, so the object itself says why.
+pub(super) async fn write_failed(obj: &DynamicObject, ctx: &SyncContext, error: &kube::Error) {
+    match obj.metadata.namespace.as_deref() {
+        Some(ns) if error.is_not_found() => ctx.forget_provider_namespace(ns),
+        _ if rejected_by_provider(error) => {
+            let message = match error {
+                kube::Error::Api(status) => {
+                    format!(
+                        "the provider rejected the copy: {}; fix the instance's spec",
+                        status.message
+                    )
+                }
+                other => format!("the provider rejected the copy: {other}"),
+            };
+            failure(obj, ctx, Reason::ProviderRejected, &message).await;
+        }
+        _ if error.is_forbidden() => {
+            let message = format!(
+                "the provider credentials may not write {} copies: grant create/patch on them to \
+                 the Connection's provider identity (see `kubectl kbind provider-rbac`)",
+                ctx.api
+            );
+            failure(obj, ctx, Reason::Forbidden, &message).await;
+        }
+        _ => {}
+    }
+}
+
+/// The conflict policy module failed for this instance; nothing was written.
+pub(super) async fn policy_failed(obj: &DynamicObject, ctx: &SyncContext, message: &str) {
+    failure(obj, ctx, Reason::PolicyFailed, message).await;
+}
+
+/// A failure that is not a conflict: the outcome, a Warning Event unless the instance already
+/// says exactly this, and the best-effort `Synced=False` condition.
+async fn failure(obj: &DynamicObject, ctx: &SyncContext, reason: Reason, message: &str) {
+    ctx.record_outcome(obj, Outcome::failure(reason));
+    if already_says(obj.data.get("status"), reason, message) {
+        debug!(reason = reason.as_str(), "failure already reported");
+        return;
+    }
+    warn!(reason = reason.as_str(), message, "instance not synced");
+    publish(ctx, obj, EventType::Warning, reason, "Sync", message).await;
+    set_synced_failure(obj, ctx, reason, message).await;
+}
+
+/// The `Synced=False` instance condition. Best-effort: the API's status schema may prune it,
+/// so a failure to write it is only logged (spec: "the annotation is the durable
+/// diagnostic").
+async fn set_synced_failure(obj: &DynamicObject, ctx: &SyncContext, reason: Reason, message: &str) {
+    if let Err(e) = write_status(obj, ctx, None, Synced::False { reason, message }).await {
+        debug!(error = %e, "could not set the Synced condition");
+    }
+}
+
+async fn clear_conflict(obj: &DynamicObject, ctx: &SyncContext) -> Result<()> {
+    let api = ctx.consumer_api(obj.metadata.namespace.as_deref());
+    let patch = json!({ "metadata": { "annotations": { CONFLICT_ANNOTATION: null } } });
+    api.patch(
+        &obj.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await
+    .map_err(Error::ClearConflict)?;
+    info!("conflict resolved");
+    Ok(())
+}
+
+/// Writes the instance status from [`instance_status`]; learns once per syncer when the API's
+/// schema prunes the `Synced` condition, and then stops writing it.
+async fn write_status(
+    obj: &DynamicObject,
+    ctx: &SyncContext,
+    provider: Option<&DynamicObject>,
+    synced: Synced<'_>,
+) -> Result<(), kube::Error> {
+    if !ctx.target.status_subresource {
+        return Ok(());
+    }
+    let synced = (!ctx.conditions_pruned()).then_some(synced);
+    let Some(body) = instance_status(obj, &ctx.ar, provider, synced) else {
+        return Ok(());
+    };
+    let api = ctx.consumer_api(obj.metadata.namespace.as_deref());
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    let stored = match api
+        .patch_status(&obj.name_any(), &params, &Patch::Apply(&body))
+        .await
+    {
+        Ok(stored) => stored,
+        // A status schema without `conditions` makes server-side apply refuse the whole
+        // body; the status copy must not depend on kbind's condition, so write it without.
+        Err(e) if synced.is_some() && rejected_by_provider(&e) => {
+            debug!(error = %e, "the API's status schema has no conditions; Synced is not written");
+            ctx.set_conditions_pruned();
+            let Some(body) = instance_status(obj, &ctx.ar, provider, None) else {
+                return Ok(());
+            };
+            api.patch_status(&obj.name_any(), &params, &Patch::Apply(&body))
+                .await?
+        }
+        Err(e) => return Err(e),
+    };
+    if synced.is_some() && !keeps_synced(stored.data.get("status")) {
+        debug!("the API's status schema prunes conditions; Synced is not written");
+        ctx.set_conditions_pruned();
+    }
+    debug!("instance status written");
+    Ok(())
+}
+
+/// Whether the provider refused the copy itself (retrying the same spec cannot succeed):
+/// invalid (400, 422), too large (413), or a spec whose types do not fit the provider's schema,
+/// which the apiserver's server-side apply reports as a 500 "failed to create typed patch
+/// object".
+fn rejected_by_provider(error: &kube::Error) -> bool {
+    match error {
+        kube::Error::Api(status) => match status.code {
+            400 | 413 | 422 => true,
+            500 => status
+                .message
+                .starts_with("failed to create typed patch object"),
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
+/// Publishes an Event about a consumer instance; failures are logged, never fatal.
+pub(crate) async fn publish(
+    ctx: &SyncContext,
+    obj: &DynamicObject,
+    type_: EventType,
+    reason: Reason,
+    action: &str,
+    note: &str,
+) {
+    let reference = obj.object_ref(&ctx.ar);
+    let event = Event {
+        type_,
+        reason: reason.as_str().into(),
+        note: Some(note.into()),
+        action: action.into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&event, &reference).await {
+        debug!(error = %e, "could not publish event");
+    }
+}
