@@ -60,6 +60,7 @@ pub fn build(
     conditions::set(&mut conds, conflict_condition, generation);
     BindingStatus {
         bound_apis,
+        conflict_count: total,
         conditions: conds,
         observed_generation: generation,
     }
@@ -108,6 +109,7 @@ mod tests {
                 .collect::<Vec<_>>(),
             vec![("a.x", 2), ("b.x", 0)]
         );
+        assert_eq!(s.conflict_count, 2, "the total over every bound API");
         assert!(conditions::is_true(&s.conditions, ConditionType::Conflicts));
         assert!(conditions::is_true(&s.conditions, ConditionType::Ready));
         assert_eq!(s.observed_generation, Some(3));
