@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 
 use anyhow::{Context as _, bail};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-use kube::api::PostParams;
 use kube::Api;
+use kube::api::PostParams;
 
 use konnector::api::{
     ApiReference, Binding, BindingSpec, ClusterBinding, ConditionType, ConflictPolicy, Connection,
@@ -59,8 +59,10 @@ pub struct BindArgs {
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
 pub enum Policy {
     /// Leave a foreign provider object untouched and report a conflict.
+    #[value(name = "Fail", alias = "fail")]
     Fail,
     /// Take a provider object that carries no ownership markers at all.
+    #[value(name = "Adopt", alias = "adopt")]
     Adopt,
 }
 
@@ -351,6 +353,27 @@ mod tests {
             RelatedSelector::default(),
             "empty selector: everything in scope"
         );
+        Ok(())
+    }
+
+    #[test]
+    fn policies_are_spelled_as_in_the_api() -> anyhow::Result<()> {
+        use crate::cli::{Cli, Command};
+        use clap::Parser;
+        let cli = Cli::try_parse_from([
+            "kubectl-kbind",
+            "bind",
+            "w.x",
+            "--connection",
+            "p",
+            "--conflict-policy",
+            "Adopt",
+        ])?;
+        let Command::Bind(args) = cli.command else {
+            anyhow::bail!("parsed another command");
+        };
+        assert!(matches!(args.conflict_policy, Policy::Adopt));
+        assert!(args.wait.wait, "bind waits by default");
         Ok(())
     }
 

@@ -71,12 +71,13 @@ pub struct ConnectArgs {
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
 pub enum Source {
     /// CRDs labelled as exported, else OpenAPI.
+    #[value(name = "Auto", alias = "auto")]
     Auto,
     /// CRDs labelled `core.kbind.io/exported: "true"`.
-    #[value(name = "CRD")]
+    #[value(name = "CRD", alias = "crd")]
     Crd,
     /// Discovery and `/openapi/v3`.
-    #[value(name = "OpenAPI")]
+    #[value(name = "OpenAPI", alias = "openapi")]
     OpenApi,
 }
 
@@ -84,10 +85,13 @@ pub enum Source {
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
 pub enum Pull {
     /// When a binding lists the API.
+    #[value(name = "Bound", alias = "bound")]
     Bound,
     /// Every exported API at once.
+    #[value(name = "All", alias = "all")]
     All,
     /// Never: CRDs are managed outside kbind.
+    #[value(name = "None", alias = "none")]
     None,
 }
 
@@ -95,8 +99,10 @@ pub enum Pull {
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
 pub enum Update {
     /// Follow provider changes.
+    #[value(name = "Always", alias = "always")]
     Always,
     /// Pinned at first pull.
+    #[value(name = "Once", alias = "once")]
     Once,
 }
 
@@ -314,4 +320,64 @@ fn print_connection(connection: &Connection, output: OutputArgs) -> anyhow::Resu
         apis.join(", ")
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::{Cli, Command};
+    use clap::Parser;
+
+    fn parse(args: &[&str]) -> anyhow::Result<ConnectArgs> {
+        let mut argv = vec!["kubectl-kbind", "connect"];
+        argv.extend_from_slice(args);
+        match Cli::try_parse_from(argv)?.command {
+            Command::Connect(args) => Ok(args),
+            other => anyhow::bail!("parsed {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_secret_lives_in_the_designated_namespace_under_key_kubeconfig() -> anyhow::Result<()> {
+        let spec = parse(&["provider", "--provider-kubeconfig", "p.kubeconfig"])?.spec();
+        assert_eq!(
+            spec.kubeconfig_secret_ref,
+            SecretReference {
+                namespace: DEFAULT_SECRET_NAMESPACE.into(),
+                name: "provider-kubeconfig".into(),
+                key: DEFAULT_KUBECONFIG_KEY.into(),
+            }
+        );
+        assert_eq!(spec.schema, SchemaPolicy::default(), "the API defaults");
+        assert!(!spec.auto_bind);
+        Ok(())
+    }
+
+    #[test]
+    fn flags_choose_schema_policies_auto_bind_and_the_secret() -> anyhow::Result<()> {
+        let spec = parse(&[
+            "p",
+            "--provider-kubeconfig",
+            "f",
+            "--auto-bind",
+            "--schema-source",
+            "OpenAPI",
+            "--pull-policy",
+            "All",
+            "--update-policy",
+            "Once",
+            "--secret-namespace",
+            "creds",
+            "--secret-name",
+            "p-creds",
+        ])?
+        .spec();
+        assert!(spec.auto_bind);
+        assert_eq!(spec.schema.source, SchemaSource::OpenApi);
+        assert_eq!(spec.schema.pull_policy, PullPolicy::All);
+        assert_eq!(spec.schema.update_policy, UpdatePolicy::Once);
+        assert_eq!(spec.kubeconfig_secret_ref.namespace, "creds");
+        assert_eq!(spec.kubeconfig_secret_ref.name, "p-creds");
+        Ok(())
+    }
 }

@@ -176,18 +176,19 @@ pub fn crds_removed_by(binding: &BindingRef, all: &[BindingRef]) -> Vec<String> 
     if binding.kind != Kind::ClusterBinding {
         return vec![];
     }
+    let is_self = |other: &BindingRef| {
+        other.kind == binding.kind
+            && other.name == binding.name
+            && other.namespace == binding.namespace
+    };
+    let others: Vec<&BindingRef> = all
+        .iter()
+        .filter(|other| !is_self(other) && !other.deleting)
+        .collect();
     binding
         .apis
         .iter()
-        .filter(|api| {
-            !all.iter().any(|other| {
-                !(other.kind == binding.kind
-                    && other.name == binding.name
-                    && other.namespace == binding.namespace)
-                    && !other.deleting
-                    && other.apis.contains(api)
-            })
-        })
+        .filter(|api| !others.iter().any(|other| other.apis.contains(api)))
         .cloned()
         .collect()
 }

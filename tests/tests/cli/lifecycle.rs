@@ -4,7 +4,7 @@
 
 use anyhow::{Result, ensure};
 use k8s_openapi::api::core::v1::Secret;
-use kbind_tests::fixtures::{SECRET_NAMESPACE, ensure_namespace, install_crd};
+use kbind_tests::fixtures::{SECRET_NAMESPACE, ensure_namespace, http_get, install_crd};
 use kbind_tests::syncenv::wait_for;
 use konnector::api::names::SYNCER_FINALIZER;
 use konnector::api::{Binding, Connection};
@@ -137,6 +137,20 @@ async fn connect_bind_status_unbind_disconnect_leaves_nothing_behind() -> Result
             json!({"synced": 1, "conflicting": 1, "failing": 0, "pending": 0})
         );
         assert_eq!(node["failing"][0]["name"], "taken");
+
+        // The running konnector exports what the dashboard charts for this sync.
+        let (_, exposition) = http_get(super::shared_konnector(pair).await?, "/metrics").await?;
+        for sample in [
+            "kbind_instances_synced_total{",
+            "kbind_sync_lag_seconds_bucket{",
+            "kbind_conflicts_total{",
+            "kbind_engaged_connections ",
+        ] {
+            ensure!(
+                exposition.contains(sample),
+                "{sample} not exported:\n{exposition}"
+            );
+        }
 
         // Resolving the conflict makes status healthy.
         consumer_gadgets

@@ -13,7 +13,7 @@ mod lifecycle;
 use std::io::Write as _;
 use std::path::Path;
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result};
@@ -83,7 +83,7 @@ struct SharedKonnector {
     metrics: u16,
 }
 
-static KONNECTOR: OnceLock<Mutex<Result<SharedKonnector, String>>> = OnceLock::new();
+static KONNECTOR: OnceLock<Result<SharedKonnector, String>> = OnceLock::new();
 
 /// Starts (once) the shared konnector against the pair's consumer and returns its metrics
 /// port.
@@ -91,15 +91,10 @@ pub async fn shared_konnector(pair: &'static ClusterPair) -> Result<u16> {
     let consumer = pair.consumer.client().await?;
     install_core_crds(&consumer).await?;
     ensure_namespace(&consumer, SECRET_NAMESPACE).await?;
-    let slot = KONNECTOR.get_or_init(|| Mutex::new(start(pair).map_err(|e| format!("{e:#}"))));
-    let guard = slot
-        .lock()
-        .map_err(|_| anyhow::anyhow!("konnector lock poisoned"))?;
-    let metrics = match &*guard {
+    let metrics = match KONNECTOR.get_or_init(|| start(pair).map_err(|e| format!("{e:#}"))) {
         Ok(k) => k.metrics,
         Err(e) => anyhow::bail!("starting the konnector: {e}"),
     };
-    drop(guard);
     kbind_tests::eventually(WAIT, || async {
         let (code, _) = http_get(metrics, "/metrics").await?;
         anyhow::ensure!(code == 200, "metrics answered {code}");
