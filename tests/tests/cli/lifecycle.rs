@@ -295,3 +295,99 @@ async fn usage_errors_exit_2_and_missing_objects_exit_1() -> Result<()> {
     })
     .await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unbinding_the_last_cluster_binding_of_an_api_needs_yes_and_removes_its_crd() -> Result<()>
+{
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use konnector::api::ClusterBinding;
+    let pair = setup().await?;
+    let group = "lastcb.e2e.kbind.io";
+    let api = format!("gadgets.{group}");
+    diagnose(pair, async {
+        let provider = pair.provider.client().await?;
+        let consumer = pair.consumer.client().await?;
+        install_crd(&provider, &super::crd_with_conditions(group, "Gadget")?).await?;
+        let kubeconfig = pair.provider.admin().kubeconfig_path();
+        kbind(
+            pair,
+            &[
+                "connect",
+                "lastcb",
+                "--provider-kubeconfig",
+                path_str(kubeconfig)?,
+                "--timeout",
+                TIMEOUT,
+            ],
+        )
+        .await?
+        .expect(0)?;
+        kbind(
+            pair,
+            &[
+                "bind",
+                &api,
+                "--connection",
+                "lastcb",
+                "--cluster",
+                "--name",
+                "lastcb",
+                "--timeout",
+                TIMEOUT,
+            ],
+        )
+        .await?
+        .expect(0)?;
+        let crds = Api::<CustomResourceDefinition>::all(consumer.clone());
+        ensure!(
+            crds.get_opt(&api).await?.is_some(),
+            "the consumer CRD is installed"
+        );
+
+        // Without --yes nothing is deleted: the CRD and its instances would go with it.
+        let refused = kbind(pair, &["unbind", "lastcb", "--cluster"])
+            .await?
+            .expect(1)?;
+        ensure!(
+            refused.stderr.contains("--yes") && refused.stderr.contains(&api),
+            "{refused:?}"
+        );
+        let cluster_bindings = Api::<ClusterBinding>::all(consumer.clone());
+        ensure!(
+            cluster_bindings
+                .get("lastcb")
+                .await?
+                .metadata
+                .deletion_timestamp
+                .is_none(),
+            "the ClusterBinding was not deleted"
+        );
+
+        kbind(
+            pair,
+            &[
+                "unbind",
+                "lastcb",
+                "--cluster",
+                "--yes",
+                "--timeout",
+                TIMEOUT,
+            ],
+        )
+        .await?
+        .expect(0)?;
+        ensure!(
+            cluster_bindings.get_opt("lastcb").await?.is_none(),
+            "ClusterBinding left"
+        );
+        wait_for("the consumer CRD removed", WAIT, || async {
+            Ok(crds.get_opt(&api).await?.is_none().then_some(()))
+        })
+        .await?;
+        kbind(pair, &["disconnect", "lastcb", "--timeout", TIMEOUT])
+            .await?
+            .expect(0)?;
+        anyhow::Ok(())
+    })
+    .await
+}
