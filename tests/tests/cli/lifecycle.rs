@@ -138,6 +138,14 @@ async fn connect_bind_status_unbind_disconnect_leaves_nothing_behind() -> Result
         );
         assert_eq!(node["failing"][0]["name"], "taken");
 
+        // The Conflicts column's source: the binding's total over its APIs.
+        let bindings = Api::<Binding>::namespaced(consumer.clone(), ns);
+        wait_for("the binding's conflictCount 1", WAIT, || async {
+            let b = bindings.get("gadgets").await?;
+            Ok((b.status.map(|s| s.conflict_count) == Some(1)).then_some(()))
+        })
+        .await?;
+
         // The running konnector exports what the dashboard charts for this sync.
         let (_, exposition) = http_get(super::shared_konnector(pair).await?, "/metrics").await?;
         for sample in [
