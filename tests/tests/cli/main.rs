@@ -3,10 +3,12 @@
 //! the printer columns and short names the core CRDs give `kubectl get`.
 //!
 //! * `columns`: server-side Table columns, short names, the `kbind` category.
-//! * `lifecycle`: connect → bind → status → unbind → disconnect, nothing left behind; exit codes.
+//! * `lifecycle`: connect → bind → status → unbind → disconnect, nothing left behind.
+//! * `exit_codes`: 0 / 1 / 2 as scripts expect, with reasons and remedies on stderr.
 //! * `least_privilege`: the konnector on exactly the RBAC `provider-rbac` prints.
 
 mod columns;
+mod exit_codes;
 mod least_privilege;
 mod lifecycle;
 
