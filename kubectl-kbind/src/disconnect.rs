@@ -10,6 +10,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::{DeleteParams, ListParams};
 use kube::{Api, Client, ResourceExt};
 
+use konnector::api::names::CLEANUP_FINALIZER;
 use konnector::api::{ConditionType, Connection};
 
 use crate::cli::{NotReady, WaitArgs};
@@ -159,7 +160,7 @@ async fn delete_connection(consumer: &Client, name: &str, wait: WaitArgs) -> any
             Err(NotReady(format!(
                 "Connection {name} is still being deleted ({last}):\n{}",
                 if conds.is_empty() {
-                    "  the konnector has not reported: is it running? Nothing else releases core.kbind.io/cleanup\n".to_string()
+                    format!("  the konnector has not reported: is it running? Nothing else releases {CLEANUP_FINALIZER}\n")
                 } else {
                     hints::explain(&conds)
                 }
@@ -198,7 +199,7 @@ async fn delete_secret(
             Ok(())
         }
         Outcome::Failed(last) | Outcome::TimedOut(last) => Err(NotReady(format!(
-            "Secret {namespace}/{name} is still there ({last}): the last Connection using it releases core.kbind.io/cleanup when its teardown ends; finish those Connections first"
+            "Secret {namespace}/{name} is still there ({last}): the last Connection using it releases {CLEANUP_FINALIZER} when its teardown ends; finish those Connections first"
         ))
         .into()),
     }

@@ -2,6 +2,8 @@
 //! `core.kbind.io/syncer`, finalizers on the binding, the Connection's readiness, `Drained`),
 //! one progress line, and — when `--timeout` passes — why it is stuck and what to do.
 
+use konnector::api::names::{DELETION_POLICY_ANNOTATION, DELETION_POLICY_ORPHAN, SYNCER_FINALIZER};
+
 /// What a deleting binding is waiting for, from what the CLI can see.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DrainState {
@@ -28,7 +30,7 @@ impl DrainState {
             .map(|(api, n)| format!("{api}: {n}"))
             .collect::<Vec<_>>()
             .join(", ");
-        let mut line = format!("{left} instance(s) still carry core.kbind.io/syncer");
+        let mut line = format!("{left} instance(s) still carry {SYNCER_FINALIZER}");
         if !per_api.is_empty() {
             line += &format!(" ({per_api})");
         }
@@ -57,7 +59,7 @@ impl DrainState {
         }
         if self.instances_left.iter().any(|(_, n)| *n > 0) {
             out += &format!(
-                "  - instances still carry core.kbind.io/syncer (e.g. {}): the konnector deletes only provider copies it owns and a provider-side finalizer can hold them; to keep a copy, annotate the instance core.kbind.io/deletion-policy=Orphan\n",
+                "  - instances still carry {SYNCER_FINALIZER} (e.g. {}): the konnector deletes only provider copies it owns and a provider-side finalizer can hold them; to keep a copy, annotate the instance {DELETION_POLICY_ANNOTATION}={DELETION_POLICY_ORPHAN}\n",
                 self.examples.join(", ")
             );
         }
