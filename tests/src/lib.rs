@@ -23,3 +23,12 @@ macro_rules! konnector_binary {
         ::std::path::PathBuf::from(env!("CARGO_BIN_EXE_konnector-e2e"))
     };
 }
+
+/// The path of the `kubectl-kbind` binary built for these tests
+/// (`tests/src/bin/kubectl-kbind-e2e.rs`, the same `kubectl_kbind::cli::main` as the plugin).
+#[macro_export]
+macro_rules! kubectl_kbind_binary {
+    () => {
+        ::std::path::PathBuf::from(env!("CARGO_BIN_EXE_kubectl-kbind-e2e"))
+    };
+}

@@ -17,8 +17,13 @@ use serde::{Deserialize, Serialize};
     namespaced,
     status = "BindingStatus",
     category = "kbind",
-    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
-    printcolumn = r#"{"name":"Connection","type":"string","jsonPath":".spec.connectionRef.name"}"#,
+    shortname = "kb",
+    shortname = "kbinding",
+    printcolumn = r#"{"name":"Connection","type":"string","jsonPath":".spec.connectionRef.name","description":"The Connection whose provider serves the APIs"}"#,
+    printcolumn = r#"{"name":"APIs","type":"string","jsonPath":".status.boundAPIs[*].name","description":"The first bound API (kubectl kbind status lists all)"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status","description":"Whether the binding's APIs are installed and syncing"}"#,
+    printcolumn = r#"{"name":"Synced","type":"string","jsonPath":".status.conditions[?(@.type==\"Synced\")].status","description":"Whether every bound instance is in sync"}"#,
+    printcolumn = r#"{"name":"Conflicts","type":"integer","jsonPath":".status.conflictCount","description":"Instances whose provider target is owned by someone else"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
@@ -44,8 +49,13 @@ pub struct BindingSpec {
     kind = "ClusterBinding",
     status = "BindingStatus",
     category = "kbind",
-    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
-    printcolumn = r#"{"name":"Connection","type":"string","jsonPath":".spec.connectionRef.name"}"#,
+    shortname = "kcb",
+    shortname = "kclusterbinding",
+    printcolumn = r#"{"name":"Connection","type":"string","jsonPath":".spec.connectionRef.name","description":"The Connection whose provider serves the APIs"}"#,
+    printcolumn = r#"{"name":"APIs","type":"string","jsonPath":".status.boundAPIs[*].name","description":"The first bound API (kubectl kbind status lists all)"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status","description":"Whether the binding's APIs are installed and syncing"}"#,
+    printcolumn = r#"{"name":"Synced","type":"string","jsonPath":".status.conditions[?(@.type==\"Synced\")].status","description":"Whether every bound instance is in sync"}"#,
+    printcolumn = r#"{"name":"Conflicts","type":"integer","jsonPath":".status.conflictCount","description":"Instances whose provider target is owned by someone else"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 pub struct ClusterBindingSpec {

@@ -15,8 +15,11 @@ use super::names::DEFAULT_KUBECONFIG_KEY;
     kind = "Connection",
     status = "ConnectionStatus",
     category = "kbind",
-    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
-    printcolumn = r#"{"name":"Secret","type":"string","jsonPath":".spec.kubeconfigSecretRef.name"}"#,
+    shortname = "kconn",
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status","description":"Whether the provider is connected and its exports discovered"}"#,
+    printcolumn = r#"{"name":"Source","type":"string","jsonPath":".status.activeSchemaSource","description":"The schema source in effect (CRD or OpenAPI)"}"#,
+    printcolumn = r#"{"name":"APIs","type":"string","jsonPath":".status.exportedAPIs[*].name","description":"The first exported API (kubectl kbind status lists all)"}"#,
+    printcolumn = r#"{"name":"Secret","type":"string","jsonPath":".spec.kubeconfigSecretRef.name","priority":1,"description":"The credential Secret in the konnector's designated namespace"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]

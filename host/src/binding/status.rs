@@ -200,7 +200,7 @@ mod tests {
                 .collect::<Vec<_>>(),
             vec![("a.x", 2), ("b.x", 0)]
         );
-        assert_eq!(s.conflict_count, 2);
+        assert_eq!(s.conflict_count, 2, "the total over every bound API");
         assert!(conditions::is_true(&s.conditions, ConditionType::Conflicts));
         assert!(conditions::is_true(&s.conditions, ConditionType::Ready));
         assert!(!conditions::is_true(&s.conditions, ConditionType::Synced));

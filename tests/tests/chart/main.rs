@@ -6,8 +6,10 @@
 //! helm is built from its Go module by `scripts/helm.sh` (once per machine, cached), the
 //! same way users get it through `make tools`. Rendering needs no cluster.
 //!
-//! One test binary, three files: the Deployment and values, policy modules, RBAC and notes.
+//! One test binary, four files: the Deployment and values, policy modules, RBAC and notes,
+//! the Grafana dashboard.
 
+mod dashboard;
 mod deployment;
 mod policies;
 mod rbac;

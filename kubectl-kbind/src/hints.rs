@@ -1,0 +1,248 @@
+//! What an operator should do about a condition reason, in one place, and which reasons no
+//! amount of waiting fixes (a wait ends early on those instead of running into `--timeout`).
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use konnector::api::{ConditionType, Reason};
+
+/// Every reason the konnector writes, for lookups by the string stored in a condition.
+const REASONS: &[Reason] = &[
+    Reason::AsExpected,
+    Reason::Pending,
+    Reason::SecretNotFound,
+    Reason::SecretKeyMissing,
+    Reason::SecretNamespaceNotAllowed,
+    Reason::KubeconfigInvalid,
+    Reason::KubeconfigIncomplete,
+    Reason::KubeconfigUnusable,
+    Reason::ClusterIdentityChanged,
+    Reason::IdentityUnavailable,
+    Reason::APINotExported,
+    Reason::ConnectionNotFound,
+    Reason::ConnectionNotReady,
+    Reason::APIBoundElsewhere,
+    Reason::ForeignObjectExists,
+    Reason::OwnedByAnother,
+    Reason::Forbidden,
+    Reason::DrainingBindings,
+    Reason::SchemaInstallFailed,
+    Reason::SchemaNotEstablished,
+    Reason::PolicyFailed,
+    Reason::ConflictsFound,
+    Reason::ProviderUnreachable,
+    Reason::ProviderRejected,
+    Reason::NoProviderClient,
+    Reason::CRDNotManaged,
+    Reason::NamespaceNotAllowed,
+];
+
+/// The reason stored as `reason`, if the konnector knows it.
+pub fn parse(reason: &str) -> Option<Reason> {
+    REASONS.iter().copied().find(|r| r.as_str() == reason)
+}
+
+/// Whether a condition with this reason stays until the operator changes something
+/// (credentials, the object, provider exports): waiting longer cannot make it Ready.
+pub fn needs_operator(reason: &str) -> bool {
+    matches!(
+        parse(reason),
+        Some(
+            Reason::SecretKeyMissing
+                | Reason::SecretNamespaceNotAllowed
+                | Reason::KubeconfigInvalid
+                | Reason::KubeconfigIncomplete
+                | Reason::KubeconfigUnusable
+                | Reason::ClusterIdentityChanged
+                | Reason::APIBoundElsewhere
+                | Reason::CRDNotManaged
+                | Reason::NamespaceNotAllowed
+        )
+    )
+}
+
+/// What to do about a condition reason, one sentence for the terminal.
+pub fn what_to_do(reason: &str) -> &'static str {
+    let Some(reason) = parse(reason) else {
+        return "read the condition message and the konnector log (kubectl -n kbind-system logs deploy/konnector)";
+    };
+    match reason {
+        Reason::AsExpected => "nothing: it works",
+        Reason::Pending => "wait: a referenced object is not there yet and the konnector retries",
+        Reason::SecretNotFound => {
+            "create the credential Secret the Connection references (kubectl kbind connect does this)"
+        }
+        Reason::SecretKeyMissing => {
+            "store the kubeconfig under the key the Connection names (default `kubeconfig`)"
+        }
+        Reason::SecretNamespaceNotAllowed => {
+            "put the Secret in the konnector's designated namespace (--secret-namespace, default kbind) and create a new Connection referencing it"
+        }
+        Reason::KubeconfigInvalid => {
+            "the Secret does not hold a kubeconfig: re-create it from a working provider kubeconfig"
+        }
+        Reason::KubeconfigIncomplete => {
+            "the kubeconfig needs a current-context naming a cluster and a user"
+        }
+        Reason::KubeconfigUnusable => {
+            "embed credentials in the kubeconfig (no file paths, exec or auth-provider plugins) and keep TLS verification on"
+        }
+        Reason::ClusterIdentityChanged => {
+            "the credentials now reach another cluster than the one pinned: restore the original credentials, or create a new Connection"
+        }
+        Reason::IdentityUnavailable => {
+            "check the provider is reachable and the credentials may read Namespace kube-system (kubectl kbind provider-rbac)"
+        }
+        Reason::APINotExported => {
+            "export the API on the provider (label its CRD core.kbind.io/exported=true) or fix the API name; see `kubectl kbind status`"
+        }
+        Reason::ConnectionNotFound => "create the Connection first (kubectl kbind connect)",
+        Reason::ConnectionNotReady => {
+            "fix the Connection first: `kubectl kbind status` shows why it is not Ready"
+        }
+        Reason::APIBoundElsewhere => {
+            "another Connection already serves this API here: bind it through that Connection or unbind it there first"
+        }
+        Reason::ForeignObjectExists => {
+            "a provider object of that name exists without kbind's markers: review it and use --conflict-policy Adopt, or rename the instance"
+        }
+        Reason::OwnedByAnother => {
+            "the provider object belongs to another consumer or object: rename the instance or remove the other owner"
+        }
+        Reason::Forbidden => {
+            "grant the provider identity the permissions kbind needs (kubectl kbind provider-rbac ... | kubectl --context provider apply -f -)"
+        }
+        Reason::DrainingBindings => {
+            "bindings still reference the Connection: unbind them (kubectl kbind unbind NAME)"
+        }
+        Reason::SchemaInstallFailed => {
+            "read the condition message: the consumer refused the CRD (konnector RBAC on CRDs, an invalid schema)"
+        }
+        Reason::SchemaNotEstablished => "wait: the consumer CRD is not Established yet",
+        Reason::PolicyFailed => {
+            "a policy module failed: check the konnector log and the module configured for that role"
+        }
+        Reason::ConflictsFound => {
+            "instances conflict with foreign provider objects: `kubectl kbind status` names them"
+        }
+        Reason::ProviderUnreachable => {
+            "check the provider endpoint is reachable from the konnector Pod (network, CA, DNS)"
+        }
+        Reason::ProviderRejected => {
+            "the provider refused the copy: check the instance against the provider's schema and size limits"
+        }
+        Reason::NoProviderClient => {
+            "provider copies may remain: delete copies labelled core.kbind.io/managed=true whose UID annotations are yours, on the provider"
+        }
+        Reason::CRDNotManaged => {
+            "the consumer CRD is not kbind's for this Connection: annotate it core.kbind.io/connection=<Connection> if kbind should manage it, or remove it"
+        }
+        Reason::NamespaceNotAllowed => {
+            "the Connection's bindingNamespaceSelector excludes this namespace: label the namespace or bind elsewhere"
+        }
+    }
+}
+
+/// Whether a condition reports a problem: a False positive condition, or a True
+/// `PermissionDenied` / `Conflicts`.
+pub fn is_problem(condition: &Condition) -> bool {
+    let negative = [ConditionType::PermissionDenied, ConditionType::Conflicts]
+        .iter()
+        .any(|t| t.as_str() == condition.type_);
+    if negative {
+        condition.status == "True"
+    } else {
+        condition.status != "True"
+    }
+}
+
+/// The problem conditions, each with its reason, message and what to do, one indented block
+/// per condition; empty when nothing is wrong.
+pub fn explain(conditions: &[Condition]) -> String {
+    conditions
+        .iter()
+        .filter(|c| is_problem(c))
+        .map(|c| {
+            format!(
+                "  {}={} reason {}: {}
+    what to do: {}\n",
+                c.type_,
+                c.status,
+                c.reason,
+                c.message,
+                what_to_do(&c.reason)
+            )
+        })
+        .collect()
+}
+
+/// The reason of the first problem condition that waiting cannot fix, if any.
+pub fn blocking_reason(conditions: &[Condition]) -> Option<&str> {
+    conditions
+        .iter()
+        .filter(|c| is_problem(c))
+        .map(|c| c.reason.as_str())
+        .find(|r| needs_operator(r))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_reason_round_trips_through_its_stored_string() {
+        for reason in REASONS {
+            assert_eq!(parse(reason.as_str()), Some(*reason));
+            assert!(!what_to_do(reason.as_str()).is_empty());
+        }
+        assert_eq!(parse("SomethingNew"), None);
+    }
+
+    #[test]
+    fn credential_mistakes_end_a_wait_but_transient_states_do_not() {
+        assert!(needs_operator("KubeconfigInvalid"));
+        assert!(needs_operator("ClusterIdentityChanged"));
+        assert!(needs_operator("NamespaceNotAllowed"));
+        assert!(!needs_operator("Pending"));
+        assert!(!needs_operator("ProviderUnreachable"));
+        assert!(
+            !needs_operator("Forbidden"),
+            "RBAC may be applied meanwhile"
+        );
+        assert!(!needs_operator("SomethingNew"));
+    }
+
+    fn cond(type_: &str, status: &str, reason: &str) -> Condition {
+        Condition {
+            type_: type_.into(),
+            status: status.into(),
+            reason: reason.into(),
+            message: "the message".into(),
+            observed_generation: None,
+            last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            ),
+        }
+    }
+
+    #[test]
+    fn only_problem_conditions_are_explained_with_what_to_do() {
+        let conditions = vec![
+            cond("SecretValid", "False", "KubeconfigUnusable"),
+            cond("Connected", "True", "AsExpected"),
+            cond("PermissionDenied", "False", "AsExpected"),
+            cond("Conflicts", "True", "ConflictsFound"),
+        ];
+        let text = explain(&conditions);
+        assert!(text.contains("SecretValid=False reason KubeconfigUnusable: the message"));
+        assert!(text.contains(what_to_do("KubeconfigUnusable")));
+        assert!(text.contains("Conflicts=True reason ConflictsFound"));
+        assert!(!text.contains("Connected"));
+        assert!(!text.contains("PermissionDenied"));
+        assert_eq!(blocking_reason(&conditions), Some("KubeconfigUnusable"));
+        assert_eq!(blocking_reason(&conditions[1..]), None);
+    }
+
+    #[test]
+    fn unknown_reasons_point_at_the_konnector_log() {
+        assert!(what_to_do("SomethingNew").contains("logs"));
+    }
+}

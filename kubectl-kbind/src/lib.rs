@@ -1,0 +1,34 @@
+//! `kubectl kbind`: the operator's command line for kbind, as a kubectl plugin (the binary is
+//! named `kubectl-kbind`, so kubectl finds it on `PATH`) and standalone.
+//!
+//! ```text
+//! connect ──▶ Secret (designated namespace) + Connection ──wait Ready──┐
+//! bind ─────▶ Binding / ClusterBinding ──────────────────wait Ready──┤
+//! status ───▶ Connections → exported APIs → bindings → instance counts ┤ exit 0 / 1
+//! unbind ───▶ delete binding, watch its drain ───────────────────────┤
+//! disconnect ▶ (bindings first) → Connection → credential Secret ────┘
+//! provider-rbac ▶ provider ClusterRole/Role + bindings as YAML (no cluster needed)
+//! ```
+//!
+//! Every command follows kubectl's conventions: `--kubeconfig`/`KUBECONFIG`, `--context`,
+//! `-n/--namespace`, `-o json|yaml`, `--wait`/`--timeout`, and exit codes scripts can use:
+//! 0 done, 1 failed or not ready, 2 usage error. Pure decisions (reason hints, the status
+//! tree, teardown plans, RBAC rules) live apart from the cluster calls and are unit-tested.
+
+#![forbid(unsafe_code)]
+
+pub mod bind;
+pub mod binding;
+pub mod cli;
+pub mod client;
+pub mod connect;
+pub mod disconnect;
+pub mod drain;
+pub mod hints;
+pub mod kubeconfig;
+pub mod output;
+pub mod rbac;
+pub mod status;
+pub mod teardown;
+pub mod unbind;
+pub mod wait;

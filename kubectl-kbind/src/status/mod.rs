@@ -1,0 +1,268 @@
+//! `kubectl kbind status [NAME]`: Connections → exported APIs → bindings → instance counts
+//! (synced, conflicting, failing, pending), naming the instances that are not in sync. Exit
+//! code 1 when anything is not Ready or not in sync, so scripts can gate on it.
+//!
+//! [`collect`] reads the cluster into a [`model::Report`]; [`render::render`] draws it.
+
+pub mod model;
+pub mod render;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use anyhow::Context as _;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{ApiResource, DynamicObject, ListParams};
+use kube::{Api, Client, ResourceExt};
+
+use konnector::api::{Binding, ClusterBinding, ConditionType, Connection};
+
+use crate::binding::{BindingObject, conditions};
+use crate::cli::{NotReady, OutputArgs};
+use crate::client::ClientArgs;
+use crate::output;
+use model::{ApiNode, BindingNode, ConnectionNode, Report, State, classify};
+
+/// Flags of `status`.
+#[derive(clap::Args, Debug)]
+pub struct StatusArgs {
+    /// Only this Connection.
+    pub name: Option<String>,
+    /// Output.
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// Runs `status`.
+pub async fn run(client: &ClientArgs, args: StatusArgs) -> anyhow::Result<()> {
+    let target = client.connect().await?;
+    let report = collect(
+        &target.client,
+        args.name.as_deref(),
+        client.namespace.as_deref(),
+    )
+    .await?;
+    match args.output.output {
+        Some(format) => output::print(format, &report)?,
+        None => print!("{}", render::render(&report)),
+    }
+    if report.healthy() {
+        Ok(())
+    } else {
+        Err(NotReady("not everything is Ready and in sync (see above)".into()).into())
+    }
+}
+
+/// One binding of either kind, reduced to what the report needs.
+struct Bound {
+    kind: &'static str,
+    namespace: Option<String>,
+    name: String,
+    connection: String,
+    apis: Vec<String>,
+    ready: State,
+    synced: State,
+    deleting: bool,
+}
+
+fn bound<B: BindingObject>(b: &B) -> Bound {
+    let conds = conditions(b);
+    Bound {
+        kind: B::KIND,
+        namespace: b.meta().namespace.clone(),
+        name: b.meta().name.clone().unwrap_or_default(),
+        connection: b.binding_spec().connection_ref.name.clone(),
+        apis: b
+            .binding_spec()
+            .apis
+            .iter()
+            .map(|a| a.name.clone())
+            .collect(),
+        ready: State::of(conds, ConditionType::Ready),
+        synced: State::of(conds, ConditionType::Synced),
+        deleting: b.meta().deletion_timestamp.is_some(),
+    }
+}
+
+/// Reads Connections, bindings and instances into a report. `namespace` limits the Bindings
+/// shown (ClusterBindings are always shown).
+pub async fn collect(
+    client: &Client,
+    name: Option<&str>,
+    namespace: Option<&str>,
+) -> anyhow::Result<Report> {
+    let connections = match name {
+        Some(name) => vec![
+            Api::<Connection>::all(client.clone())
+                .get_opt(name)
+                .await?
+                .with_context(|| format!("Connection {name} not found"))?,
+        ],
+        None => {
+            Api::<Connection>::all(client.clone())
+                .list(&ListParams::default())
+                .await?
+                .items
+        }
+    };
+    let bindings = match namespace {
+        Some(ns) => Api::<Binding>::namespaced(client.clone(), ns),
+        None => Api::<Binding>::all(client.clone()),
+    };
+    let mut all: Vec<Bound> = bindings
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .map(bound)
+        .collect();
+    all.extend(
+        Api::<ClusterBinding>::all(client.clone())
+            .list(&ListParams::default())
+            .await?
+            .items
+            .iter()
+            .map(bound),
+    );
+    let mut report = Report::default();
+    let known: BTreeSet<String> = connections.iter().map(|c| c.name_any()).collect();
+    let mut crds = CrdCache::new(client);
+    for connection in &connections {
+        report
+            .connections
+            .push(connection_node(connection, &all, &mut crds).await?);
+    }
+    if name.is_none() {
+        for b in all.iter().filter(|b| !known.contains(&b.connection)) {
+            report.orphans.push(BindingNode {
+                kind: b.kind.into(),
+                namespace: b.namespace.clone(),
+                name: b.name.clone(),
+                ready: b.ready.clone(),
+                synced: b.synced.clone(),
+                deleting: b.deleting,
+                note: Some(format!("Connection {} does not exist", b.connection)),
+                ..BindingNode::default()
+            });
+        }
+    }
+    Ok(report)
+}
+
+async fn connection_node(
+    connection: &Connection,
+    all: &[Bound],
+    crds: &mut CrdCache,
+) -> anyhow::Result<ConnectionNode> {
+    let name = connection.name_any();
+    let status = connection.status.clone().unwrap_or_default();
+    let exported: BTreeSet<String> = status
+        .exported_apis
+        .iter()
+        .map(|a| a.name.clone())
+        .collect();
+    let mine: Vec<&Bound> = all.iter().filter(|b| b.connection == name).collect();
+    let mut apis: BTreeSet<String> = exported.clone();
+    apis.extend(mine.iter().flat_map(|b| b.apis.iter().cloned()));
+    let mut nodes = Vec::new();
+    for api in apis {
+        let mut node = ApiNode {
+            exported: exported.contains(&api),
+            name: api.clone(),
+            bindings: vec![],
+        };
+        for b in mine.iter().filter(|b| b.apis.contains(&api)) {
+            node.bindings.push(binding_node(b, &api, crds).await);
+        }
+        nodes.push(node);
+    }
+    Ok(ConnectionNode {
+        name,
+        ready: State::of(&status.conditions, ConditionType::Ready),
+        source: status.active_schema_source.clone(),
+        deleting: connection.metadata.deletion_timestamp.is_some(),
+        apis: nodes,
+    })
+}
+
+async fn binding_node(b: &Bound, api: &str, crds: &mut CrdCache) -> BindingNode {
+    let mut node = BindingNode {
+        kind: b.kind.into(),
+        namespace: b.namespace.clone(),
+        name: b.name.clone(),
+        ready: b.ready.clone(),
+        synced: b.synced.clone(),
+        deleting: b.deleting,
+        ..BindingNode::default()
+    };
+    match crds.instances(api, b.namespace.as_deref()).await {
+        Ok(Some(items)) => {
+            for item in items {
+                let value = serde_json::to_value(&item).unwrap_or_default();
+                node.count(
+                    item.metadata.namespace.clone(),
+                    item.name_any(),
+                    classify(&value),
+                );
+            }
+        }
+        Ok(None) => node.note = Some("no consumer CRD yet".into()),
+        Err(e) => node.note = Some(format!("could not be listed: {e:#}")),
+    }
+    node
+}
+
+/// Consumer CRDs looked up once per API.
+pub(crate) struct CrdCache {
+    client: Client,
+    seen: BTreeMap<String, Option<(ApiResource, bool)>>,
+}
+
+impl CrdCache {
+    pub(crate) fn new(client: &Client) -> Self {
+        Self {
+            client: client.clone(),
+            seen: BTreeMap::new(),
+        }
+    }
+
+    /// The instances of `api` in `namespace` (every namespace for `None`), or `None` when
+    /// the consumer has no CRD for it.
+    pub(crate) async fn instances(
+        &mut self,
+        api: &str,
+        namespace: Option<&str>,
+    ) -> anyhow::Result<Option<Vec<DynamicObject>>> {
+        if !self.seen.contains_key(api) {
+            let crd = Api::<CustomResourceDefinition>::all(self.client.clone())
+                .get_opt(api)
+                .await?;
+            self.seen
+                .insert(api.to_string(), crd.as_ref().and_then(resource_of));
+        }
+        let Some(Some((ar, namespaced))) = self.seen.get(api) else {
+            return Ok(None);
+        };
+        let list = konnector::k8s::dynamic_api(&self.client, ar, *namespaced, namespace)
+            .list(&ListParams::default())
+            .await?;
+        Ok(Some(list.items))
+    }
+}
+
+/// The served storage version of a CRD as an `ApiResource`, and whether it is namespaced.
+fn resource_of(crd: &CustomResourceDefinition) -> Option<(ApiResource, bool)> {
+    let spec = &crd.spec;
+    let version = spec
+        .versions
+        .iter()
+        .find(|v| v.storage && v.served)
+        .or_else(|| spec.versions.iter().find(|v| v.served))?;
+    let ar = ApiResource {
+        group: spec.group.clone(),
+        version: version.name.clone(),
+        api_version: format!("{}/{}", spec.group, version.name),
+        kind: spec.names.kind.clone(),
+        plural: spec.names.plural.clone(),
+    };
+    Some((ar, spec.scope == "Namespaced"))
+}

@@ -1,0 +1,251 @@
+//! The status tree as text, from report values only (no cluster), so its shape is
+//! unit-tested:
+//!
+//! ```text
+//! Connection provider  Ready=True  source=CRD
+//! └── widgets.example.org
+//!     └── Binding team-a/widgets  Ready=True  Synced=True
+//!         instances: 2 synced, 1 conflicting, 0 failing, 0 pending
+//!         ✗ team-a/w3  OwnedByAnother: owned by another consumer
+//! ```
+
+use std::fmt::Write as _;
+
+use super::model::{BindingNode, ConnectionNode, Report, State};
+
+/// At most this many failing instances are named per binding and API.
+pub const MAX_NAMED: usize = 10;
+
+/// Renders the whole report.
+pub fn render(report: &Report) -> String {
+    let mut out = String::new();
+    if report.connections.is_empty() && report.orphans.is_empty() {
+        out.push_str("No Connections found: start with `kubectl kbind connect NAME --provider-kubeconfig FILE`.\n");
+        return out;
+    }
+    for connection in &report.connections {
+        render_connection(&mut out, connection);
+    }
+    if !report.orphans.is_empty() {
+        out.push_str("Bindings whose Connection does not exist\n");
+        let last = report.orphans.len() - 1;
+        for (i, binding) in report.orphans.iter().enumerate() {
+            render_binding(&mut out, "", i == last, binding);
+        }
+    }
+    out
+}
+
+fn state(name: &str, s: &State) -> String {
+    if s.reason.is_empty() || s.status == "True" {
+        format!("{name}={}", s.status)
+    } else {
+        format!("{name}={} ({})", s.status, s.reason)
+    }
+}
+
+fn render_connection(out: &mut String, c: &ConnectionNode) {
+    let _ = write!(out, "Connection {}  {}", c.name, state("Ready", &c.ready));
+    if let Some(source) = &c.source {
+        let _ = write!(out, "  source={source}");
+    }
+    if c.deleting {
+        out.push_str("  (deleting)");
+    }
+    out.push('\n');
+    if !c.ready.is_true() && !c.ready.message.is_empty() {
+        let _ = writeln!(out, "│   {}", c.ready.message);
+        let _ = writeln!(
+            out,
+            "│   what to do: {}",
+            crate::hints::what_to_do(&c.ready.reason)
+        );
+    }
+    if c.apis.is_empty() {
+        out.push_str("└── (no exported APIs yet)\n");
+    }
+    let last_api = c.apis.len().saturating_sub(1);
+    for (i, api) in c.apis.iter().enumerate() {
+        let last = i == last_api;
+        let (branch, indent) = if last {
+            ("└── ", "    ")
+        } else {
+            ("├── ", "│   ")
+        };
+        let _ = write!(out, "{branch}{}", api.name);
+        if !api.exported {
+            out.push_str("  (not exported)");
+        }
+        if api.bindings.is_empty() {
+            out.push_str("  (not bound)");
+        }
+        out.push('\n');
+        let last_binding = api.bindings.len().saturating_sub(1);
+        for (j, binding) in api.bindings.iter().enumerate() {
+            render_binding(out, indent, j == last_binding, binding);
+        }
+    }
+}
+
+fn render_binding(out: &mut String, indent: &str, last: bool, b: &BindingNode) {
+    let (branch, inner) = if last {
+        ("└── ", "    ")
+    } else {
+        ("├── ", "│   ")
+    };
+    let name = match &b.namespace {
+        Some(ns) => format!("{ns}/{}", b.name),
+        None => b.name.clone(),
+    };
+    let _ = write!(
+        out,
+        "{indent}{branch}{} {name}  {}  {}",
+        b.kind,
+        state("Ready", &b.ready),
+        state("Synced", &b.synced)
+    );
+    if b.deleting {
+        out.push_str("  (deleting)");
+    }
+    out.push('\n');
+    let pad = format!("{indent}{inner}");
+    if !b.ready.is_true() && !b.ready.message.is_empty() {
+        let _ = writeln!(out, "{pad}{}", b.ready.message);
+        let _ = writeln!(
+            out,
+            "{pad}what to do: {}",
+            crate::hints::what_to_do(&b.ready.reason)
+        );
+    }
+    if let Some(note) = &b.note {
+        let _ = writeln!(out, "{pad}instances: {note}");
+        return;
+    }
+    let c = b.counts;
+    let _ = writeln!(
+        out,
+        "{pad}instances: {} synced, {} conflicting, {} failing, {} pending",
+        c.synced, c.conflicting, c.failing, c.pending
+    );
+    for f in b.failing.iter().take(MAX_NAMED) {
+        let name = match &f.namespace {
+            Some(ns) => format!("{ns}/{}", f.name),
+            None => f.name.clone(),
+        };
+        let _ = writeln!(out, "{pad}✗ {name}  {}: {}", f.reason, f.message);
+    }
+    if b.failing.len() > MAX_NAMED {
+        let _ = writeln!(
+            out,
+            "{pad}… and {} more (-o yaml lists all)",
+            b.failing.len() - MAX_NAMED
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::status::model::{ApiNode, Instance};
+
+    fn ready(status: &str, reason: &str) -> State {
+        State {
+            status: status.into(),
+            reason: reason.into(),
+            message: String::new(),
+        }
+    }
+
+    fn report() -> Report {
+        let mut binding = BindingNode {
+            kind: "Binding".into(),
+            namespace: Some("team-a".into()),
+            name: "widgets".into(),
+            ready: ready("True", "AsExpected"),
+            synced: ready("False", "ConflictsFound"),
+            ..BindingNode::default()
+        };
+        binding.count(Some("team-a".into()), "w1".into(), Instance::Synced);
+        binding.count(
+            Some("team-a".into()),
+            "w2".into(),
+            Instance::Conflicting {
+                reason: "OwnedByAnother".into(),
+                message: "someone else's".into(),
+            },
+        );
+        Report {
+            connections: vec![ConnectionNode {
+                name: "provider".into(),
+                ready: ready("True", "AsExpected"),
+                source: Some("CRD".into()),
+                deleting: false,
+                apis: vec![
+                    ApiNode {
+                        name: "gadgets.example.org".into(),
+                        exported: true,
+                        bindings: vec![],
+                    },
+                    ApiNode {
+                        name: "widgets.example.org".into(),
+                        exported: true,
+                        bindings: vec![binding],
+                    },
+                ],
+            }],
+            orphans: vec![],
+        }
+    }
+
+    #[test]
+    fn the_tree_goes_from_connection_to_api_to_binding_to_instances() {
+        let text = render(&report());
+        let expected = "\
+Connection provider  Ready=True  source=CRD
+├── gadgets.example.org  (not bound)
+└── widgets.example.org
+    └── Binding team-a/widgets  Ready=True  Synced=False (ConflictsFound)
+        instances: 1 synced, 1 conflicting, 0 failing, 0 pending
+        ✗ team-a/w2  OwnedByAnother: someone else's
+";
+        assert_eq!(text, expected);
+    }
+
+    #[test]
+    fn an_unready_connection_says_why_and_what_to_do() {
+        let mut r = report();
+        r.connections[0].ready = State {
+            status: "False".into(),
+            reason: "SecretNotFound".into(),
+            message: "Secret kbind/p not found".into(),
+        };
+        let text = render(&r);
+        assert!(text.starts_with("Connection provider  Ready=False (SecretNotFound)"));
+        assert!(text.contains("│   Secret kbind/p not found\n"));
+        assert!(text.contains(crate::hints::what_to_do("SecretNotFound")));
+    }
+
+    #[test]
+    fn only_the_first_failing_instances_are_named() {
+        let mut r = report();
+        let binding = &mut r.connections[0].apis[1].bindings[0];
+        for i in 0..(MAX_NAMED + 3) {
+            binding.count(
+                None,
+                format!("x{i}"),
+                Instance::Failing {
+                    reason: "Forbidden".into(),
+                    message: "m".into(),
+                },
+            );
+        }
+        let text = render(&r);
+        assert_eq!(text.matches("✗ ").count(), MAX_NAMED);
+        assert!(text.contains("… and 4 more"));
+    }
+
+    #[test]
+    fn an_empty_cluster_points_at_connect() {
+        assert!(render(&Report::default()).contains("kubectl kbind connect"));
+    }
+}
