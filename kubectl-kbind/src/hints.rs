@@ -33,6 +33,8 @@ const REASONS: &[Reason] = &[
     Reason::NoProviderClient,
     Reason::CRDNotManaged,
     Reason::NamespaceNotAllowed,
+    Reason::CopyFailed,
+    Reason::DeleteFailed,
 ];
 
 /// The reason stored as `reason`, if the konnector knows it.
@@ -125,6 +127,12 @@ pub fn what_to_do(reason: &str) -> &'static str {
         }
         Reason::ProviderUnreachable => {
             "check the provider endpoint is reachable from the konnector Pod (network, CA, DNS)"
+        }
+        Reason::CopyFailed => {
+            "a related Secret/ConfigMap could not be copied: the binding's RelatedResourcesSynced condition and Events name the object and the error"
+        }
+        Reason::DeleteFailed => {
+            "teardown could not delete a provider copy or release a finalizer: the binding's TeardownFailed condition names the object; fix the cause and the konnector retries"
         }
         Reason::ProviderRejected => {
             "the provider refused the copy: check the instance against the provider's schema and size limits"

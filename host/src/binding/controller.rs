@@ -38,16 +38,15 @@ use tracing::{debug, info, instrument, warn};
 use crate::api::names::{CLEANUP_FINALIZER, FIELD_MANAGER};
 use crate::api::{Binding, BindingSpec, BindingStatus, ClusterBinding, Connection};
 use crate::conditions::{self, Desired};
-use crate::schema::schema_hash;
 use crate::sync::changes;
 
 use super::facts::{self, Facts};
 use super::readiness::{self, ConnectionState, Verdict};
-use crate::registry::{BindingKey, Entry};
 use super::related::{self, RelatedScope};
 use super::status::{self, Related};
 use super::{Context, Error, Result};
 use super::{events, failure, summary, teardown, triggers};
+use crate::registry::{BindingKey, Entry};
 
 /// What the controller needs from either binding kind.
 pub trait BindingObject:

@@ -27,10 +27,10 @@ use crate::schema::schema_hash;
 use crate::schema::{ApiTarget, is_established};
 
 use super::controller::BindingObject;
-use crate::registry::{BindingKey, Entry};
 use super::readiness::{ApiFacts, ConnectionState, CrdFacts};
 use super::{Context, Error, Result};
 use super::{namespaces, schema};
+use crate::registry::{BindingKey, Entry};
 
 /// What one reconcile knows about a binding's surroundings.
 #[derive(Clone, Debug)]
