@@ -168,6 +168,16 @@ impl Announcement {
     }
 }
 
+/// Conditions as a fresh status holds them after setting each of `desired` in turn.
+#[cfg(test)]
+pub(crate) fn from_desired(desired: &[Desired]) -> Vec<Condition> {
+    let mut out = Vec::new();
+    for d in desired {
+        set(&mut out, d.clone(), None);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,6 +1,6 @@
 //! Kubernetes client idioms, written once: what an API error means, the namespaced-or-cluster
-//! `Api` of a dynamic resource, creating a namespace that may already exist, and removing one
-//! finalizer without touching anyone else's.
+//! `Api` of a dynamic resource, creating a namespace that may already exist, removing one
+//! finalizer without touching anyone else's, and a Warning Event.
 //!
 //! Error classification uses kube-rs's own `Status` predicates (they follow client-go's
 //! `apierrors`), so an AlreadyExists is never mistaken for an update conflict although both
@@ -9,6 +9,7 @@
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{DynamicObject, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::core::ApiResource;
+use kube::runtime::events::{Event, EventType};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde_json::json;
@@ -114,6 +115,18 @@ where
         Ok(_) => Ok(()),
         Err(e) if e.is_not_found() => Ok(()),
         Err(e) => Err(e),
+    }
+}
+
+/// A Warning Event: `reason` (CamelCase), a note saying what happened and what to do, and the
+/// `action` the controller was taking.
+pub fn warning(reason: &str, note: String, action: &str) -> Event {
+    Event {
+        type_: EventType::Warning,
+        reason: reason.to_string(),
+        note: Some(note),
+        action: action.to_string(),
+        secondary: None,
     }
 }
 

@@ -22,5 +22,6 @@ pub mod policy;
 pub mod provider;
 pub mod registry;
 pub mod schema;
+pub mod shared;
 pub mod sync;
 pub mod telemetry;

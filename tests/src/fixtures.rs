@@ -26,6 +26,7 @@ use konnector::api::names::EXPORTED_LABEL;
 use konnector::api::{Connection, ConnectionSpec, SchemaPolicy, SecretReference};
 use konnector::policy::Policies;
 use konnector::registry::Engagements;
+use konnector::shared::Shared;
 
 /// The credential namespace the test konnector uses (the product default).
 pub const SECRET_NAMESPACE: &str = "kbind";
@@ -93,10 +94,9 @@ pub fn shared_konnector(pair: &'static ClusterPair) -> anyhow::Result<&'static K
 /// Starts the konnector's controllers for `consumer` on a dedicated runtime thread.
 pub fn start_konnector(consumer: &Cluster) -> anyhow::Result<Konnector> {
     let admin = consumer.admin().clone();
-    let engagements = Engagements::default();
     let shutdown = CancellationToken::new();
-    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<anyhow::Result<()>>();
-    let (thread_engagements, thread_shutdown) = (engagements.clone(), shutdown.clone());
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<anyhow::Result<Engagements>>();
+    let thread_shutdown = shutdown.clone();
     let thread = std::thread::Builder::new()
         .name("konnector".into())
         .spawn(move || {
@@ -122,19 +122,13 @@ pub fn start_konnector(consumer: &Cluster) -> anyhow::Result<Konnector> {
                 .await;
                 match started {
                     Ok((client, policies)) => {
-                        let _ = ready_tx.send(Ok(()));
+                        let shared = Shared::new(client, policies, None);
+                        let _ = ready_tx.send(Ok(shared.engagements.clone()));
                         let settings = konnector::manager::Settings {
                             connection: test_connection_config(),
                             binding: test_binding_settings(),
                         };
-                        konnector::manager::run_with(
-                            client,
-                            policies,
-                            settings,
-                            thread_engagements,
-                            thread_shutdown,
-                        )
-                        .await;
+                        konnector::manager::run(shared, settings, thread_shutdown).await;
                     }
                     Err(e) => {
                         let _ = ready_tx.send(Err(e));
@@ -143,7 +137,7 @@ pub fn start_konnector(consumer: &Cluster) -> anyhow::Result<Konnector> {
             });
         })
         .context("spawning the konnector thread")?;
-    ready_rx
+    let engagements = ready_rx
         .recv()
         .context("the konnector thread ended before starting")??;
     Ok(Konnector {

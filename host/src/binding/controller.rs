@@ -111,7 +111,7 @@ impl BindingObject for ClusterBinding {
 
 /// Runs the controller for one binding kind until `shutdown`.
 pub async fn run<K: BindingObject>(ctx: Arc<Context>, shutdown: CancellationToken) {
-    let client = ctx.consumer.clone();
+    let client = ctx.shared.consumer.clone();
     let mut config = watcher::Config::default();
     if let Some(selector) = &ctx.settings.binding_selector {
         config = config.labels(selector);
@@ -173,9 +173,12 @@ pub async fn run<K: BindingObject>(ctx: Arc<Context>, shutdown: CancellationToke
         )
         // The sync engine's outcomes for a binding's scope changed: its Synced, Conflicts and
         // PermissionDenied conditions follow at once, not on the next periodic requeue.
-        .reconcile_on(triggers::summary_changes(ctx.outcomes.clone(), by_summary))
-        .reconcile_all_on(changes(ctx.engagements.subscribe()))
-        .reconcile_all_on(changes(ctx.index.subscribe()))
+        .reconcile_on(triggers::summary_changes(
+            ctx.shared.outcomes.clone(),
+            by_summary,
+        ))
+        .reconcile_all_on(changes(ctx.shared.engagements.subscribe()))
+        .reconcile_all_on(changes(ctx.shared.index.subscribe()))
         .graceful_shutdown_on(shutdown.cancelled_owned())
         .run(reconcile::<K>, error_policy::<K>, ctx)
         .for_each(|result| async move {
@@ -189,7 +192,7 @@ pub async fn run<K: BindingObject>(ctx: Arc<Context>, shutdown: CancellationToke
 #[instrument(skip(obj, ctx), fields(kind = %K::kind(&()), namespace = obj.namespace().unwrap_or_default(), name = %obj.name_any()))]
 async fn reconcile<K: BindingObject>(obj: Arc<K>, ctx: Arc<Context>) -> Result<Action> {
     let failure_key = failure_key(&*obj);
-    let api = obj.api_for(ctx.consumer.clone());
+    let api = obj.api_for(ctx.shared.consumer.clone());
     let action = finalizer(&api, CLEANUP_FINALIZER, obj, |event| async {
         match event {
             Finalizer::Apply(obj) => apply(&*obj, &api, &ctx).await,
@@ -212,7 +215,7 @@ async fn apply<K: BindingObject>(obj: &K, api: &Api<K>, ctx: &Context) -> Result
     // After the index stopped listing them: drain the APIs this binding no longer lists.
     let dropped = teardown::drain_dropped(obj, ctx).await?;
     let (related, related_error) = sync_related(obj, ctx, &facts, verdict.is_ready()).await;
-    let summary = summary::of(obj, &ctx.outcomes);
+    let summary = summary::of(obj, &ctx.shared.outcomes);
     let listed: Vec<String> = obj
         .binding_spec()
         .apis
@@ -253,7 +256,7 @@ fn select(ctx: &Context, key: BindingKey, facts: &Facts, verdict: &Verdict) {
         ConnectionState::NamespaceNotAllowed { .. } => Default::default(),
         _ => verdict.targets.clone(),
     };
-    ctx.index.apply(
+    ctx.shared.index.apply(
         key,
         Entry {
             apis,
@@ -287,7 +290,14 @@ async fn sync_related<K: BindingObject>(
         entries,
         guard: &ctx.related_guard,
     };
-    match related::sync(&scope, &ctx.consumer, engagement, &ctx.policies).await {
+    match related::sync(
+        &scope,
+        &ctx.shared.consumer,
+        engagement,
+        &ctx.shared.policies,
+    )
+    .await
+    {
         Ok(()) => (Related::Ran(failure::related_synced(entries.len())), None),
         Err(error) => (Related::Ran(failure::related_failed(&error)), Some(error)),
     }
@@ -348,7 +358,7 @@ async fn write_status<K: BindingObject>(
 pub(super) async fn write_condition<K: BindingObject>(obj: &K, ctx: &Context, desired: Desired) {
     let mut new_status = obj.binding_status().cloned().unwrap_or_default();
     conditions::set(&mut new_status.conditions, desired, obj.meta().generation);
-    let api = obj.api_for(ctx.consumer.clone());
+    let api = obj.api_for(ctx.shared.consumer.clone());
     if let Err(error) = publish_status(obj, &api, ctx, new_status).await {
         warn!(%error, "writing a binding condition failed");
     }
@@ -359,7 +369,7 @@ async fn cleanup<K: BindingObject>(obj: &K, ctx: &Context) -> Result<Action> {
     // Leaving the index stops selection at once; the supervisor stops syncers nothing else
     // needs.
     if let Some(key) = obj.index_key() {
-        ctx.index.delete(&key);
+        ctx.shared.index.delete(&key);
     }
     if let Err(error) = teardown::run(obj, ctx).await {
         // The finalizer stays and the teardown is retried; the binding says what blocks it.

@@ -19,11 +19,11 @@
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
-use kube::runtime::events::{Event, EventType, Recorder};
 use tracing::{info, warn};
 
 use crate::api::{ConditionType, Connection, Reason};
 use crate::conditions::Desired;
+use crate::k8s::warning;
 use crate::provider::identity;
 use crate::provider::kubeconfig;
 use crate::registry::Engagement;
@@ -42,11 +42,11 @@ pub async fn resolve(
     ctx: &Context,
     connection: &str,
 ) -> Result<std::result::Result<Engagement, Unavailable>> {
-    if let Some(engagement) = ctx.engagements.get(connection) {
+    if let Some(engagement) = ctx.shared.engagements.get(connection) {
         return Ok(Ok(engagement));
     }
     let unavailable = |why: String| Ok(Err(Unavailable(why)));
-    let Some(conn) = Api::<Connection>::all(ctx.consumer.clone())
+    let Some(conn) = Api::<Connection>::all(ctx.shared.consumer.clone())
         .get_opt(connection)
         .await
         .map_err(Error::ReadConnection)?
@@ -68,7 +68,7 @@ pub async fn resolve(
             ctx.settings.secret_namespace
         ));
     }
-    let secret = Api::<Secret>::namespaced(ctx.consumer.clone(), &reference.namespace)
+    let secret = Api::<Secret>::namespaced(ctx.shared.consumer.clone(), &reference.namespace)
         .get_opt(&reference.name)
         .await
         .map_err(|source| Error::ReadCredentials {
@@ -131,15 +131,13 @@ pub async fn report_unavailable<K: BindingObject>(
         why.0
     );
     warn!(apis = ?apis, why = %why.0, "drain without a provider client; provider copies may remain");
-    let event = Event {
-        type_: EventType::Warning,
-        reason: Reason::NoProviderClient.as_str().to_string(),
-        note: Some(message.clone()),
-        action: "Drain".into(),
-        secondary: None,
-    };
-    let recorder = Recorder::new(ctx.consumer.clone(), ctx.reporter.clone());
-    if let Err(error) = recorder.publish(&event, &obj.object_ref(&())).await {
+    let event = warning(Reason::NoProviderClient.as_str(), message.clone(), "Drain");
+    if let Err(error) = ctx
+        .shared
+        .recorder
+        .publish(&event, &obj.object_ref(&()))
+        .await
+    {
         warn!(%error, "publishing an Event failed");
     }
     Desired::falsy(ConditionType::Drained, Reason::NoProviderClient, message)

@@ -88,15 +88,8 @@ pub async fn announce<K: BindingObject>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::conditions::{Desired, set};
 
-    fn conditions(desired: &[Desired]) -> Vec<Condition> {
-        let mut out = Vec::new();
-        for d in desired {
-            set(&mut out, d.clone(), None);
-        }
-        out
-    }
+    use crate::conditions::{Desired, from_desired as conditions};
 
     fn synced_false(reason: Reason, message: &str) -> Desired {
         Desired::falsy(ConditionType::Synced, reason, message)

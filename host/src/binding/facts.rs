@@ -53,8 +53,8 @@ pub struct Facts {
 pub async fn gather<K: BindingObject>(obj: &K, key: &BindingKey, ctx: &Context) -> Result<Facts> {
     let spec = obj.binding_spec();
     let connection = spec.connection_ref.name.clone();
-    let engagement = ctx.engagements.get(&connection);
-    let connection_obj = Api::<Connection>::all(ctx.consumer.clone())
+    let engagement = ctx.shared.engagements.get(&connection);
+    let connection_obj = Api::<Connection>::all(ctx.shared.consumer.clone())
         .get_opt(&connection)
         .await
         .map_err(Error::ReadConnection)?;
@@ -72,7 +72,7 @@ pub async fn gather<K: BindingObject>(obj: &K, key: &BindingKey, ctx: &Context) 
         .apis
         .iter()
         .map(|a| {
-            let pin = ctx.index.read(|i| {
+            let pin = ctx.shared.index.read(|i| {
                 i.pinned_connection(&a.name, Some((key, &candidate)))
                     .map(str::to_string)
             });
@@ -92,7 +92,7 @@ pub async fn gather<K: BindingObject>(obj: &K, key: &BindingKey, ctx: &Context) 
         }
         _ => BTreeMap::new(),
     };
-    let crds = Api::<CustomResourceDefinition>::all(ctx.consumer.clone());
+    let crds = Api::<CustomResourceDefinition>::all(ctx.shared.consumer.clone());
     let mut apis = Vec::with_capacity(spec.apis.len());
     let mut hashes = BTreeMap::new();
     for listed in &spec.apis {
@@ -164,7 +164,7 @@ async fn namespace_refusal(
     let Some(selector) = connection.spec.binding_namespace_selector.as_ref() else {
         return Ok(None);
     };
-    let labels = Api::<Namespace>::all(ctx.consumer.clone())
+    let labels = Api::<Namespace>::all(ctx.shared.consumer.clone())
         .get_opt(namespace)
         .await
         .map_err(|source| Error::ReadNamespace {

@@ -7,7 +7,7 @@
 //! Binding / ClusterBinding ──▶ controller ──▶ index ──▶ syncer supervisor ──▶ syncers
 //!                                  ▲  │                      (crate::sync)          │
 //!                                  │  │                                             ▼
-//!                                  │  │          instance outcomes (crate::sync::outcomes)
+//!                                  │  │          instance outcomes (crate::registry::outcomes)
 //!                                  │  └──▶ status: Ready, Synced, Conflicts, PermissionDenied,
 //!                                  │       conflictCount ◀── summary of the binding's scope
 //!                                  └────── summary changed (triggers) ◀────────────┘
@@ -51,17 +51,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::Client;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::Event;
 use tokio_util::sync::CancellationToken;
 
 use crate::api::names::DEFAULT_SECRET_NAMESPACE;
 use crate::api::{Binding, ClusterBinding};
 use crate::backoff::Backoff;
-use crate::policy::Policies;
-use crate::registry::{Engagements, SharedIndex};
+use crate::k8s::warning;
 use crate::schema::AppliedSchemas;
-use crate::sync::{Outcomes, RunningSyncers, SyncSettings};
+use crate::shared::Shared;
+use crate::sync::SyncSettings;
 
 use related_guard::RelatedGuard;
 
@@ -233,31 +232,19 @@ impl Default for Settings {
     }
 }
 
-/// Everything the binding controllers and the syncer supervisor share.
+/// What the binding controllers work with: the konnector's shared context and their own
+/// settings and backoff.
 pub struct Context {
-    /// Consumer cluster client.
-    pub consumer: Client,
-    /// Ready Connections' provider clients (written by the Connection controller).
-    pub engagements: Engagements,
-    /// Which binding selects which instance.
-    pub index: SharedIndex,
-    /// The conflict policy (the Wasm module in production).
-    pub policies: Policies,
-    /// Who Events are reported as.
-    pub reporter: Reporter,
+    /// The consumer client, registries and policies every controller shares.
+    pub shared: Shared,
     /// Timings.
     pub settings: Settings,
     /// What related copies may touch, from the settings.
     pub related_guard: RelatedGuard,
-    /// The syncers the supervisor runs, so a drain can wait for one to stop.
-    pub syncers: RunningSyncers,
     /// Which consumer CRDs were applied from which provider schema, so an unchanged one is
     /// not applied again.
     pub applied_schemas: AppliedSchemas,
-    /// What the syncers' last reconcile of each instance came to (written by the sync engine).
-    pub outcomes: Outcomes,
     failures: Backoff<String>,
-    recorder: Recorder,
 }
 
 impl std::fmt::Debug for Context {
@@ -269,24 +256,10 @@ impl std::fmt::Debug for Context {
 }
 
 impl Context {
-    /// A context with a fresh index and the default reporter (`kbind-konnector`).
-    pub fn new(
-        consumer: Client,
-        engagements: Engagements,
-        policies: Policies,
-        settings: Settings,
-    ) -> Self {
-        let reporter = Reporter {
-            controller: crate::api::names::FIELD_MANAGER.to_string(),
-            instance: std::env::var("POD_NAME").ok(),
-        };
+    /// The binding controllers' context over the konnector's shared one.
+    pub fn new(shared: Shared, settings: Settings) -> Self {
         Self {
-            recorder: Recorder::new(consumer.clone(), reporter.clone()),
-            consumer,
-            engagements,
-            index: SharedIndex::default(),
-            policies,
-            reporter,
+            shared,
             failures: Backoff::new(
                 settings.sync.error_backoff_base,
                 settings.sync.error_backoff_max,
@@ -295,28 +268,20 @@ impl Context {
                 &settings.secret_namespace,
                 settings.konnector_namespace.as_deref(),
             ),
-            syncers: RunningSyncers::default(),
             applied_schemas: AppliedSchemas::default(),
-            outcomes: Outcomes::default(),
             settings,
         }
     }
 
     /// Publishes a Warning Event on a binding; a failure to publish is only logged.
     pub(crate) async fn warn(&self, binding: &ObjectReference, reason: &str, note: String) {
-        let event = Event {
-            type_: EventType::Warning,
-            reason: reason.to_string(),
-            note: Some(note),
-            action: "Reconcile".into(),
-            secondary: None,
-        };
-        self.publish(&event, binding).await;
+        self.publish(&warning(reason, note, "Reconcile"), binding)
+            .await;
     }
 
     /// Publishes an Event on a binding; a failure to publish is only logged.
     pub(crate) async fn publish(&self, event: &Event, binding: &ObjectReference) {
-        if let Err(error) = self.recorder.publish(event, binding).await {
+        if let Err(error) = self.shared.recorder.publish(event, binding).await {
             tracing::warn!(%error, "publishing an Event failed");
         }
     }

@@ -57,9 +57,9 @@ pub async fn install_bound(
             update: policy.update_policy,
         };
         match ensure_installed(
-            &ctx.consumer,
+            &ctx.shared.consumer,
             &engagement.provider,
-            &ctx.policies,
+            &ctx.shared.policies,
             &ctx.applied_schemas,
             &target,
             ctx.settings.schema_wait,
@@ -96,7 +96,7 @@ async fn still_serving(ctx: &Context, name: &str, connection: &str, error: &Sche
     if !refresh_failure {
         return false;
     }
-    let crds: Api<CustomResourceDefinition> = Api::all(ctx.consumer.clone());
+    let crds: Api<CustomResourceDefinition> = Api::all(ctx.shared.consumer.clone());
     match crds.get_opt(name).await {
         Ok(Some(crd)) => {
             is_established(&crd)

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use crate::api::{BindingStatus, BoundApi, ConditionType};
 use crate::conditions::{self, Desired};
-use crate::sync::Summary;
+use crate::registry::Summary;
 
 use super::readiness::Verdict;
 use super::summary;
@@ -145,7 +145,7 @@ mod tests {
     use super::*;
     use crate::api::Reason;
     use crate::binding::readiness::{ConnectionState, evaluate};
-    use crate::sync::{Outcome, Outcomes};
+    use crate::registry::{Outcome, Outcomes};
 
     fn verdict(ready: bool) -> Verdict {
         let state = if ready {

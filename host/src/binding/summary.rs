@@ -15,8 +15,8 @@ use kube::ResourceExt;
 
 use crate::api::{ConditionType, Reason};
 use crate::conditions::Desired;
-use crate::sync::outcomes::Failing;
-use crate::sync::{Outcomes, Summary};
+use crate::registry::outcomes::Failing;
+use crate::registry::{Outcomes, Summary};
 
 use super::controller::BindingObject;
 
@@ -252,7 +252,7 @@ pub fn permission_denied(summary: &Summary, related: Option<&Desired>) -> Desire
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sync::{Outcome, Outcomes};
+    use crate::registry::{Outcome, Outcomes};
 
     const API: &str = "widgets.example.org";
 

@@ -65,7 +65,7 @@ pub async fn run<K: BindingObject>(obj: &K, ctx: &Context) -> Result<()> {
         binding: &binding,
         namespace: namespace.as_deref(),
     };
-    let others = apis_listed_elsewhere(&ctx.consumer, &uid).await?;
+    let others = apis_listed_elsewhere(&ctx.shared.consumer, &uid).await?;
     let mut unchecked = Vec::new();
     for listed in &spec.apis {
         if others.contains(&listed.name) {
@@ -95,7 +95,7 @@ pub async fn run<K: BindingObject>(obj: &K, ctx: &Context) -> Result<()> {
                 entries: &spec.related_resources,
                 guard: &ctx.related_guard,
             };
-            related::delete_copies(&scope, &ctx.consumer, engagement).await?;
+            related::delete_copies(&scope, &ctx.shared.consumer, engagement).await?;
         }
         None if !spec.related_resources.is_empty() => unchecked.push("related copies".into()),
         None => {}
@@ -127,13 +127,13 @@ pub async fn drain_dropped<K: BindingObject>(obj: &K, ctx: &Context) -> Result<D
         return Ok(Dropped::default());
     }
     let uid = obj.meta().uid.clone().unwrap_or_default();
-    let others = apis_listed_elsewhere(&ctx.consumer, &uid).await?;
+    let others = apis_listed_elsewhere(&ctx.shared.consumer, &uid).await?;
     let connection = spec.connection_ref.name.as_str();
     let (pending, ready): (Vec<&str>, Vec<&str>) = dropped
         .into_iter()
         .filter(|api| !others.contains(*api))
         // The syncer could still put a finalizer back or write a copy: drain once it is done.
-        .partition(|api| ctx.syncers.contains(connection, api));
+        .partition(|api| ctx.shared.syncers.contains(connection, api));
     let mut out = Dropped {
         pending: pending.iter().map(|a| a.to_string()).collect(),
         condition: None,
@@ -230,7 +230,7 @@ async fn drain_api(
     remove_crd: bool,
 ) -> Result<usize> {
     let namespace = scope.namespace;
-    let crds = Api::<CustomResourceDefinition>::all(ctx.consumer.clone());
+    let crds = Api::<CustomResourceDefinition>::all(ctx.shared.consumer.clone());
     let Some(crd) = read_crd(&crds, api_name).await? else {
         return Ok(0);
     };
@@ -332,8 +332,8 @@ async fn drain_instances(
 ) -> Result<usize> {
     let ar = target.api_resource();
     let consumer: Api<DynamicObject> = match namespace {
-        Some(ns) => Api::namespaced_with(ctx.consumer.clone(), ns, &ar),
-        None => Api::all_with(ctx.consumer.clone(), &ar),
+        Some(ns) => Api::namespaced_with(ctx.shared.consumer.clone(), ns, &ar),
+        None => Api::all_with(ctx.shared.consumer.clone(), &ar),
     };
     let instances = match consumer.list(&ListParams::default()).await {
         Ok(list) => list.items,
@@ -359,7 +359,7 @@ async fn drain_instances(
             (None, false) => unchecked += 1,
             (_, true) => {}
         }
-        release_finalizer(&ctx.consumer, target, instance).await?;
+        release_finalizer(&ctx.shared.consumer, target, instance).await?;
     }
     Ok(unchecked)
 }

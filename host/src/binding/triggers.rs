@@ -17,7 +17,7 @@ use std::time::Duration;
 use futures::Stream;
 use kube::runtime::reflector::{ObjectRef, Store};
 
-use crate::sync::{Outcomes, Summary};
+use crate::registry::{Outcomes, Summary};
 
 use super::controller::BindingObject;
 use super::summary;
@@ -26,7 +26,7 @@ use super::summary;
 const SETTLE: Duration = Duration::from_millis(250);
 
 struct State<K: BindingObject> {
-    changes: tokio::sync::watch::Receiver<u64>,
+    changes: tokio::sync::watch::Receiver<crate::registry::Recorded>,
     outcomes: Outcomes,
     bindings: Store<K>,
     seen: HashMap<ObjectRef<K>, Summary>,
@@ -72,7 +72,7 @@ mod tests {
     use super::*;
     use crate::api::Reason;
     use crate::api::{ApiReference, Binding, BindingSpec, ConflictPolicy, ConnectionReference};
-    use crate::sync::Outcome;
+    use crate::registry::Outcome;
     use futures::StreamExt;
     use kube::runtime::reflector::store::Writer;
     use kube::runtime::watcher;

@@ -21,6 +21,7 @@ use crate::leader::{self, ElectionConfig};
 use crate::manager::{self, Settings};
 use crate::policy::{Policies, PolicyArgs};
 use crate::provider::kubeconfig::Transport;
+use crate::shared::Shared;
 use crate::sync::SyncSettings;
 use crate::telemetry::{Health, LogFormat, init_logging, serve_health, serve_metrics};
 use crate::{binding, connection};
@@ -56,6 +57,10 @@ pub struct RunArgs {
     /// related copies never touch it.
     #[arg(long, env = "POD_NAMESPACE", value_name = "NS")]
     pub namespace: Option<String>,
+    /// This replica's name (the chart passes the Pod's through `POD_NAME`): the leader-election
+    /// identity and the instance named on Events.
+    #[arg(long, env = "POD_NAME", value_name = "NAME")]
+    pub pod_name: Option<String>,
     /// Accept provider kubeconfigs with `insecure-skip-tls-verify: true` or a plain `http://`
     /// server (refused by default); for test and lab providers only.
     #[arg(long, env = "KBIND_ALLOW_INSECURE_PROVIDER")]
@@ -150,7 +155,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         let config = ElectionConfig {
             namespace: args.leader_election_namespace.clone(),
             name: args.leader_election_id.clone(),
-            identity: identity(),
+            identity: identity(args.pod_name.as_deref()),
             lease_seconds: args.leader_election_lease_duration.as_secs(),
         };
         info!(lease = %format!("{}/{}", config.namespace, config.name), identity = %config.identity, "campaigning for leadership");
@@ -171,12 +176,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     };
 
     let controllers = shutdown.child_token();
-    let task = tokio::spawn(manager::run(
-        client,
-        policies,
-        args.settings(),
-        controllers.clone(),
-    ));
+    let shared = Shared::new(client, policies, args.pod_name.clone());
+    let task = tokio::spawn(manager::run(shared, args.settings(), controllers.clone()));
     health.set_ready(true);
     info!("controllers started");
 
@@ -240,11 +241,12 @@ fn local(listener: &TcpListener) -> String {
         .unwrap_or_else(|e| e.to_string())
 }
 
-fn identity() -> String {
-    std::env::var("POD_NAME")
-        .ok()
-        .filter(|n| !n.is_empty())
-        .unwrap_or_else(|| format!("konnector-{}", std::process::id()))
+/// The leader-election identity: the Pod's name, or a per-process one outside a Pod.
+fn identity(pod_name: Option<&str>) -> String {
+    pod_name.filter(|n| !n.is_empty()).map_or_else(
+        || format!("konnector-{}", std::process::id()),
+        str::to_string,
+    )
 }
 
 async fn stop_on_signal(shutdown: CancellationToken) {

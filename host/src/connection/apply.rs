@@ -154,7 +154,7 @@ impl Steps<'_> {
             return Ok(BTreeMap::new());
         }
         refused_installs(
-            &self.ctx.client,
+            &self.ctx.shared.consumer,
             &self.connection.name_any(),
             &discovered.apis,
         )
@@ -215,7 +215,7 @@ impl Steps<'_> {
                 discovered.apis.len()
             ),
         ));
-        let engaged = self.ctx.engagements.engage(Engagement {
+        let engaged = self.ctx.shared.engagements.engage(Engagement {
             connection: name.clone(),
             provider: credentials.client,
             provider_uid,
@@ -240,12 +240,13 @@ impl Steps<'_> {
                 allowed: self.ctx.config.secret_namespace.clone(),
             }));
         }
-        let secrets: Api<Secret> = Api::namespaced(self.ctx.client.clone(), &reference.namespace);
+        let secrets: Api<Secret> =
+            Api::namespaced(self.ctx.shared.consumer.clone(), &reference.namespace);
         let found = secrets.get_opt(&reference.name).await.map_err(|e| {
             Error::ReadSecret(format!("{}/{}", reference.namespace, reference.name), e)
         })?;
         if let Some(found) = &found {
-            secret::ensure_finalizer(&self.ctx.client, found).await?;
+            secret::ensure_finalizer(&self.ctx.shared.consumer, found).await?;
         }
         let credentials = kubeconfig::credentials(
             reference,
@@ -256,7 +257,7 @@ impl Steps<'_> {
         // Reuse the engaged client while the kubeconfig is unchanged: its connection pool and
         // watches stay warm across periodic reconciles.
         Ok(credentials.map(|mut credentials| {
-            if let Some(engaged) = self.ctx.engagements.get(&self.connection.name_any())
+            if let Some(engaged) = self.ctx.shared.engagements.get(&self.connection.name_any())
                 && engaged.credentials_digest == credentials.digest
             {
                 credentials.client = engaged.provider;
@@ -275,7 +276,7 @@ impl Steps<'_> {
             Ok(uid) => uid,
             Err(error) => return Err(self.identity_failed("provider", error)),
         };
-        let consumer_uid = match identity::cluster_uid(&self.ctx.client).await {
+        let consumer_uid = match identity::cluster_uid(&self.ctx.shared.consumer).await {
             Ok(uid) => uid,
             Err(error) => return Err(self.identity_failed("consumer", error)),
         };
@@ -376,9 +377,9 @@ impl Steps<'_> {
                     update: policy.update_policy,
                 };
                 let installed = schema::ensure_installed(
-                    &self.ctx.client,
+                    &self.ctx.shared.consumer,
                     &credentials.client,
-                    &self.ctx.policies,
+                    &self.ctx.shared.policies,
                     &self.ctx.applied_schemas,
                     &target,
                     self.ctx.config.schema_wait,
@@ -445,7 +446,10 @@ impl Steps<'_> {
     /// Marks the Connection not Ready and disengages it; the reconcile then settles.
     fn not_ready(&mut self, reason: Reason, message: String) -> Stop {
         self.set(Desired::falsy(ConditionType::Ready, reason, message));
-        self.ctx.engagements.disengage(&self.connection.name_any());
+        self.ctx
+            .shared
+            .engagements
+            .disengage(&self.connection.name_any());
         Stop::Settle
     }
 

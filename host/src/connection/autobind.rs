@@ -27,7 +27,7 @@ pub(super) async fn sync(
     exported: &[ExportedApi],
 ) -> Result<()> {
     let name = connection.name_any();
-    let api: Api<ClusterBinding> = Api::all(ctx.client.clone());
+    let api: Api<ClusterBinding> = Api::all(ctx.shared.consumer.clone());
     let existing = api.get_opt(&name).await.map_err(Error::AutoBind)?;
     if let Some(existing) = &existing
         && !is_managed(existing)
@@ -79,7 +79,7 @@ pub(super) async fn sync(
 
 /// Requests deletion of the managed ClusterBinding, if it exists and is managed.
 pub(super) async fn delete(ctx: &Context, name: &str) -> Result<()> {
-    let api: Api<ClusterBinding> = Api::all(ctx.client.clone());
+    let api: Api<ClusterBinding> = Api::all(ctx.shared.consumer.clone());
     match api.get_opt(name).await.map_err(Error::AutoBind)? {
         Some(binding) if is_managed(&binding) && binding.metadata.deletion_timestamp.is_none() => {
             api.delete(name, &DeleteParams::default())

@@ -18,7 +18,7 @@ pub(super) async fn cleanup(connection: &Connection, ctx: &Context) -> Result<Ac
     if connection.spec.auto_bind {
         autobind::delete(ctx, &name).await?;
     }
-    let remaining = referencing_bindings(&ctx.client, &name).await?;
+    let remaining = referencing_bindings(&ctx.shared.consumer, &name).await?;
     if remaining > 0 {
         let mut status = connection.status.clone().unwrap_or_default();
         let message = format!(
@@ -34,7 +34,7 @@ pub(super) async fn cleanup(connection: &Connection, ctx: &Context) -> Result<Ac
         return Err(Error::Draining(remaining));
     }
     let reference = &connection.spec.kubeconfig_secret_ref;
-    let connections: Api<Connection> = Api::all(ctx.client.clone());
+    let connections: Api<Connection> = Api::all(ctx.shared.consumer.clone());
     let others = connections
         .list(&Default::default())
         .await
@@ -46,9 +46,9 @@ pub(super) async fn cleanup(connection: &Connection, ctx: &Context) -> Result<Ac
             && other.spec.kubeconfig_secret_ref.name == reference.name
     });
     if !shared {
-        secret::release(&ctx.client, reference).await?;
+        secret::release(&ctx.shared.consumer, reference).await?;
     }
-    ctx.engagements.disengage(&name);
+    ctx.shared.engagements.disengage(&name);
     info!(connection = %name, secret_shared = shared, "connection released");
     Ok(Action::await_change())
 }

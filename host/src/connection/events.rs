@@ -44,15 +44,8 @@ pub fn announcements(old: &[Condition], new: &[Condition]) -> Vec<Announcement> 
 mod tests {
     use super::*;
     use crate::api::Reason;
-    use crate::conditions::{Desired, set};
 
-    fn conditions(desired: &[Desired]) -> Vec<Condition> {
-        let mut out = Vec::new();
-        for d in desired {
-            set(&mut out, d.clone(), None);
-        }
-        out
-    }
+    use crate::conditions::{Desired, from_desired as conditions, set};
 
     fn ready(reason: Reason, status: bool, message: &str) -> Desired {
         Desired {

@@ -26,7 +26,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::Event;
 use kube::runtime::finalizer::{self, finalizer};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
@@ -38,10 +38,10 @@ use tracing::{info, instrument, warn};
 use crate::api::names::{CLEANUP_FINALIZER, DEFAULT_SECRET_NAMESPACE, FIELD_MANAGER};
 use crate::api::{Binding, ClusterBinding, Connection, ConnectionStatus};
 use crate::backoff::Backoff;
-use crate::policy::Policies;
+use crate::k8s::warning;
 use crate::provider::kubeconfig::Transport;
-use crate::registry::Engagements;
 use crate::schema::AppliedSchemas;
+use crate::shared::Shared;
 use crate::telemetry::metrics;
 
 /// Timings and the credential namespace of the Connection controller.
@@ -76,14 +76,9 @@ impl Default for Config {
 
 /// What the Connection controller needs; shared by every reconcile.
 pub struct Context {
-    /// Consumer cluster client.
-    pub client: kube::Client,
-    /// Where Ready Connections' provider clients are published.
-    pub engagements: Engagements,
-    /// The policy modules (schema synthesis for the OpenAPI source).
-    pub policies: Policies,
-    /// Publishes Events on Connections.
-    pub recorder: Recorder,
+    /// The consumer client, registries and policies every controller shares; this
+    /// controller is the one writer of `shared.engagements`.
+    pub shared: Shared,
     /// Timings and namespaces.
     pub config: Config,
     /// Which consumer CRDs were applied from which provider schema (`pullPolicy: All`), so
@@ -93,19 +88,10 @@ pub struct Context {
 }
 
 impl Context {
-    /// A context for the controller.
-    pub fn new(
-        client: kube::Client,
-        engagements: Engagements,
-        policies: Policies,
-        recorder: Recorder,
-        config: Config,
-    ) -> Self {
+    /// The Connection controller's context over the konnector's shared one.
+    pub fn new(shared: Shared, config: Config) -> Self {
         Self {
-            client,
-            engagements,
-            policies,
-            recorder,
+            shared,
             applied_schemas: AppliedSchemas::default(),
             failures: Backoff::new(Duration::from_secs(1), config.max_backoff),
             config,
@@ -113,18 +99,13 @@ impl Context {
     }
 
     async fn warn(&self, connection: &Connection, reason: &str, note: String) {
-        let event = Event {
-            type_: EventType::Warning,
-            reason: reason.to_string(),
-            note: Some(note),
-            action: "Reconcile".into(),
-            secondary: None,
-        };
-        self.publish(connection, &event).await;
+        self.publish(connection, &warning(reason, note, "Reconcile"))
+            .await;
     }
 
     async fn publish(&self, connection: &Connection, event: &Event) {
         if let Err(error) = self
+            .shared
             .recorder
             .publish(event, &connection.object_ref(&()))
             .await
@@ -174,8 +155,9 @@ type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Runs the Connection controller until `shutdown` is cancelled.
 pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
-    let connections: Api<Connection> = Api::all(ctx.client.clone());
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ctx.config.secret_namespace);
+    let connections: Api<Connection> = Api::all(ctx.shared.consumer.clone());
+    let secrets: Api<Secret> =
+        Api::namespaced(ctx.shared.consumer.clone(), &ctx.config.secret_namespace);
     let controller = Controller::new(connections, watcher::Config::default().any_semantic());
     let store = controller.store();
     controller
@@ -213,7 +195,7 @@ async fn reconcile(
     ctx: Arc<Context>,
 ) -> Result<Action, finalizer::Error<Error>> {
     let mut timer = metrics().reconcile("connection");
-    let api: Api<Connection> = Api::all(ctx.client.clone());
+    let api: Api<Connection> = Api::all(ctx.shared.consumer.clone());
     let name = connection.name_any();
     let result = finalizer(&api, CLEANUP_FINALIZER, connection, |event| async {
         match event {
@@ -254,7 +236,7 @@ async fn persist_status(
     if connection.status.as_ref() == Some(&status) {
         return Ok(());
     }
-    let api: Api<Connection> = Api::all(ctx.client.clone());
+    let api: Api<Connection> = Api::all(ctx.shared.consumer.clone());
     let patch = json!({
         "apiVersion": Connection::api_version(&()),
         "kind": Connection::kind(&()),

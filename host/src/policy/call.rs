@@ -145,82 +145,74 @@ async fn attempt<P: RoleModule>(
     Ok((warm, answer))
 }
 
-impl RoleModule for conflict::ConflictPolicyPre<HostState> {
-    const ROLE: PolicyRole = PolicyRole::ConflictPolicy;
-    type Instance = conflict::ConflictPolicy;
-    type Input = ConflictInput;
-    type WitInput = conflict::iface::ConflictInput;
-    type WitOutput = Result<conflict::iface::Decision, String>;
-    type Output = ConflictDecision;
+/// Writes a role's [`RoleModule`] impl from what differs between roles: the generated names,
+/// the input conversion, the export and the check of its answer.
+macro_rules! role_module {
+    (
+        $pre:ident in $world:ident as $role:expr;
+        instance $instance:ident;
+        input $input:ty => $wit_input:ty, by $convert:path;
+        output $wit_output:ty => $output:ty;
+        invoke |$inst:ident, $store:ident, $arg:ident| $invoke:expr;
+        finish |$answer:ident, $checked:ident| $finish:block
+    ) => {
+        impl RoleModule for $world::$pre<HostState> {
+            const ROLE: PolicyRole = $role;
+            type Instance = $world::$instance;
+            type Input = $input;
+            type WitInput = $wit_input;
+            type WitOutput = $wit_output;
+            type Output = $output;
 
-    fn new(pre: InstancePre<HostState>) -> wasmtime::Result<Self> {
-        conflict::ConflictPolicyPre::new(pre)
-    }
-    fn builtin_cell() -> &'static OnceLock<Result<Self, String>> {
-        static CELL: OnceLock<Result<conflict::ConflictPolicyPre<HostState>, String>> =
-            OnceLock::new();
-        &CELL
-    }
-    fn wit_input(input: &ConflictInput) -> Self::WitInput {
-        bindings::conflict_input(input)
-    }
-    fn instantiate<'a>(
-        &'a self,
-        store: &'a mut Store<HostState>,
-    ) -> impl Future<Output = wasmtime::Result<Self::Instance>> + Send + 'a {
-        self.instantiate_async(store)
-    }
-    fn invoke<'a>(
-        instance: &'a Self::Instance,
-        store: &'a mut Store<HostState>,
-        input: &'a Self::WitInput,
-    ) -> impl Future<Output = wasmtime::Result<Self::WitOutput>> + Send + 'a {
-        instance.kbind_policy_conflict().call_decide(store, input)
-    }
-    fn finish(output: Self::WitOutput, input: &ConflictInput) -> Result<ConflictDecision, Refusal> {
-        let decision = bindings::conflict_decision(output.map_err(Refusal::Rejected)?);
+            fn new(pre: InstancePre<HostState>) -> wasmtime::Result<Self> {
+                $world::$pre::new(pre)
+            }
+            fn builtin_cell() -> &'static OnceLock<Result<Self, String>> {
+                static CELL: OnceLock<Result<$world::$pre<HostState>, String>> = OnceLock::new();
+                &CELL
+            }
+            fn wit_input(input: &$input) -> Self::WitInput {
+                $convert(input)
+            }
+            fn instantiate<'a>(
+                &'a self,
+                store: &'a mut Store<HostState>,
+            ) -> impl Future<Output = wasmtime::Result<Self::Instance>> + Send + 'a {
+                self.instantiate_async(store)
+            }
+            fn invoke<'a>(
+                $inst: &'a Self::Instance,
+                $store: &'a mut Store<HostState>,
+                $arg: &'a Self::WitInput,
+            ) -> impl Future<Output = wasmtime::Result<Self::WitOutput>> + Send + 'a {
+                $invoke
+            }
+            fn finish($answer: Self::WitOutput, $checked: &$input) -> Result<$output, Refusal> $finish
+        }
+    };
+}
+
+role_module! {
+    ConflictPolicyPre in conflict as PolicyRole::ConflictPolicy;
+    instance ConflictPolicy;
+    input ConflictInput => conflict::iface::ConflictInput, by bindings::conflict_input;
+    output Result<conflict::iface::Decision, String> => ConflictDecision;
+    invoke |instance, store, input| instance.kbind_policy_conflict().call_decide(store, input);
+    finish |answer, input| {
+        let decision = bindings::conflict_decision(answer.map_err(Refusal::Rejected)?);
         validate::decision(&decision, input).map_err(Refusal::Invalid)?;
         Ok(decision)
     }
 }
 
-impl RoleModule for schema::SchemaSynthesisPre<HostState> {
-    const ROLE: PolicyRole = PolicyRole::SchemaSynthesis;
-    type Instance = schema::SchemaSynthesis;
-    type Input = SchemaInput;
-    type WitInput = schema::iface::SchemaInput;
-    type WitOutput = Result<String, schema::iface::SynthesisError>;
-    type Output = CustomResourceDefinition;
-
-    fn new(pre: InstancePre<HostState>) -> wasmtime::Result<Self> {
-        schema::SchemaSynthesisPre::new(pre)
-    }
-    fn builtin_cell() -> &'static OnceLock<Result<Self, String>> {
-        static CELL: OnceLock<Result<schema::SchemaSynthesisPre<HostState>, String>> =
-            OnceLock::new();
-        &CELL
-    }
-    fn wit_input(input: &SchemaInput) -> Self::WitInput {
-        bindings::schema_input(input)
-    }
-    fn instantiate<'a>(
-        &'a self,
-        store: &'a mut Store<HostState>,
-    ) -> impl Future<Output = wasmtime::Result<Self::Instance>> + Send + 'a {
-        self.instantiate_async(store)
-    }
-    fn invoke<'a>(
-        instance: &'a Self::Instance,
-        store: &'a mut Store<HostState>,
-        input: &'a Self::WitInput,
-    ) -> impl Future<Output = wasmtime::Result<Self::WitOutput>> + Send + 'a {
-        instance.kbind_policy_schema().call_synthesize(store, input)
-    }
-    fn finish(
-        output: Self::WitOutput,
-        input: &SchemaInput,
-    ) -> Result<CustomResourceDefinition, Refusal> {
-        let json = output.map_err(|e| {
+role_module! {
+    SchemaSynthesisPre in schema as PolicyRole::SchemaSynthesis;
+    instance SchemaSynthesis;
+    input SchemaInput => schema::iface::SchemaInput, by bindings::schema_input;
+    output Result<String, schema::iface::SynthesisError> => CustomResourceDefinition;
+    invoke |instance, store, input| instance.kbind_policy_schema().call_synthesize(store, input);
+    finish |answer, input| {
+        let json = answer.map_err(|e| {
             Refusal::Rejected(if e.path.is_empty() {
                 e.message
             } else {
@@ -231,40 +223,14 @@ impl RoleModule for schema::SchemaSynthesisPre<HostState> {
     }
 }
 
-impl RoleModule for related::RelatedSelectionPre<HostState> {
-    const ROLE: PolicyRole = PolicyRole::RelatedSelection;
-    type Instance = related::RelatedSelection;
-    type Input = RelatedInput;
-    type WitInput = related::iface::RelatedInput;
-    type WitOutput = Result<related::iface::RelatedPlan, String>;
-    type Output = RelatedPlan;
-
-    fn new(pre: InstancePre<HostState>) -> wasmtime::Result<Self> {
-        related::RelatedSelectionPre::new(pre)
-    }
-    fn builtin_cell() -> &'static OnceLock<Result<Self, String>> {
-        static CELL: OnceLock<Result<related::RelatedSelectionPre<HostState>, String>> =
-            OnceLock::new();
-        &CELL
-    }
-    fn wit_input(input: &RelatedInput) -> Self::WitInput {
-        bindings::related_input(input)
-    }
-    fn instantiate<'a>(
-        &'a self,
-        store: &'a mut Store<HostState>,
-    ) -> impl Future<Output = wasmtime::Result<Self::Instance>> + Send + 'a {
-        self.instantiate_async(store)
-    }
-    fn invoke<'a>(
-        instance: &'a Self::Instance,
-        store: &'a mut Store<HostState>,
-        input: &'a Self::WitInput,
-    ) -> impl Future<Output = wasmtime::Result<Self::WitOutput>> + Send + 'a {
-        instance.kbind_policy_related().call_select(store, input)
-    }
-    fn finish(output: Self::WitOutput, input: &RelatedInput) -> Result<RelatedPlan, Refusal> {
-        let plan = bindings::related_plan(output.map_err(Refusal::Rejected)?);
+role_module! {
+    RelatedSelectionPre in related as PolicyRole::RelatedSelection;
+    instance RelatedSelection;
+    input RelatedInput => related::iface::RelatedInput, by bindings::related_input;
+    output Result<related::iface::RelatedPlan, String> => RelatedPlan;
+    invoke |instance, store, input| instance.kbind_policy_related().call_select(store, input);
+    finish |answer, input| {
+        let plan = bindings::related_plan(answer.map_err(Refusal::Rejected)?);
         validate::plan(&plan, input).map_err(Refusal::Invalid)?;
         Ok(plan)
     }

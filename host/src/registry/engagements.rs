@@ -6,7 +6,7 @@
 //! because connectivity is lost").
 
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use tokio::sync::watch;
 
@@ -50,26 +50,22 @@ impl std::fmt::Debug for Engagement {
     }
 }
 
-/// Shared registry of engaged Connections; cheap to clone.
-#[derive(Clone)]
-pub struct Engagements {
-    inner: Arc<RwLock<Registry>>,
-    changes: watch::Sender<u64>,
-}
+/// Shared registry of engaged Connections, cheap to clone: a watch value, so subscribers
+/// wake when a Connection is engaged with a new client or exports, or disengaged.
+#[derive(Clone, Default)]
+pub struct Engagements(Arc<watch::Sender<Engaged>>);
 
-#[derive(Default)]
-struct Registry {
+/// The engaged Connections at one moment.
+#[derive(Clone, Default)]
+pub struct Engaged {
     by_connection: HashMap<String, Engagement>,
     next_epoch: u64,
 }
 
-impl Default for Engagements {
-    fn default() -> Self {
-        let (changes, _) = watch::channel(0);
-        Self {
-            inner: Arc::default(),
-            changes,
-        }
+impl Engaged {
+    /// The engagement of a Connection, if it is Ready.
+    pub fn get(&self, connection: &str) -> Option<&Engagement> {
+        self.by_connection.get(connection)
     }
 }
 
@@ -84,85 +80,63 @@ impl Engagements {
     /// are engaged again (a periodic reconcile), and bumped when anything a syncer was built
     /// for changed. Returns the engagement as stored.
     pub fn engage(&self, mut engagement: Engagement) -> Engagement {
-        let mut registry = self.write();
-        let same_client = registry
-            .by_connection
-            .get(&engagement.connection)
-            .filter(|old| {
-                old.credentials_digest == engagement.credentials_digest
-                    && old.provider_uid == engagement.provider_uid
-                    && old.consumer_uid == engagement.consumer_uid
-            })
-            .map(|old| (old.epoch, old.provider.clone()));
-        let changed = match same_client {
-            Some((epoch, client)) => {
-                engagement.epoch = epoch;
-                engagement.provider = client;
-                registry
-                    .by_connection
-                    .get(&engagement.connection)
-                    .is_none_or(|old| old.exported != engagement.exported)
-            }
-            None => {
-                registry.next_epoch += 1;
-                engagement.epoch = registry.next_epoch;
-                true
-            }
-        };
-        registry
-            .by_connection
-            .insert(engagement.connection.clone(), engagement.clone());
-        metrics()
-            .engaged_connections
-            .set(gauge(registry.by_connection.len()));
-        drop(registry);
-        if changed {
-            self.changes.send_modify(|n| *n += 1);
-        }
+        self.0.send_if_modified(|registry| {
+            let old = registry
+                .by_connection
+                .get(&engagement.connection)
+                .filter(|old| {
+                    old.credentials_digest == engagement.credentials_digest
+                        && old.provider_uid == engagement.provider_uid
+                        && old.consumer_uid == engagement.consumer_uid
+                });
+            let changed = match old {
+                Some(old) => {
+                    engagement.epoch = old.epoch;
+                    engagement.provider = old.provider.clone();
+                    old.exported != engagement.exported
+                }
+                None => {
+                    registry.next_epoch += 1;
+                    engagement.epoch = registry.next_epoch;
+                    true
+                }
+            };
+            registry
+                .by_connection
+                .insert(engagement.connection.clone(), engagement.clone());
+            metrics()
+                .engaged_connections
+                .set(gauge(registry.by_connection.len()));
+            changed
+        });
         engagement
     }
 
     /// Forgets a Connection that is no longer Ready; its syncers stop on the next change.
     pub fn disengage(&self, connection: &str) {
-        let mut registry = self.write();
-        let removed = registry.by_connection.remove(connection).is_some();
-        metrics()
-            .engaged_connections
-            .set(gauge(registry.by_connection.len()));
-        drop(registry);
-        if removed {
-            self.changes.send_modify(|n| *n += 1);
-        }
+        self.0.send_if_modified(|registry| {
+            let removed = registry.by_connection.remove(connection).is_some();
+            metrics()
+                .engaged_connections
+                .set(gauge(registry.by_connection.len()));
+            removed
+        });
     }
 
     /// The current engagement of a Connection, if it is Ready.
     pub fn get(&self, connection: &str) -> Option<Engagement> {
-        self.read().by_connection.get(connection).cloned()
+        self.0.borrow().get(connection).cloned()
     }
 
     /// Names of every engaged Connection.
     pub fn connections(&self) -> Vec<String> {
-        self.read().by_connection.keys().cloned().collect()
+        self.0.borrow().by_connection.keys().cloned().collect()
     }
 
-    /// A receiver that changes whenever a Connection is engaged, re-engaged with a different
-    /// client or exports, or disengaged.
-    pub fn subscribe(&self) -> watch::Receiver<u64> {
-        self.changes.subscribe()
-    }
-
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, Registry> {
-        // A poisoned lock only means another thread panicked mid-update of a HashMap insert or
-        // remove, which leaves the map consistent; keep serving.
-        self.inner
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Registry> {
-        self.inner
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    /// A receiver of the engaged Connections, marked changed whenever a Connection is
+    /// engaged, re-engaged with a different client or exports, or disengaged.
+    pub fn subscribe(&self) -> watch::Receiver<Engaged> {
+        self.0.subscribe()
     }
 }
 

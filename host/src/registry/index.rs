@@ -21,7 +21,7 @@
 //! - only Ready bindings select anything.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use k8s_openapi::jiff::Timestamp;
 use tokio::sync::watch;
@@ -254,22 +254,10 @@ impl BindingIndex {
     }
 }
 
-/// The index shared between controllers, supervisor and syncers, with a change signal.
-#[derive(Clone)]
-pub struct SharedIndex {
-    inner: Arc<RwLock<BindingIndex>>,
-    changes: watch::Sender<u64>,
-}
-
-impl Default for SharedIndex {
-    fn default() -> Self {
-        let (changes, _) = watch::channel(0);
-        Self {
-            inner: Arc::default(),
-            changes,
-        }
-    }
-}
+/// The index shared between controllers, supervisor and syncers: a watch value, so a reader
+/// sees the latest index and a subscriber wakes when its content changed.
+#[derive(Clone, Default)]
+pub struct SharedIndex(Arc<watch::Sender<BindingIndex>>);
 
 impl std::fmt::Debug for SharedIndex {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -280,42 +268,22 @@ impl std::fmt::Debug for SharedIndex {
 impl SharedIndex {
     /// Records a binding and signals subscribers when that changed anything.
     pub fn apply(&self, key: BindingKey, entry: Entry) -> bool {
-        let changed = self.write().apply(key, entry);
-        self.notify(changed)
+        self.0.send_if_modified(|index| index.apply(key, entry))
     }
 
     /// Forgets a binding and signals subscribers when it was known.
     pub fn delete(&self, key: &BindingKey) -> bool {
-        let changed = self.write().delete(key);
-        self.notify(changed)
+        self.0.send_if_modified(|index| index.delete(key))
     }
 
     /// Runs a query against the current index.
     pub fn read<T>(&self, f: impl FnOnce(&BindingIndex) -> T) -> T {
-        let guard = self
-            .inner
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        f(&guard)
+        f(&self.0.borrow())
     }
 
-    /// A receiver that changes whenever the index content changes.
-    pub fn subscribe(&self) -> watch::Receiver<u64> {
-        self.changes.subscribe()
-    }
-
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, BindingIndex> {
-        // A poisoned lock means a panic mid-insert of a BTreeMap, which stays consistent.
-        self.inner
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    fn notify(&self, changed: bool) -> bool {
-        if changed {
-            self.changes.send_modify(|n| *n += 1);
-        }
-        changed
+    /// A receiver of the index, marked changed whenever its content changes.
+    pub fn subscribe(&self) -> watch::Receiver<BindingIndex> {
+        self.0.subscribe()
     }
 }
 
@@ -485,14 +453,17 @@ mod tests {
     #[test]
     fn shared_index_signals_only_real_changes() {
         let shared = SharedIndex::default();
-        let rx = shared.subscribe();
+        let mut rx = shared.subscribe();
         let e = entry("p", &[W], ConflictPolicy::Fail, 1);
-        shared.apply(cluster("c"), e.clone());
+        assert!(shared.apply(cluster("c"), e.clone()));
         assert!(rx.has_changed().unwrap_or(false));
-        let seen = *rx.borrow();
-        shared.apply(cluster("c"), e);
-        assert_eq!(*shared.subscribe().borrow(), seen);
-        assert_eq!(shared.read(|i| i.listing(W).len()), 1);
+        rx.mark_unchanged();
+        assert!(!shared.apply(cluster("c"), e));
+        assert!(
+            !rx.has_changed().unwrap_or(true),
+            "an unchanged apply is quiet"
+        );
+        assert_eq!(rx.borrow().listing(W).len(), 1);
     }
 
     #[test]

@@ -10,6 +10,10 @@
 
 mod engagements;
 pub mod index;
+pub mod outcomes;
+mod syncers;
 
-pub use engagements::{Engagement, Engagements};
+pub use engagements::{Engaged, Engagement, Engagements};
 pub use index::{BindingIndex, BindingKey, Coverage, Entry, Reach, Scopes, SharedIndex, reach};
+pub use outcomes::{Outcome, Outcomes, Recorded, Summary};
+pub use syncers::RunningSyncers;

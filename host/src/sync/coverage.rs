@@ -15,12 +15,11 @@ use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 use tokio::sync::watch;
 
-use crate::registry::{Reach, Scopes, SharedIndex, reach};
+use crate::registry::{BindingIndex, Reach, Scopes, SharedIndex, reach};
 
 /// What the trigger stream carries between index changes.
 struct State {
-    changes: watch::Receiver<u64>,
-    index: SharedIndex,
+    index: watch::Receiver<BindingIndex>,
     connection: String,
     api: String,
     last: Scopes,
@@ -38,19 +37,19 @@ pub fn selection_changes(
     ar: ApiResource,
 ) -> impl Stream<Item = Result<DynamicObject, watcher::Error>> + Send + 'static {
     let state = State {
-        changes: index.subscribe(),
         last: index.read(|i| i.scopes(&connection, &api)),
-        index,
+        index: index.subscribe(),
         connection,
         api,
         cache,
         ar,
     };
     stream::unfold(state, |mut state| async move {
-        state.changes.changed().await.ok()?;
+        state.index.changed().await.ok()?;
         let now = state
             .index
-            .read(|i| i.scopes(&state.connection, &state.api));
+            .borrow_and_update()
+            .scopes(&state.connection, &state.api);
         let reached = reach(&state.last, &now);
         state.last = now;
         let keys = reached_keys(&reached, &state.cache, &state.ar);

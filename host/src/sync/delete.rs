@@ -47,7 +47,7 @@ pub async fn cleanup(obj: &DynamicObject, ctx: &SyncContext) -> Result<Action> {
         release_finalizer(obj, ctx).await?;
         return Ok(Action::await_change());
     };
-    let owned = owned_by(&target, &ctx.consumer_cluster_uid, uid);
+    let owned = owned_by(&target, &ctx.spec.consumer_cluster_uid, uid);
     if !owned {
         // Spec: "Deleting a conflicting consumer object does not delete the foreign provider
         // object."

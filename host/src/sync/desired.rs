@@ -85,37 +85,22 @@ pub(super) fn spec_of(obj: &DynamicObject) -> Option<&Value> {
 mod tests {
     use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-    use kube::api::ObjectMeta;
     use std::collections::BTreeMap;
 
-    fn ar() -> ApiResource {
-        ApiResource {
-            group: "example.org".into(),
-            version: "v1".into(),
-            api_version: "example.org/v1".into(),
-            kind: "Widget".into(),
-            plural: "widgets".into(),
-        }
-    }
+    use crate::sync::testing::{consumer_widget, widgets as ar};
 
     fn consumer() -> DynamicObject {
-        DynamicObject {
-            types: None,
-            metadata: ObjectMeta {
-                name: Some("w".into()),
-                namespace: Some("team-a".into()),
-                uid: Some("obj-uid".into()),
-                labels: Some(BTreeMap::from([("app".into(), "x".into())])),
-                annotations: Some(BTreeMap::from([("note".into(), "private".into())])),
-                finalizers: Some(vec!["core.kbind.io/syncer".into(), "other/f".into()]),
-                owner_references: Some(vec![OwnerReference {
-                    name: "owner".into(),
-                    ..Default::default()
-                }]),
-                ..Default::default()
-            },
-            data: json!({ "spec": { "size": 3 }, "status": { "phase": "Old" } }),
-        }
+        let mut obj =
+            consumer_widget(json!({ "spec": { "size": 3 }, "status": { "phase": "Old" } }));
+        let meta = &mut obj.metadata;
+        meta.labels = Some(BTreeMap::from([("app".into(), "x".into())]));
+        meta.annotations = Some(BTreeMap::from([("note".into(), "private".into())]));
+        meta.finalizers = Some(vec!["core.kbind.io/syncer".into(), "other/f".into()]);
+        meta.owner_references = Some(vec![OwnerReference {
+            name: "owner".into(),
+            ..Default::default()
+        }]);
+        obj
     }
 
     #[test]

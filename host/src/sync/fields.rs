@@ -189,30 +189,14 @@ pub fn prune_patch(paths: &[Vec<String>], resource_version: Option<&str>) -> Val
 mod tests {
     use super::*;
     use crate::sync::desired::provider_copy;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-    use kube::core::ApiResource;
+    use crate::sync::testing::{consumer_widget, widgets};
 
     fn consumer() -> DynamicObject {
-        DynamicObject {
-            types: None,
-            metadata: ObjectMeta {
-                name: Some("w".into()),
-                namespace: Some("team-a".into()),
-                uid: Some("obj-uid".into()),
-                ..Default::default()
-            },
-            data: json!({ "spec": { "size": 3 } }),
-        }
+        consumer_widget(json!({ "spec": { "size": 3 } }))
     }
 
     fn provider_of(c: &DynamicObject) -> DynamicObject {
-        let ar = ApiResource {
-            group: "example.org".into(),
-            version: "v1".into(),
-            api_version: "example.org/v1".into(),
-            kind: "Widget".into(),
-            plural: "widgets".into(),
-        };
+        let ar = widgets();
         let body = provider_copy(c, &ar, "cluster-uid", "obj-uid", None);
         let mut p: DynamicObject = serde_json::from_value(body).expect("valid object");
         p.metadata.uid = Some("provider-uid".into());

@@ -142,15 +142,7 @@ mod tests {
     use super::*;
     use kube::api::ObjectMeta;
 
-    fn ar() -> ApiResource {
-        ApiResource {
-            group: "example.org".into(),
-            version: "v1".into(),
-            api_version: "example.org/v1".into(),
-            kind: "Widget".into(),
-            plural: "widgets".into(),
-        }
-    }
+    use crate::sync::testing::widgets as ar;
 
     fn object(data: Value) -> DynamicObject {
         DynamicObject {

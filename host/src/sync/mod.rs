@@ -17,8 +17,8 @@
 //!   object, which gives deduplication, bounded concurrency and no per-object tasks.
 //! - [`reconcile`] and [`delete`] are the per-object logic; [`desired`] and [`conflict`] are
 //!   the pure parts they are built from.
-//! - [`outcomes`] is where every reconcile leaves what it came to (in sync, conflict, failure
-//!   reason), for the binding controllers to summarise without listing instances.
+//! - every reconcile leaves what it came to (in sync, conflict, failure reason) in the
+//!   registry's outcomes, for the binding controllers to summarise without listing instances.
 //!
 //! Losing a provider deletes nothing: syncers stop, finalizers stay, objects stay.
 
@@ -28,7 +28,6 @@ pub mod delete;
 pub mod desired;
 pub mod fields;
 pub mod instance_status;
-pub mod outcomes;
 mod recent;
 pub mod reconcile;
 mod report;
@@ -37,8 +36,7 @@ pub mod syncer;
 
 use std::time::Duration;
 
-pub use outcomes::{Outcome, Outcomes, Summary};
-pub use supervisor::{RunningSyncers, Supervisor};
+pub use supervisor::Supervisor;
 
 use crate::api::names::SYNCER_FINALIZER;
 
@@ -136,12 +134,45 @@ impl Default for SyncSettings {
 
 /// A stream that yields once per change of a watch channel: how registry and index changes
 /// become "reconcile everything" triggers for kube-runtime controllers.
-pub(crate) fn changes(
-    rx: tokio::sync::watch::Receiver<u64>,
+pub(crate) fn changes<T: Send + Sync + 'static>(
+    rx: tokio::sync::watch::Receiver<T>,
 ) -> impl futures::Stream<Item = ()> + Send + 'static {
     futures::stream::unfold(rx, |mut rx| async move {
         rx.changed().await.ok().map(|()| ((), rx))
     })
+}
+
+/// The widget every unit test of the engine syncs.
+#[cfg(test)]
+pub(crate) mod testing {
+    use kube::api::{DynamicObject, ObjectMeta};
+    use kube::core::ApiResource;
+    use serde_json::Value;
+
+    /// `widgets.example.org/v1`, kind Widget.
+    pub fn widgets() -> ApiResource {
+        ApiResource {
+            group: "example.org".into(),
+            version: "v1".into(),
+            api_version: "example.org/v1".into(),
+            kind: "Widget".into(),
+            plural: "widgets".into(),
+        }
+    }
+
+    /// Consumer widget `team-a/w` (uid `obj-uid`) with `data` as its body.
+    pub fn consumer_widget(data: Value) -> DynamicObject {
+        DynamicObject {
+            types: None,
+            metadata: ObjectMeta {
+                name: Some("w".into()),
+                namespace: Some("team-a".into()),
+                uid: Some("obj-uid".into()),
+                ..ObjectMeta::default()
+            },
+            data,
+        }
+    }
 }
 
 #[cfg(test)]

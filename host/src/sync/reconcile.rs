@@ -41,8 +41,8 @@ use crate::k8s::{ApiErrorExt, NamespaceState, ensure_namespace};
 
 /// Reconciles one consumer instance. Wired into the syncer's controller.
 #[instrument(skip(obj, ctx), fields(
-    connection = %ctx.connection,
-    api = %ctx.api,
+    connection = %ctx.spec.connection,
+    api = %ctx.spec.api,
     namespace = obj.metadata.namespace.as_deref().unwrap_or(""),
     name = obj.metadata.name.as_deref().unwrap_or(""),
 ))]
@@ -71,8 +71,9 @@ async fn reconcile_inner(obj: &DynamicObject, ctx: &SyncContext) -> Result<Actio
         };
     }
     let Some(coverage) = ctx
+        .shared
         .index
-        .read(|i| i.covering(&ctx.connection, &ctx.api, namespace))
+        .read(|i| i.covering(&ctx.spec.connection, &ctx.spec.api, namespace))
     else {
         debug!("not selected by any Ready binding");
         ctx.forget_outcome(obj);
@@ -87,7 +88,7 @@ async fn reconcile_inner(obj: &DynamicObject, ctx: &SyncContext) -> Result<Actio
     if has_finalizer
         && let Some(copy) = target
             .as_ref()
-            .filter(|t| desired::provider_copy_matches(t, obj, &ctx.consumer_cluster_uid, uid))
+            .filter(|t| desired::provider_copy_matches(t, obj, &ctx.spec.consumer_cluster_uid, uid))
     {
         // Our own copy, already right (typically the reconcile our own finalizer or status
         // write triggered): whatever a policy answered, nothing would be written, so
@@ -109,7 +110,7 @@ async fn reconcile_inner(obj: &DynamicObject, ctx: &SyncContext) -> Result<Actio
         Outcome::Unchanged(copy) => copy,
         Outcome::Written(copy) => {
             let labels = ApiLabels {
-                api: ctx.api.clone(),
+                api: ctx.spec.api.clone(),
             };
             metrics().instances_synced.get_or_create(&labels).inc();
             metrics()
@@ -145,9 +146,9 @@ async fn decide_and_write(
 ) -> Result<Outcome> {
     let mut reread = false;
     loop {
-        let input = conflict_input(&ctx.consumer_cluster_uid, uid, policy, target.as_ref());
+        let input = conflict_input(&ctx.spec.consumer_cluster_uid, uid, policy, target.as_ref());
         // Spec: force ownership only "after the object-ownership check".
-        let decision = match ctx.policies.decide_conflict(&input).await {
+        let decision = match ctx.shared.policies.decide_conflict(&input).await {
             Ok(decision) => decision,
             // The cache holds this consumer's copies only, so its "absent" may hide another
             // object: before calling an answer impossible, look at the provider itself.
@@ -185,7 +186,12 @@ async fn decide_and_write(
                 });
             }
             (decision, Some(existing)) => {
-                if desired::provider_copy_matches(existing, obj, &ctx.consumer_cluster_uid, uid) {
+                if desired::provider_copy_matches(
+                    existing,
+                    obj,
+                    &ctx.spec.consumer_cluster_uid,
+                    uid,
+                ) {
                     return Ok(Outcome::Unchanged(existing.clone()));
                 }
                 if decision == ConflictDecision::Adopt {
@@ -230,7 +236,7 @@ async fn create_on_provider(
     ctx: &SyncContext,
     uid: &str,
 ) -> Result<DynamicObject> {
-    let body = desired::provider_copy(obj, &ctx.ar, &ctx.consumer_cluster_uid, uid, None);
+    let body = desired::provider_copy(obj, &ctx.ar, &ctx.spec.consumer_cluster_uid, uid, None);
     let copy: DynamicObject = serde_json::from_value(body)
         .map_err(|e| Error::CreateOnProvider(kube::Error::SerdeError(e)))?;
     let params = PostParams {
@@ -257,21 +263,26 @@ async fn apply_to_provider(
 ) -> Result<DynamicObject> {
     let api = ctx.provider_api(obj.metadata.namespace.as_deref());
     let name = obj.name_any();
-    let body = desired::provider_copy(
-        obj,
-        &ctx.ar,
-        &ctx.consumer_cluster_uid,
-        uid,
-        resource_version,
-    );
-    let mut applied = api
-        .patch(
-            &name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&body),
-        )
-        .await
-        .map_err(Error::ApplyToProvider)?;
+    let apply = |resource_version: Option<&str>| {
+        let body = desired::provider_copy(
+            obj,
+            &ctx.ar,
+            &ctx.spec.consumer_cluster_uid,
+            uid,
+            resource_version,
+        );
+        let (api, name) = (&api, &name);
+        async move {
+            api.patch(
+                name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&body),
+            )
+            .await
+            .map_err(Error::ApplyToProvider)
+        }
+    };
+    let mut applied = apply(resource_version).await?;
     if let Some(upgrade) = fields::create_time_ownership_patch(&applied, obj) {
         // A field the consumer removed is still ours through the create's managedFields
         // entry: fold it into our apply entry, then apply again so the removal takes.
@@ -282,21 +293,7 @@ async fn apply_to_provider(
             .patch(&name, &PatchParams::default(), &Patch::<()>::Json(upgrade))
             .await
             .map_err(Error::ApplyToProvider)?;
-        let body = desired::provider_copy(
-            obj,
-            &ctx.ar,
-            &ctx.consumer_cluster_uid,
-            uid,
-            upgraded.resource_version().as_deref(),
-        );
-        applied = api
-            .patch(
-                &name,
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(&body),
-            )
-            .await
-            .map_err(Error::ApplyToProvider)?;
+        applied = apply(upgraded.resource_version().as_deref()).await?;
     }
     let extra = fields::foreign_extra_spec_fields(&applied, obj);
     if !extra.is_empty() {
@@ -349,7 +346,7 @@ impl SyncContext {
         if self.namespace_known(ns) {
             return Ok(());
         }
-        match ensure_namespace(&self.provider, ns).await {
+        match ensure_namespace(&self.spec.provider, ns).await {
             Ok(NamespaceState::Created) => {
                 info!(namespace = ns, "namespace created on the provider")
             }

@@ -27,9 +27,9 @@ use crate::telemetry::{ApiLabels, metrics};
 
 use super::conflict::conflict_annotation_value;
 use super::instance_status::{Synced, already_says, instance_status, keeps_synced};
-use super::outcomes::Outcome;
 use super::syncer::SyncContext;
 use super::{Error, Result};
+use crate::registry::Outcome;
 
 /// After a successful (or skipped) write: clears a resolved conflict, copies the provider
 /// status and says `Synced=True` for this generation in one status write (none when the
@@ -72,7 +72,7 @@ pub(super) async fn conflict(
     metrics()
         .conflicts
         .get_or_create(&ApiLabels {
-            api: ctx.api.clone(),
+            api: ctx.spec.api.clone(),
         })
         .inc();
     let api = ctx.consumer_api(obj.metadata.namespace.as_deref());
@@ -111,7 +111,7 @@ pub(super) async fn write_failed(obj: &DynamicObject, ctx: &SyncContext, error: 
             let message = format!(
                 "the provider credentials may not write {} copies: grant create/patch on them to \
                  the Connection's provider identity (see `kubectl kbind provider-rbac`)",
-                ctx.api
+                ctx.spec.api
             );
             failure(obj, ctx, Reason::Forbidden, &message).await;
         }
@@ -168,7 +168,7 @@ async fn write_status(
     provider: Option<&DynamicObject>,
     synced: Synced<'_>,
 ) -> Result<(), kube::Error> {
-    if !ctx.target.status_subresource {
+    if !ctx.spec.target.status_subresource {
         return Ok(());
     }
     let synced = (!ctx.conditions_pruned()).then_some(synced);
@@ -237,7 +237,7 @@ pub(crate) async fn publish(
         action: action.into(),
         secondary: None,
     };
-    if let Err(e) = ctx.recorder.publish(&event, &reference).await {
+    if let Err(e) = ctx.shared.recorder.publish(&event, &reference).await {
         debug!(error = %e, "could not publish event");
     }
 }

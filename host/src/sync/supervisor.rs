@@ -14,28 +14,22 @@
 //! disengaged and its per-API instance syncers stop. When it becomes Ready again, syncers are
 //! rebuilt against the newly engaged provider." Stopping a syncer deletes nothing.
 //!
-//! The pairs with a running syncer are published as [`RunningSyncers`]; a pair leaves it
+//! The pairs with a running syncer are published as `RunningSyncers`; a pair leaves it
 //! only once its syncer has finished, so a drain waiting on it never races the syncer.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::Arc;
 use std::time::Duration;
 
-use kube::Client;
-use kube::runtime::events::{Recorder, Reporter};
-use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::policy::Policies;
-use crate::registry::Engagements;
-use crate::registry::SharedIndex;
+use crate::registry::{BindingIndex, Engaged, Engagement};
+use crate::schema::ApiTarget;
+use crate::shared::Shared;
 
 use super::SyncSettings;
-use super::outcomes::Outcomes;
 use super::syncer::{self, SyncerSpec};
-use crate::schema::ApiTarget;
 
 /// How long a stopping syncer may take to finish its in-flight reconciles.
 const STOP_GRACE: Duration = Duration::from_secs(30);
@@ -49,27 +43,25 @@ struct Identity {
     target: ApiTarget,
 }
 
-/// The (Connection, API) pairs that have a syncer, as the supervisor last published them:
-/// a pair is listed from its syncer's start until the syncer has finished.
-#[derive(Clone, Debug, Default)]
-pub struct RunningSyncers(Arc<watch::Sender<BTreeSet<(String, String)>>>);
+/// The (Connection, API) pairs that should have a syncer, with what to build each for.
+type Desired = BTreeMap<(String, String), (Identity, Engagement)>;
 
-impl RunningSyncers {
-    /// Whether a syncer for `api` through `connection` runs (or is still stopping).
-    pub fn contains(&self, connection: &str, api: &str) -> bool {
-        self.0
-            .borrow()
-            .iter()
-            .any(|(c, a)| c == connection && a == api)
-    }
-
-    fn publish(&self, running: BTreeSet<(String, String)>) {
-        self.0.send_if_modified(|current| {
-            let changed = *current != running;
-            *current = running;
-            changed
-        });
-    }
+/// Which syncers the engaged Connections and the Ready bindings call for.
+fn desired(engaged: &Engaged, index: &BindingIndex) -> Desired {
+    index
+        .active()
+        .into_iter()
+        .filter_map(|((connection, api), target)| {
+            let engagement = engaged.get(&connection)?.clone();
+            let identity = Identity {
+                epoch: engagement.epoch,
+                provider_uid: engagement.provider_uid.clone(),
+                consumer_uid: engagement.consumer_uid.clone(),
+                target,
+            };
+            Some(((connection, api), (identity, engagement)))
+        })
+        .collect()
 }
 
 struct Handle {
@@ -80,15 +72,9 @@ struct Handle {
 
 /// Starts, stops and rebuilds syncers as engagements and bindings change.
 pub struct Supervisor {
-    consumer: Client,
-    engagements: Engagements,
-    index: SharedIndex,
-    policies: Policies,
-    reporter: Reporter,
+    shared: Shared,
     settings: SyncSettings,
-    outcomes: Outcomes,
     handles: HashMap<(String, String), Handle>,
-    running: RunningSyncers,
 }
 
 impl std::fmt::Debug for Supervisor {
@@ -100,39 +86,26 @@ impl std::fmt::Debug for Supervisor {
 }
 
 impl Supervisor {
-    /// A supervisor with no syncers yet, publishing the ones it runs to `running`; its syncers
-    /// leave instance outcomes in `outcomes`, and a stopped syncer's are forgotten.
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        consumer: Client,
-        engagements: Engagements,
-        index: SharedIndex,
-        policies: Policies,
-        reporter: Reporter,
-        settings: SyncSettings,
-        running: RunningSyncers,
-        outcomes: Outcomes,
-    ) -> Self {
+    /// A supervisor with no syncers yet. It publishes the syncers it runs to the shared
+    /// `syncers`, and forgets a stopped syncer's instance outcomes.
+    pub fn new(shared: Shared, settings: SyncSettings) -> Self {
         Self {
-            consumer,
-            engagements,
-            index,
-            policies,
-            reporter,
+            shared,
             settings,
-            outcomes,
             handles: HashMap::new(),
-            running,
         }
     }
 
     /// Runs until `shutdown`, then stops every syncer (deleting nothing).
     pub async fn run(mut self, shutdown: CancellationToken) {
-        let mut engagements = self.engagements.subscribe();
-        let mut index = self.index.subscribe();
+        let mut engagements = self.shared.engagements.subscribe();
+        let mut index = self.shared.index.subscribe();
         let mut tick = tokio::time::interval(self.settings.supervisor_tick);
         loop {
-            self.converge().await;
+            // Both values are read (and marked seen) before converging, so a change made
+            // while converging wakes the loop again.
+            let desired = desired(&engagements.borrow_and_update(), &index.borrow_and_update());
+            self.converge(desired).await;
             tokio::select! {
                 () = shutdown.cancelled() => break,
                 changed = engagements.changed() => if changed.is_err() { break },
@@ -145,29 +118,10 @@ impl Supervisor {
         for key in keys {
             self.stop(&key).await;
         }
-        self.running.publish(BTreeSet::new());
+        self.shared.syncers.publish(BTreeSet::new());
     }
 
-    /// The (Connection, API) pairs that should have a syncer, with what to build it for.
-    fn desired(&self) -> BTreeMap<(String, String), (Identity, crate::registry::Engagement)> {
-        self.index
-            .read(|i| i.active())
-            .into_iter()
-            .filter_map(|((connection, api), target)| {
-                let engagement = self.engagements.get(&connection)?;
-                let identity = Identity {
-                    epoch: engagement.epoch,
-                    provider_uid: engagement.provider_uid.clone(),
-                    consumer_uid: engagement.consumer_uid.clone(),
-                    target,
-                };
-                Some(((connection, api), (identity, engagement)))
-            })
-            .collect()
-    }
-
-    async fn converge(&mut self) {
-        let desired = self.desired();
+    async fn converge(&mut self, desired: Desired) {
         let stale: Vec<_> = self
             .handles
             .iter()
@@ -192,17 +146,16 @@ impl Supervisor {
                 connection,
                 api,
                 target: identity.target.clone(),
-                consumer: self.consumer.clone(),
-                provider: engagement.provider.clone(),
-                consumer_cluster_uid: engagement.consumer_uid.clone(),
-                index: self.index.clone(),
-                policies: self.policies.clone(),
-                recorder: Recorder::new(self.consumer.clone(), self.reporter.clone()),
-                outcomes: self.outcomes.clone(),
-                settings: self.settings.clone(),
+                provider: engagement.provider,
+                consumer_cluster_uid: engagement.consumer_uid,
             };
             let token = CancellationToken::new();
-            let join = tokio::spawn(syncer::run(spec, token.clone()));
+            let join = tokio::spawn(syncer::run(
+                spec,
+                self.shared.clone(),
+                self.settings.clone(),
+                token.clone(),
+            ));
             self.handles.insert(
                 key,
                 Handle {
@@ -213,7 +166,9 @@ impl Supervisor {
             );
         }
         // After the stops above have joined: a pair leaves the set only once its syncer is done.
-        self.running.publish(self.handles.keys().cloned().collect());
+        self.shared
+            .syncers
+            .publish(self.handles.keys().cloned().collect());
     }
 
     async fn stop(&mut self, key: &(String, String)) {
@@ -233,6 +188,6 @@ impl Supervisor {
             }
         }
         // After the syncer is done, so no late reconcile writes an entry back.
-        self.outcomes.forget_api(connection, api);
+        self.shared.outcomes.forget_api(connection, api);
     }
 }

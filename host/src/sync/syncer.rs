@@ -27,7 +27,6 @@ use futures::StreamExt;
 use kube::api::DynamicObject;
 use kube::core::ApiResource;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
-use kube::runtime::events::Recorder;
 use kube::runtime::reflector::{self, ObjectRef, Store, reflector};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
@@ -36,39 +35,22 @@ use tracing::{debug, info, warn};
 
 use crate::api::names::CONSUMER_CLUSTER_LABEL;
 use crate::k8s::{ApiErrorExt, dynamic_api};
-use crate::policy::Policies;
-use crate::registry::SharedIndex;
+use crate::shared::Shared;
 
-use super::outcomes::{Outcome, Outcomes};
 use super::recent::RecentWrites;
 use super::{Error, Result, SyncSettings};
 use crate::backoff::Backoff;
+use crate::registry::Outcome;
 use crate::schema::ApiTarget;
 
 /// Everything one syncer's reconciles share.
 pub struct SyncContext {
-    /// The Connection this syncer works for.
-    pub connection: String,
-    /// The bound API, `<plural>.<group>`.
-    pub api: String,
-    /// The resolved resource on both clusters.
-    pub target: ApiTarget,
-    /// `target` as a dynamic resource.
+    /// What this syncer was built for.
+    pub spec: SyncerSpec,
+    /// The consumer client, registries and policies every controller shares.
+    pub shared: Shared,
+    /// `spec.target` as a dynamic resource.
     pub ar: ApiResource,
-    /// Consumer cluster client.
-    pub consumer: Client,
-    /// Provider cluster client from the engagement this syncer was built for.
-    pub provider: Client,
-    /// The pinned consumer cluster UID, written into ownership markers.
-    pub consumer_cluster_uid: String,
-    /// Which binding selects which object.
-    pub index: SharedIndex,
-    /// The conflict policy.
-    pub policies: Policies,
-    /// Event recorder for consumer instances.
-    pub recorder: Recorder,
-    /// Where each reconcile leaves what it came to, for the binding controllers.
-    pub outcomes: Outcomes,
     /// The provider watch's cache: this consumer's copies only.
     pub provider_store: Store<DynamicObject>,
     /// Copies written since the provider watch last caught up.
@@ -84,46 +66,45 @@ pub struct SyncContext {
 impl std::fmt::Debug for SyncContext {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SyncContext")
-            .field("connection", &self.connection)
-            .field("api", &self.api)
+            .field("connection", &self.spec.connection)
+            .field("api", &self.spec.api)
             .finish_non_exhaustive()
     }
 }
 
-/// What a syncer is built from (besides the store, which `run` creates).
+/// What one syncer is built for: a bound (Connection, API) and the engagement it runs under.
+/// Any difference from a running syncer's means a rebuild.
 #[derive(Clone)]
 pub struct SyncerSpec {
     /// The Connection.
     pub connection: String,
     /// The API, `<plural>.<group>`.
     pub api: String,
-    /// The resolved resource.
+    /// The resolved resource on both clusters.
     pub target: ApiTarget,
-    /// Consumer client.
-    pub consumer: Client,
     /// Provider client of the current engagement.
     pub provider: Client,
-    /// Pinned consumer cluster UID.
+    /// The pinned consumer cluster UID, written into ownership markers.
     pub consumer_cluster_uid: String,
-    /// The binding index.
-    pub index: SharedIndex,
-    /// The conflict policy.
-    pub policies: Policies,
-    /// Event recorder.
-    pub recorder: Recorder,
-    /// The instance outcome registry.
-    pub outcomes: Outcomes,
-    /// Timings.
-    pub settings: SyncSettings,
 }
 
 impl SyncContext {
     pub(crate) fn consumer_api(&self, ns: Option<&str>) -> Api<DynamicObject> {
-        dynamic_api(&self.consumer, &self.ar, self.target.namespaced, ns)
+        dynamic_api(
+            &self.shared.consumer,
+            &self.ar,
+            self.spec.target.namespaced,
+            ns,
+        )
     }
 
     pub(crate) fn provider_api(&self, ns: Option<&str>) -> Api<DynamicObject> {
-        dynamic_api(&self.provider, &self.ar, self.target.namespaced, ns)
+        dynamic_api(
+            &self.spec.provider,
+            &self.ar,
+            self.spec.target.namespaced,
+            ns,
+        )
     }
 
     /// Waits briefly for the provider cache's first list; decisions need it.
@@ -181,9 +162,9 @@ impl SyncContext {
 
     /// Leaves what reconciling `obj` came to in the outcome registry.
     pub(crate) fn record_outcome(&self, obj: &DynamicObject, outcome: Outcome) {
-        self.outcomes.record(
-            &self.connection,
-            &self.api,
+        self.shared.outcomes.record(
+            &self.spec.connection,
+            &self.spec.api,
             obj.metadata.namespace.as_deref(),
             &obj.name_any(),
             outcome,
@@ -192,16 +173,16 @@ impl SyncContext {
 
     /// Tells the outcome registry what the consumer watch saw.
     fn follow_listing(&self, event: &watcher::Event<DynamicObject>) {
-        let (connection, api) = (&self.connection, &self.api);
+        let (connection, api) = (&self.spec.connection, &self.spec.api);
         match event {
-            watcher::Event::Init => self.outcomes.listing_started(connection, api),
-            watcher::Event::InitApply(obj) => self.outcomes.listed(
+            watcher::Event::Init => self.shared.outcomes.listing_started(connection, api),
+            watcher::Event::InitApply(obj) => self.shared.outcomes.listed(
                 connection,
                 api,
                 obj.metadata.namespace.as_deref(),
                 &obj.name_any(),
             ),
-            watcher::Event::InitDone => self.outcomes.listing_done(connection, api),
+            watcher::Event::InitDone => self.shared.outcomes.listing_done(connection, api),
             watcher::Event::Delete(obj) => self.forget_outcome(obj),
             watcher::Event::Apply(_) => {}
         }
@@ -209,9 +190,9 @@ impl SyncContext {
 
     /// A reconcile of `obj` failed before it had an outcome to record.
     pub(crate) fn attempted(&self, obj: &DynamicObject) {
-        self.outcomes.attempted(
-            &self.connection,
-            &self.api,
+        self.shared.outcomes.attempted(
+            &self.spec.connection,
+            &self.spec.api,
             obj.metadata.namespace.as_deref(),
             &obj.name_any(),
         );
@@ -219,9 +200,9 @@ impl SyncContext {
 
     /// Removes `obj` from the outcome registry: deleted, or no longer selected.
     pub(crate) fn forget_outcome(&self, obj: &DynamicObject) {
-        self.outcomes.forget(
-            &self.connection,
-            &self.api,
+        self.shared.outcomes.forget(
+            &self.spec.connection,
+            &self.spec.api,
             obj.metadata.namespace.as_deref(),
             &obj.name_any(),
         );
@@ -253,8 +234,8 @@ fn error_policy(obj: Arc<DynamicObject>, err: &Error, ctx: Arc<SyncContext>) -> 
         debug!(name = %obj.name_any(), error = %err, ?delay, "reconcile retry");
     } else {
         warn!(
-            connection = %ctx.connection,
-            api = %ctx.api,
+            connection = %ctx.spec.connection,
+            api = %ctx.spec.api,
             namespace = obj.metadata.namespace.as_deref().unwrap_or(""),
             name = %obj.name_any(),
             error = %err,
@@ -286,7 +267,12 @@ fn watch_denial(api: &str, error: &watcher::Error) -> Option<String> {
 
 /// Runs one syncer until `shutdown`. Binding changes re-reconcile the instances whose
 /// selection they changed, so newly selected namespaces are picked up without a resync.
-pub async fn run(spec: SyncerSpec, shutdown: CancellationToken) {
+pub async fn run(
+    spec: SyncerSpec,
+    shared: Shared,
+    settings: SyncSettings,
+    shutdown: CancellationToken,
+) {
     let ar = spec.target.api_resource();
     let writer = reflector::store::Writer::new(ar.clone());
     let provider_store = writer.as_reader();
@@ -297,7 +283,7 @@ pub async fn run(spec: SyncerSpec, shutdown: CancellationToken) {
     // The provider refusing this watch is the binding's PermissionDenied: nothing of this API
     // can sync until the provider identity may list and watch it.
     let access = (
-        spec.outcomes.clone(),
+        shared.outcomes.clone(),
         spec.connection.clone(),
         spec.api.clone(),
     );
@@ -324,29 +310,18 @@ pub async fn run(spec: SyncerSpec, shutdown: CancellationToken) {
     .default_backoff()
     .touched_objects();
     let ctx = Arc::new(SyncContext {
-        connection: spec.connection,
-        api: spec.api,
-        target: spec.target.clone(),
         ar: ar.clone(),
-        consumer: spec.consumer.clone(),
-        provider: spec.provider,
-        consumer_cluster_uid: spec.consumer_cluster_uid,
-        index: spec.index,
-        policies: spec.policies,
-        recorder: spec.recorder,
-        outcomes: spec.outcomes,
         provider_store,
         recent_writes: RecentWrites::default(),
         conditions_pruned: AtomicBool::new(false),
-        settings: spec.settings.clone(),
         known_namespaces: Mutex::default(),
-        failures: Backoff::new(
-            spec.settings.error_backoff_base,
-            spec.settings.error_backoff_max,
-        ),
+        failures: Backoff::new(settings.error_backoff_base, settings.error_backoff_max),
+        settings,
+        spec,
+        shared,
     });
-    info!(connection = %ctx.connection, api = %ctx.api, version = %ar.version, "syncer started");
-    let consumer_api = Api::<DynamicObject>::all_with(spec.consumer, &ar);
+    info!(connection = %ctx.spec.connection, api = %ctx.spec.api, version = %ar.version, "syncer started");
+    let consumer_api = Api::<DynamicObject>::all_with(ctx.shared.consumer.clone(), &ar);
     let consumer_writer = reflector::store::Writer::new(ar.clone());
     let consumer_store = consumer_writer.as_reader();
     // The outcome registry follows the consumer listing: what is listed holds the API's first
@@ -365,16 +340,16 @@ pub async fn run(spec: SyncerSpec, shutdown: CancellationToken) {
     })
     .applied_objects();
     let selections = super::coverage::selection_changes(
-        ctx.index.clone(),
-        ctx.connection.clone(),
-        ctx.api.clone(),
+        ctx.shared.index.clone(),
+        ctx.spec.connection.clone(),
+        ctx.spec.api.clone(),
         consumer_store.clone(),
         ar.clone(),
     );
     let mapper_ar = ar.clone();
     let selection_ar = ar.clone();
     Controller::for_stream_with(instances, consumer_store, ar.clone())
-        .with_config(ControllerConfig::default().concurrency(spec.settings.concurrency))
+        .with_config(ControllerConfig::default().concurrency(ctx.settings.concurrency))
         // A provider event concerns the consumer object with the same namespace and name.
         .watches_stream_with(
             provider_events,
@@ -395,7 +370,7 @@ pub async fn run(spec: SyncerSpec, shutdown: CancellationToken) {
             }
         })
         .await;
-    info!(connection = %ctx.connection, api = %ctx.api, "syncer stopped");
+    info!(connection = %ctx.spec.connection, api = %ctx.spec.api, "syncer stopped");
 }
 
 /// The queue key of the consumer object with the same namespace and name as `obj`.

@@ -13,7 +13,6 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, anyhow};
@@ -23,10 +22,11 @@ use konnector::api::{
     ApiReference, Binding, BindingSpec, ClusterBinding, ConflictPolicy, Connection,
     ConnectionReference, ConnectionSpec, PullPolicy, SchemaPolicy, SecretReference,
 };
-use konnector::binding::{Context, Settings};
+use konnector::binding::Settings;
 use konnector::conditions::is_true;
 use konnector::policy::Policies;
 use konnector::registry::{Engagement, Engagements};
+use konnector::shared::Shared;
 use konnector::sync::SyncSettings;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
@@ -128,15 +128,14 @@ impl Stack {
         let provider_uid = cluster_uid(&provider).await?;
         let consumer_uid = cluster_uid(&consumer).await?;
         apply_connection(&consumer, name, PullPolicy::Bound).await?;
-        let engagements = Engagements::default();
-        let ctx = Arc::new(Context::new(
-            consumer.clone(),
-            engagements.clone(),
-            policies,
-            settings,
-        ));
+        let shared = Shared::new(consumer.clone(), policies, None);
+        let engagements = shared.engagements.clone();
         let shutdown = CancellationToken::new();
-        let task = tokio::spawn(konnector::manager::run_bindings(ctx, shutdown.clone()));
+        let task = tokio::spawn(konnector::manager::run_bindings(
+            shared,
+            settings,
+            shutdown.clone(),
+        ));
         Ok(Self {
             name: name.to_string(),
             provider,

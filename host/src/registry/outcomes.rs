@@ -12,8 +12,8 @@
 //! Keyed by (Connection, API), then namespace, then name, so that a Binding reads its own
 //! namespace only and a ClusterBinding everything. An entry leaves when its object is deleted
 //! or no longer selected, and every entry of an API leaves when its syncer stops: the registry
-//! describes what running syncers currently know, never history. The change counter moves only
-//! when something a summary shows changed (a resync that finds an instance still in sync
+//! describes what running syncers currently know, never history. Subscribers wake only when
+//! something a summary shows changed (a resync that finds an instance still in sync
 //! writes nothing).
 //!
 //! A syncer that just started (a konnector restart, a re-engaged Connection) knows nothing
@@ -22,7 +22,7 @@
 //! instead of flapping to "all in sync" and back.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use tokio::sync::watch;
 
@@ -124,14 +124,15 @@ impl Listing {
     }
 }
 
+/// Every outcome the running syncers recorded; read through [`Outcomes::summarise`].
 #[derive(Debug, Default)]
-struct State {
+pub struct Recorded {
     instances: BTreeMap<ApiKey, Namespaces>,
     denied: BTreeMap<ApiKey, String>,
     listings: BTreeMap<ApiKey, Listing>,
 }
 
-impl State {
+impl Recorded {
     /// Removes `object` from its listing's pending set; true when that settled the API.
     fn reconciled(&mut self, key: &ApiKey, object: &ObjectKey) -> bool {
         self.listings
@@ -146,21 +147,10 @@ impl State {
     }
 }
 
-/// The shared registry of instance outcomes. Cheap to clone; every clone is the same registry.
-#[derive(Clone, Debug)]
-pub struct Outcomes {
-    state: Arc<RwLock<State>>,
-    changes: Arc<watch::Sender<u64>>,
-}
-
-impl Default for Outcomes {
-    fn default() -> Self {
-        Self {
-            state: Arc::default(),
-            changes: Arc::new(watch::channel(0).0),
-        }
-    }
-}
+/// The shared registry of instance outcomes. Cheap to clone; every clone is the same registry:
+/// a watch value whose subscribers wake when a summary may have changed.
+#[derive(Clone, Debug, Default)]
+pub struct Outcomes(Arc<watch::Sender<Recorded>>);
 
 impl Outcomes {
     /// Records what reconciling `namespace/name` of `api` through `connection` came to.
@@ -358,22 +348,18 @@ impl Outcomes {
         })
     }
 
-    /// Ticks whenever a summary may have changed.
-    pub fn subscribe(&self) -> watch::Receiver<u64> {
-        self.changes.subscribe()
+    /// A receiver marked changed whenever a summary may have changed.
+    pub fn subscribe(&self) -> watch::Receiver<Recorded> {
+        self.0.subscribe()
     }
 
-    fn read<T>(&self, f: impl FnOnce(&State) -> T) -> T {
-        // The maps stay consistent even if a holder panicked: every write is one insert/remove.
-        f(&self.state.read().unwrap_or_else(|p| p.into_inner()))
+    fn read<T>(&self, f: impl FnOnce(&Recorded) -> T) -> T {
+        f(&self.0.borrow())
     }
 
-    /// Applies `f`; ticks the change counter when it says something changed.
-    fn write(&self, f: impl FnOnce(&mut State) -> bool) {
-        let changed = f(&mut self.state.write().unwrap_or_else(|p| p.into_inner()));
-        if changed {
-            self.changes.send_modify(|n| *n = n.wrapping_add(1));
-        }
+    /// Applies `f`; subscribers wake when it says something a summary shows changed.
+    fn write(&self, f: impl FnOnce(&mut Recorded) -> bool) {
+        self.0.send_if_modified(f);
     }
 }
 

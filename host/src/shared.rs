@@ -1,0 +1,66 @@
+//! The one context every controller of a konnector is handed: the consumer client, the
+//! in-memory registries (each with one writer) and the policy modules. `manager` builds it
+//! once; the Connection controller, the binding controllers and the syncer supervisor each
+//! take a clone, so none of them starts or owns another.
+//!
+//! ```text
+//!                  ┌─ engagements ◀── Connection controller
+//! manager ─Shared ─┼─ index, syncers' outcomes ◀── binding controllers / syncers
+//!                  └─ running syncers ◀── supervisor
+//! ```
+
+use kube::Client;
+use kube::runtime::events::{Recorder, Reporter};
+
+use crate::api::names::FIELD_MANAGER;
+use crate::policy::Policies;
+use crate::registry::{Engagements, Outcomes, RunningSyncers, SharedIndex};
+
+/// What the controllers share; cheap to clone, every clone sees the same registries.
+#[derive(Clone)]
+pub struct Shared {
+    /// Consumer cluster client.
+    pub consumer: Client,
+    /// Ready Connections' provider clients (written by the Connection controller).
+    pub engagements: Engagements,
+    /// Which binding selects which instance (written by the binding controllers).
+    pub index: SharedIndex,
+    /// What the last reconcile of each instance came to (written by the syncers).
+    pub outcomes: Outcomes,
+    /// Which syncers run (written by the supervisor), so a drain can wait for one to stop.
+    pub syncers: RunningSyncers,
+    /// The policy modules (Wasm components in production).
+    pub policies: Policies,
+    /// Who Events are reported as: the konnector, and its Pod when known.
+    pub reporter: Reporter,
+    /// Publishes Events as `reporter`.
+    pub recorder: Recorder,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("reporter", &self.reporter)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Shared {
+    /// Fresh registries for `consumer`; Events name `pod` (the Pod's name) when given.
+    pub fn new(consumer: Client, policies: Policies, pod: Option<String>) -> Self {
+        let reporter = Reporter {
+            controller: FIELD_MANAGER.to_string(),
+            instance: pod.filter(|name| !name.is_empty()),
+        };
+        Self {
+            recorder: Recorder::new(consumer.clone(), reporter.clone()),
+            consumer,
+            engagements: Engagements::default(),
+            index: SharedIndex::default(),
+            outcomes: Outcomes::default(),
+            syncers: RunningSyncers::default(),
+            policies,
+            reporter,
+        }
+    }
+}
