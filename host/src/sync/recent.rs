@@ -1,9 +1,11 @@
-//! Provider copies this syncer has just written, until its provider watch shows them.
+//! Objects this syncer has just written, until the watch that fills their cache shows them:
+//! provider copies, and consumer instances (finalizer, annotation and status writes).
 //!
 //! A write is followed at once by a reconcile of the same object (our own finalizer patch,
 //! or the provider event of the write, races the watch that fills the cache). Without this,
 //! that reconcile would find the cache without the copy, or with the version before the
-//! write, and spend a create, a live read and a policy call learning what we already know.
+//! write, and spend a create, a live read and a policy call learning what we already know;
+//! or find the instance without the status just written, and write it again.
 //!
 //! ```text
 //! write ──▶ remember(copy) ──▶ newest(cache, remembered) ──▶ decide
@@ -27,14 +29,14 @@ const TTL: Duration = Duration::from_secs(10);
 /// `(namespace, name)` of a provider copy.
 type Key = (Option<String>, String);
 
-/// Copies written by this syncer whose watch event may not have arrived yet.
+/// Objects written by this syncer whose watch event may not have arrived yet.
 #[derive(Debug, Default)]
 pub struct RecentWrites {
     copies: Mutex<HashMap<Key, (DynamicObject, Instant)>>,
 }
 
 impl RecentWrites {
-    /// Records a copy the provider just returned from a write.
+    /// Records an object an apiserver just returned from a write.
     pub fn remember(&self, copy: &DynamicObject) {
         let Some(name) = copy.metadata.name.clone() else {
             return;

@@ -47,6 +47,7 @@ use crate::k8s::{ApiErrorExt, NamespaceState, ensure_namespace};
     name = obj.metadata.name.as_deref().unwrap_or(""),
 ))]
 pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<SyncContext>) -> Result<Action> {
+    let obj = ctx.newest_instance(&obj);
     let action = reconcile_inner(&obj, &ctx).await;
     match &action {
         Ok(_) => ctx.forget_failures(&obj),
@@ -329,13 +330,15 @@ async fn add_finalizer(obj: &DynamicObject, ctx: &SyncContext) -> Result<()> {
     };
     let patch = serde_json::from_value(patch)
         .map_err(|e| Error::AddFinalizer(kube::Error::SerdeError(e)))?;
-    api.patch(
-        &obj.name_any(),
-        &PatchParams::default(),
-        &Patch::<()>::Json(patch),
-    )
-    .await
-    .map_err(Error::AddFinalizer)?;
+    let stored = api
+        .patch(
+            &obj.name_any(),
+            &PatchParams::default(),
+            &Patch::<()>::Json(patch),
+        )
+        .await
+        .map_err(Error::AddFinalizer)?;
+    ctx.wrote_instance(stored);
     Ok(())
 }
 

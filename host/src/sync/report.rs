@@ -77,13 +77,15 @@ pub(super) async fn conflict(
         .inc();
     let api = ctx.consumer_api(obj.metadata.namespace.as_deref());
     let patch = json!({ "metadata": { "annotations": { CONFLICT_ANNOTATION: value } } });
-    api.patch(
-        &obj.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(&patch),
-    )
-    .await
-    .map_err(Error::MarkConflict)?;
+    let stored = api
+        .patch(
+            &obj.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+        .map_err(Error::MarkConflict)?;
+    ctx.wrote_instance(stored);
     publish(ctx, obj, EventType::Warning, reason, "Sync", message).await;
     set_synced_failure(obj, ctx, reason, message).await;
     Ok(())
@@ -149,13 +151,15 @@ async fn set_synced_failure(obj: &DynamicObject, ctx: &SyncContext, reason: Reas
 async fn clear_conflict(obj: &DynamicObject, ctx: &SyncContext) -> Result<()> {
     let api = ctx.consumer_api(obj.metadata.namespace.as_deref());
     let patch = json!({ "metadata": { "annotations": { CONFLICT_ANNOTATION: null } } });
-    api.patch(
-        &obj.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(&patch),
-    )
-    .await
-    .map_err(Error::ClearConflict)?;
+    let stored = api
+        .patch(
+            &obj.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+        .map_err(Error::ClearConflict)?;
+    ctx.wrote_instance(stored);
     info!("conflict resolved");
     Ok(())
 }
@@ -199,6 +203,7 @@ async fn write_status(
         debug!("the API's status schema prunes conditions; Synced is not written");
         ctx.set_conditions_pruned();
     }
+    ctx.wrote_instance(stored);
     debug!("instance status written");
     Ok(())
 }

@@ -55,6 +55,8 @@ pub struct SyncContext {
     pub provider_store: Store<DynamicObject>,
     /// Copies written since the provider watch last caught up.
     pub recent_writes: RecentWrites,
+    /// Instances as our own last write returned them, until the consumer watch catches up.
+    pub recent_instances: RecentWrites,
     /// Whether this API's status schema prunes the instance `Synced` condition.
     conditions_pruned: AtomicBool,
     /// Timings.
@@ -126,6 +128,22 @@ impl SyncContext {
         let cached = self.provider_store.get(&key).map(|o| (*o).clone());
         self.recent_writes
             .newest(obj.metadata.namespace.as_deref(), &obj.name_any(), cached)
+    }
+
+    /// The newer of `obj` (from the consumer cache) and the instance as our own last write to
+    /// it returned it. The reconcile that our finalizer patch triggers otherwise sees the
+    /// instance without the status written since, and writes that status a second time.
+    pub(crate) fn newest_instance(&self, obj: &DynamicObject) -> DynamicObject {
+        let name = obj.name_any();
+        self.recent_instances
+            .newest(obj.metadata.namespace.as_deref(), &name, Some(obj.clone()))
+            .unwrap_or_else(|| obj.clone())
+    }
+
+    /// Remembers what a write to an instance returned (without managedFields, like the cache).
+    pub(crate) fn wrote_instance(&self, mut stored: DynamicObject) {
+        drop_managed_fields(&mut stored);
+        self.recent_instances.remember(&stored);
     }
 
     /// The provider object with the instance's namespace and name, read live.
@@ -313,6 +331,7 @@ pub async fn run(
         ar: ar.clone(),
         provider_store,
         recent_writes: RecentWrites::default(),
+        recent_instances: RecentWrites::default(),
         conditions_pruned: AtomicBool::new(false),
         known_namespaces: Mutex::default(),
         failures: Backoff::new(settings.error_backoff_base, settings.error_backoff_max),

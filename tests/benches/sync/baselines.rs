@@ -1,0 +1,140 @@
+//! The two limits the konnector is held against, measured on the same apiservers and with the
+//! same parallelism: plain server-side apply of N objects into the provider (the physical
+//! limit), and the writes the spec requires of a first sync done by a plain client.
+
+use std::time::Instant;
+
+use futures::{StreamExt, TryStreamExt};
+use kbind_tests::faults::instance_name;
+use kbind_tests::syncenv::{TestApi, ensure_namespace};
+use konnector::api::names::{
+    CONSUMER_CLUSTER_UID_ANNOTATION, CONSUMER_OBJECT_UID_ANNOTATION, FIELD_MANAGER, MANAGED_LABEL,
+    SYNCER_FINALIZER,
+};
+use kube::api::{Patch, PatchParams};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+
+use crate::report::{Report, percentile_ms};
+use crate::{CONCURRENCY, Config, NS};
+
+/// Plain server-side apply into the provider: throughput at [`CONCURRENCY`], then sequential
+/// round-trips of one object.
+pub async fn baseline(
+    config: &Config,
+    provider: &Client,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    let api = TestApi::namespaced("baseline.bench.kbind.io");
+    api.install_on_provider(provider).await?;
+    ensure_namespace(provider, NS).await?;
+    let objects = api.api(provider, Some(NS));
+    let params = PatchParams::apply("kbind-bench").force();
+    let started = Instant::now();
+    futures::stream::iter(0..config.instances)
+        .map(|i| {
+            let (objects, params, api) = (&objects, &params, &api);
+            async move {
+                let name = instance_name("b", i);
+                let body = api.object(Some(NS), &name, json!({ "seq": 0 }));
+                objects.patch(&name, params, &Patch::Apply(&body)).await
+            }
+        })
+        .buffer_unordered(CONCURRENCY)
+        .try_collect::<Vec<_>>()
+        .await?;
+    report.baseline_apply_objects_per_s = config.instances as f64 / started.elapsed().as_secs_f64();
+    let mut samples = Vec::with_capacity(config.round_trips);
+    for seq in 0..config.round_trips {
+        let body = api.object(Some(NS), "round-trip", json!({ "seq": seq }));
+        let started = Instant::now();
+        objects
+            .patch("round-trip", &params, &Patch::Apply(&body))
+            .await?;
+        samples.push(started.elapsed());
+    }
+    report.baseline_round_trip_p50_ms = percentile_ms(&mut samples, 0.50);
+    report.baseline_round_trip_p99_ms = percentile_ms(&mut samples, 0.99);
+    Ok(())
+}
+
+/// The writes the spec requires of a first sync, done by a plain client: per object the
+/// `core.kbind.io/syncer` finalizer patch on the consumer instance, the server-side apply of
+/// its copy (managed label and both ownership markers) into the provider, and the instance's
+/// `Synced=True` condition. The konnector cannot be faster than this without skipping a write
+/// the spec asks for.
+pub async fn required_writes(
+    config: &Config,
+    consumer: &Client,
+    provider: &Client,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    let api = TestApi::namespaced("required.bench.kbind.io");
+    api.install_on_provider(provider).await?;
+    api.install_on_consumer(consumer, None).await?;
+    ensure_namespace(consumer, NS).await?;
+    futures::stream::iter(0..config.instances)
+        .map(|i| {
+            let api = &api;
+            async move {
+                api.create(
+                    consumer,
+                    Some(NS),
+                    &instance_name("r", i),
+                    json!({ "seq": 0 }),
+                )
+                .await
+            }
+        })
+        .buffer_unordered(CONCURRENCY)
+        .try_collect::<Vec<_>>()
+        .await?;
+    let instances = api.api(consumer, Some(NS));
+    let copies = api.api(provider, Some(NS));
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    let started = Instant::now();
+    futures::stream::iter(0..config.instances)
+        .map(|i| {
+            let (instances, copies, params, api) = (&instances, &copies, &params, &api);
+            async move {
+                let name = instance_name("r", i);
+                let finalizer = json!({ "metadata": { "finalizers": [SYNCER_FINALIZER] } });
+                let instance = instances
+                    .patch(&name, &PatchParams::default(), &Patch::Merge(&finalizer))
+                    .await?;
+                let mut copy = api.object(Some(NS), &name, json!({ "seq": 0 }));
+                copy.labels_mut()
+                    .insert(MANAGED_LABEL.into(), "true".into());
+                let annotations = copy.annotations_mut();
+                annotations.insert(
+                    CONSUMER_CLUSTER_UID_ANNOTATION.into(),
+                    "c0ffee00-0000-4000-8000-000000000001".into(),
+                );
+                annotations.insert(
+                    CONSUMER_OBJECT_UID_ANNOTATION.into(),
+                    instance.uid().unwrap_or_default(),
+                );
+                copies.patch(&name, params, &Patch::Apply(&copy)).await?;
+                let synced = json!({
+                    "apiVersion": api.resource().api_version, "kind": api.resource().kind,
+                    "metadata": { "name": name, "namespace": NS },
+                    "status": { "conditions": [{
+                        "type": "Synced", "status": "True", "reason": "AsExpected",
+                        "message": "the provider copy matches the spec",
+                        "observedGeneration": instance.metadata.generation,
+                        "lastTransitionTime": "2026-01-01T00:00:00Z",
+                    }] },
+                });
+                instances
+                    .patch_status(&name, params, &Patch::Apply(&synced))
+                    .await?;
+                anyhow::Ok(())
+            }
+        })
+        .buffer_unordered(CONCURRENCY)
+        .try_collect::<Vec<_>>()
+        .await?;
+    report.required_writes_objects_per_s =
+        config.instances as f64 / started.elapsed().as_secs_f64();
+    Ok(())
+}

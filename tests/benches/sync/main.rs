@@ -1,0 +1,283 @@
+//! `make bench`: the konnector held against the physical limit of the clusters it runs on.
+//!
+//! One run starts a private provider/consumer pair on loopback and measures, against those
+//! same apiservers:
+//!
+//! 1. baselines, with the same parallelism as the konnector's default `--sync-concurrency`:
+//!    plain server-side apply of N objects into the provider (the physical limit), and the
+//!    *required writes* of a first sync done by a plain kube-rs client (per object the
+//!    consumer finalizer patch, the provider apply and the instance's `Synced=True` status:
+//!    what the spec asks for and nothing more); one apply round-trip (p50/p99);
+//! 2. initial sync: N consumer instances over 5 APIs created before the real `konnector run`
+//!    process starts; time until every provider copy exists and until every instance says
+//!    `Synced=True` (seen through watches, not polled), objects/s, ratio to both baselines,
+//!    and the API requests both apiservers served per synced object (their own
+//!    `apiserver_request_total`, reads and writes; list and watch requests are left out:
+//!    a watch costs one request per API, not per object);
+//! 3. steady state: spec updates to random instances at a fixed rate; consumer write → provider
+//!    copy latency and provider status write → consumer status latency (p50/p99, ratio to the
+//!    baseline round-trip);
+//! 4. resources: the process's RSS and CPU seconds at N instances, cold start to `/readyz`,
+//!    and the CPU spent after `/readyz` per synced object (start-up, which compiles the
+//!    policy modules, is reported on its own);
+//! 5. policy cost: one conflict decision (p50, p99 and the amortized mean, µs) vs the
+//!    konnector CPU time per synced object.
+//!
+//! The table prints each figure's target beside it; targets are never asserted.
+//!
+//! Prints a table and writes every figure to `<target>/bench/sync.json`. No figure is
+//! asserted. `cargo bench` passes `--bench` (N = 1 000, `--instances 10000` or
+//! `KBIND_BENCH_INSTANCES` for more); `cargo test --all-targets` runs it as a smoke test with
+//! 25 instances.
+
+mod baselines;
+mod initial;
+mod report;
+mod steady;
+
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use futures::{StreamExt, TryStreamExt};
+use kbind_tests::faults::process::KonnectorProcess;
+use kbind_tests::faults::{create_binding, instance_name, wait_binding_ready};
+use kbind_tests::fixtures::{connect, has_condition, install_core_crds, wait_connection};
+use kbind_tests::syncenv::{TestApi, ensure_namespace};
+use kbind_tests::testenv::ClusterPair;
+use konnector::api::names::DEFAULT_SECRET_NAMESPACE;
+use konnector::api::{ConflictPolicy, SchemaPolicy, SchemaSource};
+use konnector::policy::{ConflictInput, Policies};
+use kube::Client;
+use serde_json::json;
+
+use report::{Report, mib, output_path, percentile_ms, print_table};
+
+pub(crate) const APIS: usize = 5;
+pub(crate) const CONCURRENCY: usize = 16;
+pub(crate) const NS: &str = "bench";
+const CONNECTION: &str = "provider";
+const WAIT: Duration = Duration::from_secs(1800);
+
+/// What one run measures.
+pub(crate) struct Config {
+    pub(crate) instances: usize,
+    pub(crate) round_trips: usize,
+    pub(crate) update_rate: f64,
+    pub(crate) update_period: Duration,
+    policy_calls: usize,
+    konnector: Option<PathBuf>,
+}
+
+impl Config {
+    fn from_args() -> anyhow::Result<Self> {
+        let args: Vec<String> = std::env::args().collect();
+        let bench = args.iter().any(|a| a == "--bench");
+        let flag = |name: &str| {
+            args.iter()
+                .position(|a| a == name)
+                .and_then(|i| args.get(i + 1))
+                .cloned()
+        };
+        let instances =
+            match flag("--instances").or_else(|| std::env::var("KBIND_BENCH_INSTANCES").ok()) {
+                Some(n) => n.parse().context("--instances")?,
+                None if bench => 1000,
+                None => 25,
+            };
+        Ok(Self {
+            instances,
+            round_trips: if bench { 200 } else { 10 },
+            update_rate: 20.0,
+            update_period: Duration::from_secs(if bench { 15 } else { 2 }),
+            policy_calls: if bench { 1000 } else { 10 },
+            konnector: flag("--konnector").map(PathBuf::from),
+        })
+    }
+}
+
+fn main() -> anyhow::Result<()> {
+    let config = Config::from_args()?;
+    let binary = match &config.konnector {
+        Some(path) => path.clone(),
+        None => kbind_tests::konnector_binary!(),
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let pair = ClusterPair::start_private()?;
+    let report = rt.block_on(pair.diagnose(run(&config, &pair, binary)))?;
+    print_table(&report);
+    let path = output_path();
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
+    println!("\nwrote {}", path.display());
+    Ok(())
+}
+
+async fn run(config: &Config, pair: &ClusterPair, binary: PathBuf) -> anyhow::Result<Report> {
+    let provider = pair.provider.client().await?;
+    let consumer = pair.consumer.client().await?;
+    let mut report = Report {
+        instances: config.instances,
+        apis: APIS,
+        concurrency: CONCURRENCY,
+        ..Report::default()
+    };
+    eprintln!("bench: baseline ({} objects)", config.instances);
+    baselines::baseline(config, &provider, &mut report).await?;
+    eprintln!("bench: required writes ({} objects)", config.instances);
+    baselines::required_writes(config, &consumer, &provider, &mut report).await?;
+
+    let apis = prepare(config, pair, &consumer, &provider).await?;
+    // Cold start: the process starts with every instance and the Binding already there.
+    eprintln!("bench: starting the konnector");
+    let progress = initial::Progress::watch(&apis, &consumer, &provider, config.instances);
+    let log = pair.root().join("konnector.log");
+    let kubeconfig = pair.consumer.admin().kubeconfig_path().to_path_buf();
+    let requests_before = initial::request_counts(&consumer, &provider).await?;
+    let started = Instant::now();
+    let konnector = KonnectorProcess::start(&binary, &kubeconfig, &log, &[])?;
+    konnector.wait_ready(WAIT).await?;
+    report.cold_start_to_ready_seconds = started.elapsed().as_secs_f64();
+    report.konnector_cpu_seconds_at_ready = konnector.cpu_seconds()?;
+    wait_connection(&consumer, CONNECTION, "Ready", |c| {
+        has_condition(c, "Ready", "True", "AsExpected")
+    })
+    .await?;
+    wait_binding_ready(&consumer, NS, WAIT).await?;
+    let reached = progress.finished(started, WAIT).await?;
+    report.konnector_cpu_seconds_initial_sync = konnector.cpu_seconds()?;
+    report.konnector_rss_mib_after_initial_sync = mib(konnector.rss_bytes()?);
+    drop(progress);
+    let requests_after = initial::request_counts(&consumer, &provider).await?;
+    initial_figures(&mut report, &reached, &requests_before, &requests_after);
+
+    eprintln!("bench: steady state");
+    steady::steady_state(config, &apis, &consumer, &provider, &mut report).await?;
+    report.konnector_rss_mib_after_steady_state = mib(konnector.rss_bytes()?);
+    report.konnector_cpu_seconds_total = konnector.cpu_seconds()?;
+
+    let (p50, p99, mean) = policy_cost(config.policy_calls).await?;
+    report.policy_decision_p50_us = p50;
+    report.policy_decision_p99_us = p99;
+    report.policy_decision_mean_us = mean;
+    drop(konnector);
+    Ok(report)
+}
+
+/// The bench's APIs on both clusters, the Connection, N consumer instances spread over the
+/// APIs and the Binding that selects them: everything the konnector finds when it starts.
+async fn prepare(
+    config: &Config,
+    pair: &ClusterPair,
+    consumer: &Client,
+    provider: &Client,
+) -> anyhow::Result<Vec<TestApi>> {
+    let apis: Vec<TestApi> = (0..APIS)
+        .map(|k| TestApi::namespaced(&format!("api{k}.bench.kbind.io")))
+        .collect();
+    install_core_crds(consumer).await?;
+    ensure_namespace(consumer, DEFAULT_SECRET_NAMESPACE).await?;
+    ensure_namespace(consumer, NS).await?;
+    for api in &apis {
+        api.install_on_provider(provider).await?;
+        api.install_on_consumer(consumer, Some(CONNECTION)).await?;
+    }
+    let schema = SchemaPolicy {
+        source: SchemaSource::Crd,
+        ..SchemaPolicy::default()
+    };
+    connect(consumer, &pair.provider, CONNECTION, schema, false).await?;
+    eprintln!("bench: creating {} consumer instances", config.instances);
+    futures::stream::iter(0..config.instances)
+        .map(|i| {
+            let api = &apis[i % APIS];
+            async move {
+                api.create(
+                    consumer,
+                    Some(NS),
+                    &instance_name("w", i),
+                    json!({ "seq": 0 }),
+                )
+                .await
+            }
+        })
+        .buffer_unordered(CONCURRENCY)
+        .try_collect::<Vec<_>>()
+        .await?;
+    let api_refs: Vec<&TestApi> = apis.iter().collect();
+    create_binding(consumer, NS, CONNECTION, &api_refs).await?;
+    Ok(apis)
+}
+
+/// The initial sync's figures from its milestones, the konnector's CPU and the requests
+/// both apiservers served meanwhile.
+fn initial_figures(
+    report: &mut Report,
+    reached: &initial::Milestones,
+    before: &std::collections::BTreeMap<String, f64>,
+    after: &std::collections::BTreeMap<String, f64>,
+) {
+    let n = report.instances as f64;
+    report.initial_sync_api_requests = after
+        .iter()
+        .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0.0)))
+        .filter(|(_, v)| *v > 0.0)
+        .collect();
+    report.initial_sync_api_requests_per_object =
+        report.initial_sync_api_requests.values().sum::<f64>() / n;
+    let (first, all_copies, initial) = (
+        reached.first_copy.as_secs_f64(),
+        reached.all_copies.as_secs_f64(),
+        reached.all_synced.as_secs_f64(),
+    );
+    report.first_copy_seconds = first;
+    report.all_copies_seconds = all_copies;
+    report.sync_after_first_copy_objects_per_s = n / (initial - first);
+    report.initial_sync_seconds = initial;
+    report.initial_sync_objects_per_s = n / initial;
+    report.initial_sync_ratio_to_baseline =
+        report.initial_sync_objects_per_s / report.baseline_apply_objects_per_s;
+    report.initial_sync_ratio_to_required_writes =
+        report.initial_sync_objects_per_s / report.required_writes_objects_per_s;
+    let sync_cpu =
+        report.konnector_cpu_seconds_initial_sync - report.konnector_cpu_seconds_at_ready;
+    report.sync_cpu_us_per_object = sync_cpu * 1e6 / n;
+    report.sync_cpu_seconds_per_1000_objects = sync_cpu * 1000.0 / n;
+    report.sync_wall_us_per_object = initial * 1e6 / n;
+}
+
+/// Locks a mutex whose data stays consistent even if a holder panicked.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// One conflict decision of the built-in policy, as the syncer makes it for a new instance.
+async fn policy_cost(calls: usize) -> anyhow::Result<(f64, f64, f64)> {
+    let policies = Policies::builtin()?;
+    let input = ConflictInput {
+        consumer_cluster_uid: "c0ffee00-0000-4000-8000-000000000001".into(),
+        consumer_object_uid: "c0ffee00-0000-4000-8000-000000000002".into(),
+        conflict_policy: ConflictPolicy::Fail,
+        target: None,
+    };
+    policies.decide_conflict(&input).await?;
+    let mut samples = Vec::with_capacity(calls);
+    let all = Instant::now();
+    for _ in 0..calls {
+        let started = Instant::now();
+        policies.decide_conflict(&input).await?;
+        samples.push(started.elapsed());
+    }
+    let mean_us = all.elapsed().as_secs_f64() * 1e6 / calls.max(1) as f64;
+    Ok((
+        percentile_ms(&mut samples, 0.50) * 1000.0,
+        percentile_ms(&mut samples, 0.99) * 1000.0,
+        mean_us,
+    ))
+}

@@ -1,0 +1,216 @@
+//! Every figure of a run: the JSON file that keeps them, and the table `make bench` prints
+//! with the target each figure is held to (printed, never asserted).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Every figure of a run, in the JSON file.
+#[derive(Default, serde::Serialize)]
+pub struct Report {
+    pub instances: usize,
+    pub apis: usize,
+    pub concurrency: usize,
+    pub baseline_apply_objects_per_s: f64,
+    pub required_writes_objects_per_s: f64,
+    pub baseline_round_trip_p50_ms: f64,
+    pub baseline_round_trip_p99_ms: f64,
+    /// Process start until every instance says `Synced=True` for its current generation.
+    pub initial_sync_seconds: f64,
+    pub initial_sync_objects_per_s: f64,
+    pub initial_sync_ratio_to_baseline: f64,
+    pub initial_sync_ratio_to_required_writes: f64,
+    pub initial_sync_api_requests_per_object: f64,
+    /// `<cluster> <verb> <resource>` → requests during the initial sync (list/watch excluded).
+    pub initial_sync_api_requests: BTreeMap<String, f64>,
+    pub first_copy_seconds: f64,
+    /// Process start until every provider copy exists (before the last `Synced=True`).
+    pub all_copies_seconds: f64,
+    pub sync_after_first_copy_objects_per_s: f64,
+    pub cold_start_to_ready_seconds: f64,
+    pub steady_updates: usize,
+    pub steady_update_rate_per_s: f64,
+    pub spec_latency_p50_ms: f64,
+    pub spec_latency_p99_ms: f64,
+    pub spec_latency_p50_ratio_to_round_trip: f64,
+    pub spec_latency_p99_ratio_to_round_trip: f64,
+    pub status_latency_p50_ms: f64,
+    pub status_latency_p99_ms: f64,
+    pub status_latency_p50_ratio_to_round_trip: f64,
+    pub status_latency_p99_ratio_to_round_trip: f64,
+    pub konnector_rss_mib_after_initial_sync: f64,
+    /// CPU until `/readyz` answers: start-up, policy modules compiled, nothing synced yet.
+    pub konnector_cpu_seconds_at_ready: f64,
+    /// CPU from process start to the end of the initial sync.
+    pub konnector_cpu_seconds_initial_sync: f64,
+    pub konnector_rss_mib_after_steady_state: f64,
+    pub konnector_cpu_seconds_total: f64,
+    pub policy_decision_p50_us: f64,
+    pub policy_decision_p99_us: f64,
+    /// Wall time of all decisions over their number: the amortized cost of one.
+    pub policy_decision_mean_us: f64,
+    /// CPU after `/readyz` until the end of the initial sync, per synced object.
+    pub sync_cpu_us_per_object: f64,
+    pub sync_cpu_seconds_per_1000_objects: f64,
+    pub sync_wall_us_per_object: f64,
+}
+
+/// The `q` quantile of `samples`, in milliseconds.
+pub fn percentile_ms(samples: &mut [Duration], q: f64) -> f64 {
+    if samples.is_empty() {
+        return f64::NAN;
+    }
+    samples.sort();
+    let index = ((samples.len() as f64 - 1.0) * q).round() as usize;
+    samples[index.min(samples.len() - 1)].as_secs_f64() * 1000.0
+}
+
+/// Bytes in MiB.
+pub fn mib(bytes: u64) -> f64 {
+    bytes as f64 / (1024.0 * 1024.0)
+}
+
+/// `<target>/bench/sync.json`.
+pub fn output_path() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"));
+    target.join("bench").join("sync.json")
+}
+
+/// The table: figure, value, ratio where one applies, and the target it is held to.
+pub fn print_table(r: &Report) {
+    println!(
+        "\nsync benchmark: {} instances over {} APIs, concurrency {}, loopback clusters",
+        r.instances, r.apis, r.concurrency
+    );
+    let none = String::new;
+    let rows: Vec<(&str, String, String, &str)> = vec![
+        (
+            "baseline SSA throughput",
+            format!("{:.0} obj/s", r.baseline_apply_objects_per_s),
+            none(),
+            "",
+        ),
+        (
+            "required writes (finalizer, SSA, Synced) rate",
+            format!("{:.0} obj/s", r.required_writes_objects_per_s),
+            none(),
+            "",
+        ),
+        (
+            "baseline SSA round-trip p50 / p99",
+            format!(
+                "{:.1} / {:.1} ms",
+                r.baseline_round_trip_p50_ms, r.baseline_round_trip_p99_ms
+            ),
+            none(),
+            "",
+        ),
+        (
+            "cold start to Ready",
+            format!("{:.2} s", r.cold_start_to_ready_seconds),
+            none(),
+            "",
+        ),
+        (
+            "first copy / all copies",
+            format!(
+                "{:.1} / {:.1} s",
+                r.first_copy_seconds, r.all_copies_seconds
+            ),
+            none(),
+            "",
+        ),
+        (
+            "initial sync (start → all Synced=True)",
+            format!(
+                "{:.1} s, {:.0} obj/s",
+                r.initial_sync_seconds, r.initial_sync_objects_per_s
+            ),
+            format!(
+                "{:.2}x SSA, {:.2}x required",
+                r.initial_sync_ratio_to_baseline, r.initial_sync_ratio_to_required_writes
+            ),
+            ">= 0.8x required",
+        ),
+        (
+            "API requests per synced object",
+            format!("{:.2}", r.initial_sync_api_requests_per_object),
+            "reads + writes, both".to_string(),
+            "<= 2",
+        ),
+        (
+            "spec consumer → provider p50 / p99",
+            format!(
+                "{:.1} / {:.1} ms",
+                r.spec_latency_p50_ms, r.spec_latency_p99_ms
+            ),
+            format!(
+                "{:.1}x / {:.1}x round-trip",
+                r.spec_latency_p50_ratio_to_round_trip, r.spec_latency_p99_ratio_to_round_trip
+            ),
+            "p99 <= 2x",
+        ),
+        (
+            "status provider → consumer p50 / p99",
+            format!(
+                "{:.1} / {:.1} ms",
+                r.status_latency_p50_ms, r.status_latency_p99_ms
+            ),
+            format!(
+                "{:.1}x / {:.1}x round-trip",
+                r.status_latency_p50_ratio_to_round_trip, r.status_latency_p99_ratio_to_round_trip
+            ),
+            "p99 <= 2x",
+        ),
+        (
+            "RSS after initial sync / steady",
+            format!(
+                "{:.1} / {:.1} MiB",
+                r.konnector_rss_mib_after_initial_sync, r.konnector_rss_mib_after_steady_state
+            ),
+            none(),
+            "<= 100 MiB",
+        ),
+        (
+            "CPU at Ready / initial sync / total",
+            format!(
+                "{:.2} / {:.2} / {:.2} s",
+                r.konnector_cpu_seconds_at_ready,
+                r.konnector_cpu_seconds_initial_sync,
+                r.konnector_cpu_seconds_total
+            ),
+            none(),
+            "",
+        ),
+        (
+            "sync per object: CPU / wall",
+            format!(
+                "{:.0} / {:.0} µs",
+                r.sync_cpu_us_per_object, r.sync_wall_us_per_object
+            ),
+            format!(
+                "policy = {:.1}% of CPU",
+                100.0 * r.policy_decision_mean_us / r.sync_cpu_us_per_object
+            ),
+            "CPU <= 300 µs",
+        ),
+        (
+            "policy decision p50 / p99 / mean",
+            format!(
+                "{:.1} / {:.1} / {:.1} µs",
+                r.policy_decision_p50_us, r.policy_decision_p99_us, r.policy_decision_mean_us
+            ),
+            none(),
+            "mean <= 5 µs",
+        ),
+    ];
+    println!(
+        "{:<44} {:>28} {:>26} {:>18}",
+        "figure", "value", "ratio", "target"
+    );
+    for (name, value, ratio, target) in rows {
+        println!("{name:<44} {value:>28} {ratio:>26} {target:>18}");
+    }
+}

@@ -1,0 +1,142 @@
+//! Steady state: spec updates to random instances at a fixed rate, and the latency of each
+//! update reaching the provider copy and of the provider's status reaching the consumer.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use kbind_tests::faults::instance_name;
+use kbind_tests::syncenv::{TestApi, wait_for};
+use kube::api::{Patch, PatchParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+
+use crate::report::{Report, percentile_ms};
+use crate::{APIS, Config, NS, lock};
+
+/// Pending writes: (api index, name) → (sequence number, when it was written).
+type Pending = Arc<Mutex<HashMap<(usize, String), (u64, Instant)>>>;
+
+/// Updates random instances at `update_rate`; watches measure when the provider copy shows
+/// each spec update, and (after the bench writes the provider status) when the consumer
+/// instance shows that status.
+pub async fn steady_state(
+    config: &Config,
+    apis: &[TestApi],
+    consumer: &Client,
+    provider: &Client,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    let spec_pending: Pending = Arc::default();
+    let status_pending: Pending = Arc::default();
+    let spec_samples = Arc::new(Mutex::new(Vec::new()));
+    let status_samples = Arc::new(Mutex::new(Vec::new()));
+    let mut watches = Vec::new();
+    for (k, api) in apis.iter().enumerate() {
+        // Provider side: the copy reflects a spec update → record, then write its status.
+        let (pending, samples, next) = (
+            spec_pending.clone(),
+            spec_samples.clone(),
+            status_pending.clone(),
+        );
+        let copies = api.api(provider, Some(NS));
+        let stream = watcher(api.all(provider), watcher::Config::default()).applied_objects();
+        watches.push(tokio::spawn(async move {
+            let mut stream = std::pin::pin!(stream);
+            while let Some(Ok(obj)) = stream.next().await {
+                let Some(seq) = obj.data["spec"]["seq"].as_u64() else {
+                    continue;
+                };
+                if let Some(latency) = take_if_reached(&pending, k, &obj.name_any(), seq) {
+                    lock(&samples).push(latency);
+                    lock(&next).insert((k, obj.name_any()), (seq, Instant::now()));
+                    let body = json!({ "status": { "seq": seq } });
+                    let _ = copies
+                        .patch_status(
+                            &obj.name_any(),
+                            &PatchParams::default(),
+                            &Patch::Merge(&body),
+                        )
+                        .await;
+                }
+            }
+        }));
+        // Consumer side: the instance shows the provider status.
+        let (pending, samples) = (status_pending.clone(), status_samples.clone());
+        let stream = watcher(api.all(consumer), watcher::Config::default()).applied_objects();
+        watches.push(tokio::spawn(async move {
+            let mut stream = std::pin::pin!(stream);
+            while let Some(Ok(obj)) = stream.next().await {
+                if let Some(seq) = obj.data["status"]["seq"].as_u64()
+                    && let Some(latency) = take_if_reached(&pending, k, &obj.name_any(), seq)
+                {
+                    lock(&samples).push(latency);
+                }
+            }
+        }));
+    }
+    // Let the watches list first.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    let updates = (config.update_rate * config.update_period.as_secs_f64()) as usize;
+    let interval = Duration::from_secs_f64(1.0 / config.update_rate);
+    let mut ticker = tokio::time::interval(interval);
+    let mut rng = 0x2545_f491_4f6c_dd1d_u64;
+    for seq in 1..=updates as u64 {
+        ticker.tick().await;
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        let i = (rng % config.instances as u64) as usize;
+        let (k, name) = (i % APIS, instance_name("w", i));
+        lock(&spec_pending).insert((k, name.clone()), (seq, Instant::now()));
+        let body = json!({ "spec": { "seq": seq } });
+        apis[k]
+            .api(consumer, Some(NS))
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&body))
+            .await?;
+    }
+    // Bounded drain: at most 30 s for the last updates to arrive.
+    let _ = wait_for(
+        "steady-state updates delivered",
+        Duration::from_secs(30),
+        || async {
+            Ok((lock(&spec_pending).is_empty() && lock(&status_pending).is_empty()).then_some(()))
+        },
+    )
+    .await;
+    watches.iter().for_each(|w| w.abort());
+    let mut spec = lock(&spec_samples).clone();
+    let mut status = lock(&status_samples).clone();
+    report.steady_updates = updates;
+    report.steady_update_rate_per_s = config.update_rate;
+    report.spec_latency_p50_ms = percentile_ms(&mut spec, 0.50);
+    report.spec_latency_p99_ms = percentile_ms(&mut spec, 0.99);
+    report.status_latency_p50_ms = percentile_ms(&mut status, 0.50);
+    report.status_latency_p99_ms = percentile_ms(&mut status, 0.99);
+    report.spec_latency_p50_ratio_to_round_trip =
+        report.spec_latency_p50_ms / report.baseline_round_trip_p50_ms;
+    report.status_latency_p50_ratio_to_round_trip =
+        report.status_latency_p50_ms / report.baseline_round_trip_p50_ms;
+    report.spec_latency_p99_ratio_to_round_trip =
+        report.spec_latency_p99_ms / report.baseline_round_trip_p99_ms;
+    report.status_latency_p99_ratio_to_round_trip =
+        report.status_latency_p99_ms / report.baseline_round_trip_p99_ms;
+    Ok(())
+}
+
+/// Removes and returns the latency of a pending write once `seq` (or a later one) is seen.
+fn take_if_reached(pending: &Pending, k: usize, name: &str, seq: u64) -> Option<Duration> {
+    let mut pending = lock(pending);
+    let key = (k, name.to_string());
+    match pending.get(&key) {
+        Some((wanted, at)) if seq >= *wanted => {
+            let latency = at.elapsed();
+            pending.remove(&key);
+            Some(latency)
+        }
+        _ => None,
+    }
+}
