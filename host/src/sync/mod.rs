@@ -14,7 +14,8 @@
 //! - [`supervisor`] owns syncer lifetimes; a syncer never outlives its Connection's engagement
 //!   (spec: "When a Connection becomes not Ready ... its per-API instance syncers stop").
 //! - [`syncer`] wires the two watches into one kube-runtime `Controller` keyed by the consumer
-//!   object, which gives deduplication, bounded concurrency and no per-object tasks.
+//!   object, which gives deduplication, bounded concurrency and no per-object tasks;
+//!   [`context`] is what its reconciles share.
 //! - [`reconcile`] and [`delete`] are the per-object logic; [`desired`] and [`conflict`] are
 //!   the pure parts they are built from.
 //! - every reconcile leaves what it came to (in sync, conflict, failure reason) in the
@@ -23,6 +24,7 @@
 //! Losing a provider deletes nothing: syncers stop, finalizers stay, objects stay.
 
 pub mod conflict;
+pub mod context;
 mod coverage;
 pub mod delete;
 pub mod desired;
