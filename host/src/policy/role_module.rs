@@ -60,6 +60,19 @@ pub(crate) trait RoleModule: Clone + Send + Sync + 'static {
     fn finish(output: Self::WitOutput, input: &Self::Input) -> Result<Self::Output, Refusal>;
 }
 
+/// How a role whose module answers `result<T, string>` finishes: the module's error is its
+/// refusal; otherwise the answer, converted to the host's type, must pass the host's check.
+fn converted_and_checked<W, O, I>(
+    answer: Result<W, String>,
+    input: &I,
+    convert: impl FnOnce(W) -> O,
+    check: impl FnOnce(&O, &I) -> Result<(), String>,
+) -> Result<O, Refusal> {
+    let output = convert(answer.map_err(Refusal::Rejected)?);
+    check(&output, input).map_err(Refusal::Invalid)?;
+    Ok(output)
+}
+
 /// Writes a role's [`RoleModule`] impl from what differs between roles: the generated names,
 /// the input conversion, the export and the check of its answer.
 macro_rules! role_module {
@@ -114,9 +127,7 @@ role_module! {
     output Result<conflict::iface::Decision, String> => ConflictDecision;
     invoke |instance, store, input| instance.kbind_policy_conflict().call_decide(store, input);
     finish |answer, input| {
-        let decision = bindings::conflict_decision(answer.map_err(Refusal::Rejected)?);
-        validate::decision(&decision, input).map_err(Refusal::Invalid)?;
-        Ok(decision)
+        converted_and_checked(answer, input, bindings::conflict_decision, validate::decision)
     }
 }
 
@@ -145,8 +156,6 @@ role_module! {
     output Result<related::iface::RelatedPlan, String> => RelatedPlan;
     invoke |instance, store, input| instance.kbind_policy_related().call_select(store, input);
     finish |answer, input| {
-        let plan = bindings::related_plan(answer.map_err(Refusal::Rejected)?);
-        validate::plan(&plan, input).map_err(Refusal::Invalid)?;
-        Ok(plan)
+        converted_and_checked(answer, input, bindings::related_plan, validate::plan)
     }
 }
