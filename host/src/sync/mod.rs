@@ -16,8 +16,8 @@
 //! - [`syncer`] wires the two watches into one kube-runtime `Controller` keyed by the consumer
 //!   object, which gives deduplication, bounded concurrency and no per-object tasks;
 //!   [`context`] is what its reconciles share.
-//! - [`reconcile`] and [`delete`] are the per-object logic; [`desired`] and [`conflict`] are
-//!   the pure parts they are built from.
+//! - [`reconcile`] and [`delete`] are the per-object logic (`write` creates or applies the
+//!   provider copy); [`desired`] and [`conflict`] are the pure parts they are built from.
 //! - every reconcile leaves what it came to (in sync, conflict, failure reason) in the
 //!   registry's outcomes, for the binding controllers to summarise without listing instances.
 //!
@@ -35,6 +35,7 @@ pub mod reconcile;
 mod report;
 pub mod supervisor;
 pub mod syncer;
+mod write;
 
 use std::time::Duration;
 

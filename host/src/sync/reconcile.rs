@@ -20,27 +20,29 @@
 //! ```
 //!
 //! What the instance is told (conditions, annotation, Events, the outcome registry) is in
-//! [`super::report`]; deleting instances is in [`super::delete`].
+//! [`super::report`]; how a copy is created or applied is in `super::write`; deleting
+//! instances is in [`super::delete`].
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use kube::ResourceExt;
-use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use serde_json::json;
 use tracing::{debug, info, instrument};
 
 use crate::api::ConflictPolicy;
-use crate::api::names::{FIELD_MANAGER, SYNCER_FINALIZER};
+use crate::api::names::SYNCER_FINALIZER;
 use crate::policy::ConflictDecision;
 use crate::registry::Coverage;
 use crate::telemetry::{ApiLabels, metrics};
 
 use super::conflict::conflict_input;
 use super::context::SyncContext;
+use super::write::{apply_to_provider, create_on_provider};
 use super::{Error, Result};
-use super::{desired, fields, report};
+use super::{desired, report};
 use crate::k8s::{ApiErrorExt, NamespaceState, ensure_namespace};
 
 /// Reconciles one consumer instance. Wired into the syncer's controller.
@@ -257,90 +259,6 @@ async fn decide_and_write(
             }
         }
     }
-}
-
-/// Creates the provider copy where the cache has none. A create, not an apply: it fails with
-/// AlreadyExists on an object the cache does not hold (another consumer's, or one nobody
-/// marked) instead of writing over it, which is what lets a first sync skip the live read.
-async fn create_on_provider(
-    obj: &DynamicObject,
-    ctx: &SyncContext,
-    uid: &str,
-) -> Result<DynamicObject> {
-    let body = desired::provider_copy(obj, &ctx.ar, &ctx.spec.consumer_cluster_uid, uid, None);
-    let copy: DynamicObject = serde_json::from_value(body)
-        .map_err(|e| Error::CreateOnProvider(kube::Error::SerdeError(e)))?;
-    let params = PostParams {
-        field_manager: Some(FIELD_MANAGER.to_string()),
-        ..PostParams::default()
-    };
-    let created = ctx
-        .provider_api(obj.metadata.namespace.as_deref())
-        .create(&params, &copy)
-        .await
-        .map_err(Error::CreateOnProvider)?;
-    info!("provider copy created");
-    Ok(created)
-}
-
-/// Server-side apply of the provider copy, forced: the policy has allowed it. Fields another
-/// manager added under `spec` (drift that adds, or what an adopted object had) are then
-/// removed with a merge patch, so the copy ends up with exactly the consumer's spec.
-async fn apply_to_provider(
-    obj: &DynamicObject,
-    ctx: &SyncContext,
-    uid: &str,
-    resource_version: Option<&str>,
-) -> Result<DynamicObject> {
-    let api = ctx.provider_api(obj.metadata.namespace.as_deref());
-    let name = obj.name_any();
-    let apply = |resource_version: Option<&str>| {
-        let body = desired::provider_copy(
-            obj,
-            &ctx.ar,
-            &ctx.spec.consumer_cluster_uid,
-            uid,
-            resource_version,
-        );
-        let (api, name) = (&api, &name);
-        async move {
-            api.patch(
-                name,
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(&body),
-            )
-            .await
-            .map_err(Error::ApplyToProvider)
-        }
-    };
-    let mut applied = apply(resource_version).await?;
-    if let Some(upgrade) = fields::create_time_ownership_patch(&applied, obj) {
-        // A field the consumer removed is still ours through the create's managedFields
-        // entry: fold it into our apply entry, then apply again so the removal takes.
-        debug!("moving create-time field ownership to the apply entry");
-        let upgrade = serde_json::from_value(upgrade)
-            .map_err(|e| Error::ApplyToProvider(kube::Error::SerdeError(e)))?;
-        let upgraded = api
-            .patch(&name, &PatchParams::default(), &Patch::<()>::Json(upgrade))
-            .await
-            .map_err(Error::ApplyToProvider)?;
-        applied = apply(upgraded.resource_version().as_deref()).await?;
-    }
-    let extra = fields::foreign_extra_spec_fields(&applied, obj);
-    if !extra.is_empty() {
-        debug!(fields = ?extra, "removing spec fields another manager added");
-        let patch = fields::prune_patch(&extra, applied.resource_version().as_deref());
-        let params = PatchParams {
-            field_manager: Some(FIELD_MANAGER.to_string()),
-            ..PatchParams::default()
-        };
-        applied = api
-            .patch(&name, &params, &Patch::Merge(&patch))
-            .await
-            .map_err(Error::ApplyToProvider)?;
-    }
-    info!("provider copy written");
-    Ok(applied)
 }
 
 /// JSON patch with a `test`, like kube-runtime's `finalizer()`: fails instead of clobbering a
