@@ -7,7 +7,7 @@
 //!        │                     ─▶ drain APIs dropped from `apis` (teardown::drain_dropped)
 //!        │                     ─▶ related Secrets/ConfigMaps (when Ready)
 //!        │                     ─▶ instance outcomes in scope (sync engine's summary)
-//!        │                     ─▶ status (written when changed) ─▶ Events for changed conditions
+//!        │                     ─▶ status, written when changed (publish) ─▶ Events
 //!        └─ deleted ─▶ leave the index (stops selection) ─▶ teardown ─▶ release the finalizer
 //!                                                          └ failed ─▶ TeardownFailed, Event
 //! ```
