@@ -90,6 +90,7 @@ impl SyncContext {
         }
     }
 
+    /// The consumer `Api` of this syncer's resource in `ns` (or cluster-wide).
     pub(crate) fn consumer_api(&self, ns: Option<&str>) -> Api<DynamicObject> {
         dynamic_api(
             &self.shared.consumer,
@@ -99,6 +100,7 @@ impl SyncContext {
         )
     }
 
+    /// The provider `Api` of this syncer's resource in `ns` (or cluster-wide).
     pub(crate) fn provider_api(&self, ns: Option<&str>) -> Api<DynamicObject> {
         dynamic_api(
             &self.spec.provider,
@@ -137,26 +139,32 @@ impl SyncContext {
             .map_err(Error::ReadTarget)
     }
 
+    /// Whether this syncer already saw namespace `ns` exist on the provider.
     pub(crate) fn namespace_known(&self, ns: &str) -> bool {
         lock(&self.known_namespaces).contains(ns)
     }
 
+    /// Records that namespace `ns` exists on the provider.
     pub(crate) fn remember_namespace(&self, ns: &str) {
         lock(&self.known_namespaces).insert(ns.to_string());
     }
 
+    /// Forgets namespace `ns`, so the next write creates it again if needed.
     pub(crate) fn forget_provider_namespace(&self, ns: &str) {
         lock(&self.known_namespaces).remove(ns);
     }
 
+    /// Whether the API's status schema was seen to prune the `Synced` condition.
     pub(crate) fn conditions_pruned(&self) -> bool {
         self.conditions_pruned.load(Ordering::Relaxed)
     }
 
+    /// Records that the API's status schema prunes the `Synced` condition.
     pub(crate) fn set_conditions_pruned(&self) {
         self.conditions_pruned.store(true, Ordering::Relaxed);
     }
 
+    /// Resets the backoff of `obj` after a successful reconcile.
     pub(crate) fn forget_failures(&self, obj: &DynamicObject) {
         self.failures.succeeded(&failure_key(obj));
     }
@@ -215,10 +223,12 @@ impl SyncContext {
     }
 }
 
+/// The backoff key of an instance: namespace and name.
 fn failure_key(obj: &DynamicObject) -> (Option<String>, String) {
     (obj.metadata.namespace.clone(), obj.name_any())
 }
 
+/// Locks `m`, also after a holder panicked.
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // The guarded maps stay consistent even if a holder panicked.
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
