@@ -11,7 +11,7 @@ use serde::de::DeserializeOwned;
 use crate::api::{Binding, BindingSpec, BindingStatus, ClusterBinding};
 use crate::registry::BindingKey;
 
-/// What the controller needs from either binding kind.
+/// What the binding modules need from either kind.
 pub trait BindingObject:
     Resource<DynamicType = ()> + Clone + DeserializeOwned + Serialize + Debug + Send + Sync + 'static
 {
