@@ -17,6 +17,7 @@ use crate::api::names::{
     CONNECTION_ANNOTATION, CONSUMER_CLUSTER_UID_ANNOTATION, DEFAULT_HEARTBEAT_NAMESPACE,
     FIELD_MANAGER, HEARTBEAT_LEASE_SECONDS, MANAGED_LABEL, heartbeat_lease_name,
 };
+use crate::k8s::ApiErrorExt;
 
 /// Why a heartbeat could not be written (logged, never fatal).
 #[derive(Debug, thiserror::Error)]
@@ -131,11 +132,10 @@ pub async fn ensure_namespace(client: &kube::Client, name: &str) {
         field_manager: Some(FIELD_MANAGER.into()),
         ..PostParams::default()
     };
-    if let Err(error) = namespaces.create(&params, &namespace).await {
-        match &error {
-            kube::Error::Api(status) if status.code == 409 => {}
-            _ => tracing::debug!(namespace = name, %error, "namespace create attempt failed"),
-        }
+    if let Err(error) = namespaces.create(&params, &namespace).await
+        && !error.is_http_conflict()
+    {
+        tracing::debug!(namespace = name, %error, "namespace create attempt failed");
     }
 }
 

@@ -4,8 +4,11 @@
 //!
 //! Error classification uses kube-rs's own `Status` predicates (they follow client-go's
 //! `apierrors`), so an AlreadyExists is never mistaken for an update conflict although both
-//! are HTTP 409.
+//! are HTTP 409. Where the HTTP answer alone is what counts (a path the server does not serve
+//! answers a plain-text 404 that carries no Status reason), the `is_http_*` predicates say so;
+//! no other module compares status codes.
 
+use http::StatusCode;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{DynamicObject, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::core::ApiResource;
@@ -24,6 +27,19 @@ pub trait ApiErrorExt {
     fn is_conflict(&self) -> bool;
     /// The credentials may not do this (403).
     fn is_forbidden(&self) -> bool;
+    /// The server's validation refused the object (422, reason Invalid).
+    fn is_invalid(&self) -> bool;
+    /// The server answered 404, whatever the body: also a path it does not serve at all (an
+    /// API group it lacks), whose plain-text answer carries no Status reason.
+    fn is_http_not_found(&self) -> bool;
+    /// The server answered 403, whatever the body.
+    fn is_http_forbidden(&self) -> bool;
+    /// The server answered 409, whatever the reason (AlreadyExists or Conflict).
+    fn is_http_conflict(&self) -> bool;
+    /// The server refused the object itself, so sending it again cannot succeed: invalid (400,
+    /// 422), too large (413), or a spec whose types do not fit the server's schema, which
+    /// server-side apply reports as a 500 "failed to create typed patch object".
+    fn is_rejected_object(&self) -> bool;
 }
 
 impl ApiErrorExt for kube::Error {
@@ -39,6 +55,35 @@ impl ApiErrorExt for kube::Error {
     fn is_forbidden(&self) -> bool {
         matches!(self, kube::Error::Api(s) if s.is_forbidden())
     }
+    fn is_invalid(&self) -> bool {
+        matches!(self, kube::Error::Api(s) if s.is_invalid())
+    }
+    fn is_http_not_found(&self) -> bool {
+        answered(self, StatusCode::NOT_FOUND)
+    }
+    fn is_http_forbidden(&self) -> bool {
+        answered(self, StatusCode::FORBIDDEN)
+    }
+    fn is_http_conflict(&self) -> bool {
+        answered(self, StatusCode::CONFLICT)
+    }
+    fn is_rejected_object(&self) -> bool {
+        [
+            StatusCode::BAD_REQUEST,
+            StatusCode::PAYLOAD_TOO_LARGE,
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ]
+        .into_iter()
+        .any(|code| answered(self, code))
+            || matches!(self, kube::Error::Api(s)
+                if s.code == StatusCode::INTERNAL_SERVER_ERROR.as_u16()
+                    && s.message.starts_with("failed to create typed patch object"))
+    }
+}
+
+/// Whether `error` is the server's answer with HTTP status `code`.
+fn answered(error: &kube::Error, code: StatusCode) -> bool {
+    matches!(error, kube::Error::Api(s) if s.code == code.as_u16())
 }
 
 /// The `Api` for objects of `ar` in `namespace` (namespaced resources) or cluster-wide
@@ -154,5 +199,32 @@ mod tests {
         assert!(api_error(404, "NotFound").is_not_found());
         assert!(api_error(403, "Forbidden").is_forbidden());
         assert!(!kube::Error::LinesCodecMaxLineLengthExceeded.is_not_found());
+    }
+
+    #[test]
+    fn http_predicates_go_by_the_code_whatever_the_body() {
+        let plain = api_error(404, "Failed to parse error data");
+        assert!(plain.is_http_not_found());
+        assert!(!plain.is_not_found());
+        assert!(api_error(403, "Failed to parse error data").is_http_forbidden());
+        assert!(api_error(409, "AlreadyExists").is_http_conflict());
+        assert!(api_error(409, "Conflict").is_http_conflict());
+    }
+
+    #[test]
+    fn rejected_objects_are_invalid_too_large_or_untyped() {
+        assert!(api_error(400, "BadRequest").is_rejected_object());
+        assert!(api_error(413, "RequestEntityTooLarge").is_rejected_object());
+        assert!(api_error(422, "Invalid").is_rejected_object());
+        let untyped = kube::Error::Api(Box::new(
+            Status::failure(
+                "failed to create typed patch object (x): y",
+                "InternalError",
+            )
+            .with_code(500),
+        ));
+        assert!(untyped.is_rejected_object());
+        assert!(!api_error(500, "InternalError").is_rejected_object());
+        assert!(!api_error(409, "Conflict").is_rejected_object());
     }
 }

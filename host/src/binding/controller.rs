@@ -7,7 +7,7 @@
 //!        │                     ─▶ drain APIs dropped from `apis` (teardown::drain_dropped)
 //!        │                     ─▶ related Secrets/ConfigMaps (when Ready)
 //!        │                     ─▶ instance outcomes in scope (sync engine's summary)
-//!        │                     ─▶ status (written when changed) ─▶ Events for changed conditions
+//!        │                     ─▶ status, written when changed (publish) ─▶ Events
 //!        └─ deleted ─▶ leave the index (stops selection) ─▶ teardown ─▶ release the finalizer
 //!                                                          └ failed ─▶ TeardownFailed, Event
 //! ```
@@ -17,97 +17,35 @@
 //! per binding. A change in the sync engine's outcomes for a binding's scope reconciles it at
 //! once.
 
-use std::fmt::Debug;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
-use kube::{Api, Resource, ResourceExt};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
-use serde_json::json;
+use kube::{Api, ResourceExt};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, instrument, warn};
 
-use crate::api::names::{CLEANUP_FINALIZER, FIELD_MANAGER};
-use crate::api::{Binding, BindingSpec, BindingStatus, ClusterBinding, Connection};
-use crate::conditions::{self, Desired};
+use crate::api::names::CLEANUP_FINALIZER;
+use crate::api::{BindingStatus, Connection};
+use crate::conditions;
 use crate::sync::changes;
 
 use super::facts::{self, Facts};
+use super::object::BindingObject;
+use super::publish::{publish_status, write_condition};
 use super::readiness::{self, ConnectionState, Verdict};
 use super::related::{self, RelatedScope};
 use super::status::{self, Related};
+use super::teardown::{self, Dropped};
 use super::{Context, Error, Result};
-use super::{events, failure, summary, teardown, triggers};
+use super::{failure, summary, triggers};
 use crate::registry::{BindingKey, Entry};
-
-/// What the controller needs from either binding kind.
-pub trait BindingObject:
-    Resource<DynamicType = ()> + Clone + DeserializeOwned + Serialize + Debug + Send + Sync + 'static
-{
-    /// The shared spec.
-    fn binding_spec(&self) -> &BindingSpec;
-    /// The stored status.
-    fn binding_status(&self) -> Option<&BindingStatus>;
-    /// The index key; `None` for an object without a name.
-    fn index_key(&self) -> Option<BindingKey>;
-    /// The API to patch this object through.
-    fn api_for(&self, client: kube::Client) -> Api<Self>;
-    /// Whether objects of this kind live in a namespace (and so are subject to a
-    /// Connection's `bindingNamespaceSelector`).
-    fn is_namespaced() -> bool;
-}
-
-impl BindingObject for Binding {
-    fn binding_spec(&self) -> &BindingSpec {
-        &self.spec
-    }
-    fn binding_status(&self) -> Option<&BindingStatus> {
-        self.status.as_ref()
-    }
-    fn index_key(&self) -> Option<BindingKey> {
-        Some(BindingKey::Namespaced {
-            namespace: self.metadata.namespace.clone()?,
-            name: self.metadata.name.clone()?,
-        })
-    }
-    fn api_for(&self, client: kube::Client) -> Api<Self> {
-        match &self.metadata.namespace {
-            Some(ns) => Api::namespaced(client, ns),
-            None => Api::all(client),
-        }
-    }
-    fn is_namespaced() -> bool {
-        true
-    }
-}
-
-impl BindingObject for ClusterBinding {
-    fn binding_spec(&self) -> &BindingSpec {
-        &self.spec
-    }
-    fn binding_status(&self) -> Option<&BindingStatus> {
-        self.status.as_ref()
-    }
-    fn index_key(&self) -> Option<BindingKey> {
-        Some(BindingKey::Cluster {
-            name: self.metadata.name.clone()?,
-        })
-    }
-    fn api_for(&self, client: kube::Client) -> Api<Self> {
-        Api::all(client)
-    }
-    fn is_namespaced() -> bool {
-        false
-    }
-}
 
 /// Runs the controller for one binding kind until `shutdown`.
 pub async fn run<K: BindingObject>(ctx: Arc<Context>, shutdown: CancellationToken) {
@@ -207,6 +145,8 @@ async fn reconcile<K: BindingObject>(obj: Arc<K>, ctx: Arc<Context>) -> Result<A
     action
 }
 
+/// The non-deleting reconcile: judge readiness and select, drain what the binding stopped
+/// listing, copy related resources, then report what was observed.
 async fn apply<K: BindingObject>(obj: &K, api: &Api<K>, ctx: &Context) -> Result<Action> {
     let key = obj.index_key().ok_or(Error::MissingName)?;
     let facts = facts::gather(obj, &key, ctx).await?;
@@ -216,36 +156,54 @@ async fn apply<K: BindingObject>(obj: &K, api: &Api<K>, ctx: &Context) -> Result
     let dropped = teardown::drain_dropped(obj, ctx).await?;
     let (related, related_error) = sync_related(obj, ctx, &facts, verdict.is_ready()).await;
     let summary = summary::of(obj, &ctx.shared.outcomes);
-    let listed: Vec<String> = obj
-        .binding_spec()
-        .apis
-        .iter()
-        .map(|a| a.name.clone())
-        .collect();
     let observed = status::Observed {
         verdict: &verdict,
-        listed: &listed,
+        listed: &listed_apis(obj),
         hashes: &facts.hashes,
         summary: &summary,
         related: &related,
     };
-    let generation = obj.meta().generation;
-    let mut new_status = status::build(obj.binding_status(), &observed, generation);
-    status::keep_pending_drains(&mut new_status, obj.binding_status(), &dropped.pending);
-    if let Some(condition) = dropped.condition {
-        conditions::set(&mut new_status.conditions, condition, generation);
-    }
+    let new_status = observed_status(obj, &observed, &dropped);
     publish_status(obj, api, ctx, new_status).await?;
     if let Some(error) = related_error {
         return Err(error);
     }
-    Ok(Action::requeue(
-        if verdict.is_ready() && dropped.pending.is_empty() {
-            ctx.settings.status_interval
-        } else {
-            ctx.settings.pending_requeue
-        },
-    ))
+    Ok(Action::requeue(requeue_after(ctx, &verdict, &dropped)))
+}
+
+/// The names in the binding's `apis`.
+fn listed_apis<K: BindingObject>(obj: &K) -> Vec<String> {
+    obj.binding_spec()
+        .apis
+        .iter()
+        .map(|a| a.name.clone())
+        .collect()
+}
+
+/// The status to store: what this reconcile observed, with the APIs still waiting to be
+/// drained kept in `boundAPIs` and the `Drained` condition when a drain ran.
+fn observed_status<K: BindingObject>(
+    obj: &K,
+    observed: &status::Observed<'_>,
+    dropped: &Dropped,
+) -> BindingStatus {
+    let generation = obj.meta().generation;
+    let mut new_status = status::build(obj.binding_status(), observed, generation);
+    status::keep_pending_drains(&mut new_status, obj.binding_status(), &dropped.pending);
+    if let Some(condition) = dropped.condition.clone() {
+        conditions::set(&mut new_status.conditions, condition, generation);
+    }
+    new_status
+}
+
+/// Requeue policy: a Ready binding with nothing left to drain comes back at the periodic
+/// status interval, anything still waiting comes back soon.
+fn requeue_after(ctx: &Context, verdict: &Verdict, dropped: &Dropped) -> Duration {
+    if verdict.is_ready() && dropped.pending.is_empty() {
+        ctx.settings.status_interval
+    } else {
+        ctx.settings.pending_requeue
+    }
 }
 
 /// Writes the binding's entry into the index: only a Ready binding selects instances, and a
@@ -300,67 +258,6 @@ async fn sync_related<K: BindingObject>(
     {
         Ok(()) => (Related::Ran(failure::related_synced(entries.len())), None),
         Err(error) => (Related::Ran(failure::related_failed(&error)), Some(error)),
-    }
-}
-
-/// Writes `new_status` when it differs from the stored one, then publishes an Event for each
-/// condition that changed state.
-async fn publish_status<K: BindingObject>(
-    obj: &K,
-    api: &Api<K>,
-    ctx: &Context,
-    new_status: BindingStatus,
-) -> Result<()> {
-    let old = obj.binding_status();
-    if old == Some(&new_status) {
-        return Ok(());
-    }
-    write_status(obj, api, &new_status).await?;
-    let before = old.map(|s| s.conditions.as_slice()).unwrap_or_default();
-    events::announce(ctx, obj, before, &new_status.conditions).await;
-    let ready = new_status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "Ready")
-        .map(|c| c.reason.as_str());
-    info!(reason = ready, "binding status updated");
-    Ok(())
-}
-
-async fn write_status<K: BindingObject>(
-    obj: &K,
-    api: &Api<K>,
-    status: &BindingStatus,
-) -> Result<()> {
-    let mut metadata = json!({ "name": obj.name_any() });
-    if let Some(ns) = obj.namespace() {
-        metadata["namespace"] = json!(ns);
-    }
-    let body = json!({
-        "apiVersion": K::api_version(&()),
-        "kind": K::kind(&()),
-        "metadata": metadata,
-        "status": status,
-    });
-    api.patch_status(
-        &obj.name_any(),
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&body),
-    )
-    .await
-    .map_err(Error::WriteStatus)?;
-    Ok(())
-}
-
-/// Sets one condition on a binding's stored status and writes it when that changes anything,
-/// announcing a change of state with an Event; a failure to write is logged (used where the
-/// condition is a report, not a step to retry).
-pub(super) async fn write_condition<K: BindingObject>(obj: &K, ctx: &Context, desired: Desired) {
-    let mut new_status = obj.binding_status().cloned().unwrap_or_default();
-    conditions::set(&mut new_status.conditions, desired, obj.meta().generation);
-    let api = obj.api_for(ctx.shared.consumer.clone());
-    if let Err(error) = publish_status(obj, &api, ctx, new_status).await {
-        warn!(%error, "writing a binding condition failed");
     }
 }
 

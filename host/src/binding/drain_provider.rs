@@ -28,7 +28,7 @@ use crate::provider::identity;
 use crate::provider::kubeconfig;
 use crate::registry::Engagement;
 
-use super::controller::BindingObject;
+use super::object::BindingObject;
 use super::{Context, Error, Result};
 
 /// Why a drain has no provider client; the text goes into a condition and an Event.

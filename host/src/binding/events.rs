@@ -19,7 +19,7 @@ use crate::api::{ConditionType, Reason};
 use crate::conditions::{Announcement, Transition, transitions};
 
 use super::Context;
-use super::controller::BindingObject;
+use super::object::BindingObject;
 use super::summary::{is_instance_failure, is_waiting};
 
 /// The Events a change from `old` to `new` conditions announces.

@@ -26,7 +26,7 @@ use crate::registry::Engagement;
 use crate::schema::schema_hash;
 use crate::schema::{ApiTarget, is_established};
 
-use super::controller::BindingObject;
+use super::object::BindingObject;
 use super::readiness::{ApiFacts, ConnectionState, CrdFacts};
 use super::{Context, Error, Result};
 use super::{namespaces, schema};

@@ -129,8 +129,7 @@ fn kube_error(error: &Error) -> Option<&kube::Error> {
 mod tests {
     use super::*;
 
-    fn api_error(code: u16) -> kube::Error {
-        let reason = if code == 403 { "Forbidden" } else { "Invalid" };
+    fn api_error(code: u16, reason: &str) -> kube::Error {
         kube::Error::Api(Box::new(
             kube::core::Status::failure("refused", reason).with_code(code),
         ))
@@ -140,7 +139,7 @@ mod tests {
     fn a_refused_related_copy_is_forbidden_and_says_what_to_grant() {
         let c = related_failed(&Error::ApplyRelated {
             resource: "secrets",
-            source: api_error(403),
+            source: api_error(403, "Forbidden"),
         });
         assert!(!c.status);
         assert_eq!(c.type_, ConditionType::RelatedResourcesSynced);
@@ -158,7 +157,7 @@ mod tests {
         assert_eq!(unreachable.reason, Reason::ProviderUnreachable);
         let invalid = related_failed(&Error::ApplyRelated {
             resource: "configmaps",
-            source: api_error(422),
+            source: api_error(422, "Invalid"),
         });
         assert_eq!(invalid.reason, Reason::CopyFailed);
     }
@@ -167,7 +166,7 @@ mod tests {
     fn a_blocked_teardown_names_the_failed_step() {
         let c = teardown_failed(&Error::DeleteProviderCopy {
             name: "w".into(),
-            source: api_error(403),
+            source: api_error(403, "Forbidden"),
         });
         assert!(c.status);
         assert_eq!(c.type_, ConditionType::TeardownFailed);
@@ -176,7 +175,7 @@ mod tests {
         assert!(c.message.contains("deletion-policy=Orphan"));
         let c = teardown_failed(&Error::DeleteCrd {
             name: "widgets.example.org".into(),
-            source: api_error(500),
+            source: api_error(500, "Invalid"),
         });
         assert_eq!(c.reason, Reason::DeleteFailed);
     }

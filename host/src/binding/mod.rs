@@ -13,12 +13,15 @@
 //!                                  └────── summary changed (triggers) ◀────────────┘
 //! ```
 //!
-//! - [`controller`]: the reconcile shared by both kinds (finalizer `core.kbind.io/cleanup`).
+//! - [`object`]: the trait both kinds implement, so every module below serves either.
+//! - [`controller`]: the reconcile shared by both kinds (finalizer `core.kbind.io/cleanup`);
+//!   `publish`: writing the status when it changed and announcing changed conditions.
 //! - [`facts`]: what readiness is judged on (Connection, engagement, consumer CRDs, pins).
 //! - [`readiness`]: when a binding is Ready, and the reason when it is not.
 //! - [`namespaces`]: which namespaces may bind through a Connection.
 //! - [`schema`]: installing consumer CRDs for `pullPolicy: Bound`.
-//! - [`index`]: which binding selects which instance, under which conflict policy.
+//! - the binding index (`crate::registry`): which binding selects which instance, under which
+//!   conflict policy.
 //! - [`status`]: building the status value and deciding whether it changed.
 //! - [`summary`]: the instance conditions (Synced, Conflicts, PermissionDenied) from the sync
 //!   engine's outcomes; [`triggers`]: reconciling when they change.
@@ -26,18 +29,22 @@
 //! - [`events`]: Events for conditions that changed state.
 //! - [`related`]: copying related Secrets/ConfigMaps through the related-selection policy.
 //! - [`related_guard`]: the namespaces and Secret types related copies may touch.
-//! - [`teardown`]: what deleting a binding, or dropping an API from it, cleans up.
+//! - [`teardown`]: what deleting a binding, or dropping an API from it, cleans up; `drain`:
+//!   draining one API's instances in the binding's scope.
 //! - [`drain_provider`]: the provider client a drain deletes through, engaged or not.
 //!
 //! [`run`] starts the two binding controllers and the syncer supervisor from one [`Context`];
 //! the `konnector run` command wires it next to the Connection controller.
 
 pub mod controller;
+mod drain;
 pub mod drain_provider;
 pub mod events;
 pub mod facts;
 pub mod failure;
 pub mod namespaces;
+pub mod object;
+mod publish;
 pub mod readiness;
 pub mod related;
 pub mod related_guard;

@@ -18,7 +18,7 @@ use crate::conditions::Desired;
 use crate::registry::outcomes::Failing;
 use crate::registry::{Outcomes, Summary};
 
-use super::controller::BindingObject;
+use super::object::BindingObject;
 
 /// Failing reasons in the order the `Synced` condition's reason picks them: the one that
 /// blocks most comes first (permissions block every instance, a conflict one).

@@ -19,7 +19,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 
 use crate::registry::{Outcomes, Summary};
 
-use super::controller::BindingObject;
+use super::object::BindingObject;
 use super::summary;
 
 /// How long a burst of outcome changes may settle before summaries are compared.

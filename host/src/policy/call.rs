@@ -1,6 +1,6 @@
 //! One call path for the three roles: each role only says how its input becomes WIT, which
-//! export it calls and how its answer is checked ([`RoleModule`]); [`call`] does the rest
-//! the same way for all of them.
+//! export it calls and how its answer is checked ([`RoleModule`], in `role_module`); [`call`]
+//! does the rest the same way for all of them.
 //!
 //! ```text
 //! input ──(size bound)──▶ WIT input ──▶ warm instance (or a fresh one) ──▶ export
@@ -9,67 +9,12 @@
 //!       ──▶ decision; the instance goes back to its pool
 //! ```
 
-use std::future::Future;
-use std::sync::OnceLock;
-
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use serde::Serialize;
-use wasmtime::Store;
-use wasmtime::component::InstancePre;
-
-use super::bindings::{self, conflict, related, schema};
 use super::error::PolicyError;
 use super::limits::{self, PolicyLimits};
 use super::load::Slot;
-use super::role::PolicyRole;
-use super::runtime::{self, HostState, runtime, within_deadline};
-use super::types::{ConflictDecision, ConflictInput, RelatedInput, RelatedPlan, SchemaInput};
-use super::validate;
+use super::role_module::{Refusal, RoleModule};
+use super::runtime::{self, runtime, within_deadline};
 use super::warm::Warm;
-
-/// Why a role's answer is not used: the module said no, or the host's check refused it.
-pub(crate) enum Refusal {
-    /// The module returned its error variant.
-    Rejected(String),
-    /// The answer breaks a rule the host enforces.
-    Invalid(String),
-}
-
-/// A role's generated `*Pre` and how one call of it goes.
-pub(crate) trait RoleModule: Clone + Send + Sync + 'static {
-    /// The role.
-    const ROLE: PolicyRole;
-    /// The instantiated world.
-    type Instance: Send + 'static;
-    /// The host's input.
-    type Input: Serialize + Sync;
-    /// The input as the world's record.
-    type WitInput: Send + Sync;
-    /// What the export returns.
-    type WitOutput: Send;
-    /// The checked decision.
-    type Output;
-
-    /// Type-checks the instance-pre against the role's world.
-    fn new(pre: InstancePre<HostState>) -> wasmtime::Result<Self>;
-    /// The process-wide cache of the built-in module.
-    fn builtin_cell() -> &'static OnceLock<Result<Self, String>>;
-    /// Converts the input.
-    fn wit_input(input: &Self::Input) -> Self::WitInput;
-    /// Instantiates the module in a store.
-    fn instantiate<'a>(
-        &'a self,
-        store: &'a mut Store<HostState>,
-    ) -> impl Future<Output = wasmtime::Result<Self::Instance>> + Send + 'a;
-    /// Calls the role's export.
-    fn invoke<'a>(
-        instance: &'a Self::Instance,
-        store: &'a mut Store<HostState>,
-        input: &'a Self::WitInput,
-    ) -> impl Future<Output = wasmtime::Result<Self::WitOutput>> + Send + 'a;
-    /// Checks the answer against the input.
-    fn finish(output: Self::WitOutput, input: &Self::Input) -> Result<Self::Output, Refusal>;
-}
 
 /// Runs one call of a role's module; `reuse` is how many calls one instance may serve.
 ///
@@ -143,95 +88,4 @@ async fn attempt<P: RoleModule>(
         calls: calls.saturating_add(1),
     };
     Ok((warm, answer))
-}
-
-/// Writes a role's [`RoleModule`] impl from what differs between roles: the generated names,
-/// the input conversion, the export and the check of its answer.
-macro_rules! role_module {
-    (
-        $pre:ident in $world:ident as $role:expr;
-        instance $instance:ident;
-        input $input:ty => $wit_input:ty, by $convert:path;
-        output $wit_output:ty => $output:ty;
-        invoke |$inst:ident, $store:ident, $arg:ident| $invoke:expr;
-        finish |$answer:ident, $checked:ident| $finish:block
-    ) => {
-        impl RoleModule for $world::$pre<HostState> {
-            const ROLE: PolicyRole = $role;
-            type Instance = $world::$instance;
-            type Input = $input;
-            type WitInput = $wit_input;
-            type WitOutput = $wit_output;
-            type Output = $output;
-
-            fn new(pre: InstancePre<HostState>) -> wasmtime::Result<Self> {
-                $world::$pre::new(pre)
-            }
-            fn builtin_cell() -> &'static OnceLock<Result<Self, String>> {
-                static CELL: OnceLock<Result<$world::$pre<HostState>, String>> = OnceLock::new();
-                &CELL
-            }
-            fn wit_input(input: &$input) -> Self::WitInput {
-                $convert(input)
-            }
-            fn instantiate<'a>(
-                &'a self,
-                store: &'a mut Store<HostState>,
-            ) -> impl Future<Output = wasmtime::Result<Self::Instance>> + Send + 'a {
-                self.instantiate_async(store)
-            }
-            fn invoke<'a>(
-                $inst: &'a Self::Instance,
-                $store: &'a mut Store<HostState>,
-                $arg: &'a Self::WitInput,
-            ) -> impl Future<Output = wasmtime::Result<Self::WitOutput>> + Send + 'a {
-                $invoke
-            }
-            fn finish($answer: Self::WitOutput, $checked: &$input) -> Result<$output, Refusal> $finish
-        }
-    };
-}
-
-role_module! {
-    ConflictPolicyPre in conflict as PolicyRole::ConflictPolicy;
-    instance ConflictPolicy;
-    input ConflictInput => conflict::iface::ConflictInput, by bindings::conflict_input;
-    output Result<conflict::iface::Decision, String> => ConflictDecision;
-    invoke |instance, store, input| instance.kbind_policy_conflict().call_decide(store, input);
-    finish |answer, input| {
-        let decision = bindings::conflict_decision(answer.map_err(Refusal::Rejected)?);
-        validate::decision(&decision, input).map_err(Refusal::Invalid)?;
-        Ok(decision)
-    }
-}
-
-role_module! {
-    SchemaSynthesisPre in schema as PolicyRole::SchemaSynthesis;
-    instance SchemaSynthesis;
-    input SchemaInput => schema::iface::SchemaInput, by bindings::schema_input;
-    output Result<String, schema::iface::SynthesisError> => CustomResourceDefinition;
-    invoke |instance, store, input| instance.kbind_policy_schema().call_synthesize(store, input);
-    finish |answer, input| {
-        let json = answer.map_err(|e| {
-            Refusal::Rejected(if e.path.is_empty() {
-                e.message
-            } else {
-                format!("at {}: {}", e.path, e.message)
-            })
-        })?;
-        validate::crd(&json, input).map_err(Refusal::Invalid)
-    }
-}
-
-role_module! {
-    RelatedSelectionPre in related as PolicyRole::RelatedSelection;
-    instance RelatedSelection;
-    input RelatedInput => related::iface::RelatedInput, by bindings::related_input;
-    output Result<related::iface::RelatedPlan, String> => RelatedPlan;
-    invoke |instance, store, input| instance.kbind_policy_related().call_select(store, input);
-    finish |answer, input| {
-        let plan = bindings::related_plan(answer.map_err(Refusal::Rejected)?);
-        validate::plan(&plan, input).map_err(Refusal::Invalid)?;
-        Ok(plan)
-    }
 }

@@ -5,8 +5,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::limits::SandboxResource;
 use super::role::PolicyRole;
+use super::sandbox::SandboxResource;
 
 /// A policy failure.
 #[derive(Debug, thiserror::Error)]

@@ -9,9 +9,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::builtin;
-use super::call::RoleModule;
 use super::error::PolicyError;
 use super::role::PolicyRole;
+use super::role_module::RoleModule;
 use super::runtime::runtime;
 use super::warm::Pool;
 

@@ -29,7 +29,9 @@ mod error;
 mod limits;
 mod load;
 mod role;
+mod role_module;
 mod runtime;
+mod sandbox;
 mod types;
 mod validate;
 mod warm;
@@ -45,11 +47,10 @@ use crate::telemetry::{PolicyFailureLabels, PolicyLabels, metrics};
 
 pub use args::PolicyArgs;
 pub use error::PolicyError;
-pub use limits::{
-    MAX_INSTANCES, MAX_MEMORIES, MAX_TABLE_ELEMENTS, MAX_TABLES, PolicyLimits, SandboxResource,
-};
+pub use limits::PolicyLimits;
 pub use load::{read_file, read_module};
 pub use role::PolicyRole;
+pub use sandbox::{MAX_INSTANCES, MAX_MEMORIES, MAX_TABLE_ELEMENTS, MAX_TABLES, SandboxResource};
 pub use types::{
     ConflictDecision, ConflictInput, ConflictReason, ObjectRef, OwnershipMarkers, RelatedInput,
     RelatedPlan, RelatedSource, RelatedTarget, SchemaInput, SchemaVersion, SkipReason,

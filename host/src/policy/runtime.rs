@@ -37,8 +37,9 @@ use wasmtime_wasi::{
 };
 
 use super::error::PolicyError;
-use super::limits::{PolicyLimits, SandboxResource, StoreCap};
+use super::limits::{PolicyLimits, StoreCap};
 use super::role::PolicyRole;
+use super::sandbox::SandboxResource;
 
 /// How often the epoch advances; also how often a running module yields to tokio.
 const TICK: Duration = Duration::from_millis(5);

@@ -6,6 +6,8 @@ pub mod discovery;
 pub mod identity;
 pub mod kubeconfig;
 
+use crate::k8s::ApiErrorExt;
+
 /// How a failed API call should be treated by a controller.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ApiFailure {
@@ -20,10 +22,10 @@ pub enum ApiFailure {
 /// Sorts a client error into the cases controllers branch on.
 pub fn classify(error: &kube::Error) -> ApiFailure {
     match error {
-        kube::Error::Api(status) if status.code == 403 => {
+        kube::Error::Api(status) if error.is_http_forbidden() => {
             ApiFailure::Forbidden(status.message.clone())
         }
-        kube::Error::Api(status) if status.code == 404 => ApiFailure::NotFound,
+        _ if error.is_http_not_found() => ApiFailure::NotFound,
         _ => ApiFailure::Other,
     }
 }

@@ -8,12 +8,13 @@ use sha2::{Digest, Sha256};
 use tracing::debug;
 
 use super::applied::{AppliedSchemas, source_hash};
+use super::error::SchemaError;
 use super::openapi::fetch_facts;
-use super::ownership::{self, Refusal};
+use super::ownership;
 use super::sanitize::{TakenNames, consumer_crd};
 use crate::api::names::FIELD_MANAGER;
 use crate::api::{ExportedApi, SchemaSource, UpdatePolicy};
-use crate::policy::{Policies, PolicyError, SchemaInput};
+use crate::policy::{Policies, SchemaInput};
 use crate::telemetry::{ApiLabels, metrics};
 
 /// How often the Established condition is polled while waiting.
@@ -39,74 +40,6 @@ pub struct Installed {
     pub crd: CustomResourceDefinition,
     /// Hash of the consumer CRD's spec, reported in `boundAPIs[].crdHash`.
     pub hash: String,
-}
-
-/// Why a schema could not be installed.
-#[derive(Debug, thiserror::Error)]
-pub enum SchemaError {
-    /// kbind may not install or update this consumer CRD for the Connection (a protected
-    /// group, a CRD kbind did not install, or one pinned to another Connection).
-    #[error(transparent)]
-    Refused(#[from] Refusal),
-    /// Reading the provider's schema failed.
-    #[error("reading the schema of {api} from the provider failed: {source}")]
-    ProviderRead {
-        /// The API.
-        api: String,
-        /// The client error.
-        source: kube::Error,
-    },
-    /// The provider's OpenAPI document lacks what synthesis needs.
-    #[error("the provider's discovery or OpenAPI document for {api} is unusable: {detail}")]
-    OpenApi {
-        /// The API.
-        api: String,
-        /// What is wrong.
-        detail: String,
-    },
-    /// The CRD the source gave (provider CRD or synthesis module) is not one for this API.
-    #[error("the CRD the schema source gave for {api} is unacceptable: {detail}")]
-    Unacceptable {
-        /// The API.
-        api: String,
-        /// What is wrong with it.
-        detail: String,
-    },
-    /// Reading the consumer's discovery (to keep shortNames and categories from shadowing
-    /// other resources) failed.
-    #[error("reading the consumer's API discovery for {api} failed: {source}")]
-    ConsumerDiscovery {
-        /// The API.
-        api: String,
-        /// The client error.
-        source: kube::Error,
-    },
-    /// The schema-synthesis policy failed.
-    #[error("synthesizing a CRD for {api} failed: {source}")]
-    Synthesis {
-        /// The API.
-        api: String,
-        /// The policy error.
-        source: PolicyError,
-    },
-    /// Writing the CRD to the consumer failed (including the API server rejecting it).
-    #[error("installing CRD {crd} on the consumer failed: {source}")]
-    Apply {
-        /// The CRD name.
-        crd: String,
-        /// The client error.
-        source: kube::Error,
-    },
-    /// The CRD did not become Established in time.
-    #[error("CRD {crd} is not Established on the consumer after {waited:?}: {detail}")]
-    NotEstablished {
-        /// The CRD name.
-        crd: String,
-        /// How long we waited.
-        waited: Duration,
-        /// The last condition message seen.
-        detail: String,
-    },
 }
 
 /// Makes sure the consumer serves `api` with the provider's schema, pinned to `connection`.

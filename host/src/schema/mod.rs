@@ -10,6 +10,7 @@
 //! the provider's schema changed ([`applied`]).
 
 mod applied;
+mod error;
 mod install;
 mod openapi;
 pub mod ownership;
@@ -17,9 +18,8 @@ pub mod sanitize;
 mod target;
 
 pub use applied::AppliedSchemas;
-pub use install::{
-    Installed, SchemaError, Target, ensure_installed, established, is_established, schema_hash,
-};
+pub use error::SchemaError;
+pub use install::{Installed, Target, ensure_installed, established, is_established, schema_hash};
 pub use openapi::{ApiFacts, VersionFacts, fetch_facts};
 pub use ownership::Refusal;
 pub use sanitize::{TakenNames, consumer_crd};

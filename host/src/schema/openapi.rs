@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::APIGroup;
 use serde_json::Value;
 
-use super::install::SchemaError;
+use super::error::SchemaError;
 use crate::api::ExportedApi;
 use crate::policy::{SchemaInput, SchemaVersion};
 

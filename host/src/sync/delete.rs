@@ -24,8 +24,8 @@ use crate::api::Reason;
 use crate::api::names::{DELETION_POLICY_ANNOTATION, DELETION_POLICY_ORPHAN, SYNCER_FINALIZER};
 
 use super::conflict::owned_by;
+use super::context::SyncContext;
 use super::report::publish;
-use super::syncer::SyncContext;
 use super::{Error, Result};
 use crate::k8s::{ApiErrorExt, remove_finalizer};
 

@@ -14,15 +14,17 @@
 //! - [`supervisor`] owns syncer lifetimes; a syncer never outlives its Connection's engagement
 //!   (spec: "When a Connection becomes not Ready ... its per-API instance syncers stop").
 //! - [`syncer`] wires the two watches into one kube-runtime `Controller` keyed by the consumer
-//!   object, which gives deduplication, bounded concurrency and no per-object tasks.
-//! - [`reconcile`] and [`delete`] are the per-object logic; [`desired`] and [`conflict`] are
-//!   the pure parts they are built from.
+//!   object, which gives deduplication, bounded concurrency and no per-object tasks;
+//!   [`context`] is what its reconciles share.
+//! - [`reconcile`] and [`delete`] are the per-object logic (`write` creates or applies the
+//!   provider copy); [`desired`] and [`conflict`] are the pure parts they are built from.
 //! - every reconcile leaves what it came to (in sync, conflict, failure reason) in the
 //!   registry's outcomes, for the binding controllers to summarise without listing instances.
 //!
 //! Losing a provider deletes nothing: syncers stop, finalizers stay, objects stay.
 
 pub mod conflict;
+pub mod context;
 mod coverage;
 pub mod delete;
 pub mod desired;
@@ -33,6 +35,7 @@ pub mod reconcile;
 mod report;
 pub mod supervisor;
 pub mod syncer;
+mod write;
 
 use std::time::Duration;
 

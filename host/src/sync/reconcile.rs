@@ -3,40 +3,46 @@
 //!
 //! ```text
 //! consumer instance
+//!   │ 0. deleting? ─▶ finalizer core.kbind.io/syncer ? cleanup (super::delete) : leave it
 //!   │ 1. selected by a Ready binding? (binding index)        no ─▶ leave it alone
-//!   │ 2. finalizer core.kbind.io/syncer, before the first provider write
-//!   │ 3. namespace on the provider (create attempt, AlreadyExists is fine)
-//!   │ 4. target's two UID markers ─▶ conflict policy (Wasm)
+//!   │ 2. provider cache synced?                              no ─▶ requeue soon
+//!   │ 3. finalizer set and our cached copy already matches? ─▶ straight to 7, no policy call
+//!   │ 4. finalizer core.kbind.io/syncer, before the first provider write
+//!   │ 5. namespace on the provider (create attempt, AlreadyExists is fine)
+//!   │ 6. target's two UID markers ─▶ conflict policy (Wasm)
 //!   │      Conflict ─▶ annotation + Warning Event + Synced=False, stop here
-//!   │ 5. provider copy already matches? skip : SSA (kbind-konnector, force)
+//!   │    provider copy already matches? skip : create or SSA (kbind-konnector, force)
 //!   │      refused by the provider (invalid, too large) ─▶ Warning Event ProviderRejected
 //!   │      + Synced=False, retried with backoff
-//!   │ 6. provider status ─▶ consumer status subresource (absent status never clears)
+//!   │ 7. provider status ─▶ consumer status subresource (absent status never clears)
 //!   ▼
 //! conflict annotation cleared when the conflict is gone
 //! ```
 //!
 //! What the instance is told (conditions, annotation, Events, the outcome registry) is in
-//! [`super::report`]; deleting instances is in [`super::delete`].
+//! [`super::report`]; how a copy is created or applied is in `super::write`; deleting
+//! instances is in [`super::delete`].
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use kube::ResourceExt;
-use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use serde_json::json;
 use tracing::{debug, info, instrument};
 
 use crate::api::ConflictPolicy;
-use crate::api::names::{FIELD_MANAGER, SYNCER_FINALIZER};
+use crate::api::names::SYNCER_FINALIZER;
 use crate::policy::ConflictDecision;
+use crate::registry::Coverage;
 use crate::telemetry::{ApiLabels, metrics};
 
 use super::conflict::conflict_input;
-use super::syncer::SyncContext;
+use super::context::SyncContext;
+use super::write::{apply_to_provider, create_on_provider};
 use super::{Error, Result};
-use super::{desired, fields, report};
+use super::{desired, report};
 use crate::k8s::{ApiErrorExt, NamespaceState, ensure_namespace};
 
 /// Reconciles one consumer instance. Wired into the syncer's controller.
@@ -56,28 +62,14 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<SyncContext>) -> Result
     action
 }
 
+/// The phases of one instance reconcile, in the spec's order (see the module diagram).
 async fn reconcile_inner(obj: &DynamicObject, ctx: &SyncContext) -> Result<Action> {
     let started = Instant::now();
-    let namespace = obj.metadata.namespace.as_deref();
     let has_finalizer = obj.finalizers().iter().any(|f| f == SYNCER_FINALIZER);
     if obj.metadata.deletion_timestamp.is_some() {
-        // A deleting instance is no longer one a binding waits on to be in sync.
-        ctx.forget_outcome(obj);
-        // A finalizer means this engine once wrote to the provider and owes the cleanup,
-        // whether or not a binding still selects the object.
-        return if has_finalizer {
-            super::delete::cleanup(obj, ctx).await
-        } else {
-            Ok(Action::await_change())
-        };
+        return deleting(obj, ctx, has_finalizer).await;
     }
-    let Some(coverage) = ctx
-        .shared
-        .index
-        .read(|i| i.covering(&ctx.spec.connection, &ctx.spec.api, namespace))
-    else {
-        debug!("not selected by any Ready binding");
-        ctx.forget_outcome(obj);
+    let Some(coverage) = selection(obj, ctx) else {
         return Ok(Action::await_change());
     };
     let uid = obj.metadata.uid.as_deref().ok_or(Error::MissingIdentity)?;
@@ -86,15 +78,7 @@ async fn reconcile_inner(obj: &DynamicObject, ctx: &SyncContext) -> Result<Actio
         return Ok(Action::requeue(ctx.settings.error_backoff_base));
     }
     let target = ctx.cached_target(obj);
-    if has_finalizer
-        && let Some(copy) = target
-            .as_ref()
-            .filter(|t| desired::provider_copy_matches(t, obj, &ctx.spec.consumer_cluster_uid, uid))
-    {
-        // Our own copy, already right (typically the reconcile our own finalizer or status
-        // write triggered): whatever a policy answered, nothing would be written, so
-        // neither the provider nor the policy is asked.
-        debug!("provider copy already matches");
+    if let Some(copy) = own_copy_in_sync(obj, ctx, uid, has_finalizer, target.as_ref()) {
         report::in_sync(obj, ctx, copy).await?;
         return Ok(Action::requeue(ctx.settings.resync_interval));
     }
@@ -103,26 +87,75 @@ async fn reconcile_inner(obj: &DynamicObject, ctx: &SyncContext) -> Result<Actio
     if !has_finalizer {
         add_finalizer(obj, ctx).await?;
     }
-    if let Some(ns) = namespace {
+    if let Some(ns) = obj.metadata.namespace.as_deref() {
         ctx.ensure_provider_namespace(ns).await?;
     }
     let copy = match decide_and_write(obj, ctx, uid, coverage.conflict_policy, target).await? {
         Outcome::Conflict => return Ok(Action::requeue(ctx.settings.resync_interval)),
         Outcome::Unchanged(copy) => copy,
         Outcome::Written(copy) => {
-            let labels = ApiLabels {
-                api: ctx.spec.api.clone(),
-            };
-            metrics().instances_synced.get_or_create(&labels).inc();
-            metrics()
-                .sync_lag
-                .get_or_create(&labels)
-                .observe(started.elapsed().as_secs_f64());
+            count_write(ctx, started);
             copy
         }
     };
     report::in_sync(obj, ctx, &copy).await?;
     Ok(Action::requeue(ctx.settings.resync_interval))
+}
+
+/// A deleting instance is no longer one a binding waits on to be in sync. A finalizer means
+/// this engine once wrote to the provider and owes the cleanup, whether or not a binding
+/// still selects the object.
+async fn deleting(obj: &DynamicObject, ctx: &SyncContext, has_finalizer: bool) -> Result<Action> {
+    ctx.forget_outcome(obj);
+    if has_finalizer {
+        super::delete::cleanup(obj, ctx).await
+    } else {
+        Ok(Action::await_change())
+    }
+}
+
+/// The binding coverage that selects `obj`; `None` (and its outcome forgotten) when no Ready
+/// binding does.
+fn selection(obj: &DynamicObject, ctx: &SyncContext) -> Option<Coverage> {
+    let namespace = obj.metadata.namespace.as_deref();
+    let coverage = ctx
+        .shared
+        .index
+        .read(|i| i.covering(&ctx.spec.connection, &ctx.spec.api, namespace));
+    if coverage.is_none() {
+        debug!("not selected by any Ready binding");
+        ctx.forget_outcome(obj);
+    }
+    coverage
+}
+
+/// The cached copy when it is our own and already right (typically the reconcile our own
+/// finalizer or status write triggered): whatever a policy answered, nothing would be
+/// written, so neither the provider nor the policy is asked.
+fn own_copy_in_sync<'a>(
+    obj: &DynamicObject,
+    ctx: &SyncContext,
+    uid: &str,
+    has_finalizer: bool,
+    target: Option<&'a DynamicObject>,
+) -> Option<&'a DynamicObject> {
+    let copy = target.filter(|t| {
+        has_finalizer && desired::provider_copy_matches(t, obj, &ctx.spec.consumer_cluster_uid, uid)
+    })?;
+    debug!("provider copy already matches");
+    Some(copy)
+}
+
+/// Counts a write to the provider and how long the instance took to get there.
+fn count_write(ctx: &SyncContext, started: Instant) {
+    let labels = ApiLabels {
+        api: ctx.spec.api.clone(),
+    };
+    metrics().instances_synced.get_or_create(&labels).inc();
+    metrics()
+        .sync_lag
+        .get_or_create(&labels)
+        .observe(started.elapsed().as_secs_f64());
 }
 
 /// What the ownership check and the write came to.
@@ -227,90 +260,6 @@ async fn decide_and_write(
             }
         }
     }
-}
-
-/// Creates the provider copy where the cache has none. A create, not an apply: it fails with
-/// AlreadyExists on an object the cache does not hold (another consumer's, or one nobody
-/// marked) instead of writing over it, which is what lets a first sync skip the live read.
-async fn create_on_provider(
-    obj: &DynamicObject,
-    ctx: &SyncContext,
-    uid: &str,
-) -> Result<DynamicObject> {
-    let body = desired::provider_copy(obj, &ctx.ar, &ctx.spec.consumer_cluster_uid, uid, None);
-    let copy: DynamicObject = serde_json::from_value(body)
-        .map_err(|e| Error::CreateOnProvider(kube::Error::SerdeError(e)))?;
-    let params = PostParams {
-        field_manager: Some(FIELD_MANAGER.to_string()),
-        ..PostParams::default()
-    };
-    let created = ctx
-        .provider_api(obj.metadata.namespace.as_deref())
-        .create(&params, &copy)
-        .await
-        .map_err(Error::CreateOnProvider)?;
-    info!("provider copy created");
-    Ok(created)
-}
-
-/// Server-side apply of the provider copy, forced: the policy has allowed it. Fields another
-/// manager added under `spec` (drift that adds, or what an adopted object had) are then
-/// removed with a merge patch, so the copy ends up with exactly the consumer's spec.
-async fn apply_to_provider(
-    obj: &DynamicObject,
-    ctx: &SyncContext,
-    uid: &str,
-    resource_version: Option<&str>,
-) -> Result<DynamicObject> {
-    let api = ctx.provider_api(obj.metadata.namespace.as_deref());
-    let name = obj.name_any();
-    let apply = |resource_version: Option<&str>| {
-        let body = desired::provider_copy(
-            obj,
-            &ctx.ar,
-            &ctx.spec.consumer_cluster_uid,
-            uid,
-            resource_version,
-        );
-        let (api, name) = (&api, &name);
-        async move {
-            api.patch(
-                name,
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(&body),
-            )
-            .await
-            .map_err(Error::ApplyToProvider)
-        }
-    };
-    let mut applied = apply(resource_version).await?;
-    if let Some(upgrade) = fields::create_time_ownership_patch(&applied, obj) {
-        // A field the consumer removed is still ours through the create's managedFields
-        // entry: fold it into our apply entry, then apply again so the removal takes.
-        debug!("moving create-time field ownership to the apply entry");
-        let upgrade = serde_json::from_value(upgrade)
-            .map_err(|e| Error::ApplyToProvider(kube::Error::SerdeError(e)))?;
-        let upgraded = api
-            .patch(&name, &PatchParams::default(), &Patch::<()>::Json(upgrade))
-            .await
-            .map_err(Error::ApplyToProvider)?;
-        applied = apply(upgraded.resource_version().as_deref()).await?;
-    }
-    let extra = fields::foreign_extra_spec_fields(&applied, obj);
-    if !extra.is_empty() {
-        debug!(fields = ?extra, "removing spec fields another manager added");
-        let patch = fields::prune_patch(&extra, applied.resource_version().as_deref());
-        let params = PatchParams {
-            field_manager: Some(FIELD_MANAGER.to_string()),
-            ..PatchParams::default()
-        };
-        applied = api
-            .patch(&name, &params, &Patch::Merge(&patch))
-            .await
-            .map_err(Error::ApplyToProvider)?;
-    }
-    info!("provider copy written");
-    Ok(applied)
 }
 
 /// JSON patch with a `test`, like kube-runtime's `finalizer()`: fails instead of clobbering a

@@ -26,8 +26,8 @@ use crate::policy::ConflictReason;
 use crate::telemetry::{ApiLabels, metrics};
 
 use super::conflict::conflict_annotation_value;
+use super::context::SyncContext;
 use super::instance_status::{Synced, already_says, instance_status, keeps_synced};
-use super::syncer::SyncContext;
 use super::{Error, Result};
 use crate::registry::Outcome;
 
@@ -97,7 +97,7 @@ pub(super) async fn conflict(
 pub(super) async fn write_failed(obj: &DynamicObject, ctx: &SyncContext, error: &kube::Error) {
     match obj.metadata.namespace.as_deref() {
         Some(ns) if error.is_not_found() => ctx.forget_provider_namespace(ns),
-        _ if rejected_by_provider(error) => {
+        _ if error.is_rejected_object() => {
             let message = match error {
                 kube::Error::Api(status) => {
                     format!(
@@ -188,7 +188,7 @@ async fn write_status(
         Ok(stored) => stored,
         // A status schema without `conditions` makes server-side apply refuse the whole
         // body; the status copy must not depend on kbind's condition, so write it without.
-        Err(e) if synced.is_some() && rejected_by_provider(&e) => {
+        Err(e) if synced.is_some() && e.is_rejected_object() => {
             debug!(error = %e, "the API's status schema has no conditions; Synced is not written");
             ctx.set_conditions_pruned();
             let Some(body) = instance_status(obj, &ctx.ar, provider, None) else {
@@ -206,23 +206,6 @@ async fn write_status(
     ctx.wrote_instance(stored);
     debug!("instance status written");
     Ok(())
-}
-
-/// Whether the provider refused the copy itself (retrying the same spec cannot succeed):
-/// invalid (400, 422), too large (413), or a spec whose types do not fit the provider's schema,
-/// which the apiserver's server-side apply reports as a 500 "failed to create typed patch
-/// object".
-fn rejected_by_provider(error: &kube::Error) -> bool {
-    match error {
-        kube::Error::Api(status) => match status.code {
-            400 | 413 | 422 => true,
-            500 => status
-                .message
-                .starts_with("failed to create typed patch object"),
-            _ => false,
-        },
-        _ => false,
-    }
 }
 
 /// Publishes an Event about a consumer instance; failures are logged, never fatal.

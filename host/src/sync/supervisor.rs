@@ -29,7 +29,8 @@ use crate::schema::ApiTarget;
 use crate::shared::Shared;
 
 use super::SyncSettings;
-use super::syncer::{self, SyncerSpec};
+use super::context::SyncerSpec;
+use super::syncer;
 
 /// How long a stopping syncer may take to finish its in-flight reconciles.
 const STOP_GRACE: Duration = Duration::from_secs(30);

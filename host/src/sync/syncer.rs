@@ -18,223 +18,24 @@
 //! and no task per object. Watch restarts and `410 Gone` are handled by kube-runtime's
 //! `watcher`. Provider events are how drift on a provider copy gets reverted.
 
-use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::Arc;
 
 use futures::StreamExt;
 use kube::api::DynamicObject;
 use kube::core::ApiResource;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
-use kube::runtime::reflector::{self, ObjectRef, Store, reflector};
+use kube::runtime::reflector::{self, ObjectRef, reflector};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, ResourceExt};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::api::names::CONSUMER_CLUSTER_LABEL;
-use crate::k8s::{ApiErrorExt, dynamic_api};
+use crate::k8s::ApiErrorExt;
 use crate::shared::Shared;
 
-use super::recent::RecentWrites;
-use super::{Error, Result, SyncSettings};
-use crate::backoff::Backoff;
-use crate::registry::Outcome;
-use crate::schema::ApiTarget;
-
-/// Everything one syncer's reconciles share.
-pub struct SyncContext {
-    /// What this syncer was built for.
-    pub spec: SyncerSpec,
-    /// The consumer client, registries and policies every controller shares.
-    pub shared: Shared,
-    /// `spec.target` as a dynamic resource.
-    pub ar: ApiResource,
-    /// The provider watch's cache: this consumer's copies only.
-    pub provider_store: Store<DynamicObject>,
-    /// Copies written since the provider watch last caught up.
-    pub recent_writes: RecentWrites,
-    /// Instances as our own last write returned them, until the consumer watch catches up.
-    pub recent_instances: RecentWrites,
-    /// Whether this API's status schema prunes the instance `Synced` condition.
-    conditions_pruned: AtomicBool,
-    /// Timings.
-    pub settings: SyncSettings,
-    known_namespaces: Mutex<HashSet<String>>,
-    failures: Backoff<(Option<String>, String)>,
-}
-
-impl std::fmt::Debug for SyncContext {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SyncContext")
-            .field("connection", &self.spec.connection)
-            .field("api", &self.spec.api)
-            .finish_non_exhaustive()
-    }
-}
-
-/// What one syncer is built for: a bound (Connection, API) and the engagement it runs under.
-/// Any difference from a running syncer's means a rebuild.
-#[derive(Clone)]
-pub struct SyncerSpec {
-    /// The Connection.
-    pub connection: String,
-    /// The API, `<plural>.<group>`.
-    pub api: String,
-    /// The resolved resource on both clusters.
-    pub target: ApiTarget,
-    /// Provider client of the current engagement.
-    pub provider: Client,
-    /// The pinned consumer cluster UID, written into ownership markers.
-    pub consumer_cluster_uid: String,
-}
-
-impl SyncContext {
-    pub(crate) fn consumer_api(&self, ns: Option<&str>) -> Api<DynamicObject> {
-        dynamic_api(
-            &self.shared.consumer,
-            &self.ar,
-            self.spec.target.namespaced,
-            ns,
-        )
-    }
-
-    pub(crate) fn provider_api(&self, ns: Option<&str>) -> Api<DynamicObject> {
-        dynamic_api(
-            &self.spec.provider,
-            &self.ar,
-            self.spec.target.namespaced,
-            ns,
-        )
-    }
-
-    /// Waits briefly for the provider cache's first list; decisions need it.
-    pub(crate) async fn provider_cache_ready(&self) -> bool {
-        tokio::time::timeout(
-            Duration::from_secs(5),
-            self.provider_store.wait_until_ready(),
-        )
-        .await
-        .is_ok_and(|r| r.is_ok())
-    }
-
-    /// This consumer's provider copy with the instance's namespace and name, from the cache
-    /// or, newer, from our own last write. `None` says nothing about objects of other
-    /// consumers: the cache does not hold them.
-    pub(crate) fn cached_target(&self, obj: &DynamicObject) -> Option<DynamicObject> {
-        let mut key = ObjectRef::new_with(&obj.name_any(), self.ar.clone());
-        key.namespace = obj.metadata.namespace.clone();
-        let cached = self.provider_store.get(&key).map(|o| (*o).clone());
-        self.recent_writes
-            .newest(obj.metadata.namespace.as_deref(), &obj.name_any(), cached)
-    }
-
-    /// The newer of `obj` (from the consumer cache) and the instance as our own last write to
-    /// it returned it. The reconcile that our finalizer patch triggers otherwise sees the
-    /// instance without the status written since, and writes that status a second time.
-    pub(crate) fn newest_instance(&self, obj: &DynamicObject) -> DynamicObject {
-        let name = obj.name_any();
-        self.recent_instances
-            .newest(obj.metadata.namespace.as_deref(), &name, Some(obj.clone()))
-            .unwrap_or_else(|| obj.clone())
-    }
-
-    /// Remembers what a write to an instance returned (without managedFields, like the cache).
-    pub(crate) fn wrote_instance(&self, mut stored: DynamicObject) {
-        drop_managed_fields(&mut stored);
-        self.recent_instances.remember(&stored);
-    }
-
-    /// The provider object with the instance's namespace and name, read live.
-    pub(crate) async fn live_target(&self, obj: &DynamicObject) -> Result<Option<DynamicObject>> {
-        self.provider_api(obj.metadata.namespace.as_deref())
-            .get_opt(&obj.name_any())
-            .await
-            .map_err(Error::ReadTarget)
-    }
-
-    pub(crate) fn namespace_known(&self, ns: &str) -> bool {
-        lock(&self.known_namespaces).contains(ns)
-    }
-
-    pub(crate) fn remember_namespace(&self, ns: &str) {
-        lock(&self.known_namespaces).insert(ns.to_string());
-    }
-
-    pub(crate) fn forget_provider_namespace(&self, ns: &str) {
-        lock(&self.known_namespaces).remove(ns);
-    }
-
-    pub(crate) fn conditions_pruned(&self) -> bool {
-        self.conditions_pruned.load(Ordering::Relaxed)
-    }
-
-    pub(crate) fn set_conditions_pruned(&self) {
-        self.conditions_pruned.store(true, Ordering::Relaxed);
-    }
-
-    pub(crate) fn forget_failures(&self, obj: &DynamicObject) {
-        self.failures.succeeded(&failure_key(obj));
-    }
-
-    /// Leaves what reconciling `obj` came to in the outcome registry.
-    pub(crate) fn record_outcome(&self, obj: &DynamicObject, outcome: Outcome) {
-        self.shared.outcomes.record(
-            &self.spec.connection,
-            &self.spec.api,
-            obj.metadata.namespace.as_deref(),
-            &obj.name_any(),
-            outcome,
-        );
-    }
-
-    /// Tells the outcome registry what the consumer watch saw.
-    fn follow_listing(&self, event: &watcher::Event<DynamicObject>) {
-        let (connection, api) = (&self.spec.connection, &self.spec.api);
-        match event {
-            watcher::Event::Init => self.shared.outcomes.listing_started(connection, api),
-            watcher::Event::InitApply(obj) => self.shared.outcomes.listed(
-                connection,
-                api,
-                obj.metadata.namespace.as_deref(),
-                &obj.name_any(),
-            ),
-            watcher::Event::InitDone => self.shared.outcomes.listing_done(connection, api),
-            watcher::Event::Delete(obj) => self.forget_outcome(obj),
-            watcher::Event::Apply(_) => {}
-        }
-    }
-
-    /// A reconcile of `obj` failed before it had an outcome to record.
-    pub(crate) fn attempted(&self, obj: &DynamicObject) {
-        self.shared.outcomes.attempted(
-            &self.spec.connection,
-            &self.spec.api,
-            obj.metadata.namespace.as_deref(),
-            &obj.name_any(),
-        );
-    }
-
-    /// Removes `obj` from the outcome registry: deleted, or no longer selected.
-    pub(crate) fn forget_outcome(&self, obj: &DynamicObject) {
-        self.shared.outcomes.forget(
-            &self.spec.connection,
-            &self.spec.api,
-            obj.metadata.namespace.as_deref(),
-            &obj.name_any(),
-        );
-    }
-}
-
-fn failure_key(obj: &DynamicObject) -> (Option<String>, String) {
-    (obj.metadata.namespace.clone(), obj.name_any())
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // The guarded maps stay consistent even if a holder panicked.
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
+use super::context::{SyncContext, SyncerSpec};
+use super::{Error, SyncSettings};
 
 /// Caches keep no managedFields: nothing read from a cache needs them, and they are often
 /// larger than the object they describe.
@@ -245,9 +46,9 @@ fn drop_managed_fields(obj: &mut DynamicObject) {
 /// Per-object backoff on failure, written down once: the delay doubles per consecutive
 /// failure of the same object, capped; a success resets it.
 fn error_policy(obj: Arc<DynamicObject>, err: &Error, ctx: Arc<SyncContext>) -> Action {
-    let delay = ctx.failures.failed(failure_key(&obj));
+    let delay = ctx.failed(&obj);
     // Conflicts (409) are expected under concurrency and are not worth a warning.
-    let quiet = matches!(err, Error::ApplyToProvider(e) | Error::CreateOnProvider(e) | Error::RemoveFinalizer(e) | Error::AddFinalizer(e) if e.is_conflict() || e.is_already_exists() || matches!(e, kube::Error::Api(s) if s.is_invalid()));
+    let quiet = matches!(err, Error::ApplyToProvider(e) | Error::CreateOnProvider(e) | Error::RemoveFinalizer(e) | Error::AddFinalizer(e) if e.is_conflict() || e.is_already_exists() || e.is_invalid());
     if quiet {
         debug!(name = %obj.name_any(), error = %err, ?delay, "reconcile retry");
     } else {
@@ -327,18 +128,7 @@ pub async fn run(
     )
     .default_backoff()
     .touched_objects();
-    let ctx = Arc::new(SyncContext {
-        ar: ar.clone(),
-        provider_store,
-        recent_writes: RecentWrites::default(),
-        recent_instances: RecentWrites::default(),
-        conditions_pruned: AtomicBool::new(false),
-        known_namespaces: Mutex::default(),
-        failures: Backoff::new(settings.error_backoff_base, settings.error_backoff_max),
-        settings,
-        spec,
-        shared,
-    });
+    let ctx = Arc::new(SyncContext::new(spec, shared, provider_store, settings));
     info!(connection = %ctx.spec.connection, api = %ctx.spec.api, version = %ar.version, "syncer started");
     let consumer_api = Api::<DynamicObject>::all_with(ctx.shared.consumer.clone(), &ar);
     let consumer_writer = reflector::store::Writer::new(ar.clone());

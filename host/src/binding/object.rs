@@ -1,0 +1,73 @@
+//! The two binding kinds behind one trait: Binding (namespaced) and ClusterBinding
+//! (cluster-scoped) share a spec and a status, and every binding module works on either
+//! through [`BindingObject`].
+
+use std::fmt::Debug;
+
+use kube::{Api, Resource};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::api::{Binding, BindingSpec, BindingStatus, ClusterBinding};
+use crate::registry::BindingKey;
+
+/// What the binding modules need from either kind.
+pub trait BindingObject:
+    Resource<DynamicType = ()> + Clone + DeserializeOwned + Serialize + Debug + Send + Sync + 'static
+{
+    /// The shared spec.
+    fn binding_spec(&self) -> &BindingSpec;
+    /// The stored status.
+    fn binding_status(&self) -> Option<&BindingStatus>;
+    /// The index key; `None` for an object without a name.
+    fn index_key(&self) -> Option<BindingKey>;
+    /// The API to patch this object through.
+    fn api_for(&self, client: kube::Client) -> Api<Self>;
+    /// Whether objects of this kind live in a namespace (and so are subject to a
+    /// Connection's `bindingNamespaceSelector`).
+    fn is_namespaced() -> bool;
+}
+
+impl BindingObject for Binding {
+    fn binding_spec(&self) -> &BindingSpec {
+        &self.spec
+    }
+    fn binding_status(&self) -> Option<&BindingStatus> {
+        self.status.as_ref()
+    }
+    fn index_key(&self) -> Option<BindingKey> {
+        Some(BindingKey::Namespaced {
+            namespace: self.metadata.namespace.clone()?,
+            name: self.metadata.name.clone()?,
+        })
+    }
+    fn api_for(&self, client: kube::Client) -> Api<Self> {
+        match &self.metadata.namespace {
+            Some(ns) => Api::namespaced(client, ns),
+            None => Api::all(client),
+        }
+    }
+    fn is_namespaced() -> bool {
+        true
+    }
+}
+
+impl BindingObject for ClusterBinding {
+    fn binding_spec(&self) -> &BindingSpec {
+        &self.spec
+    }
+    fn binding_status(&self) -> Option<&BindingStatus> {
+        self.status.as_ref()
+    }
+    fn index_key(&self) -> Option<BindingKey> {
+        Some(BindingKey::Cluster {
+            name: self.metadata.name.clone()?,
+        })
+    }
+    fn api_for(&self, client: kube::Client) -> Api<Self> {
+        Api::all(client)
+    }
+    fn is_namespaced() -> bool {
+        false
+    }
+}

@@ -1,0 +1,76 @@
+//! Writing a binding's status: only when it changed, through the status subresource with
+//! server-side apply, and followed by an Event for each condition that changed state.
+
+use kube::api::{Patch, PatchParams};
+use kube::{Api, ResourceExt};
+use serde_json::json;
+use tracing::{info, warn};
+
+use crate::api::BindingStatus;
+use crate::api::names::FIELD_MANAGER;
+use crate::conditions::{self, Desired};
+
+use super::events;
+use super::object::BindingObject;
+use super::{Context, Error, Result};
+
+/// Writes `new_status` when it differs from the stored one, then publishes an Event for each
+/// condition that changed state.
+pub(super) async fn publish_status<K: BindingObject>(
+    obj: &K,
+    api: &Api<K>,
+    ctx: &Context,
+    new_status: BindingStatus,
+) -> Result<()> {
+    let old = obj.binding_status();
+    if old == Some(&new_status) {
+        return Ok(());
+    }
+    write_status(obj, api, &new_status).await?;
+    let before = old.map(|s| s.conditions.as_slice()).unwrap_or_default();
+    events::announce(ctx, obj, before, &new_status.conditions).await;
+    let ready = new_status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .map(|c| c.reason.as_str());
+    info!(reason = ready, "binding status updated");
+    Ok(())
+}
+
+async fn write_status<K: BindingObject>(
+    obj: &K,
+    api: &Api<K>,
+    status: &BindingStatus,
+) -> Result<()> {
+    let mut metadata = json!({ "name": obj.name_any() });
+    if let Some(ns) = obj.namespace() {
+        metadata["namespace"] = json!(ns);
+    }
+    let body = json!({
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
+        "metadata": metadata,
+        "status": status,
+    });
+    api.patch_status(
+        &obj.name_any(),
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&body),
+    )
+    .await
+    .map_err(Error::WriteStatus)?;
+    Ok(())
+}
+
+/// Sets one condition on a binding's stored status and writes it when that changes anything,
+/// announcing a change of state with an Event; a failure to write is logged (used where the
+/// condition is a report, not a step to retry).
+pub(super) async fn write_condition<K: BindingObject>(obj: &K, ctx: &Context, desired: Desired) {
+    let mut new_status = obj.binding_status().cloned().unwrap_or_default();
+    conditions::set(&mut new_status.conditions, desired, obj.meta().generation);
+    let api = obj.api_for(ctx.shared.consumer.clone());
+    if let Err(error) = publish_status(obj, &api, ctx, new_status).await {
+        warn!(%error, "writing a binding condition failed");
+    }
+}

@@ -1,0 +1,202 @@
+//! Related Secrets and ConfigMaps (spec, the `relatedResources` block): copied in binding
+//! reconciliation, not on the instance watch path.
+//!
+//! ```text
+//! for each relatedResources entry:
+//!   list sources (source side, binding scope, ─┐   never in a protected namespace;
+//!     the entry's label selector server-side)  │
+//!   list targets (target side, binding scope) ─┤   sources of a refused Secret type
+//!                                              │   skipped + related_skipped metric
+//!                                              └▶ related-selection policy (Wasm)
+//!        ▶ copy:   create namespace (attempt) ▶ SSA payload + core.kbind.io/related-binding
+//!        ▶ skip:   target with another/absent marker: debug log + related_skipped metric
+//!        ▶ delete: this binding's copies that no longer match (sources are never deleted)
+//! ```
+//!
+//! FromProvider copies provider → consumer, FromConsumer consumer → provider. Selection is
+//! the module's, within what the host allows ([`super::related_guard`]): the module only sees
+//! the sources and targets the guard lets through, and the host writes and deletes only
+//! objects from those lists. `select` lists both sides and asks the module; `copy` writes and
+//! deletes what it answered.
+
+mod copy;
+mod select;
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::{ApiResource, DynamicObject};
+use kube::{Api, Client, ResourceExt};
+use tracing::warn;
+
+pub use copy::payload;
+
+use crate::api::names::RELATED_BINDING_ANNOTATION;
+use crate::api::{RelatedDirection, RelatedResource, RelatedResourceKind};
+use crate::registry::Engagement;
+use crate::telemetry::{RelatedLabels, metrics};
+
+use super::Result;
+use super::related_guard::RelatedGuard;
+use select::Side;
+
+/// The binding being reconciled, as far as related resources care.
+#[derive(Clone, Debug)]
+pub struct RelatedScope<'a> {
+    /// The binding's UID, the value of every copy's marker.
+    pub binding_uid: &'a str,
+    /// The namespace of a Binding; `None` for a ClusterBinding (all namespaces).
+    pub namespace: Option<&'a str>,
+    /// The binding's `relatedResources`.
+    pub entries: &'a [RelatedResource],
+    /// The namespaces and Secret types copies may touch.
+    pub guard: &'a RelatedGuard,
+}
+
+/// Copies, skips and garbage-collects every entry of one binding.
+pub async fn sync(
+    scope: &RelatedScope<'_>,
+    consumer: &Client,
+    engagement: &Engagement,
+    policies: &crate::policy::Policies,
+) -> Result<()> {
+    for entry in scope.entries {
+        if !entry.group.is_empty() {
+            warn!(group = %entry.group, "related resources: only the core group is supported; entry ignored");
+            continue;
+        }
+        warn_if_every_secret(entry);
+        let sides = Sides::new(entry, consumer, engagement);
+        let mut sources = select::list(&sides.source, entry, scope, Side::Source).await?;
+        select::refuse_sources(entry, &mut sources);
+        let targets = select::list(&sides.target, entry, scope, Side::Target).await?;
+        let plan = select::plan(scope, entry, &sources, &targets, policies).await?;
+        copy::apply_plan(scope, entry, &sides, &plan, &sources, &targets).await?;
+    }
+    Ok(())
+}
+
+/// Spec: "An omitted/empty selector matches everything in scope. Avoid this for Secrets.":
+/// such an entry is copied as declared, with a warning.
+fn warn_if_every_secret(entry: &RelatedResource) {
+    if entry.resource == RelatedResourceKind::Secrets
+        && entry.selector.names.is_empty()
+        && entry.selector.label_selector.as_ref().is_none_or(|s| {
+            s.match_labels.as_ref().is_none_or(BTreeMap::is_empty)
+                && s.match_expressions.as_ref().is_none_or(Vec::is_empty)
+        })
+    {
+        warn!(
+            direction = direction_label(entry.direction),
+            "related Secrets with an empty selector: every Secret in scope is copied"
+        );
+    }
+}
+
+/// Deletes this binding's copies for the currently declared entries (binding deletion).
+/// Sources are never touched.
+pub async fn delete_copies(
+    scope: &RelatedScope<'_>,
+    consumer: &Client,
+    engagement: &Engagement,
+) -> Result<()> {
+    for entry in scope.entries.iter().filter(|e| e.group.is_empty()) {
+        let sides = Sides::new(entry, consumer, engagement);
+        let targets = select::list(&sides.target, entry, scope, Side::Target).await?;
+        for target in targets.values() {
+            if marker(target) == Some(scope.binding_uid) {
+                copy::delete_target(&sides.target, entry, target).await?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The clients an entry reads from and writes to.
+struct Sides {
+    /// Where copies come from.
+    source: Client,
+    /// Where copies go.
+    target: Client,
+}
+
+impl Sides {
+    fn new(entry: &RelatedResource, consumer: &Client, engagement: &Engagement) -> Self {
+        match entry.direction {
+            RelatedDirection::FromProvider => Self {
+                source: engagement.provider.clone(),
+                target: consumer.clone(),
+            },
+            RelatedDirection::FromConsumer => Self {
+                source: consumer.clone(),
+                target: engagement.provider.clone(),
+            },
+        }
+    }
+}
+
+/// Listed objects by (namespace, name).
+type Objects = BTreeMap<(String, String), DynamicObject>;
+
+fn resource(kind: RelatedResourceKind) -> ApiResource {
+    match kind {
+        RelatedResourceKind::Secrets => ApiResource::erase::<Secret>(&()),
+        RelatedResourceKind::Configmaps => ApiResource::erase::<ConfigMap>(&()),
+    }
+}
+
+fn resource_label(kind: RelatedResourceKind) -> &'static str {
+    match kind {
+        RelatedResourceKind::Secrets => "secrets",
+        RelatedResourceKind::Configmaps => "configmaps",
+    }
+}
+
+fn direction_label(direction: RelatedDirection) -> &'static str {
+    match direction {
+        RelatedDirection::FromProvider => "FromProvider",
+        RelatedDirection::FromConsumer => "FromConsumer",
+    }
+}
+
+fn api(client: &Client, entry: &RelatedResource, namespace: Option<&str>) -> Api<DynamicObject> {
+    let ar = resource(entry.resource);
+    match namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
+        None => Api::all_with(client.clone(), &ar),
+    }
+}
+
+/// The binding UID a copy is marked with, if any.
+fn marker(obj: &DynamicObject) -> Option<&str> {
+    obj.annotations()
+        .get(RELATED_BINDING_ANNOTATION)
+        .map(String::as_str)
+}
+
+/// Counts one object left alone in `related_skipped`, with why.
+fn count_skipped(entry: &RelatedResource, reason: &'static str) {
+    metrics()
+        .related_skipped
+        .get_or_create(&RelatedLabels {
+            resource: resource_label(entry.resource),
+            direction: direction_label(entry.direction),
+            reason,
+        })
+        .inc();
+}
+
+#[cfg(test)]
+mod fixtures {
+    use crate::api::{RelatedDirection, RelatedResource, RelatedResourceKind, RelatedSelector};
+
+    /// A FromProvider entry for `resource` with an empty selector.
+    pub(super) fn entry(resource: RelatedResourceKind) -> RelatedResource {
+        RelatedResource {
+            group: String::new(),
+            resource,
+            direction: RelatedDirection::FromProvider,
+            selector: RelatedSelector::default(),
+        }
+    }
+}

@@ -1,0 +1,203 @@
+//! The non-deleting path of a Connection, step by step as the spec's first flowchart draws it:
+//!
+//! ```text
+//! secret (SecretValid) ─▶ identities (Connected) ─▶ discover (PermissionDenied, exportedAPIs)
+//!   ─▶ refused installs ─▶ install schemas (SchemaInSync) ─▶ autoBind ─▶ heartbeat ─▶ Ready
+//! ```
+//!
+//! A phase that cannot go on sets its condition and `Ready=False` with its reason and stops the
+//! run ([`Stop`]); the status is persisted either way, and Events follow from the conditions
+//! that changed (`super::events`). The phases that reach the clusters live beside this flow:
+//! `connect` (Secret to client, both identities pinned) and `schemas` (which installs kbind
+//! may not make, and installing the rest).
+
+mod connect;
+mod schemas;
+
+use std::collections::BTreeMap;
+
+use kube::ResourceExt;
+use kube::runtime::controller::Action;
+use tracing::{info, warn};
+
+use super::{Context, Error, Result, autobind, persist_status};
+use crate::api::{ConditionType, Connection, ConnectionStatus, ExportedApi, Reason};
+use crate::conditions::{self, Desired};
+use crate::heartbeat::{self, LeaseLocation};
+use crate::provider::discovery::{self, Discovered};
+use crate::provider::kubeconfig::ProviderCredentials;
+use crate::registry::Engagement;
+use crate::schema::Refusal;
+
+/// Reconciles a non-deleting Connection: the phases of the spec's flowchart, each setting its
+/// condition; a phase that fails ends the reconcile with the status persisted.
+pub(super) async fn apply(connection: &Connection, ctx: &Context) -> Result<Action> {
+    let generation = connection.metadata.generation;
+    let mut status = connection.status.clone().unwrap_or_default();
+    status.observed_generation = generation;
+    let mut step = Steps {
+        ctx,
+        connection,
+        status,
+        generation,
+    };
+    match step.run().await {
+        Ok(()) | Err(Stop::Settle) => step.settle().await,
+        Err(Stop::Fail(error)) => step.fail(error).await,
+        Err(Stop::Retry(error)) => Err(error),
+    }
+}
+
+/// Why the phases stopped before Ready.
+enum Stop {
+    /// The Connection is not Ready and its status says why: persist it, requeue after resync.
+    Settle,
+    /// A failure to retry with backoff, after persisting what was learned so far.
+    Fail(Error),
+    /// A consumer read failed before anything was learned: retry with backoff.
+    Retry(Error),
+}
+
+/// The state threaded through the steps of one reconcile.
+struct Steps<'a> {
+    ctx: &'a Context,
+    connection: &'a Connection,
+    status: ConnectionStatus,
+    generation: Option<i64>,
+}
+
+impl Steps<'_> {
+    /// The non-deleting flow, in the spec's order.
+    async fn run(&mut self) -> Result<(), Stop> {
+        let credentials = self.secret().await?;
+        let (provider_uid, consumer_uid) = self.identities(&credentials).await?;
+        let discovered = self.discover(&credentials).await?;
+        let refused = self.refused_installs(&discovered).await?;
+        self.install_schemas(&credentials, &discovered, &refused)
+            .await;
+        self.auto_bind(&discovered, &refused).await?;
+        self.heartbeat(&credentials, &consumer_uid).await;
+        self.ready(credentials, provider_uid, consumer_uid, discovered);
+        Ok(())
+    }
+
+    fn set(&mut self, desired: Desired) {
+        conditions::set(&mut self.status.conditions, desired, self.generation);
+    }
+
+    /// Discovery per `schema.source`; an RBAC denial is PermissionDenied, anything else is
+    /// retried.
+    async fn discover(&mut self, credentials: &ProviderCredentials) -> Result<Discovered, Stop> {
+        let source = self.connection.spec.schema.source;
+        let discovered = match discovery::discover(&credentials.client, source).await {
+            Ok(discovered) => discovered,
+            Err(error) if error.is_forbidden() => {
+                let message = format!(
+                    "{error}; grant the provider credentials discovery access (see the konnector RBAC docs)"
+                );
+                self.set(Desired::truthy(
+                    ConditionType::PermissionDenied,
+                    Reason::Forbidden,
+                    message.clone(),
+                ));
+                return Err(self.not_ready(Reason::Forbidden, message));
+            }
+            Err(error) => return Err(Stop::Fail(error.into())),
+        };
+        self.set(Desired::falsy(
+            ConditionType::PermissionDenied,
+            Reason::AsExpected,
+            "the provider credentials may read what the konnector needs",
+        ));
+        self.status.active_schema_source = Some(discovered.source.as_str().to_string());
+        self.status.exported_apis = discovered.apis.clone();
+        Ok(discovered)
+    }
+
+    /// autoBind: the managed ClusterBinding lists every exported API whose install was not
+    /// refused (its teardown would otherwise reach a CRD kbind does not own).
+    async fn auto_bind(
+        &self,
+        discovered: &Discovered,
+        refused: &BTreeMap<String, Refusal>,
+    ) -> Result<(), Stop> {
+        if !self.connection.spec.auto_bind {
+            return Ok(());
+        }
+        let bindable: Vec<ExportedApi> = discovered
+            .apis
+            .iter()
+            .filter(|api| !refused.contains_key(&api.name))
+            .cloned()
+            .collect();
+        autobind::sync(self.ctx, self.connection, &bindable)
+            .await
+            .map_err(Stop::Fail)
+    }
+
+    /// Heartbeat: best-effort, never blocks Ready.
+    async fn heartbeat(&self, credentials: &ProviderCredentials, consumer_uid: &str) {
+        let name = self.connection.name_any();
+        let location = LeaseLocation::new(
+            &name,
+            consumer_uid,
+            credentials.context_namespace.as_deref(),
+        );
+        if let Err(error) =
+            heartbeat::renew(&credentials.client, &location, &name, consumer_uid).await
+        {
+            warn!(connection = %name, %error, "heartbeat not renewed");
+        }
+    }
+
+    /// Ready=True, and the provider client engaged for the binding and sync machinery.
+    fn ready(
+        &mut self,
+        credentials: ProviderCredentials,
+        provider_uid: String,
+        consumer_uid: String,
+        discovered: Discovered,
+    ) {
+        let name = self.connection.name_any();
+        self.set(Desired::truthy(
+            ConditionType::Ready,
+            Reason::AsExpected,
+            format!(
+                "connected to provider cluster {provider_uid}; {} API(s) exported",
+                discovered.apis.len()
+            ),
+        ));
+        let engaged = self.ctx.shared.engagements.engage(Engagement {
+            connection: name.clone(),
+            provider: credentials.client,
+            provider_uid,
+            consumer_uid,
+            exported: discovered.apis,
+            credentials_digest: credentials.digest,
+            epoch: 0,
+        });
+        info!(connection = %name, epoch = engaged.epoch, "connection ready");
+    }
+
+    /// Marks the Connection not Ready and disengages it; the reconcile then settles.
+    fn not_ready(&mut self, reason: Reason, message: String) -> Stop {
+        self.set(Desired::falsy(ConditionType::Ready, reason, message));
+        self.ctx
+            .shared
+            .engagements
+            .disengage(&self.connection.name_any());
+        Stop::Settle
+    }
+
+    /// Persists what was learned so far and returns the error for a backoff retry.
+    async fn fail(&mut self, error: Error) -> Result<Action> {
+        persist_status(self.ctx, self.connection, self.status.clone()).await?;
+        Err(error)
+    }
+
+    /// Persists the status and requeues after the resync interval.
+    async fn settle(&mut self) -> Result<Action> {
+        persist_status(self.ctx, self.connection, self.status.clone()).await?;
+        Ok(Action::requeue(self.ctx.config.resync))
+    }
+}

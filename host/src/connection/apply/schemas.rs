@@ -1,0 +1,151 @@
+//! The schema phases: which exported APIs kbind may not install for this Connection (a
+//! consumer CRD it does not manage), and, under `pullPolicy: All`, installing the others;
+//! SchemaInSync says what failed or was refused.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::ResourceExt;
+use kube::api::Api;
+
+use super::{Steps, Stop};
+use crate::api::names::EXPORTED_LABEL;
+use crate::api::{ConditionType, ExportedApi, PullPolicy, Reason};
+use crate::conditions::Desired;
+use crate::connection::{Error, Result};
+use crate::provider::discovery::Discovered;
+use crate::provider::kubeconfig::ProviderCredentials;
+use crate::schema::{self, Refusal, Target, ownership};
+
+impl Steps<'_> {
+    /// Which exported APIs kbind may not install for this Connection (a consumer CRD it does
+    /// not manage); only needed where the Connection itself installs or binds.
+    pub(super) async fn refused_installs(
+        &self,
+        discovered: &Discovered,
+    ) -> Result<BTreeMap<String, Refusal>, Stop> {
+        let spec = &self.connection.spec;
+        if !spec.auto_bind && spec.schema.pull_policy != PullPolicy::All {
+            return Ok(BTreeMap::new());
+        }
+        refused_installs(
+            &self.ctx.shared.consumer,
+            &self.connection.name_any(),
+            &discovered.apis,
+        )
+        .await
+        .map_err(Stop::Fail)
+    }
+
+    /// `pullPolicy: All` installs every exported schema now (except the refused ones); Bound
+    /// and None install nothing. SchemaInSync also reports what kbind refused: labelled
+    /// provider CRDs of protected groups, and exported APIs whose consumer CRD it may not touch.
+    pub(super) async fn install_schemas(
+        &mut self,
+        credentials: &ProviderCredentials,
+        discovered: &Discovered,
+        refused: &BTreeMap<String, Refusal>,
+    ) {
+        let policy = &self.connection.spec.schema;
+        let name = self.connection.name_any();
+        let mut failures = Vec::new();
+        if policy.pull_policy == PullPolicy::All {
+            for api in discovered
+                .apis
+                .iter()
+                .filter(|api| !refused.contains_key(&api.name))
+            {
+                let target = Target {
+                    connection: &name,
+                    api,
+                    source: discovered.source,
+                    update: policy.update_policy,
+                };
+                let installed = schema::ensure_installed(
+                    &self.ctx.shared.consumer,
+                    &credentials.client,
+                    &self.ctx.shared.policies,
+                    &self.ctx.applied_schemas,
+                    &target,
+                    self.ctx.config.schema_wait,
+                )
+                .await;
+                if let Err(error) = installed {
+                    failures.push(error.to_string());
+                }
+            }
+        }
+        let refusals: Vec<String> = discovered
+            .ignored
+            .iter()
+            .map(|api| {
+                format!(
+                    "the provider labels {api} exported, but its group belongs to kbind or Kubernetes itself: ignored; ask the provider to remove the {EXPORTED_LABEL} label"
+                )
+            })
+            .chain(refused.values().map(|refusal| {
+                format!("{refusal} (left out of schema installation and autoBind)")
+            }))
+            .collect();
+        // Warning Events follow from SchemaInSync changing state (see `super::events`).
+        if !failures.is_empty() {
+            let message = failures
+                .iter()
+                .chain(&refusals)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join("; ");
+            self.set(Desired::falsy(
+                ConditionType::SchemaInSync,
+                Reason::SchemaInstallFailed,
+                message,
+            ));
+        } else if !refusals.is_empty() {
+            self.set(Desired::falsy(
+                ConditionType::SchemaInSync,
+                Reason::CRDNotManaged,
+                refusals.join("; "),
+            ));
+        } else {
+            let message = match policy.pull_policy {
+                PullPolicy::None => {
+                    "pullPolicy None: consumer CRDs are managed outside kbind".to_string()
+                }
+                PullPolicy::Bound => {
+                    "pullPolicy Bound: schemas are installed when a binding lists the API"
+                        .to_string()
+                }
+                PullPolicy::All => format!(
+                    "{} exported schema(s) installed and Established",
+                    discovered.apis.len()
+                ),
+            };
+            self.set(Desired::truthy(
+                ConditionType::SchemaInSync,
+                Reason::AsExpected,
+                message,
+            ));
+        }
+    }
+}
+
+/// The exported APIs whose consumer CRD kbind may not install or update for `connection`
+/// (`schema::ownership`), each with the reason.
+async fn refused_installs(
+    consumer: &kube::Client,
+    connection: &str,
+    apis: &[ExportedApi],
+) -> Result<BTreeMap<String, Refusal>> {
+    let crds: Api<CustomResourceDefinition> = Api::all(consumer.clone());
+    let mut refused = BTreeMap::new();
+    for api in apis {
+        let existing = crds
+            .get_opt(&api.name)
+            .await
+            .map_err(|e| Error::ReadCrd(api.name.clone(), e))?;
+        if let Err(refusal) = ownership::check(&api.name, existing.as_ref(), connection) {
+            refused.insert(api.name.clone(), refusal);
+        }
+    }
+    Ok(refused)
+}

@@ -1,0 +1,161 @@
+//! What differs between the three roles, and only that: the generated `*Pre` of each world,
+//! how the host's input becomes the world's record, which export is called, and how its
+//! answer is checked ([`RoleModule`]). `call` and `load` are written once against this trait.
+
+use std::future::Future;
+use std::sync::OnceLock;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use serde::Serialize;
+use wasmtime::Store;
+use wasmtime::component::InstancePre;
+
+use super::bindings::{self, conflict, related, schema};
+use super::role::PolicyRole;
+use super::runtime::HostState;
+use super::types::{ConflictDecision, ConflictInput, RelatedInput, RelatedPlan, SchemaInput};
+use super::validate;
+
+/// Why a role's answer is not used: the module said no, or the host's check refused it.
+pub(crate) enum Refusal {
+    /// The module returned its error variant.
+    Rejected(String),
+    /// The answer breaks a rule the host enforces.
+    Invalid(String),
+}
+
+/// A role's generated `*Pre` and how one call of it goes.
+pub(crate) trait RoleModule: Clone + Send + Sync + 'static {
+    /// The role.
+    const ROLE: PolicyRole;
+    /// The instantiated world.
+    type Instance: Send + 'static;
+    /// The host's input.
+    type Input: Serialize + Sync;
+    /// The input as the world's record.
+    type WitInput: Send + Sync;
+    /// What the export returns.
+    type WitOutput: Send;
+    /// The checked decision.
+    type Output;
+
+    /// Type-checks the instance-pre against the role's world.
+    fn new(pre: InstancePre<HostState>) -> wasmtime::Result<Self>;
+    /// The process-wide cache of the built-in module.
+    fn builtin_cell() -> &'static OnceLock<Result<Self, String>>;
+    /// Converts the input.
+    fn wit_input(input: &Self::Input) -> Self::WitInput;
+    /// Instantiates the module in a store.
+    fn instantiate<'a>(
+        &'a self,
+        store: &'a mut Store<HostState>,
+    ) -> impl Future<Output = wasmtime::Result<Self::Instance>> + Send + 'a;
+    /// Calls the role's export.
+    fn invoke<'a>(
+        instance: &'a Self::Instance,
+        store: &'a mut Store<HostState>,
+        input: &'a Self::WitInput,
+    ) -> impl Future<Output = wasmtime::Result<Self::WitOutput>> + Send + 'a;
+    /// Checks the answer against the input.
+    fn finish(output: Self::WitOutput, input: &Self::Input) -> Result<Self::Output, Refusal>;
+}
+
+/// How a role whose module answers `result<T, string>` finishes: the module's error is its
+/// refusal; otherwise the answer, converted to the host's type, must pass the host's check.
+fn converted_and_checked<W, O, I>(
+    answer: Result<W, String>,
+    input: &I,
+    convert: impl FnOnce(W) -> O,
+    check: impl FnOnce(&O, &I) -> Result<(), String>,
+) -> Result<O, Refusal> {
+    let output = convert(answer.map_err(Refusal::Rejected)?);
+    check(&output, input).map_err(Refusal::Invalid)?;
+    Ok(output)
+}
+
+/// Writes a role's [`RoleModule`] impl from what differs between roles: the generated names,
+/// the input conversion, the export and the check of its answer.
+macro_rules! role_module {
+    (
+        $pre:ident in $world:ident as $role:expr;
+        instance $instance:ident;
+        input $input:ty => $wit_input:ty, by $convert:path;
+        output $wit_output:ty => $output:ty;
+        invoke |$inst:ident, $store:ident, $arg:ident| $invoke:expr;
+        finish |$answer:ident, $checked:ident| $finish:block
+    ) => {
+        impl RoleModule for $world::$pre<HostState> {
+            const ROLE: PolicyRole = $role;
+            type Instance = $world::$instance;
+            type Input = $input;
+            type WitInput = $wit_input;
+            type WitOutput = $wit_output;
+            type Output = $output;
+
+            fn new(pre: InstancePre<HostState>) -> wasmtime::Result<Self> {
+                $world::$pre::new(pre)
+            }
+            fn builtin_cell() -> &'static OnceLock<Result<Self, String>> {
+                static CELL: OnceLock<Result<$world::$pre<HostState>, String>> = OnceLock::new();
+                &CELL
+            }
+            fn wit_input(input: &$input) -> Self::WitInput {
+                $convert(input)
+            }
+            fn instantiate<'a>(
+                &'a self,
+                store: &'a mut Store<HostState>,
+            ) -> impl Future<Output = wasmtime::Result<Self::Instance>> + Send + 'a {
+                self.instantiate_async(store)
+            }
+            fn invoke<'a>(
+                $inst: &'a Self::Instance,
+                $store: &'a mut Store<HostState>,
+                $arg: &'a Self::WitInput,
+            ) -> impl Future<Output = wasmtime::Result<Self::WitOutput>> + Send + 'a {
+                $invoke
+            }
+            fn finish($answer: Self::WitOutput, $checked: &$input) -> Result<$output, Refusal> $finish
+        }
+    };
+}
+
+role_module! {
+    ConflictPolicyPre in conflict as PolicyRole::ConflictPolicy;
+    instance ConflictPolicy;
+    input ConflictInput => conflict::iface::ConflictInput, by bindings::conflict_input;
+    output Result<conflict::iface::Decision, String> => ConflictDecision;
+    invoke |instance, store, input| instance.kbind_policy_conflict().call_decide(store, input);
+    finish |answer, input| {
+        converted_and_checked(answer, input, bindings::conflict_decision, validate::decision)
+    }
+}
+
+role_module! {
+    SchemaSynthesisPre in schema as PolicyRole::SchemaSynthesis;
+    instance SchemaSynthesis;
+    input SchemaInput => schema::iface::SchemaInput, by bindings::schema_input;
+    output Result<String, schema::iface::SynthesisError> => CustomResourceDefinition;
+    invoke |instance, store, input| instance.kbind_policy_schema().call_synthesize(store, input);
+    finish |answer, input| {
+        let json = answer.map_err(|e| {
+            Refusal::Rejected(if e.path.is_empty() {
+                e.message
+            } else {
+                format!("at {}: {}", e.path, e.message)
+            })
+        })?;
+        validate::crd(&json, input).map_err(Refusal::Invalid)
+    }
+}
+
+role_module! {
+    RelatedSelectionPre in related as PolicyRole::RelatedSelection;
+    instance RelatedSelection;
+    input RelatedInput => related::iface::RelatedInput, by bindings::related_input;
+    output Result<related::iface::RelatedPlan, String> => RelatedPlan;
+    invoke |instance, store, input| instance.kbind_policy_related().call_select(store, input);
+    finish |answer, input| {
+        converted_and_checked(answer, input, bindings::related_plan, validate::plan)
+    }
+}

@@ -1,0 +1,254 @@
+//! What one syncer's reconciles share: the (Connection, API) it was built for, the provider
+//! cache, the copies it wrote since that cache caught up, and what it remembers between
+//! reconciles (namespaces seen on the provider, per-object backoff, whether the API's status
+//! schema keeps conditions). It is also where a reconcile tells the outcome registry what it
+//! came to.
+
+use std::collections::HashSet;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use kube::api::DynamicObject;
+use kube::core::ApiResource;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
+use kube::{Api, Client, ResourceExt};
+
+use crate::backoff::Backoff;
+use crate::k8s::dynamic_api;
+use crate::registry::Outcome;
+use crate::schema::ApiTarget;
+use crate::shared::Shared;
+
+use super::recent::RecentWrites;
+use super::{Error, Result, SyncSettings};
+
+/// Everything one syncer's reconciles share.
+pub struct SyncContext {
+    /// What this syncer was built for.
+    pub spec: SyncerSpec,
+    /// The consumer client, registries and policies every controller shares.
+    pub shared: Shared,
+    /// `spec.target` as a dynamic resource.
+    pub ar: ApiResource,
+    /// The provider watch's cache: this consumer's copies only.
+    pub provider_store: Store<DynamicObject>,
+    /// Copies written since the provider watch last caught up.
+    pub recent_writes: RecentWrites,
+    /// Instances as our own last write returned them, until the consumer watch catches up.
+    pub recent_instances: RecentWrites,
+    /// Whether this API's status schema prunes the instance `Synced` condition.
+    conditions_pruned: AtomicBool,
+    /// Timings.
+    pub settings: SyncSettings,
+    known_namespaces: Mutex<HashSet<String>>,
+    failures: Backoff<(Option<String>, String)>,
+}
+
+impl std::fmt::Debug for SyncContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SyncContext")
+            .field("connection", &self.spec.connection)
+            .field("api", &self.spec.api)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What one syncer is built for: a bound (Connection, API) and the engagement it runs under.
+/// Any difference from a running syncer's means a rebuild.
+#[derive(Clone)]
+pub struct SyncerSpec {
+    /// The Connection.
+    pub connection: String,
+    /// The API, `<plural>.<group>`.
+    pub api: String,
+    /// The resolved resource on both clusters.
+    pub target: ApiTarget,
+    /// Provider client of the current engagement.
+    pub provider: Client,
+    /// The pinned consumer cluster UID, written into ownership markers.
+    pub consumer_cluster_uid: String,
+}
+
+impl SyncContext {
+    /// The context of a syncer for `spec`, reading provider copies from `provider_store`.
+    pub(super) fn new(
+        spec: SyncerSpec,
+        shared: Shared,
+        provider_store: Store<DynamicObject>,
+        settings: SyncSettings,
+    ) -> Self {
+        Self {
+            ar: spec.target.api_resource(),
+            provider_store,
+            recent_writes: RecentWrites::default(),
+            recent_instances: RecentWrites::default(),
+            conditions_pruned: AtomicBool::new(false),
+            known_namespaces: Mutex::default(),
+            failures: Backoff::new(settings.error_backoff_base, settings.error_backoff_max),
+            settings,
+            spec,
+            shared,
+        }
+    }
+
+    /// The consumer `Api` of this syncer's resource in `ns` (or cluster-wide).
+    pub(crate) fn consumer_api(&self, ns: Option<&str>) -> Api<DynamicObject> {
+        dynamic_api(
+            &self.shared.consumer,
+            &self.ar,
+            self.spec.target.namespaced,
+            ns,
+        )
+    }
+
+    /// The provider `Api` of this syncer's resource in `ns` (or cluster-wide).
+    pub(crate) fn provider_api(&self, ns: Option<&str>) -> Api<DynamicObject> {
+        dynamic_api(
+            &self.spec.provider,
+            &self.ar,
+            self.spec.target.namespaced,
+            ns,
+        )
+    }
+
+    /// Waits briefly for the provider cache's first list; decisions need it.
+    pub(crate) async fn provider_cache_ready(&self) -> bool {
+        tokio::time::timeout(
+            Duration::from_secs(5),
+            self.provider_store.wait_until_ready(),
+        )
+        .await
+        .is_ok_and(|r| r.is_ok())
+    }
+
+    /// This consumer's provider copy with the instance's namespace and name, from the cache
+    /// or, newer, from our own last write. `None` says nothing about objects of other
+    /// consumers: the cache does not hold them.
+    pub(crate) fn cached_target(&self, obj: &DynamicObject) -> Option<DynamicObject> {
+        let mut key = ObjectRef::new_with(&obj.name_any(), self.ar.clone());
+        key.namespace = obj.metadata.namespace.clone();
+        let cached = self.provider_store.get(&key).map(|o| (*o).clone());
+        self.recent_writes
+            .newest(obj.metadata.namespace.as_deref(), &obj.name_any(), cached)
+    }
+
+    /// The newer of `obj` (from the consumer cache) and the instance as our own last write to
+    /// it returned it. The reconcile that our finalizer patch triggers otherwise sees the
+    /// instance without the status written since, and writes that status a second time.
+    pub(crate) fn newest_instance(&self, obj: &DynamicObject) -> DynamicObject {
+        let name = obj.name_any();
+        self.recent_instances
+            .newest(obj.metadata.namespace.as_deref(), &name, Some(obj.clone()))
+            .unwrap_or_else(|| obj.clone())
+    }
+
+    /// Remembers what a write to an instance returned (without managedFields, like the cache).
+    pub(crate) fn wrote_instance(&self, mut stored: DynamicObject) {
+        stored.metadata.managed_fields = None;
+        self.recent_instances.remember(&stored);
+    }
+
+    /// The provider object with the instance's namespace and name, read live.
+    pub(crate) async fn live_target(&self, obj: &DynamicObject) -> Result<Option<DynamicObject>> {
+        self.provider_api(obj.metadata.namespace.as_deref())
+            .get_opt(&obj.name_any())
+            .await
+            .map_err(Error::ReadTarget)
+    }
+
+    /// Whether this syncer already saw namespace `ns` exist on the provider.
+    pub(crate) fn namespace_known(&self, ns: &str) -> bool {
+        lock(&self.known_namespaces).contains(ns)
+    }
+
+    /// Records that namespace `ns` exists on the provider.
+    pub(crate) fn remember_namespace(&self, ns: &str) {
+        lock(&self.known_namespaces).insert(ns.to_string());
+    }
+
+    /// Forgets namespace `ns`, so the next write creates it again if needed.
+    pub(crate) fn forget_provider_namespace(&self, ns: &str) {
+        lock(&self.known_namespaces).remove(ns);
+    }
+
+    /// Whether the API's status schema was seen to prune the `Synced` condition.
+    pub(crate) fn conditions_pruned(&self) -> bool {
+        self.conditions_pruned.load(Ordering::Relaxed)
+    }
+
+    /// Records that the API's status schema prunes the `Synced` condition.
+    pub(crate) fn set_conditions_pruned(&self) {
+        self.conditions_pruned.store(true, Ordering::Relaxed);
+    }
+
+    /// Resets the backoff of `obj` after a successful reconcile.
+    pub(crate) fn forget_failures(&self, obj: &DynamicObject) {
+        self.failures.succeeded(&failure_key(obj));
+    }
+
+    /// Counts a failed reconcile of `obj` and says how long to wait before the next one.
+    pub(super) fn failed(&self, obj: &DynamicObject) -> Duration {
+        self.failures.failed(failure_key(obj))
+    }
+
+    /// Leaves what reconciling `obj` came to in the outcome registry.
+    pub(crate) fn record_outcome(&self, obj: &DynamicObject, outcome: Outcome) {
+        self.shared.outcomes.record(
+            &self.spec.connection,
+            &self.spec.api,
+            obj.metadata.namespace.as_deref(),
+            &obj.name_any(),
+            outcome,
+        );
+    }
+
+    /// Tells the outcome registry what the consumer watch saw.
+    pub(super) fn follow_listing(&self, event: &watcher::Event<DynamicObject>) {
+        let (connection, api) = (&self.spec.connection, &self.spec.api);
+        match event {
+            watcher::Event::Init => self.shared.outcomes.listing_started(connection, api),
+            watcher::Event::InitApply(obj) => self.shared.outcomes.listed(
+                connection,
+                api,
+                obj.metadata.namespace.as_deref(),
+                &obj.name_any(),
+            ),
+            watcher::Event::InitDone => self.shared.outcomes.listing_done(connection, api),
+            watcher::Event::Delete(obj) => self.forget_outcome(obj),
+            watcher::Event::Apply(_) => {}
+        }
+    }
+
+    /// A reconcile of `obj` failed before it had an outcome to record.
+    pub(crate) fn attempted(&self, obj: &DynamicObject) {
+        self.shared.outcomes.attempted(
+            &self.spec.connection,
+            &self.spec.api,
+            obj.metadata.namespace.as_deref(),
+            &obj.name_any(),
+        );
+    }
+
+    /// Removes `obj` from the outcome registry: deleted, or no longer selected.
+    pub(crate) fn forget_outcome(&self, obj: &DynamicObject) {
+        self.shared.outcomes.forget(
+            &self.spec.connection,
+            &self.spec.api,
+            obj.metadata.namespace.as_deref(),
+            &obj.name_any(),
+        );
+    }
+}
+
+/// The backoff key of an instance: namespace and name.
+fn failure_key(obj: &DynamicObject) -> (Option<String>, String) {
+    (obj.metadata.namespace.clone(), obj.name_any())
+}
+
+/// Locks `m`, also after a holder panicked.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // The guarded maps stay consistent even if a holder panicked.
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
