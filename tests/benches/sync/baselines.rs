@@ -16,9 +16,9 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 
 use crate::report::{Report, percentile_ms};
-use crate::{CONCURRENCY, Config, NS};
+use crate::{Config, IN_FLIGHT, NS};
 
-/// Plain server-side apply into the provider: throughput at [`CONCURRENCY`], then sequential
+/// Plain server-side apply into the provider: throughput at [`IN_FLIGHT`], then sequential
 /// round-trips of one object.
 pub async fn baseline(
     config: &Config,
@@ -40,7 +40,7 @@ pub async fn baseline(
                 objects.patch(&name, params, &Patch::Apply(&body)).await
             }
         })
-        .buffer_unordered(CONCURRENCY)
+        .buffer_unordered(IN_FLIGHT)
         .try_collect::<Vec<_>>()
         .await?;
     report.baseline_apply_objects_per_s = config.instances as f64 / started.elapsed().as_secs_f64();
@@ -86,7 +86,7 @@ pub async fn required_writes(
                 .await
             }
         })
-        .buffer_unordered(CONCURRENCY)
+        .buffer_unordered(IN_FLIGHT)
         .try_collect::<Vec<_>>()
         .await?;
     let instances = api.api(consumer, Some(NS));
@@ -131,7 +131,7 @@ pub async fn required_writes(
                 anyhow::Ok(())
             }
         })
-        .buffer_unordered(CONCURRENCY)
+        .buffer_unordered(IN_FLIGHT)
         .try_collect::<Vec<_>>()
         .await?;
     report.required_writes_objects_per_s =

@@ -3,7 +3,8 @@
 //! One run starts a private provider/consumer pair on loopback and measures, against those
 //! same apiservers:
 //!
-//! 1. baselines, with the same parallelism as the konnector's default `--sync-concurrency`:
+//! 1. baselines, with the parallelism the konnector has (its default `--sync-concurrency` per
+//!    syncer, one syncer per API):
 //!    plain server-side apply of N objects into the provider (the physical limit), and the
 //!    *required writes* of a first sync done by a plain kube-rs client (per object the
 //!    consumer finalizer patch, the provider apply and the instance's `Synced=True` status:
@@ -55,7 +56,10 @@ use serde_json::json;
 use report::{Report, mib, output_path, percentile_ms, print_table};
 
 pub(crate) const APIS: usize = 5;
+/// The konnector's default `--sync-concurrency`: reconciles at once per syncer.
 pub(crate) const CONCURRENCY: usize = 16;
+/// Requests the baselines keep in flight: what the konnector may, one syncer per API.
+pub(crate) const IN_FLIGHT: usize = CONCURRENCY * APIS;
 pub(crate) const NS: &str = "bench";
 const CONNECTION: &str = "provider";
 const WAIT: Duration = Duration::from_secs(1800);

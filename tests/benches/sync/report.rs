@@ -81,8 +81,12 @@ pub fn output_path() -> PathBuf {
 /// The table: figure, value, ratio where one applies, and the target it is held to.
 pub fn print_table(r: &Report) {
     println!(
-        "\nsync benchmark: {} instances over {} APIs, concurrency {}, loopback clusters",
-        r.instances, r.apis, r.concurrency
+        "\nsync benchmark: {} instances over {} APIs, concurrency {} per API ({} in flight), \
+         loopback clusters",
+        r.instances,
+        r.apis,
+        r.concurrency,
+        r.concurrency * r.apis
     );
     let none = String::new;
     let rows: Vec<(&str, String, String, &str)> = vec![
