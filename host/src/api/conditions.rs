@@ -24,6 +24,9 @@ pub enum ConditionType {
     RelatedResourcesSynced,
     /// The last teardown attempt of a deleting binding failed; it is retried.
     TeardownFailed,
+    /// The autoBind ClusterBinding lists the bindable exported APIs (only on Connections with
+    /// `autoBind: true`).
+    AutoBindInSync,
 }
 
 impl ConditionType {
@@ -40,6 +43,7 @@ impl ConditionType {
             Self::Drained => "Drained",
             Self::RelatedResourcesSynced => "RelatedResourcesSynced",
             Self::TeardownFailed => "TeardownFailed",
+            Self::AutoBindInSync => "AutoBindInSync",
         }
     }
 }
@@ -111,6 +115,9 @@ pub enum Reason {
     /// A delete or finalizer release a binding's teardown needs failed for another reason than
     /// RBAC or an unreachable cluster.
     DeleteFailed,
+    /// A ClusterBinding named after an autoBind Connection exists without the managed label:
+    /// autoBind leaves it alone and binds nothing.
+    AutoBindNameTaken,
 }
 
 impl Reason {
@@ -146,6 +153,7 @@ impl Reason {
             Self::NamespaceNotAllowed => "NamespaceNotAllowed",
             Self::CopyFailed => "CopyFailed",
             Self::DeleteFailed => "DeleteFailed",
+            Self::AutoBindNameTaken => "AutoBindNameTaken",
         }
     }
 }
