@@ -250,8 +250,7 @@ async fn persist_status(
         .map(|s| s.conditions.as_slice())
         .unwrap_or_default();
     for announcement in events::announcements(before, &status.conditions) {
-        ctx.publish(connection, &announcement.event("Reconcile"))
-            .await;
+        ctx.publish(connection, &announcement.event()).await;
     }
     Ok(())
 }

@@ -175,6 +175,7 @@ async fn an_auto_bind_name_clash_is_one_warning_and_a_condition_while_it_lasts()
             note.contains(&format!("ClusterBinding {name} exists")),
             "{note}"
         );
+        assert_eq!(warning.action.as_deref(), Some("AutoBind"));
         let taken = wait_connection(&consumer, &name, "AutoBindInSync=False", |c| {
             has_condition(c, "AutoBindInSync", "False", "AutoBindNameTaken")
         })
