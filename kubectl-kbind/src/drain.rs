@@ -67,7 +67,7 @@ impl DrainState {
         let mut out = String::new();
         if let Some(Blocker { reason, message }) = &self.teardown_failed {
             out += &format!(
-                "  - TeardownFailed=True reason {reason}: {message}\n    what to do: {}\n",
+                "  - TeardownFailed=True reason {reason}: {message}\n    what to do: {}\n    the konnector retries with a backoff that grows to minutes; once the cause is fixed, any change to the binding (e.g. kubectl annotate) retries at once, and this command follows the rest\n",
                 crate::hints::what_to_do(reason)
             );
         }
@@ -154,6 +154,7 @@ mod tests {
             )),
             "{why}"
         );
+        assert!(why.contains("retries at once"), "{why}");
         assert!(!why.contains("konnector log"), "{why}");
     }
 

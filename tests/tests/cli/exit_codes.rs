@@ -5,9 +5,10 @@
 use anyhow::{Result, ensure};
 use kbind_tests::fixtures::{ensure_namespace, install_crd};
 use kbind_tests::syncenv::wait_for;
-use konnector::api::Connection;
+use konnector::api::{Binding, Connection};
+use konnector::k8s::ApiErrorExt as _;
 use kube::Api;
-use kube::api::{DynamicObject, PostParams};
+use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
 
@@ -213,12 +214,47 @@ async fn an_unbind_blocked_by_provider_rbac_names_the_failed_step_and_what_to_do
         );
         ensure!(!blocked.stderr.contains("konnector log"), "{blocked:?}");
 
-        // Granted again, the same unbind finishes, and so does the disconnect.
+        // Granted again, the same unbind finishes, and so does the disconnect. The konnector
+        // backs a failing teardown off (up to minutes after many attempts); a change to the
+        // binding has it retry at once.
         apply_all(&provider, &rbac.stdout).await?;
-        kbind(pair, &["unbind", "widgets", "-n", ns, "--timeout", TIMEOUT])
-            .await?
-            .expect(0)?;
-        ensure!(copies.get_opt("w").await?.is_none(), "provider copy left");
+        let nudged = Api::<Binding>::namespaced(consumer.clone(), ns)
+            .patch(
+                "widgets",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": {"kbind.test/retry": "now"}}})),
+            )
+            .await;
+        match nudged {
+            Err(e) if !e.is_not_found() => return Err(e.into()),
+            _ => {}
+        }
+        // The retry may finish before the command starts: then there is nothing to follow.
+        kbind(
+            pair,
+            &[
+                "unbind",
+                "widgets",
+                "-n",
+                ns,
+                "--ignore-not-found",
+                "--timeout",
+                TIMEOUT,
+            ],
+        )
+        .await?
+        .expect(0)?;
+        ensure!(
+            Api::<Binding>::namespaced(consumer.clone(), ns)
+                .get_opt("widgets")
+                .await?
+                .is_none(),
+            "Binding left"
+        );
+        wait_for("the provider copy gone", WAIT, || async {
+            Ok(copies.get_opt("w").await?.is_none().then_some(()))
+        })
+        .await?;
         kbind(pair, &["disconnect", "blk", "--timeout", TIMEOUT])
             .await?
             .expect(0)?;
