@@ -131,6 +131,16 @@ pub struct Announcement {
     pub reason: String,
     /// What happened and what to do: the condition's message.
     pub note: String,
+    /// The step the condition reports on ([`ConditionType::action`]), so that Events of
+    /// different conditions with the same reason are never folded into one series.
+    pub action: &'static str,
+}
+
+/// The action of Events about a condition type the konnector does not know.
+const OTHER_ACTION: &str = "Reconcile";
+
+fn action_of(condition: &Condition) -> &'static str {
+    ConditionType::parse(&condition.type_).map_or(OTHER_ACTION, ConditionType::action)
 }
 
 impl Announcement {
@@ -140,6 +150,7 @@ impl Announcement {
             warning: true,
             reason: condition.reason.clone(),
             note: condition.message.clone(),
+            action: action_of(condition),
         }
     }
 
@@ -149,11 +160,12 @@ impl Announcement {
             warning: false,
             reason: condition.type_.clone(),
             note: condition.message.clone(),
+            action: action_of(condition),
         }
     }
 
-    /// The Event to publish, reported under `action`.
-    pub fn event(self, action: &str) -> Event {
+    /// The Event to publish.
+    pub fn event(self) -> Event {
         Event {
             type_: if self.warning {
                 EventType::Warning
@@ -162,7 +174,7 @@ impl Announcement {
             },
             reason: self.reason,
             note: Some(self.note),
-            action: action.to_string(),
+            action: self.action.to_string(),
             secondary: None,
         }
     }
@@ -261,6 +273,33 @@ mod tests {
         assert_eq!(
             changed,
             vec![("Ready", true, true), ("SchemaInSync", false, false)]
+        );
+    }
+
+    #[test]
+    fn the_same_reason_on_two_conditions_is_announced_under_two_actions() {
+        let conditions = from_desired(&[
+            Desired::falsy(
+                ConditionType::RelatedResourcesSynced,
+                Reason::Forbidden,
+                "listing related secrets refused",
+            ),
+            Desired::truthy(
+                ConditionType::TeardownFailed,
+                Reason::Forbidden,
+                "teardown blocked: deleting provider copy w refused",
+            ),
+        ]);
+        let events: Vec<Event> = conditions
+            .iter()
+            .map(|c| Announcement::warning(c).event())
+            .collect();
+        assert_eq!(events[0].reason, events[1].reason);
+        assert_eq!(events[0].action, "CopyRelated");
+        assert_eq!(events[1].action, "Teardown");
+        assert_eq!(
+            events[1].note.as_deref(),
+            Some("teardown blocked: deleting provider copy w refused")
         );
     }
 

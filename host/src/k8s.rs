@@ -164,7 +164,9 @@ where
 }
 
 /// A Warning Event: `reason` (CamelCase), a note saying what happened and what to do, and the
-/// `action` the controller was taking.
+/// `action` the controller was taking. The recorder folds Events of one object with the same
+/// type, reason and action into one series that keeps its first note for about six minutes,
+/// so two different stories with the same reason need different actions.
 pub fn warning(reason: &str, note: String, action: &str) -> Event {
     Event {
         type_: EventType::Warning,

@@ -35,6 +35,7 @@ const REASONS: &[Reason] = &[
     Reason::NamespaceNotAllowed,
     Reason::CopyFailed,
     Reason::DeleteFailed,
+    Reason::AutoBindNameTaken,
 ];
 
 /// The reason stored as `reason`, if the konnector knows it.
@@ -57,6 +58,7 @@ pub fn needs_operator(reason: &str) -> bool {
                 | Reason::APIBoundElsewhere
                 | Reason::CRDNotManaged
                 | Reason::NamespaceNotAllowed
+                | Reason::AutoBindNameTaken
         )
     )
 }
@@ -145,6 +147,9 @@ pub fn what_to_do(reason: &str) -> &'static str {
         }
         Reason::NamespaceNotAllowed => {
             "the Connection's bindingNamespaceSelector excludes this namespace: label the namespace or bind elsewhere"
+        }
+        Reason::AutoBindNameTaken => {
+            "a ClusterBinding named after the Connection is not autoBind's (no core.kbind.io/managed=true label): delete or rename that ClusterBinding, or turn autoBind off"
         }
     }
 }

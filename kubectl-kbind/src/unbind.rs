@@ -15,7 +15,7 @@ use konnector::api::{Binding, ClusterBinding, ConditionType, Connection};
 use crate::binding::{BindingObject, conditions};
 use crate::cli::{NotReady, WaitArgs};
 use crate::client::ClientArgs;
-use crate::drain::DrainState;
+use crate::drain::{Blocker, DrainState};
 use crate::output::{self, progress};
 use crate::status::CrdCache;
 use crate::teardown::{BindingRef, Kind, crds_removed_by};
@@ -173,20 +173,20 @@ pub async fn teardown(client: &Client, binding: &BindingRef, wait: WaitArgs) -> 
 
 /// What the deleting binding still waits for, or `None` once it is gone.
 async fn drain_state(client: &Client, binding: &BindingRef) -> anyhow::Result<Option<DrainState>> {
-    let (finalizers, drained) = match (binding.kind, &binding.namespace) {
+    let (finalizers, drained, teardown_failed) = match (binding.kind, &binding.namespace) {
         (Kind::Binding, Some(ns)) => match Api::<Binding>::namespaced(client.clone(), ns)
             .get_opt(&binding.name)
             .await?
         {
             None => return Ok(None),
-            Some(b) => (b.finalizers().to_vec(), drained_false(&b)),
+            Some(b) => (b.finalizers().to_vec(), drained_false(&b), blocker(&b)),
         },
         _ => match Api::<ClusterBinding>::all(client.clone())
             .get_opt(&binding.name)
             .await?
         {
             None => return Ok(None),
-            Some(b) => (b.finalizers().to_vec(), drained_false(&b)),
+            Some(b) => (b.finalizers().to_vec(), drained_false(&b), blocker(&b)),
         },
     };
     let connection_ready = Api::<Connection>::all(client.clone())
@@ -199,6 +199,7 @@ async fn drain_state(client: &Client, binding: &BindingRef) -> anyhow::Result<Op
         finalizers,
         connection_ready,
         drained_false: drained,
+        teardown_failed,
         ..DrainState::default()
     };
     for api in &binding.apis {
@@ -225,4 +226,15 @@ fn drained_false<B: BindingObject>(b: &B) -> Option<String> {
     output::condition(conditions(b), ConditionType::Drained)
         .filter(|c| c.status == "False")
         .map(|c| c.reason.clone())
+}
+
+/// The binding's `TeardownFailed` condition while True: the step its last teardown attempt
+/// failed at.
+fn blocker<B: BindingObject>(b: &B) -> Option<Blocker> {
+    output::condition(conditions(b), ConditionType::TeardownFailed)
+        .filter(|c| c.status == "True")
+        .map(|c| Blocker {
+            reason: c.reason.clone(),
+            message: c.message.clone(),
+        })
 }

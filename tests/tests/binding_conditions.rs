@@ -338,10 +338,32 @@ async fn provider_refusals_are_permission_denied_until_granted() -> anyhow::Resu
             .await?;
             assert!(is(&denied, "Synced", "False", "Forbidden"));
             assert!(is(&denied, "Ready", "True", "AsExpected"));
+            let synced = &condition(&denied, "Synced").context("Synced")?.message;
+            assert!(
+                synced.starts_with(&format!("1 of 1 instance(s) not in sync: Forbidden: 1 e.g. {ns}/w")),
+                "counts the refused instance: {synced}"
+            );
+            assert!(synced.contains("kubectl kbind provider-rbac"), "says what to do: {synced}");
             let message = &condition(&denied, "PermissionDenied").context("PermissionDenied")?.message;
             assert!(message.contains("kubectl kbind provider-rbac"), "{message}");
             let warning = event(&stack, Some(ns), "widgets", "Warning", "Forbidden").await?;
             assert!(warning.note.is_some_and(|n| n.contains("grant")));
+            // Three conditions went Forbidden, each with its own story: each is its own Event
+            // (its own action), not one series keeping the first note.
+            let stories = wait_for("a Forbidden Warning per condition", WAIT, || async {
+                let notes: BTreeMap<String, String> = events_for(&stack.consumer, Some(ns), "widgets")
+                    .await?
+                    .into_iter()
+                    .filter(|e| e.type_.as_deref() == Some("Warning") && e.reason.as_deref() == Some("Forbidden"))
+                    .filter_map(|e| Some((e.action?, e.note?)))
+                    .collect();
+                Ok((notes.len() >= 3).then_some(notes))
+            })
+            .await?;
+            let note = |action: &str| stories.get(action).map(String::as_str).unwrap_or_default();
+            assert!(note("Sync").starts_with("1 of 1 instance(s) not in sync"), "{stories:?}");
+            assert!(note("CopyRelated").contains("related secrets"), "{stories:?}");
+            assert!(note("CheckPermissions").contains("kubectl kbind provider-rbac"), "{stories:?}");
             let instance = api.api(&stack.consumer, Some(ns)).get("w").await?;
             assert_eq!(
                 synced_condition(&instance).map(|c| c["reason"].clone()),
@@ -419,6 +441,7 @@ async fn a_blocked_teardown_says_why_until_it_can_finish() -> anyhow::Result<()>
                 "names the step and what to do: {message}"
             );
             let warning = event(&stack, Some(ns), "widgets", "Warning", "Forbidden").await?;
+            assert_eq!(warning.action.as_deref(), Some("Teardown"));
             assert!(warning.note.is_some_and(|n| n.starts_with("teardown blocked")));
 
             grant(

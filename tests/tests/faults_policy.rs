@@ -16,7 +16,8 @@
 //! marker and an unmarked one; plus an instance with no provider object at all. Counted: every
 //! refused object keeps its spec, annotations and resourceVersion, the instance without a
 //! target gets no copy, each refused instance has `Synced=False` reason `PolicyFailed` and a
-//! Warning Event saying why; only the unmarked object under Adopt is taken.
+//! Warning Event saying why, and the binding counts them in its own `Synced`; only the unmarked
+//! object under Adopt is taken.
 
 use std::time::Duration;
 
@@ -28,11 +29,11 @@ use kbind_tests::syncenv::{
     BINDING, Scenario, TestApi, ensure_namespace, events_for, stays, synced_condition, wait_for,
 };
 use kbind_tests::testenv::shared_pair;
-use konnector::api::ConflictPolicy;
 use konnector::api::names::{CONSUMER_CLUSTER_UID_ANNOTATION, CONSUMER_OBJECT_UID_ANNOTATION};
+use konnector::api::{Binding, ConflictPolicy};
 use konnector::policy::{Policies, PolicyLimits, PolicyRole};
-use kube::ResourceExt;
 use kube::api::{DynamicObject, PostParams};
+use kube::{Api, ResourceExt};
 use serde_json::json;
 
 const OTHERS: usize = 30;
@@ -251,6 +252,28 @@ fn a_policy_that_always_adopts_takes_only_what_the_host_allows() -> anyhow::Resu
             }
             let note = refused(s, fail_ns, "no-target").await?;
             assert!(note.contains("no provider object"), "{note}");
+            // The binding counts its refused instances under the policy's reason and says what
+            // to do.
+            let synced = wait_for("the binding counting PolicyFailed", WAIT, || async {
+                let b = Api::<Binding>::namespaced(s.consumer.clone(), fail_ns)
+                    .get(BINDING)
+                    .await?;
+                Ok(b.status.and_then(|st| {
+                    st.conditions.into_iter().find(|c| {
+                        c.type_ == "Synced"
+                            && c.reason == "PolicyFailed"
+                            && c.message.starts_with("3 of 3 instance(s) not in sync")
+                    })
+                }))
+            })
+            .await?;
+            assert_eq!(synced.status, "False");
+            assert!(
+                synced.message.contains("PolicyFailed: 3 e.g. ")
+                    && synced.message.contains("the conflict policy module failed"),
+                "{}",
+                synced.message
+            );
             // Retries keep being refused: nothing changes on the provider for a while.
             stays(
                 "the guarded provider objects unchanged",

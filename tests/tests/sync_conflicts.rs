@@ -1,7 +1,8 @@
 //! The ownership check and its conflict table: every row observed as the conflict annotation
 //! and a Warning Event on the instance; `Adopt` taking an unmarked target; deleting a
 //! conflicting instance leaving the foreign object; a recreated instance not owning the copy
-//! its predecessor left; and the binding's conflict count.
+//! its predecessor left; the binding's conflict count and its `Synced` count per reason; and
+//! each conflict (`ForeignObjectExists`, `OwnedByAnother`) clearing when the other object goes.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -105,7 +106,7 @@ fn unmarked_target_under_fail_is_foreign_object_exists() -> anyhow::Result<()> {
 }
 
 #[test]
-fn target_owned_by_another_cluster_is_owned_by_another() -> anyhow::Result<()> {
+fn target_owned_by_another_cluster_is_owned_by_another_until_it_goes() -> anyhow::Result<()> {
     let adopt = ConflictPolicy::Adopt;
     Scenario::bound("conflict-cluster")
         .conflict_policy(adopt)
@@ -117,7 +118,50 @@ fn target_owned_by_another_cluster_is_owned_by_another() -> anyhow::Result<()> {
             let before = foreign(s, "taken", &markers).await?;
             s.create("taken", json!({ "mine": true })).await?;
             conflict_reported(s, "taken", "OwnedByAnother").await?;
-            untouched(s, &before).await
+            untouched(s, &before).await?;
+            let synced = synced_condition(&s.instances().get("taken").await?).context("Synced")?;
+            assert_eq!(synced["status"], "False");
+            assert_eq!(synced["reason"], "OwnedByAnother");
+            let status = wait_for("the binding counting OwnedByAnother", WAIT, || async {
+                let b = s.bindings().get(BINDING).await?;
+                Ok(b.status.filter(|st| {
+                    st.conditions.iter().any(|c| {
+                        c.type_ == "Synced" && c.status == "False" && c.reason == "OwnedByAnother"
+                    })
+                }))
+            })
+            .await?;
+            let message = &status
+                .conditions
+                .iter()
+                .find(|c| c.type_ == "Synced")
+                .context("binding Synced")?
+                .message;
+            assert!(
+                message.starts_with(&format!(
+                    "1 of 1 instance(s) not in sync: conflict: 1 (OwnedByAnother: 1 e.g. {}/taken)",
+                    s.ns()
+                )),
+                "{message}"
+            );
+
+            // The other owner's copy goes: the instance takes the name and its conflict clears.
+            delete(&s.copies(), "taken").await?;
+            wait_for("OwnedByAnother cleared and Synced=True", WAIT, || async {
+                let obj = s.instances().get("taken").await?;
+                let synced = synced_condition(&obj).is_some_and(|c| {
+                    c["status"] == "True"
+                        && c["observedGeneration"] == json!(obj.metadata.generation)
+                });
+                Ok((!obj.annotations().contains_key(CONFLICT_ANNOTATION) && synced).then_some(()))
+            })
+            .await?;
+            let copy = s.copy("taken").await?;
+            assert_eq!(
+                copy.annotations().get(CONSUMER_CLUSTER_UID_ANNOTATION),
+                Some(&s.consumer_uid)
+            );
+            Ok(())
         })
 }
 

@@ -24,9 +24,53 @@ pub enum ConditionType {
     RelatedResourcesSynced,
     /// The last teardown attempt of a deleting binding failed; it is retried.
     TeardownFailed,
+    /// The autoBind ClusterBinding lists the bindable exported APIs (only on Connections with
+    /// `autoBind: true`).
+    AutoBindInSync,
 }
 
 impl ConditionType {
+    /// Every condition type, for lookups by the string stored in a condition.
+    pub const ALL: [Self; 11] = [
+        Self::SecretValid,
+        Self::Connected,
+        Self::SchemaInSync,
+        Self::PermissionDenied,
+        Self::Ready,
+        Self::Synced,
+        Self::Conflicts,
+        Self::Drained,
+        Self::RelatedResourcesSynced,
+        Self::TeardownFailed,
+        Self::AutoBindInSync,
+    ];
+
+    /// The condition type stored as `type_`, if it is one of ours.
+    pub fn parse(type_: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|t| t.as_str() == type_)
+    }
+
+    /// The step of the controller this condition reports on, used as the `action` of the
+    /// Events announcing it. The Event recorder folds Events of one object with the same type,
+    /// reason and action into one series that keeps the first note, so two conditions failing
+    /// for the same reason (a `Forbidden` related copy and a `Forbidden` teardown) must differ
+    /// in action for both notes to reach `kubectl describe`.
+    pub const fn action(self) -> &'static str {
+        match self {
+            Self::SecretValid => "ReadCredentials",
+            Self::Connected => "Connect",
+            Self::SchemaInSync => "InstallSchemas",
+            Self::PermissionDenied => "CheckPermissions",
+            Self::Ready => "Reconcile",
+            Self::Synced => "Sync",
+            Self::Conflicts => "DetectConflicts",
+            Self::Drained => "Drain",
+            Self::RelatedResourcesSynced => "CopyRelated",
+            Self::TeardownFailed => "Teardown",
+            Self::AutoBindInSync => "AutoBind",
+        }
+    }
+
     /// The string stored in `status.conditions[].type`.
     pub const fn as_str(self) -> &'static str {
         match self {
@@ -40,6 +84,7 @@ impl ConditionType {
             Self::Drained => "Drained",
             Self::RelatedResourcesSynced => "RelatedResourcesSynced",
             Self::TeardownFailed => "TeardownFailed",
+            Self::AutoBindInSync => "AutoBindInSync",
         }
     }
 }
@@ -111,6 +156,9 @@ pub enum Reason {
     /// A delete or finalizer release a binding's teardown needs failed for another reason than
     /// RBAC or an unreachable cluster.
     DeleteFailed,
+    /// A ClusterBinding named after an autoBind Connection exists without the managed label:
+    /// autoBind leaves it alone and binds nothing.
+    AutoBindNameTaken,
 }
 
 impl Reason {
@@ -146,6 +194,25 @@ impl Reason {
             Self::NamespaceNotAllowed => "NamespaceNotAllowed",
             Self::CopyFailed => "CopyFailed",
             Self::DeleteFailed => "DeleteFailed",
+            Self::AutoBindNameTaken => "AutoBindNameTaken",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_condition_type_parses_back_and_reports_a_distinct_action() {
+        let mut actions = std::collections::BTreeSet::new();
+        for type_ in ConditionType::ALL {
+            assert_eq!(ConditionType::parse(type_.as_str()), Some(type_));
+            assert!(
+                actions.insert(type_.action()),
+                "{type_:?} shares its action"
+            );
+        }
+        assert_eq!(ConditionType::parse("SomethingNew"), None);
     }
 }

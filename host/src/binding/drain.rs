@@ -20,8 +20,8 @@ use kube::api::{DeleteParams, DynamicObject, ListParams, Preconditions};
 use kube::{Api, Client, ResourceExt};
 use tracing::{info, warn};
 
-use crate::api::Reason;
 use crate::api::names::{DELETION_POLICY_ANNOTATION, DELETION_POLICY_ORPHAN, SYNCER_FINALIZER};
+use crate::api::{ConditionType, Reason};
 use crate::k8s::{ApiErrorExt, dynamic_api, remove_finalizer};
 use crate::registry::Engagement;
 use crate::schema::{ApiTarget, Refusal, ownership};
@@ -131,8 +131,15 @@ async fn release_only(
         target.plural, target.group
     );
     warn!(api = %target.plural, group = %target.group, %refusal, "consumer CRD not kbind's: finalizers released only");
-    ctx.warn(scope.binding, Reason::CRDNotManaged.as_str(), note)
-        .await;
+    // Under the teardown's action: a Ready=False CRDNotManaged Warning (action Reconcile) on
+    // the same binding must not swallow this note into its series.
+    ctx.warn(
+        scope.binding,
+        Reason::CRDNotManaged.as_str(),
+        note,
+        ConditionType::TeardownFailed.action(),
+    )
+    .await;
     match drain_instances(ctx, None, target, scope.namespace).await {
         Err(Error::ListInstances { source, .. }) if source.is_forbidden() => {
             warn!(api = %target.plural, error = %source, "instances not listable: no finalizer released");

@@ -8,6 +8,11 @@
 //!     └─▶ Ready / Synced recovered ─▶ Normal
 //! ```
 //!
+//! Each Event's action is the step its condition reports on (`Sync`, `CheckPermissions`,
+//! `CopyRelated`, `Teardown`, ...): the Event recorder folds Events of one binding with the
+//! same type, reason and action into a series keeping the first note, and a binding refused
+//! both instance writes and related copies has two different `Forbidden` stories to tell.
+//!
 //! Failure states: Ready=False for a reason only an operator can fix (not while something is
 //! merely pending), Synced=False for instance failures, Conflicts=True, PermissionDenied=True,
 //! RelatedResourcesSynced=False, TeardownFailed=True. Drains without a provider client publish
@@ -80,8 +85,7 @@ pub async fn announce<K: BindingObject>(
 ) {
     let reference = obj.object_ref(&());
     for announcement in announcements(old, new) {
-        ctx.publish(&announcement.event("Reconcile"), &reference)
-            .await;
+        ctx.publish(&announcement.event(), &reference).await;
     }
 }
 
@@ -109,7 +113,8 @@ mod tests {
             vec![Announcement {
                 warning: true,
                 reason: "ProviderRejected".into(),
-                note: "1 of 1 ...".into()
+                note: "1 of 1 ...".into(),
+                action: "Sync",
             }]
         );
         let again = conditions(&[synced_false(Reason::ProviderRejected, "2 of 2 ...")]);

@@ -280,10 +280,16 @@ impl Context {
         }
     }
 
-    /// Publishes a Warning Event on a binding; a failure to publish is only logged.
-    pub(crate) async fn warn(&self, binding: &ObjectReference, reason: &str, note: String) {
-        self.publish(&warning(reason, note, "Reconcile"), binding)
-            .await;
+    /// Publishes a Warning Event on a binding, reported under `action` (the step that went
+    /// wrong); a failure to publish is only logged.
+    pub(crate) async fn warn(
+        &self,
+        binding: &ObjectReference,
+        reason: &str,
+        note: String,
+        action: &str,
+    ) {
+        self.publish(&warning(reason, note, action), binding).await;
     }
 
     /// Publishes an Event on a binding; a failure to publish is only logged.

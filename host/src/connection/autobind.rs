@@ -1,5 +1,10 @@
 //! The autoBind ClusterBinding: one per Connection, named after it, labelled as managed,
 //! listing every exported API; deleted when nothing is exported.
+//!
+//! Its state is the Connection's `AutoBindInSync` condition: False with reason
+//! `AutoBindNameTaken` while a ClusterBinding of that name is someone else's. The Warning Event
+//! follows from the condition changing state (`super::events`), so a name clash that lasts is
+//! announced once, not on every periodic reconcile.
 
 use std::collections::BTreeMap;
 
@@ -10,7 +15,8 @@ use tracing::info;
 
 use super::{Context, Error, Result};
 use crate::api::names::{FIELD_MANAGER, MANAGED_LABEL};
-use crate::api::{ApiReference, ClusterBinding, Connection, ExportedApi};
+use crate::api::{ApiReference, ClusterBinding, ConditionType, Connection, ExportedApi, Reason};
+use crate::conditions::Desired;
 
 /// Whether a ClusterBinding is the one autoBind manages.
 pub fn is_managed(binding: &ClusterBinding) -> bool {
@@ -20,29 +26,48 @@ pub fn is_managed(binding: &ClusterBinding) -> bool {
         .is_some_and(|v| v == "true")
 }
 
-/// Brings the managed ClusterBinding in line with the exported APIs.
+/// `AutoBindInSync=False` for a ClusterBinding named `name` that autoBind does not manage.
+pub fn name_taken(name: &str) -> Desired {
+    Desired::falsy(
+        ConditionType::AutoBindInSync,
+        Reason::AutoBindNameTaken,
+        format!(
+            "ClusterBinding {name} exists without label {MANAGED_LABEL}=true; autoBind leaves it alone and binds nothing. Rename it (delete and re-create it under another name) or turn autoBind off"
+        ),
+    )
+}
+
+/// `AutoBindInSync=True` once the managed ClusterBinding lists the `apis` exported APIs (or is
+/// absent because nothing is exported).
+pub fn in_sync(name: &str, apis: usize) -> Desired {
+    let message = if apis == 0 {
+        format!("nothing is exported: no autoBind ClusterBinding {name}")
+    } else {
+        format!("ClusterBinding {name} lists the {apis} bindable exported API(s)")
+    };
+    Desired::truthy(ConditionType::AutoBindInSync, Reason::AsExpected, message)
+}
+
+/// Brings the managed ClusterBinding in line with the exported APIs; returns the
+/// `AutoBindInSync` condition saying how that went.
 pub(super) async fn sync(
     ctx: &Context,
     connection: &Connection,
     exported: &[ExportedApi],
-) -> Result<()> {
+) -> Result<Desired> {
     let name = connection.name_any();
     let api: Api<ClusterBinding> = Api::all(ctx.shared.consumer.clone());
     let existing = api.get_opt(&name).await.map_err(Error::AutoBind)?;
     if let Some(existing) = &existing
         && !is_managed(existing)
     {
-        let note = format!(
-            "ClusterBinding {name} exists without label {MANAGED_LABEL}=true; autoBind leaves it alone. Rename it or remove autoBind"
-        );
-        ctx.warn(connection, "AutoBindNameTaken", note).await;
-        return Ok(());
+        return Ok(name_taken(&name));
     }
     if exported.is_empty() {
         if existing.is_some() {
             delete(ctx, &name).await?;
         }
-        return Ok(());
+        return Ok(in_sync(&name, 0));
     }
     let apis: Vec<ApiReference> = exported
         .iter()
@@ -74,7 +99,7 @@ pub(super) async fn sync(
         .map_err(Error::AutoBind)?;
         info!(connection = %name, apis = apis.len(), "autoBind ClusterBinding updated");
     }
-    Ok(())
+    Ok(in_sync(&name, apis.len()))
 }
 
 /// Requests deletion of the managed ClusterBinding, if it exists and is managed.

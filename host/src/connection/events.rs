@@ -6,12 +6,14 @@
 //! new conditions ────┴▶ Ready turned False, or changed reason ─▶ Warning <reason>: <message>
 //!                       Ready turned True ────────────────────▶ Normal Ready: <message>
 //!                       SchemaInSync turned False / changed ──▶ Warning <reason>: <message>
+//!                       AutoBindInSync turned False / changed ▶ Warning <reason>: <message>
 //! ```
 //!
 //! Every failure of the non-deleting flow and of deletion ends in `Ready=False` with its reason
 //! (SecretNotFound, KubeconfigInvalid, Forbidden, ClusterIdentityChanged, ProviderUnreachable,
-//! DrainingBindings, ...), so Ready's transitions tell the whole story; SchemaInSync adds what
-//! does not make the Connection unready (CRDNotManaged, SchemaInstallFailed).
+//! DrainingBindings, ...), so Ready's transitions tell the whole story; SchemaInSync and
+//! AutoBindInSync add what does not make the Connection unready (CRDNotManaged,
+//! SchemaInstallFailed, AutoBindNameTaken).
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
@@ -31,7 +33,10 @@ pub fn announcements(old: &[Condition], new: &[Condition]) -> Vec<Announcement> 
                 } else {
                     Announcement::warning(now)
                 }),
-                x if x == ConditionType::SchemaInSync.as_str() && !status => {
+                x if (x == ConditionType::SchemaInSync.as_str()
+                    || x == ConditionType::AutoBindInSync.as_str())
+                    && !status =>
+                {
                     Some(Announcement::warning(now))
                 }
                 _ => None,
@@ -99,5 +104,39 @@ mod tests {
         let events = announcements(&fine, &refused);
         assert_eq!(events.len(), 1);
         assert_eq!(events[0].reason, "CRDNotManaged");
+    }
+
+    #[test]
+    fn an_auto_bind_name_clash_is_one_warning_while_it_lasts() {
+        let fine = conditions(&[ready(Reason::AsExpected, true, "connected")]);
+        let mut taken = fine.clone();
+        set(
+            &mut taken,
+            crate::connection::autobind::name_taken("p"),
+            None,
+        );
+        let events = announcements(&fine, &taken);
+        assert_eq!(events.len(), 1);
+        assert!(events[0].warning);
+        assert_eq!(events[0].reason, "AutoBindNameTaken");
+        assert!(
+            events[0].note.contains("ClusterBinding p exists"),
+            "{events:?}"
+        );
+        assert!(
+            announcements(&taken, &taken.clone()).is_empty(),
+            "a periodic reconcile finding the same clash announces nothing"
+        );
+        let mut freed = taken.clone();
+        set(
+            &mut freed,
+            crate::connection::autobind::in_sync("p", 1),
+            None,
+        );
+        assert!(announcements(&taken, &freed).is_empty());
+        assert!(
+            !announcements(&freed, &taken).is_empty(),
+            "a new clash after it cleared is announced again"
+        );
     }
 }

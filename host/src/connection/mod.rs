@@ -38,7 +38,6 @@ use tracing::{info, instrument, warn};
 use crate::api::names::{CLEANUP_FINALIZER, DEFAULT_SECRET_NAMESPACE, FIELD_MANAGER};
 use crate::api::{Binding, ClusterBinding, Connection, ConnectionStatus};
 use crate::backoff::Backoff;
-use crate::k8s::warning;
 use crate::provider::kubeconfig::Transport;
 use crate::schema::AppliedSchemas;
 use crate::shared::Shared;
@@ -96,11 +95,6 @@ impl Context {
             failures: Backoff::new(Duration::from_secs(1), config.max_backoff),
             config,
         }
-    }
-
-    async fn warn(&self, connection: &Connection, reason: &str, note: String) {
-        self.publish(connection, &warning(reason, note, "Reconcile"))
-            .await;
     }
 
     async fn publish(&self, connection: &Connection, event: &Event) {
@@ -256,8 +250,7 @@ async fn persist_status(
         .map(|s| s.conditions.as_slice())
         .unwrap_or_default();
     for announcement in events::announcements(before, &status.conditions) {
-        ctx.publish(connection, &announcement.event("Reconcile"))
-            .await;
+        ctx.publish(connection, &announcement.event()).await;
     }
     Ok(())
 }

@@ -1,11 +1,19 @@
 //! The exit codes scripts rely on: 1 with the reason and what to do when the konnector
-//! refuses a Connection, 1 for missing objects, 2 for usage errors.
+//! refuses a Connection or cannot finish a binding's teardown, 1 for missing objects, 2 for
+//! usage errors.
 
 use anyhow::{Result, ensure};
-use konnector::api::Connection;
+use kbind_tests::fixtures::{ensure_namespace, install_crd};
+use kbind_tests::syncenv::wait_for;
+use konnector::api::{Binding, Connection};
+use konnector::k8s::ApiErrorExt as _;
 use kube::Api;
+use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use serde_json::{Value, json};
 
-use super::{TIMEOUT, diagnose, kbind, path_str, setup, write_file};
+use super::least_privilege::apply_all;
+use super::{TIMEOUT, WAIT, diagnose, kbind, path_str, setup, write_file};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unusable_provider_kubeconfig_fails_connect_with_the_reason_and_what_to_do() -> Result<()>
@@ -75,6 +83,188 @@ async fn usage_errors_exit_2_and_missing_objects_exit_1() -> Result<()> {
         )
         .await?
         .expect(0)?;
+        anyhow::Ok(())
+    })
+    .await
+}
+
+/// `provider-rbac` output with `delete` taken off the rules of API group `group`: everything
+/// but deleting provider copies.
+fn without_delete(yaml: &str, group: &str) -> Result<String> {
+    let mut out = String::new();
+    for document in serde_yaml::Deserializer::from_str(yaml) {
+        let mut doc: Value = serde::Deserialize::deserialize(document)?;
+        if doc.is_null() {
+            continue;
+        }
+        if let Some(rules) = doc["rules"].as_array_mut() {
+            for rule in rules
+                .iter_mut()
+                .filter(|r| r["apiGroups"] == json!([group]))
+            {
+                if let Some(verbs) = rule["verbs"].as_array_mut() {
+                    verbs.retain(|v| v != "delete");
+                }
+            }
+        }
+        out += "---\n";
+        out += &serde_yaml::to_string(&doc)?;
+    }
+    Ok(out)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unbind_blocked_by_provider_rbac_names_the_failed_step_and_what_to_do() -> Result<()> {
+    let pair = setup().await?;
+    let group = "blocked.e2e.kbind.io";
+    let api = format!("widgets.{group}");
+    let ns = "blk-ns";
+    diagnose(pair, async {
+        let provider = pair.provider.client().await?;
+        install_crd(&provider, &super::crd_with_conditions(group, "Widget")?).await?;
+        ensure_namespace(&provider, "blk-system").await?;
+        let identity = pair
+            .provider
+            .mint_service_account("blk-system", "konnector")
+            .await?;
+        let rbac = kbind(
+            pair,
+            &[
+                "provider-rbac",
+                "--subject-kind",
+                "ServiceAccount",
+                "--subject",
+                "konnector",
+                "-n",
+                "blk-system",
+                "--api",
+                &api,
+                "--schema-source",
+                "CRD",
+                "--name",
+                "kbind-blk",
+            ],
+        )
+        .await?
+        .expect(0)?;
+        apply_all(&provider, &without_delete(&rbac.stdout, group)?).await?;
+        let kubeconfig = write_file(pair, "blk-sa.kubeconfig", &identity.kubeconfig_yaml()?)?;
+        kbind(
+            pair,
+            &[
+                "connect",
+                "blk",
+                "--provider-kubeconfig",
+                path_str(&kubeconfig)?,
+                "--schema-source",
+                "CRD",
+                "--timeout",
+                TIMEOUT,
+            ],
+        )
+        .await?
+        .expect(0)?;
+        kbind(
+            pair,
+            &[
+                "bind",
+                &api,
+                "--connection",
+                "blk",
+                "-n",
+                ns,
+                "--timeout",
+                TIMEOUT,
+            ],
+        )
+        .await?
+        .expect(0)?;
+        let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(group, "v1", "Widget"));
+        let consumer = pair.consumer.client().await?;
+        let widget: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": format!("{group}/v1"), "kind": "Widget",
+            "metadata": {"name": "w", "namespace": ns}, "spec": {"size": 1},
+        }))?;
+        Api::<DynamicObject>::namespaced_with(consumer.clone(), ns, &ar)
+            .create(&PostParams::default(), &widget)
+            .await?;
+        let copies = Api::<DynamicObject>::namespaced_with(provider.clone(), ns, &ar);
+        wait_for("the provider copy", WAIT, || async {
+            Ok(copies.get_opt("w").await?)
+        })
+        .await?;
+
+        // The provider refuses the copy's delete: unbind gives up after --timeout and says
+        // which step failed and what to do, from the binding's TeardownFailed condition.
+        let blocked = kbind(pair, &["unbind", "widgets", "-n", ns, "--timeout", "30s"])
+            .await?
+            .expect(1)?;
+        ensure!(
+            blocked.stderr.contains(
+                "TeardownFailed=True reason Forbidden: teardown blocked: deleting provider copy w"
+            ),
+            "{blocked:?}"
+        );
+        ensure!(
+            blocked.stderr.contains(&format!(
+                "what to do: {}",
+                kubectl_kbind::hints::what_to_do("Forbidden")
+            )),
+            "{blocked:?}"
+        );
+        ensure!(!blocked.stderr.contains("konnector log"), "{blocked:?}");
+
+        // Granted again, the same unbind finishes, and so does the disconnect. The konnector
+        // backs a failing teardown off (up to minutes after many attempts); a change to the
+        // binding has it retry at once.
+        apply_all(&provider, &rbac.stdout).await?;
+        let nudged = Api::<Binding>::namespaced(consumer.clone(), ns)
+            .patch(
+                "widgets",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": {"kbind.test/retry": "now"}}})),
+            )
+            .await;
+        match nudged {
+            Err(e) if !e.is_not_found() => return Err(e.into()),
+            _ => {}
+        }
+        // The retry may finish before the command starts: then there is nothing to follow.
+        kbind(
+            pair,
+            &[
+                "unbind",
+                "widgets",
+                "-n",
+                ns,
+                "--ignore-not-found",
+                "--timeout",
+                TIMEOUT,
+            ],
+        )
+        .await?
+        .expect(0)?;
+        ensure!(
+            Api::<Binding>::namespaced(consumer.clone(), ns)
+                .get_opt("widgets")
+                .await?
+                .is_none(),
+            "Binding left"
+        );
+        wait_for("the provider copy gone", WAIT, || async {
+            Ok(copies.get_opt("w").await?.is_none().then_some(()))
+        })
+        .await?;
+        kbind(pair, &["disconnect", "blk", "--timeout", TIMEOUT])
+            .await?
+            .expect(0)?;
+        ensure!(
+            Api::<Connection>::all(consumer)
+                .get_opt("blk")
+                .await?
+                .is_none(),
+            "Connection left"
+        );
         anyhow::Ok(())
     })
     .await

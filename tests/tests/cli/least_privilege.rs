@@ -37,7 +37,7 @@ where
 }
 
 /// Applies `kubectl kbind provider-rbac` output on the provider (`kubectl apply -f -`).
-async fn apply_all(provider: &Client, yaml: &str) -> Result<Vec<String>> {
+pub(super) async fn apply_all(provider: &Client, yaml: &str) -> Result<Vec<String>> {
     let mut kinds = Vec::new();
     for document in serde_yaml::Deserializer::from_str(yaml) {
         let doc: Value = serde::Deserialize::deserialize(document)?;

@@ -134,3 +134,77 @@ async fn refused_and_unreachable_providers_are_warnings() -> anyhow::Result<()> 
     })
     .await
 }
+
+#[tokio::test]
+async fn an_auto_bind_name_clash_is_one_warning_and_a_condition_while_it_lasts()
+-> anyhow::Result<()> {
+    let pair = setup()?;
+    pair.diagnose(async {
+        let consumer = pair.consumer.client().await?;
+        let name = unique("events-taken");
+        // A ClusterBinding of the consumer's own under the name autoBind would use; it points
+        // elsewhere, so it never holds up this Connection's deletion.
+        let bindings: Api<ClusterBinding> = Api::all(consumer.clone());
+        let theirs = ClusterBinding::new(
+            &name,
+            BindingSpec {
+                connection_ref: ConnectionReference {
+                    name: format!("{name}-elsewhere"),
+                },
+                apis: vec![ApiReference {
+                    name: format!("things.{name}.example.org"),
+                }],
+                conflict_policy: Default::default(),
+                related_resources: Vec::new(),
+            }
+            .into(),
+        );
+        bindings.create(&PostParams::default(), &theirs).await?;
+        put_kubeconfig_secret(&consumer, &name, &pair.provider.admin().kubeconfig_yaml()?).await?;
+        let connections: Api<Connection> = Api::all(consumer.clone());
+        connections
+            .create(
+                &PostParams::default(),
+                &connection(&name, &name, crd_source(), true),
+            )
+            .await?;
+
+        let warning = warned_once(&consumer, &name, "AutoBindNameTaken").await?;
+        let note = warning.note.unwrap_or_default();
+        assert!(
+            note.contains(&format!("ClusterBinding {name} exists")),
+            "{note}"
+        );
+        assert_eq!(warning.action.as_deref(), Some("AutoBind"));
+        let taken = wait_connection(&consumer, &name, "AutoBindInSync=False", |c| {
+            has_condition(c, "AutoBindInSync", "False", "AutoBindNameTaken")
+        })
+        .await?;
+        assert!(
+            has_condition(&taken, "Ready", "True", "AsExpected"),
+            "a name clash does not make the Connection unready"
+        );
+        let theirs = bindings.get(&name).await?;
+        assert!(
+            !theirs.labels().contains_key(MANAGED_LABEL),
+            "autoBind left the other ClusterBinding alone"
+        );
+
+        // autoBind off: nothing left to report.
+        connections
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "spec": { "autoBind": false } })),
+            )
+            .await?;
+        wait_connection(&consumer, &name, "no AutoBindInSync condition", |c| {
+            condition(c, "AutoBindInSync").is_none()
+        })
+        .await?;
+        connections.delete(&name, &DeleteParams::default()).await?;
+        bindings.delete(&name, &DeleteParams::default()).await?;
+        anyhow::Ok(())
+    })
+    .await
+}

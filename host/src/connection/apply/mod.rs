@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! secret (SecretValid) ─▶ identities (Connected) ─▶ discover (PermissionDenied, exportedAPIs)
-//!   ─▶ refused installs ─▶ install schemas (SchemaInSync) ─▶ autoBind ─▶ heartbeat ─▶ Ready
+//!   ─▶ refused installs ─▶ install schemas (SchemaInSync) ─▶ autoBind (AutoBindInSync)
+//!   ─▶ heartbeat ─▶ Ready
 //! ```
 //!
 //! A phase that cannot go on sets its condition and `Ready=False` with its reason and stops the
@@ -115,13 +116,15 @@ impl Steps<'_> {
     }
 
     /// autoBind: the managed ClusterBinding lists every exported API whose install was not
-    /// refused (its teardown would otherwise reach a CRD kbind does not own).
+    /// refused (its teardown would otherwise reach a CRD kbind does not own); AutoBindInSync
+    /// says whether it could (only while autoBind is on).
     async fn auto_bind(
-        &self,
+        &mut self,
         discovered: &Discovered,
         refused: &BTreeMap<String, Refusal>,
     ) -> Result<(), Stop> {
         if !self.connection.spec.auto_bind {
+            conditions::remove(&mut self.status.conditions, ConditionType::AutoBindInSync);
             return Ok(());
         }
         let bindable: Vec<ExportedApi> = discovered
@@ -130,9 +133,11 @@ impl Steps<'_> {
             .filter(|api| !refused.contains_key(&api.name))
             .cloned()
             .collect();
-        autobind::sync(self.ctx, self.connection, &bindable)
+        let condition = autobind::sync(self.ctx, self.connection, &bindable)
             .await
-            .map_err(Stop::Fail)
+            .map_err(Stop::Fail)?;
+        self.set(condition);
+        Ok(())
     }
 
     /// Heartbeat: best-effort, never blocks Ready.
