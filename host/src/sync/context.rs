@@ -43,6 +43,8 @@ pub struct SyncContext {
     /// Timings.
     pub settings: SyncSettings,
     known_namespaces: Mutex<HashSet<String>>,
+    /// Held while a provider namespace is being created.
+    pub(super) namespace_creation: tokio::sync::Mutex<()>,
     failures: Backoff<(Option<String>, String)>,
 }
 
@@ -86,6 +88,7 @@ impl SyncContext {
             recent_instances: RecentWrites::default(),
             conditions_pruned: AtomicBool::new(false),
             known_namespaces: Mutex::default(),
+            namespace_creation: tokio::sync::Mutex::default(),
             failures: Backoff::new(settings.error_backoff_base, settings.error_backoff_max),
             settings,
             spec,

@@ -294,7 +294,14 @@ async fn add_finalizer(obj: &DynamicObject, ctx: &SyncContext) -> Result<()> {
 impl SyncContext {
     /// Creates the namespace on the provider unless this syncer already saw it exist.
     /// Spec: "Namespace creation and source/target RBAC are still required."
+    ///
+    /// One creation at a time: the concurrent reconciles of a first sync all meet the same
+    /// new namespace, and the ones that waited find it known instead of asking again.
     async fn ensure_provider_namespace(&self, ns: &str) -> Result<()> {
+        if self.namespace_known(ns) {
+            return Ok(());
+        }
+        let _creating = self.namespace_creation.lock().await;
         if self.namespace_known(ns) {
             return Ok(());
         }
@@ -304,13 +311,12 @@ impl SyncContext {
             }
             Ok(NamespaceState::Existed) => {}
             // Credentials may not create namespaces the provider pre-created; the write that
-            // follows tells whether it exists.
+            // follows tells whether it exists (a NotFound forgets it again).
             Ok(NamespaceState::CreateForbidden) => {
                 debug!(
                     namespace = ns,
                     "namespace create forbidden; assuming it exists"
                 );
-                return Ok(());
             }
             Err(source) => {
                 return Err(Error::CreateNamespace {
