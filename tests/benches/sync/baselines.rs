@@ -2,7 +2,7 @@
 //! same parallelism: plain server-side apply of N objects into the provider (the physical
 //! limit), and the writes the spec requires of a first sync done by a plain client.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
 use kbind_tests::faults::instance_name;
@@ -11,7 +11,9 @@ use konnector::api::names::{
     CONSUMER_CLUSTER_UID_ANNOTATION, CONSUMER_OBJECT_UID_ANNOTATION, FIELD_MANAGER, MANAGED_LABEL,
     SYNCER_FINALIZER,
 };
-use kube::api::{Patch, PatchParams};
+use kube::Api;
+use kube::api::{DynamicObject, Patch, PatchParams};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
@@ -55,8 +57,60 @@ pub async fn baseline(
     }
     report.baseline_round_trip_p50_ms = percentile_ms(&mut samples, 0.50);
     report.baseline_round_trip_p99_ms = percentile_ms(&mut samples, 0.99);
+    let mut seen = watch_round_trips(&objects, &api, &params, config.round_trips).await?;
+    report.baseline_watch_round_trip_p50_ms = percentile_ms(&mut seen, 0.50);
+    report.baseline_watch_round_trip_p99_ms = percentile_ms(&mut seen, 0.99);
     Ok(())
 }
+
+/// Sequential applies of one object, each timed until a watch on the same apiserver shows
+/// it: the hop a spec change makes twice on its way through the konnector (the konnector's
+/// consumer watch, then the watch that sees the provider copy), which a plain apply round
+/// trip does not include.
+async fn watch_round_trips(
+    objects: &Api<DynamicObject>,
+    api: &TestApi,
+    params: &PatchParams,
+    round_trips: usize,
+) -> anyhow::Result<Vec<Duration>> {
+    let (seen_tx, mut seen) = tokio::sync::mpsc::unbounded_channel();
+    let events = watcher(
+        objects.clone(),
+        watcher::Config::default().fields("metadata.name=round-trip"),
+    )
+    .applied_objects();
+    let watch = tokio::spawn(async move {
+        let mut events = std::pin::pin!(events);
+        while let Some(Ok(obj)) = events.next().await {
+            if let Some(seq) = obj.data["spec"]["seq"].as_u64() {
+                let _ = seen_tx.send(seq);
+            }
+        }
+    });
+    // The object as the watch first lists it.
+    tokio::time::timeout(WATCH_WAIT, seen.recv()).await?;
+    let mut samples = Vec::with_capacity(round_trips);
+    for seq in (0..round_trips as u64).map(|i| 1_000_000 + i) {
+        let body = api.object(Some(NS), "round-trip", json!({ "seq": seq }));
+        let started = Instant::now();
+        objects
+            .patch("round-trip", params, &Patch::Apply(&body))
+            .await?;
+        loop {
+            match tokio::time::timeout(WATCH_WAIT, seen.recv()).await? {
+                Some(shown) if shown == seq => break,
+                Some(_) => continue,
+                None => anyhow::bail!("the round-trip watch ended"),
+            }
+        }
+        samples.push(started.elapsed());
+    }
+    watch.abort();
+    Ok(samples)
+}
+
+/// How long a watch may take to show one write before the bench gives up.
+const WATCH_WAIT: Duration = Duration::from_secs(30);
 
 /// The writes the spec requires of a first sync, done by a plain client: per object the
 /// `core.kbind.io/syncer` finalizer patch on the consumer instance, the server-side apply of

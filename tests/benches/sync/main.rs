@@ -8,7 +8,9 @@
 //!    plain server-side apply of N objects into the provider (the physical limit), and the
 //!    *required writes* of a first sync done by a plain kube-rs client (per object the
 //!    consumer finalizer patch, the provider apply and the instance's `Synced=True` status:
-//!    what the spec asks for and nothing more); one apply round-trip (p50/p99);
+//!    what the spec asks for and nothing more); one apply round-trip (p50/p99), and one apply
+//!    until a watch shows it (the hop a spec or status change makes twice on its way through
+//!    the konnector);
 //! 2. initial sync: N consumer instances over 5 APIs created before the real `konnector run`
 //!    process starts; time until every provider copy exists and until every instance says
 //!    `Synced=True` (seen through watches, not polled), objects/s, ratio to both baselines,

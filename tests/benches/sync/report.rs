@@ -15,6 +15,11 @@ pub struct Report {
     pub required_writes_objects_per_s: f64,
     pub baseline_round_trip_p50_ms: f64,
     pub baseline_round_trip_p99_ms: f64,
+    /// Apply of one object until a watch on the same apiserver shows it.
+    pub baseline_watch_round_trip_p50_ms: f64,
+    pub baseline_watch_round_trip_p99_ms: f64,
+    /// The floor of the spec and status paths: two watch round trips (p99).
+    pub two_watch_round_trips_p99_ms: f64,
     /// Process start until every instance says `Synced=True` for its current generation.
     pub initial_sync_seconds: f64,
     pub initial_sync_objects_per_s: f64,
@@ -109,6 +114,15 @@ pub fn print_table(r: &Report) {
                 r.baseline_round_trip_p50_ms, r.baseline_round_trip_p99_ms
             ),
             none(),
+            "",
+        ),
+        (
+            "apply → seen by a watch p50 / p99",
+            format!(
+                "{:.1} / {:.1} ms",
+                r.baseline_watch_round_trip_p50_ms, r.baseline_watch_round_trip_p99_ms
+            ),
+            format!("two: {:.1} ms p99", r.two_watch_round_trips_p99_ms),
             "",
         ),
         (

@@ -124,6 +124,7 @@ pub async fn steady_state(
         report.spec_latency_p99_ms / report.baseline_round_trip_p99_ms;
     report.status_latency_p99_ratio_to_round_trip =
         report.status_latency_p99_ms / report.baseline_round_trip_p99_ms;
+    report.two_watch_round_trips_p99_ms = 2.0 * report.baseline_watch_round_trip_p99_ms;
     Ok(())
 }
 
