@@ -75,17 +75,9 @@ pub(super) async fn conflict(
             api: ctx.spec.api.clone(),
         })
         .inc();
-    let api = ctx.consumer_api(obj.metadata.namespace.as_deref());
-    let patch = json!({ "metadata": { "annotations": { CONFLICT_ANNOTATION: value } } });
-    let stored = api
-        .patch(
-            &obj.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
+    annotate_conflict(obj, ctx, Some(&value))
         .await
         .map_err(Error::MarkConflict)?;
-    ctx.wrote_instance(stored);
     publish(ctx, obj, EventType::Warning, reason, "Sync", message).await;
     set_synced_failure(obj, ctx, reason, message).await;
     Ok(())
@@ -149,18 +141,29 @@ async fn set_synced_failure(obj: &DynamicObject, ctx: &SyncContext, reason: Reas
 }
 
 async fn clear_conflict(obj: &DynamicObject, ctx: &SyncContext) -> Result<()> {
+    annotate_conflict(obj, ctx, None)
+        .await
+        .map_err(Error::ClearConflict)?;
+    info!("conflict resolved");
+    Ok(())
+}
+
+/// Sets (`Some`) or removes (`None`) the instance's conflict annotation.
+async fn annotate_conflict(
+    obj: &DynamicObject,
+    ctx: &SyncContext,
+    value: Option<&str>,
+) -> Result<(), kube::Error> {
     let api = ctx.consumer_api(obj.metadata.namespace.as_deref());
-    let patch = json!({ "metadata": { "annotations": { CONFLICT_ANNOTATION: null } } });
+    let patch = json!({ "metadata": { "annotations": { CONFLICT_ANNOTATION: value } } });
     let stored = api
         .patch(
             &obj.name_any(),
             &PatchParams::default(),
             &Patch::Merge(&patch),
         )
-        .await
-        .map_err(Error::ClearConflict)?;
+        .await?;
     ctx.wrote_instance(stored);
-    info!("conflict resolved");
     Ok(())
 }
 
