@@ -237,6 +237,28 @@ impl Scenario {
         self.finish(result).await
     }
 
+    /// Runs a test body, then `cleanup` whatever the body's outcome (for objects the stack does
+    /// not remove when it stops, such as a ClusterBinding on the shared pair), then stops the
+    /// stack; a failure carries the diagnostics.
+    pub async fn run_then(
+        self,
+        body: impl AsyncFnOnce(&Scenario) -> anyhow::Result<()>,
+        cleanup: impl AsyncFnOnce(&Scenario),
+    ) -> anyhow::Result<()> {
+        let result = self.check(body).await;
+        cleanup(&self).await;
+        self.finish(result).await
+    }
+
+    /// Asks for the ClusterBinding named after the scenario to be deleted, without waiting
+    /// and ignoring a failure: a best-effort cleanup for [`Scenario::run_then`].
+    pub async fn forget_cluster_binding(&self) {
+        let _ = self
+            .cluster_bindings()
+            .delete(&self.stack.name, &DeleteParams::default())
+            .await;
+    }
+
     /// Runs a test body without stopping the stack (for a test that cleans up after it,
     /// whatever the outcome, before [`Scenario::finish`]); a failure carries both clusters'
     /// objects of the scenario's APIs, the stack's bindings and the apiservers' log tails.
