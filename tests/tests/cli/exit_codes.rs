@@ -13,7 +13,10 @@ use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
 
 use super::least_privilege::apply_all;
-use super::{TIMEOUT, WAIT, diagnose, kbind, path_str, setup, write_file};
+use super::{
+    TIMEOUT, WAIT, bind, connect, diagnose, kbind, path_str, service_account_rbac, setup,
+    write_file,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unusable_provider_kubeconfig_fails_connect_with_the_reason_and_what_to_do() -> Result<()>
@@ -127,58 +130,11 @@ async fn an_unbind_blocked_by_provider_rbac_names_the_failed_step_and_what_to_do
             .provider
             .mint_service_account("blk-system", "konnector")
             .await?;
-        let rbac = kbind(
-            pair,
-            &[
-                "provider-rbac",
-                "--subject-kind",
-                "ServiceAccount",
-                "--subject",
-                "konnector",
-                "-n",
-                "blk-system",
-                "--api",
-                &api,
-                "--schema-source",
-                "CRD",
-                "--name",
-                "kbind-blk",
-            ],
-        )
-        .await?
-        .expect(0)?;
+        let rbac = service_account_rbac(pair, "blk-system", &api, &[], "kbind-blk").await?;
         apply_all(&provider, &without_delete(&rbac.stdout, group)?).await?;
         let kubeconfig = write_file(pair, "blk-sa.kubeconfig", &identity.kubeconfig_yaml()?)?;
-        kbind(
-            pair,
-            &[
-                "connect",
-                "blk",
-                "--provider-kubeconfig",
-                path_str(&kubeconfig)?,
-                "--schema-source",
-                "CRD",
-                "--timeout",
-                TIMEOUT,
-            ],
-        )
-        .await?
-        .expect(0)?;
-        kbind(
-            pair,
-            &[
-                "bind",
-                &api,
-                "--connection",
-                "blk",
-                "-n",
-                ns,
-                "--timeout",
-                TIMEOUT,
-            ],
-        )
-        .await?
-        .expect(0)?;
+        connect(pair, "blk", &kubeconfig, &["--schema-source", "CRD"]).await?;
+        bind(pair, &api, "blk", &["-n", ns]).await?;
         let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(group, "v1", "Widget"));
         let consumer = pair.consumer.client().await?;
         let widget: DynamicObject = serde_json::from_value(json!({

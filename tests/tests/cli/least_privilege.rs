@@ -18,7 +18,9 @@ use kube::{Api, Client};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use super::{TIMEOUT, WAIT, diagnose, kbind, path_str, setup, write_file};
+use super::{
+    TIMEOUT, WAIT, bind, connect, diagnose, kbind, service_account_rbac, setup, write_file,
+};
 
 /// Server-side applies one document as the typed object `K`.
 async fn apply<K>(api: Api<K>, doc: &Value) -> Result<()>
@@ -83,28 +85,14 @@ async fn the_konnector_works_with_exactly_the_printed_provider_rbac() -> Result<
             .await?;
 
         // Nothing but what provider-rbac prints.
-        let rbac = kbind(
+        let rbac = service_account_rbac(
             pair,
-            &[
-                "provider-rbac",
-                "--subject-kind",
-                "ServiceAccount",
-                "--subject",
-                "konnector",
-                "-n",
-                "lp-system",
-                "--api",
-                &api,
-                "--related",
-                "secrets:FromProvider",
-                "--schema-source",
-                "CRD",
-                "--name",
-                "kbind-lp",
-            ],
+            "lp-system",
+            &api,
+            &["--related", "secrets:FromProvider"],
+            "kbind-lp",
         )
-        .await?
-        .expect(0)?;
+        .await?;
         let kinds = apply_all(&provider, &rbac.stdout).await?;
         assert_eq!(
             kinds,
@@ -131,21 +119,7 @@ async fn the_konnector_works_with_exactly_the_printed_provider_rbac() -> Result<
         );
 
         let kubeconfig = write_file(pair, "lp-sa.kubeconfig", &identity.kubeconfig_yaml()?)?;
-        kbind(
-            pair,
-            &[
-                "connect",
-                "lp",
-                "--provider-kubeconfig",
-                path_str(&kubeconfig)?,
-                "--schema-source",
-                "CRD",
-                "--timeout",
-                TIMEOUT,
-            ],
-        )
-        .await?
-        .expect(0)?;
+        connect(pair, "lp", &kubeconfig, &["--schema-source", "CRD"]).await?;
         put_secret(
             &provider,
             ns,
@@ -155,23 +129,13 @@ async fn the_konnector_works_with_exactly_the_printed_provider_rbac() -> Result<
             None,
         )
         .await?;
-        kbind(
+        bind(
             pair,
-            &[
-                "bind",
-                &api,
-                "--connection",
-                "lp",
-                "-n",
-                ns,
-                "--related",
-                "secrets:FromProvider:names=lp-creds",
-                "--timeout",
-                TIMEOUT,
-            ],
+            &api,
+            "lp",
+            &["-n", ns, "--related", "secrets:FromProvider:names=lp-creds"],
         )
-        .await?
-        .expect(0)?;
+        .await?;
 
         // Spec consumer → provider.
         let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(group, "v1", "Widget"));

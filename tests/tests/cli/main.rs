@@ -140,6 +140,59 @@ fn start(pair: &ClusterPair) -> Result<SharedKonnector> {
     })
 }
 
+/// Runs `connect <name> --provider-kubeconfig <kubeconfig> <extra> --timeout` and fails unless
+/// it exits 0.
+pub async fn connect(
+    pair: &ClusterPair,
+    name: &str,
+    kubeconfig: &Path,
+    extra: &[&str],
+) -> Result<Run> {
+    let mut args = vec![
+        "connect",
+        name,
+        "--provider-kubeconfig",
+        path_str(kubeconfig)?,
+    ];
+    args.extend_from_slice(extra);
+    args.extend(["--timeout", TIMEOUT]);
+    kbind(pair, &args).await?.expect(0)
+}
+
+/// Runs `bind <api> --connection <connection> <extra> --timeout` and fails unless it exits 0.
+pub async fn bind(pair: &ClusterPair, api: &str, connection: &str, extra: &[&str]) -> Result<Run> {
+    let mut args = vec!["bind", api, "--connection", connection];
+    args.extend_from_slice(extra);
+    args.extend(["--timeout", TIMEOUT]);
+    kbind(pair, &args).await?.expect(0)
+}
+
+/// Runs `provider-rbac` for the ServiceAccount `konnector` in `namespace`, reading `api`'s
+/// schema from its CRD, with `extra` flags and the objects named `name`; fails unless it exits
+/// 0.
+pub async fn service_account_rbac(
+    pair: &ClusterPair,
+    namespace: &str,
+    api: &str,
+    extra: &[&str],
+    name: &str,
+) -> Result<Run> {
+    let mut args = vec![
+        "provider-rbac",
+        "--subject-kind",
+        "ServiceAccount",
+        "--subject",
+        "konnector",
+        "-n",
+        namespace,
+        "--api",
+        api,
+    ];
+    args.extend_from_slice(extra);
+    args.extend(["--schema-source", "CRD", "--name", name]);
+    kbind(pair, &args).await?.expect(0)
+}
+
 /// The tail of the shared konnector's log, for failure messages.
 pub fn konnector_log(pair: &ClusterPair) -> String {
     kbind_tests::testenv::tail(&pair.root().join("cli-konnector.log"), 60)
