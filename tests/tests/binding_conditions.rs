@@ -309,96 +309,96 @@ async fn provider_refusals_are_permission_denied_until_granted() -> anyhow::Resu
     let user = "opsc-denied-user";
     let api = TestApi::namespaced("denied.opsc.kbind.io");
     on_stack(ns, &api, async |stack| {
-            restricted(&stack, &api, user, ns).await?;
-            // The user may watch the API, nothing more: copies cannot be written and related
-            // Secrets cannot be listed.
-            grant(
-                &stack.provider,
-                "opsc-denied-watch",
-                user,
-                json!([{ "apiGroups": [api.group], "resources": ["widgets"], "verbs": ["get", "list", "watch"] }]),
-            )
+        restricted(&stack, &api, user, ns).await?;
+        // The user may watch the API, nothing more: copies cannot be written and related
+        // Secrets cannot be listed.
+        grant(
+            &stack.provider,
+            "opsc-denied-watch",
+            user,
+            json!([{ "apiGroups": [api.group], "resources": ["widgets"], "verbs": ["get", "list", "watch"] }]),
+        )
+        .await?;
+        put_secret(&stack.provider, ns, "shared", &[], &[("k", "v")], None).await?;
+        let mut binding = stack.binding(ns, "widgets", &[&api], ConflictPolicy::Fail);
+        binding.spec.related_resources = vec![entry(
+            RelatedResourceKind::Secrets,
+            RelatedDirection::FromProvider,
+            &["shared"],
+            &[],
+        )];
+        stack.create_ready_binding(&binding).await?;
+        api.create(&stack.consumer, Some(ns), "w", json!({ "a": 1 }))
             .await?;
-            put_secret(&stack.provider, ns, "shared", &[], &[("k", "v")], None).await?;
-            let mut binding = stack.binding(ns, "widgets", &[&api], ConflictPolicy::Fail);
-            binding.spec.related_resources = vec![entry(
-                RelatedResourceKind::Secrets,
-                RelatedDirection::FromProvider,
-                &["shared"],
-                &[],
-            )];
-            stack.create_ready_binding(&binding).await?;
-            api.create(&stack.consumer, Some(ns), "w", json!({ "a": 1 }))
-                .await?;
 
-            let denied = wait_binding(&stack, ns, "widgets", "PermissionDenied=True for writes and related", |s| {
-                condition(s, "PermissionDenied").is_some_and(|c| {
-                    c.status == "True"
-                        && c.message.contains("1 instance copy write(s) refused")
-                        && c.message.contains("related secrets")
-                }) && is(s, "RelatedResourcesSynced", "False", "Forbidden")
-            })
-            .await?;
-            assert!(is(&denied, "Synced", "False", "Forbidden"));
-            assert!(is(&denied, "Ready", "True", "AsExpected"));
-            let synced = &condition(&denied, "Synced").context("Synced")?.message;
-            assert!(
-                synced.starts_with(&format!("1 of 1 instance(s) not in sync: Forbidden: 1 e.g. {ns}/w")),
-                "counts the refused instance: {synced}"
-            );
-            assert!(synced.contains("kubectl kbind provider-rbac"), "says what to do: {synced}");
-            let message = &condition(&denied, "PermissionDenied").context("PermissionDenied")?.message;
-            assert!(message.contains("kubectl kbind provider-rbac"), "{message}");
-            let warning = event(&stack, Some(ns), "widgets", "Warning", "Forbidden").await?;
-            assert!(warning.note.is_some_and(|n| n.contains("grant")));
-            // Three conditions went Forbidden, each with its own story: each is its own Event
-            // (its own action), not one series keeping the first note.
-            let stories = wait_for("a Forbidden Warning per condition", WAIT, || async {
-                let notes: BTreeMap<String, String> = events_for(&stack.consumer, Some(ns), "widgets")
-                    .await?
-                    .into_iter()
-                    .filter(|e| e.type_.as_deref() == Some("Warning") && e.reason.as_deref() == Some("Forbidden"))
-                    .filter_map(|e| Some((e.action?, e.note?)))
-                    .collect();
-                Ok((notes.len() >= 3).then_some(notes))
-            })
-            .await?;
-            let note = |action: &str| stories.get(action).map(String::as_str).unwrap_or_default();
-            assert!(note("Sync").starts_with("1 of 1 instance(s) not in sync"), "{stories:?}");
-            assert!(note("CopyRelated").contains("related secrets"), "{stories:?}");
-            assert!(note("CheckPermissions").contains("kubectl kbind provider-rbac"), "{stories:?}");
-            let instance = api.api(&stack.consumer, Some(ns)).get("w").await?;
-            assert_eq!(
-                synced_condition(&instance).map(|c| c["reason"].clone()),
-                Some(json!("Forbidden"))
-            );
+        let denied = wait_binding(&stack, ns, "widgets", "PermissionDenied=True for writes and related", |s| {
+            condition(s, "PermissionDenied").is_some_and(|c| {
+                c.status == "True"
+                    && c.message.contains("1 instance copy write(s) refused")
+                    && c.message.contains("related secrets")
+            }) && is(s, "RelatedResourcesSynced", "False", "Forbidden")
+        })
+        .await?;
+        assert!(is(&denied, "Synced", "False", "Forbidden"));
+        assert!(is(&denied, "Ready", "True", "AsExpected"));
+        let synced = &condition(&denied, "Synced").context("Synced")?.message;
+        assert!(
+            synced.starts_with(&format!("1 of 1 instance(s) not in sync: Forbidden: 1 e.g. {ns}/w")),
+            "counts the refused instance: {synced}"
+        );
+        assert!(synced.contains("kubectl kbind provider-rbac"), "says what to do: {synced}");
+        let message = &condition(&denied, "PermissionDenied").context("PermissionDenied")?.message;
+        assert!(message.contains("kubectl kbind provider-rbac"), "{message}");
+        let warning = event(&stack, Some(ns), "widgets", "Warning", "Forbidden").await?;
+        assert!(warning.note.is_some_and(|n| n.contains("grant")));
+        // Three conditions went Forbidden, each with its own story: each is its own Event
+        // (its own action), not one series keeping the first note.
+        let stories = wait_for("a Forbidden Warning per condition", WAIT, || async {
+            let notes: BTreeMap<String, String> = events_for(&stack.consumer, Some(ns), "widgets")
+                .await?
+                .into_iter()
+                .filter(|e| e.type_.as_deref() == Some("Warning") && e.reason.as_deref() == Some("Forbidden"))
+                .filter_map(|e| Some((e.action?, e.note?)))
+                .collect();
+            Ok((notes.len() >= 3).then_some(notes))
+        })
+        .await?;
+        let note = |action: &str| stories.get(action).map(String::as_str).unwrap_or_default();
+        assert!(note("Sync").starts_with("1 of 1 instance(s) not in sync"), "{stories:?}");
+        assert!(note("CopyRelated").contains("related secrets"), "{stories:?}");
+        assert!(note("CheckPermissions").contains("kubectl kbind provider-rbac"), "{stories:?}");
+        let instance = api.api(&stack.consumer, Some(ns)).get("w").await?;
+        assert_eq!(
+            synced_condition(&instance).map(|c| c["reason"].clone()),
+            Some(json!("Forbidden"))
+        );
 
-            grant(
-                &stack.provider,
-                "opsc-denied-write",
-                user,
-                json!([
-                    { "apiGroups": [api.group], "resources": ["widgets"], "verbs": ["create", "patch", "update"] },
-                    { "apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "watch"] },
-                ]),
-            )
-            .await?;
-            let granted = wait_binding(&stack, ns, "widgets", "everything granted and in sync", |s| {
-                is(s, "PermissionDenied", "False", "AsExpected")
-                    && is(s, "Synced", "True", "AsExpected")
-                    && is(s, "RelatedResourcesSynced", "True", "AsExpected")
-            })
-            .await?;
-            assert_eq!(granted.conflict_count, 0);
-            let instance = api.api(&stack.consumer, Some(ns)).get("w").await?;
-            assert_eq!(
-                synced_condition(&instance).map(|c| c["status"].clone()),
-                Some(json!("True")),
-                "the instance's Forbidden cleared too"
-            );
-            wait_secret(&stack.consumer, ns, "shared").await?;
-            assert!(api.api(&stack.provider, Some(ns)).get_opt("w").await?.is_some());
-            anyhow::Ok(())
+        grant(
+            &stack.provider,
+            "opsc-denied-write",
+            user,
+            json!([
+                { "apiGroups": [api.group], "resources": ["widgets"], "verbs": ["create", "patch", "update"] },
+                { "apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "watch"] },
+            ]),
+        )
+        .await?;
+        let granted = wait_binding(&stack, ns, "widgets", "everything granted and in sync", |s| {
+            is(s, "PermissionDenied", "False", "AsExpected")
+                && is(s, "Synced", "True", "AsExpected")
+                && is(s, "RelatedResourcesSynced", "True", "AsExpected")
+        })
+        .await?;
+        assert_eq!(granted.conflict_count, 0);
+        let instance = api.api(&stack.consumer, Some(ns)).get("w").await?;
+        assert_eq!(
+            synced_condition(&instance).map(|c| c["status"].clone()),
+            Some(json!("True")),
+            "the instance's Forbidden cleared too"
+        );
+        wait_secret(&stack.consumer, ns, "shared").await?;
+        assert!(api.api(&stack.provider, Some(ns)).get_opt("w").await?.is_some());
+        anyhow::Ok(())
     })
     .await
 }
@@ -409,56 +409,56 @@ async fn a_blocked_teardown_says_why_until_it_can_finish() -> anyhow::Result<()>
     let user = "opsc-teardown-user";
     let api = TestApi::namespaced("teardown.opsc.kbind.io");
     on_stack(ns, &api, async |stack| {
-            restricted(&stack, &api, user, ns).await?;
-            // Everything but delete.
-            grant(
-                &stack.provider,
-                "opsc-teardown-sync",
-                user,
-                json!([{ "apiGroups": [api.group], "resources": ["widgets"], "verbs": ["get", "list", "watch", "create", "patch", "update"] }]),
-            )
+        restricted(&stack, &api, user, ns).await?;
+        // Everything but delete.
+        grant(
+            &stack.provider,
+            "opsc-teardown-sync",
+            user,
+            json!([{ "apiGroups": [api.group], "resources": ["widgets"], "verbs": ["get", "list", "watch", "create", "patch", "update"] }]),
+        )
+        .await?;
+        stack
+            .create_ready_binding(&stack.binding(ns, "widgets", &[&api], ConflictPolicy::Fail))
             .await?;
-            stack
-                .create_ready_binding(&stack.binding(ns, "widgets", &[&api], ConflictPolicy::Fail))
-                .await?;
-            api.create(&stack.consumer, Some(ns), "w", json!({ "a": 1 }))
-                .await?;
-            wait_binding(&stack, ns, "widgets", "Synced=True with the copy", |s| {
-                condition(s, "Synced").is_some_and(|c| c.message == "1 instance(s) in sync")
-            })
+        api.create(&stack.consumer, Some(ns), "w", json!({ "a": 1 }))
             .await?;
+        wait_binding(&stack, ns, "widgets", "Synced=True with the copy", |s| {
+            condition(s, "Synced").is_some_and(|c| c.message == "1 instance(s) in sync")
+        })
+        .await?;
 
-            let bindings = Api::<Binding>::namespaced(stack.consumer.clone(), ns);
-            bindings.delete("widgets", &DeleteParams::default()).await?;
-            let blocked = wait_binding(&stack, ns, "widgets", "TeardownFailed=True Forbidden", |s| {
-                is(s, "TeardownFailed", "True", "Forbidden")
-            })
-            .await?;
-            let message = &condition(&blocked, "TeardownFailed").context("TeardownFailed")?.message;
-            assert!(
-                message.contains("deleting provider copy w") && message.contains("deletion-policy=Orphan"),
-                "names the step and what to do: {message}"
-            );
-            let warning = event(&stack, Some(ns), "widgets", "Warning", "Forbidden").await?;
-            assert_eq!(warning.action.as_deref(), Some("Teardown"));
-            assert!(warning.note.is_some_and(|n| n.starts_with("teardown blocked")));
+        let bindings = Api::<Binding>::namespaced(stack.consumer.clone(), ns);
+        bindings.delete("widgets", &DeleteParams::default()).await?;
+        let blocked = wait_binding(&stack, ns, "widgets", "TeardownFailed=True Forbidden", |s| {
+            is(s, "TeardownFailed", "True", "Forbidden")
+        })
+        .await?;
+        let message = &condition(&blocked, "TeardownFailed").context("TeardownFailed")?.message;
+        assert!(
+            message.contains("deleting provider copy w") && message.contains("deletion-policy=Orphan"),
+            "names the step and what to do: {message}"
+        );
+        let warning = event(&stack, Some(ns), "widgets", "Warning", "Forbidden").await?;
+        assert_eq!(warning.action.as_deref(), Some("Teardown"));
+        assert!(warning.note.is_some_and(|n| n.starts_with("teardown blocked")));
 
-            grant(
-                &stack.provider,
-                "opsc-teardown-delete",
-                user,
-                json!([{ "apiGroups": [api.group], "resources": ["widgets"], "verbs": ["delete"] }]),
-            )
-            .await?;
-            wait_for("the binding gone", WAIT, || async {
-                Ok(bindings.get_opt("widgets").await?.is_none().then_some(()))
-            })
-            .await?;
-            wait_for("the provider copy gone", WAIT, || async {
-                Ok(api.api(&stack.provider, Some(ns)).get_opt("w").await?.is_none().then_some(()))
-            })
-            .await?;
-            anyhow::Ok(())
+        grant(
+            &stack.provider,
+            "opsc-teardown-delete",
+            user,
+            json!([{ "apiGroups": [api.group], "resources": ["widgets"], "verbs": ["delete"] }]),
+        )
+        .await?;
+        wait_for("the binding gone", WAIT, || async {
+            Ok(bindings.get_opt("widgets").await?.is_none().then_some(()))
+        })
+        .await?;
+        wait_for("the provider copy gone", WAIT, || async {
+            Ok(api.api(&stack.provider, Some(ns)).get_opt("w").await?.is_none().then_some(()))
+        })
+        .await?;
+        anyhow::Ok(())
     })
     .await
 }
