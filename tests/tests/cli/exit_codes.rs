@@ -3,7 +3,6 @@
 //! usage errors.
 
 use anyhow::{Result, ensure};
-use kbind_tests::fixtures::{ensure_namespace, install_crd};
 use kbind_tests::syncenv::wait_for;
 use konnector::api::{Binding, Connection};
 use konnector::k8s::ApiErrorExt as _;
@@ -14,8 +13,8 @@ use serde_json::{Value, json};
 
 use super::least_privilege::apply_all;
 use super::{
-    TIMEOUT, WAIT, bind, connect, diagnose, kbind, path_str, service_account_rbac, setup,
-    write_file,
+    TIMEOUT, WAIT, bind, connect, diagnose, kbind, konnector_service_account, path_str,
+    service_account_rbac, setup, write_file,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -123,13 +122,7 @@ async fn an_unbind_blocked_by_provider_rbac_names_the_failed_step_and_what_to_do
     let api = format!("widgets.{group}");
     let ns = "blk-ns";
     diagnose(pair, async {
-        let provider = pair.provider.client().await?;
-        install_crd(&provider, &super::crd_with_conditions(group, "Widget")?).await?;
-        ensure_namespace(&provider, "blk-system").await?;
-        let identity = pair
-            .provider
-            .mint_service_account("blk-system", "konnector")
-            .await?;
+        let (provider, identity) = konnector_service_account(pair, group, "blk-system").await?;
         let rbac = service_account_rbac(pair, "blk-system", &api, &[], "kbind-blk").await?;
         apply_all(&provider, &without_delete(&rbac.stdout, group)?).await?;
         let kubeconfig = write_file(pair, "blk-sa.kubeconfig", &identity.kubeconfig_yaml()?)?;

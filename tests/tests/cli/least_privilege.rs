@@ -7,7 +7,7 @@ use anyhow::{Context as _, Result, ensure};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
-use kbind_tests::fixtures::{SECRET_NAMESPACE, ensure_namespace, install_crd};
+use kbind_tests::fixtures::SECRET_NAMESPACE;
 use kbind_tests::syncenv::related::put_secret;
 use kbind_tests::syncenv::{cluster_uid, wait_for};
 use konnector::api::names::{DEFAULT_HEARTBEAT_NAMESPACE, heartbeat_lease_name};
@@ -19,7 +19,8 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use super::{
-    TIMEOUT, WAIT, bind, connect, diagnose, kbind, service_account_rbac, setup, write_file,
+    TIMEOUT, WAIT, bind, connect, diagnose, kbind, konnector_service_account, service_account_rbac,
+    setup, write_file,
 };
 
 /// Server-side applies one document as the typed object `K`.
@@ -75,14 +76,8 @@ async fn the_konnector_works_with_exactly_the_printed_provider_rbac() -> Result<
     let api = format!("widgets.{group}");
     let ns = "lp-ns";
     diagnose(pair, async {
-        let provider = pair.provider.client().await?;
+        let (provider, identity) = konnector_service_account(pair, group, "lp-system").await?;
         let consumer = pair.consumer.client().await?;
-        install_crd(&provider, &super::crd_with_conditions(group, "Widget")?).await?;
-        ensure_namespace(&provider, "lp-system").await?;
-        let identity = pair
-            .provider
-            .mint_service_account("lp-system", "konnector")
-            .await?;
 
         // Nothing but what provider-rbac prints.
         let rbac = service_account_rbac(

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result};
 use kbind_tests::fixtures::{
-    SECRET_NAMESPACE, ensure_namespace, free_port, http_get, install_core_crds,
+    SECRET_NAMESPACE, ensure_namespace, free_port, http_get, install_core_crds, install_crd,
 };
 use kbind_tests::testenv::{ClusterPair, shared_pair};
 
@@ -165,6 +165,24 @@ pub async fn bind(pair: &ClusterPair, api: &str, connection: &str, extra: &[&str
     args.extend_from_slice(extra);
     args.extend(["--timeout", TIMEOUT]);
     kbind(pair, &args).await?.expect(0)
+}
+
+/// The provider side of a least-privilege connection: `group`'s Widget CRD (with conditions)
+/// installed and the ServiceAccount `konnector` minted in `namespace`. Returns the provider's
+/// admin client and the ServiceAccount's identity.
+pub async fn konnector_service_account(
+    pair: &ClusterPair,
+    group: &str,
+    namespace: &str,
+) -> Result<(kube::Client, kbind_tests::testenv::Identity)> {
+    let provider = pair.provider.client().await?;
+    install_crd(&provider, &crd_with_conditions(group, "Widget")?).await?;
+    ensure_namespace(&provider, namespace).await?;
+    let identity = pair
+        .provider
+        .mint_service_account(namespace, "konnector")
+        .await?;
+    Ok((provider, identity))
 }
 
 /// Runs `provider-rbac` for the ServiceAccount `konnector` in `namespace`, reading `api`'s
