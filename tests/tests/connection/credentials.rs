@@ -4,25 +4,19 @@ use super::*;
 
 #[tokio::test]
 async fn missing_secret_sets_secret_not_found() -> anyhow::Result<()> {
-    let pair = setup()?;
-    pair.diagnose(async {
-        let consumer = pair.consumer.client().await?;
+    on_consumer(async |_, consumer| {
         let name = unique("no-secret");
-        let connections: Api<Connection> = Api::all(consumer.clone());
-        connections
-            .create(
-                &PostParams::default(),
-                &connection(&name, &name, SchemaPolicy::default(), false),
-            )
-            .await?;
+        create_connection(
+            &consumer,
+            &connection(&name, &name, SchemaPolicy::default(), false),
+        )
+        .await?;
         let seen = wait_connection(&consumer, &name, "SecretNotFound", |c| {
             has_condition(c, "SecretValid", "False", "SecretNotFound")
                 && has_condition(c, "Ready", "False", "SecretNotFound")
         })
         .await?;
-        let message = &condition(&seen, "SecretValid")
-            .context("SecretValid")?
-            .message;
+        let message = message(&seen, "SecretValid")?;
         assert!(
             message.contains(&name) && message.contains("kubeconfig"),
             "message tells what to create: {message}"
@@ -35,18 +29,14 @@ async fn missing_secret_sets_secret_not_found() -> anyhow::Result<()> {
 
 #[tokio::test]
 async fn garbage_kubeconfig_sets_kubeconfig_invalid() -> anyhow::Result<()> {
-    let pair = setup()?;
-    pair.diagnose(async {
-        let consumer = pair.consumer.client().await?;
+    on_consumer(async |pair, consumer| {
         let name = unique("garbage");
         put_kubeconfig_secret(&consumer, &name, "{{{ this is not a kubeconfig").await?;
-        let connections: Api<Connection> = Api::all(consumer.clone());
-        connections
-            .create(
-                &PostParams::default(),
-                &connection(&name, &name, SchemaPolicy::default(), false),
-            )
-            .await?;
+        create_connection(
+            &consumer,
+            &connection(&name, &name, SchemaPolicy::default(), false),
+        )
+        .await?;
         wait_connection(&consumer, &name, "KubeconfigInvalid", |c| {
             has_condition(c, "SecretValid", "False", "KubeconfigInvalid")
                 && has_condition(c, "Ready", "False", "KubeconfigInvalid")
@@ -62,9 +52,7 @@ async fn garbage_kubeconfig_sets_kubeconfig_invalid() -> anyhow::Result<()> {
 
 #[tokio::test]
 async fn secret_outside_designated_namespace_is_refused() -> anyhow::Result<()> {
-    let pair = setup()?;
-    pair.diagnose(async {
-        let consumer = pair.consumer.client().await?;
+    on_consumer(async |pair, consumer| {
         let name = unique("elsewhere");
         ensure_namespace(&consumer, "default").await?;
         let secrets: Api<Secret> = Api::namespaced(consumer.clone(), "default");
@@ -94,9 +82,7 @@ async fn secret_outside_designated_namespace_is_refused() -> anyhow::Result<()> 
 
 #[tokio::test]
 async fn ready_connection_pins_both_identities_and_guards_its_secret() -> anyhow::Result<()> {
-    let pair = setup()?;
-    pair.diagnose(async {
-        let consumer = pair.consumer.client().await?;
+    on_consumer(async |pair, consumer| {
         let provider = pair.provider.client().await?;
         let name = unique("ready");
         connect(&consumer, &pair.provider, &name, crd_source(), false).await?;
@@ -198,9 +184,7 @@ fn pair_not_engaged(pair: &'static ClusterPair, connection: &str) -> anyhow::Res
 #[tokio::test]
 async fn restricted_identity_without_kube_system_access_is_permission_denied() -> anyhow::Result<()>
 {
-    let pair = setup()?;
-    pair.diagnose(async {
-        let consumer = pair.consumer.client().await?;
+    on_consumer(async |pair, consumer| {
         let name = unique("nobody");
         connect_as(pair, &consumer, &name, Vec::new(), crd_source()).await?;
         let seen = wait_connection(&consumer, &name, "PermissionDenied", |c| {
@@ -208,9 +192,7 @@ async fn restricted_identity_without_kube_system_access_is_permission_denied() -
                 && has_condition(c, "Ready", "False", "Forbidden")
         })
         .await?;
-        let message = &condition(&seen, "PermissionDenied")
-            .context("PermissionDenied")?
-            .message;
+        let message = message(&seen, "PermissionDenied")?;
         assert!(message.contains("kube-system"), "{message}");
         anyhow::Ok(())
     })
@@ -219,11 +201,7 @@ async fn restricted_identity_without_kube_system_access_is_permission_denied() -
 
 #[tokio::test]
 async fn kcp_logical_cluster_identity_is_used_where_served() -> anyhow::Result<()> {
-    let pair = setup()?;
-    let provider_cluster = tokio::task::spawn_blocking(|| private_cluster("kcp")).await??;
-    pair.diagnose(async {
-        let consumer = pair.consumer.client().await?;
-        let provider = provider_cluster.client().await?;
+    with_private_provider("kcp", async |_, consumer, provider_cluster, provider| {
         let crd: CustomResourceDefinition = serde_json::from_value(json!({
             "apiVersion": "apiextensions.k8s.io/v1",
             "kind": "CustomResourceDefinition",
@@ -307,9 +285,7 @@ fn kubeconfig_values(kubeconfig: &kube::config::Kubeconfig) -> Vec<String> {
 #[tokio::test]
 async fn insecure_provider_kubeconfigs_are_refused_and_nothing_is_written_there()
 -> anyhow::Result<()> {
-    let pair = setup()?;
-    pair.diagnose(async {
-        let consumer = pair.consumer.client().await?;
+    on_consumer(async |pair, consumer| {
         let provider = pair.provider.client().await?;
         let consumer_uid = kube_system_uid(&consumer).await?;
         let skip_verify = |cluster: &mut kube::config::Cluster| {

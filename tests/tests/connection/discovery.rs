@@ -4,9 +4,7 @@ use super::*;
 
 #[tokio::test]
 async fn crd_source_exports_only_labelled_crds() -> anyhow::Result<()> {
-    let pair = setup()?;
-    pair.diagnose(async {
-        let consumer = pair.consumer.client().await?;
+    on_consumer(async |pair, consumer| {
         let provider = pair.provider.client().await?;
         let group = format!("{}.crd.example.org", unique("g"));
         install_crd(&provider, &widget_crd(&group, "Widget", true)?).await?;
@@ -37,9 +35,7 @@ async fn crd_source_exports_only_labelled_crds() -> anyhow::Result<()> {
 
 #[tokio::test]
 async fn openapi_source_exports_served_apis_without_labels() -> anyhow::Result<()> {
-    let pair = setup()?;
-    pair.diagnose(async {
-        let consumer = pair.consumer.client().await?;
+    on_consumer(async |pair, consumer| {
         let provider = pair.provider.client().await?;
         let group = format!("{}.openapi.example.org", unique("g"));
         install_crd(&provider, &widget_crd(&group, "Gizmo", false)?).await?;
@@ -73,11 +69,7 @@ async fn openapi_source_exports_served_apis_without_labels() -> anyhow::Result<(
 
 #[tokio::test]
 async fn auto_falls_back_to_openapi_only_after_an_empty_list() -> anyhow::Result<()> {
-    let pair = setup()?;
-    let provider_cluster = tokio::task::spawn_blocking(|| private_cluster("auto")).await??;
-    pair.diagnose(async {
-        let consumer = pair.consumer.client().await?;
-        let provider = provider_cluster.client().await?;
+    with_private_provider("auto", async |_, consumer, provider_cluster, provider| {
         install_crd(
             &provider,
             &widget_crd("auto.example.org", "Sprocket", false)?,
@@ -119,9 +111,7 @@ async fn auto_falls_back_to_openapi_only_after_an_empty_list() -> anyhow::Result
 
 #[tokio::test]
 async fn auto_does_not_fall_back_after_a_list_error() -> anyhow::Result<()> {
-    let pair = setup()?;
-    pair.diagnose(async {
-        let consumer = pair.consumer.client().await?;
+    on_consumer(async |pair, consumer| {
         let name = unique("auto-denied");
         // May identify the cluster, may not list CRDs.
         let rules = vec![rule(&[""], &["namespaces"], &["get"])];
@@ -142,9 +132,7 @@ async fn auto_does_not_fall_back_after_a_list_error() -> anyhow::Result<()> {
                 .and_then(|s| s.active_schema_source.as_deref()),
             Some("OpenAPI")
         );
-        let message = &condition(&seen, "PermissionDenied")
-            .context("PermissionDenied")?
-            .message;
+        let message = message(&seen, "PermissionDenied")?;
         assert!(message.contains("CRD"), "{message}");
         anyhow::Ok(())
     })
@@ -154,11 +142,7 @@ async fn auto_does_not_fall_back_after_a_list_error() -> anyhow::Result<()> {
 #[tokio::test]
 async fn pull_policy_all_installs_established_crds_and_update_policy_once_pins_them()
 -> anyhow::Result<()> {
-    let pair = setup()?;
-    let provider_cluster = tokio::task::spawn_blocking(|| private_cluster("pull-all")).await??;
-    pair.diagnose(async {
-        let consumer = pair.consumer.client().await?;
-        let provider = provider_cluster.client().await?;
+    with_private_provider("pull-all", async |_, consumer, provider_cluster, provider| {
         let (plain_group, once_group) = ("plain.pull.example.org", "once.pull.example.org");
         install_crd(&provider, &widget_crd(plain_group, "Widget", true)?).await?;
         install_crd(&provider, &widget_crd(once_group, "Widget", true)?).await?;
@@ -206,9 +190,7 @@ async fn pull_policy_all_installs_established_crds_and_update_policy_once_pins_t
 
 #[tokio::test]
 async fn newly_labelled_crd_appears_on_periodic_requeue() -> anyhow::Result<()> {
-    let pair = setup()?;
-    pair.diagnose(async {
-        let consumer = pair.consumer.client().await?;
+    on_consumer(async |pair, consumer| {
         let provider = pair.provider.client().await?;
         let group = format!("{}.late.example.org", unique("g"));
         install_crd(&provider, &widget_crd(&group, "Widget", false)?).await?;
@@ -275,11 +257,7 @@ fn rich_crd() -> anyhow::Result<CustomResourceDefinition> {
 #[tokio::test]
 async fn openapi_source_with_pull_all_synthesizes_a_crd_that_round_trips_every_field()
 -> anyhow::Result<()> {
-    let pair = setup()?;
-    let provider_cluster = tokio::task::spawn_blocking(|| private_cluster("synth")).await??;
-    pair.diagnose(async {
-        let consumer = pair.consumer.client().await?;
-        let provider = provider_cluster.client().await?;
+    with_private_provider("synth", async |_, consumer, provider_cluster, provider| {
         install_crd(&provider, &rich_crd()?).await?;
         let name = unique("synth");
         let schema = SchemaPolicy {

@@ -52,16 +52,13 @@ async fn warned_once(consumer: &kube::Client, name: &str, reason: &str) -> anyho
 #[tokio::test]
 async fn each_failure_reason_is_one_warning_and_becoming_ready_a_normal_event() -> anyhow::Result<()>
 {
-    let pair = setup()?;
-    pair.diagnose(async {
-        let consumer = pair.consumer.client().await?;
+    on_consumer(async |pair, consumer| {
         let name = unique("events");
-        Api::<Connection>::all(consumer.clone())
-            .create(
-                &PostParams::default(),
-                &connection(&name, &name, SchemaPolicy::default(), false),
-            )
-            .await?;
+        create_connection(
+            &consumer,
+            &connection(&name, &name, SchemaPolicy::default(), false),
+        )
+        .await?;
         let missing = warned_once(&consumer, &name, "SecretNotFound").await?;
         let note = missing.note.unwrap_or_default();
         assert!(note.contains(&name), "names the Secret to create: {note}");
@@ -94,9 +91,7 @@ async fn each_failure_reason_is_one_warning_and_becoming_ready_a_normal_event() 
 
 #[tokio::test]
 async fn refused_and_unreachable_providers_are_warnings() -> anyhow::Result<()> {
-    let pair = setup()?;
-    pair.diagnose(async {
-        let consumer = pair.consumer.client().await?;
+    on_consumer(async |pair, consumer| {
         // No RBAC at all: the identity read is refused.
         let refused = unique("events-refused");
         connect_as(pair, &consumer, &refused, Vec::new(), crd_source()).await?;
@@ -117,12 +112,11 @@ async fn refused_and_unreachable_providers_are_warnings() -> anyhow::Result<()> 
             .replace(&server, &format!("https://127.0.0.1:{port}"));
         anyhow::ensure!(kubeconfig.contains(&port.to_string()), "server replaced");
         put_kubeconfig_secret(&consumer, &unreachable, &kubeconfig).await?;
-        Api::<Connection>::all(consumer.clone())
-            .create(
-                &PostParams::default(),
-                &connection(&unreachable, &unreachable, crd_source(), false),
-            )
-            .await?;
+        create_connection(
+            &consumer,
+            &connection(&unreachable, &unreachable, crd_source(), false),
+        )
+        .await?;
         warned_once(&consumer, &unreachable, "ProviderUnreachable").await?;
 
         for name in [refused, unreachable] {
@@ -138,27 +132,12 @@ async fn refused_and_unreachable_providers_are_warnings() -> anyhow::Result<()> 
 #[tokio::test]
 async fn an_auto_bind_name_clash_is_one_warning_and_a_condition_while_it_lasts()
 -> anyhow::Result<()> {
-    let pair = setup()?;
-    pair.diagnose(async {
-        let consumer = pair.consumer.client().await?;
+    on_consumer(async |pair, consumer| {
         let name = unique("events-taken");
         // A ClusterBinding of the consumer's own under the name autoBind would use; it points
         // elsewhere, so it never holds up this Connection's deletion.
         let bindings: Api<ClusterBinding> = Api::all(consumer.clone());
-        let theirs = ClusterBinding::new(
-            &name,
-            BindingSpec {
-                connection_ref: ConnectionReference {
-                    name: format!("{name}-elsewhere"),
-                },
-                apis: vec![ApiReference {
-                    name: format!("things.{name}.example.org"),
-                }],
-                conflict_policy: Default::default(),
-                related_resources: Vec::new(),
-            }
-            .into(),
-        );
+        let theirs = elsewhere_cluster_binding(&name, &name);
         bindings.create(&PostParams::default(), &theirs).await?;
         put_kubeconfig_secret(&consumer, &name, &pair.provider.admin().kubeconfig_yaml()?).await?;
         let connections: Api<Connection> = Api::all(consumer.clone());

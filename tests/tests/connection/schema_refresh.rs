@@ -17,13 +17,9 @@ fn applies(api: &str) -> u64 {
 
 #[tokio::test]
 async fn unchanged_provider_schema_is_not_applied_again() -> anyhow::Result<()> {
-    let pair = setup()?;
     // A provider of its own: Connections of other tests pulling every exported CRD of the
     // shared provider would pin this one to themselves.
-    let provider_cluster = tokio::task::spawn_blocking(|| private_cluster("refresh")).await??;
-    pair.diagnose(async {
-        let consumer = pair.consumer.client().await?;
-        let provider = provider_cluster.client().await?;
+    with_private_provider("refresh", async |_, consumer, provider_cluster, provider| {
         let group = "refresh.schema.example.org";
         let api = format!("widgets.{group}");
         install_crd(&provider, &widget_crd(group, "Widget", true)?).await?;
