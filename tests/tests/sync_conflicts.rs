@@ -9,12 +9,12 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use kbind_tests::syncenv::{
-    BINDING, Scenario, ScenarioBuilder, WAIT, delete, ensure_namespace, events_for, gone, merge,
-    stays, synced_condition, wait_for,
+    BINDING, Scenario, ScenarioBuilder, WAIT, delete, ensure_namespace, events_for, gone, stays,
+    synced_condition, wait_for,
 };
 use konnector::api::names::{
     CONFLICT_ANNOTATION, CONSUMER_CLUSTER_UID_ANNOTATION, CONSUMER_OBJECT_UID_ANNOTATION,
-    DELETION_POLICY_ANNOTATION, DELETION_POLICY_ORPHAN, MANAGED_LABEL,
+    MANAGED_LABEL,
 };
 use konnector::api::{ConditionType, ConflictPolicy};
 use konnector::conditions::is_true;
@@ -308,11 +308,7 @@ fn recreated_instance_does_not_own_the_retained_copy() -> anyhow::Result<()> {
     adopting("conflict-recreate").run(async |s| {
         let first = s.create("w", json!({ "generation": 1 })).await?;
         s.copy("w").await?;
-        let orphan = json!({ "metadata": { "annotations": {
-            DELETION_POLICY_ANNOTATION: DELETION_POLICY_ORPHAN } } });
-        merge(&s.instances(), "w", orphan).await?;
-        delete(&s.instances(), "w").await?;
-        gone(&s.instances(), "w").await?;
+        s.orphan("w").await?;
 
         let second = s.create("w", json!({ "generation": 2 })).await?;
         assert_ne!(second.uid(), first.uid());

@@ -19,15 +19,16 @@
 use std::ops::Deref;
 use std::time::Duration;
 
+use konnector::api::names::{DELETION_POLICY_ANNOTATION, DELETION_POLICY_ORPHAN};
 use konnector::api::{Binding, ClusterBinding, ConflictPolicy, PullPolicy, RelatedResource};
 use konnector::binding::Settings;
 use konnector::policy::Policies;
 use konnector::registry::Engagement;
 use kube::Api;
 use kube::api::{DeleteParams, DynamicObject};
-use serde_json::Value;
+use serde_json::{Value, json};
 
-use super::{Stack, TestApi, fast_settings, wait_for};
+use super::{Stack, TestApi, delete, fast_settings, gone, merge, wait_for};
 use crate::testenv::{ClusterPair, shared_pair};
 
 /// The name of a scenario's Binding (a ClusterBinding is named after the scenario).
@@ -226,6 +227,16 @@ impl Scenario {
             Ok(copies.get_opt(name).await?)
         })
         .await
+    }
+
+    /// Deletes instance `name` under `deletion-policy: Orphan` (its provider copy is to be
+    /// kept) and waits until the instance is gone.
+    pub async fn orphan(&self, name: &str) -> anyhow::Result<()> {
+        let orphan = json!({ "metadata": { "annotations": {
+            DELETION_POLICY_ANNOTATION: DELETION_POLICY_ORPHAN } } });
+        merge(&self.instances(), name, orphan).await?;
+        delete(&self.instances(), name).await?;
+        gone(&self.instances(), name).await
     }
 
     /// Runs a test body, then stops the stack; a failure carries the diagnostics.
