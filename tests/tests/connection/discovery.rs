@@ -147,9 +147,7 @@ async fn pull_policy_all_installs_established_crds_and_update_policy_once_pins_t
         install_crd(&provider, &widget_crd(plain_group, "Widget", true)?).await?;
         install_crd(&provider, &widget_crd(once_group, "Widget", true)?).await?;
         let name = unique("pull-all");
-        let schema = SchemaPolicy { source: SchemaSource::Crd, pull_policy: PullPolicy::All, update_policy: UpdatePolicy::Once };
-        connect(&consumer, &provider_cluster, &name, schema, false).await?;
-        wait_connection(&consumer, &name, "SchemaInSync", |c| has_condition(c, "SchemaInSync", "True", "AsExpected")).await?;
+        pull_all(consumer, provider_cluster, &name, SchemaSource::Crd, UpdatePolicy::Once).await?;
         let consumer_crds: Api<CustomResourceDefinition> = Api::all(consumer.clone());
         for group in [plain_group, once_group] {
             let installed = consumer_crds.get(&format!("widgets.{group}")).await?;
@@ -260,15 +258,13 @@ async fn openapi_source_with_pull_all_synthesizes_a_crd_that_round_trips_every_f
     with_private_provider("synth", async |_, consumer, provider_cluster, provider| {
         install_crd(&provider, &rich_crd()?).await?;
         let name = unique("synth");
-        let schema = SchemaPolicy {
-            source: SchemaSource::OpenApi,
-            pull_policy: PullPolicy::All,
-            update_policy: UpdatePolicy::Always,
-        };
-        connect(&consumer, &provider_cluster, &name, schema, false).await?;
-        wait_connection(&consumer, &name, "SchemaInSync", |c| {
-            has_condition(c, "SchemaInSync", "True", "AsExpected")
-        })
+        pull_all(
+            consumer,
+            provider_cluster,
+            &name,
+            SchemaSource::OpenApi,
+            UpdatePolicy::Always,
+        )
         .await?;
 
         let installed = Api::<CustomResourceDefinition>::all(consumer.clone())

@@ -106,6 +106,28 @@ async fn create_connection(
         .await?)
 }
 
+/// Connects `name` to `provider` with `pullPolicy: All`, schemas from `source` updated under
+/// `update`, and waits until its schemas are in sync.
+async fn pull_all(
+    consumer: &kube::Client,
+    provider: &Cluster,
+    name: &str,
+    source: SchemaSource,
+    update: UpdatePolicy,
+) -> anyhow::Result<()> {
+    let schema = SchemaPolicy {
+        source,
+        pull_policy: PullPolicy::All,
+        update_policy: update,
+    };
+    connect(consumer, provider, name, schema, false).await?;
+    wait_connection(consumer, name, "SchemaInSync", |c| {
+        has_condition(c, "SchemaInSync", "True", "AsExpected")
+    })
+    .await?;
+    Ok(())
+}
+
 /// The message of `connection`'s condition `type_`; an error if it has none.
 fn message<'a>(connection: &'a Connection, type_: &str) -> anyhow::Result<&'a String> {
     Ok(&condition(connection, type_)

@@ -24,16 +24,7 @@ async fn unchanged_provider_schema_is_not_applied_again() -> anyhow::Result<()> 
         let api = format!("widgets.{group}");
         install_crd(&provider, &widget_crd(group, "Widget", true)?).await?;
         let name = unique("refresh");
-        let schema = SchemaPolicy {
-            source: SchemaSource::Crd,
-            pull_policy: PullPolicy::All,
-            update_policy: UpdatePolicy::Always,
-        };
-        connect(&consumer, &provider_cluster, &name, schema, false).await?;
-        wait_connection(&consumer, &name, "SchemaInSync", |c| {
-            has_condition(c, "SchemaInSync", "True", "AsExpected")
-        })
-        .await?;
+        pull_all(consumer, provider_cluster, &name, SchemaSource::Crd, UpdatePolicy::Always).await?;
         let first = applies(&api);
         assert!(first >= 1, "the first reconcile applies the CRD");
         // The test konnector reconciles Connections every second: several periods pass.
