@@ -128,8 +128,14 @@ async fn grant(
 
 /// A stack whose Connection is engaged with a restricted provider user, `api` exported and its
 /// consumer CRD installed by the test (the user need not read CRDs), and the namespace on both
-/// sides.
-async fn restricted(stack: &Stack, api: &TestApi, user: &str, ns: &str) -> anyhow::Result<Client> {
+/// sides; once engaged, the user is granted `rules` (ClusterRole `role`).
+async fn restricted(
+    stack: &Stack,
+    api: &TestApi,
+    (user, ns): (&str, &str),
+    role: &str,
+    rules: serde_json::Value,
+) -> anyhow::Result<Client> {
     stack.set_pull_policy(PullPolicy::None).await?;
     api.export(stack).await?;
     api.install_on_consumer(&stack.consumer, Some(&stack.name))
@@ -139,6 +145,7 @@ async fn restricted(stack: &Stack, api: &TestApi, user: &str, ns: &str) -> anyho
     let identity = shared_pair()?.provider.mint_user(user, &[])?;
     let client = identity.client().await?;
     stack.engage_with(client.clone(), &[api], user);
+    grant(&stack.provider, role, user, rules).await?;
     Ok(client)
 }
 
@@ -309,16 +316,10 @@ async fn provider_refusals_are_permission_denied_until_granted() -> anyhow::Resu
     let user = "opsc-denied-user";
     let api = TestApi::namespaced("denied.opsc.kbind.io");
     on_stack(ns, &api, async |stack| {
-        restricted(&stack, &api, user, ns).await?;
         // The user may watch the API, nothing more: copies cannot be written and related
         // Secrets cannot be listed.
-        grant(
-            &stack.provider,
-            "opsc-denied-watch",
-            user,
-            json!([{ "apiGroups": [api.group], "resources": ["widgets"], "verbs": ["get", "list", "watch"] }]),
-        )
-        .await?;
+        let watch = json!([{ "apiGroups": [api.group], "resources": ["widgets"], "verbs": ["get", "list", "watch"] }]);
+        restricted(&stack, &api, (user, ns), "opsc-denied-watch", watch).await?;
         put_secret(&stack.provider, ns, "shared", &[], &[("k", "v")], None).await?;
         let mut binding = stack.binding(ns, "widgets", &[&api], ConflictPolicy::Fail);
         binding.spec.related_resources = vec![entry(
@@ -409,15 +410,9 @@ async fn a_blocked_teardown_says_why_until_it_can_finish() -> anyhow::Result<()>
     let user = "opsc-teardown-user";
     let api = TestApi::namespaced("teardown.opsc.kbind.io");
     on_stack(ns, &api, async |stack| {
-        restricted(&stack, &api, user, ns).await?;
         // Everything but delete.
-        grant(
-            &stack.provider,
-            "opsc-teardown-sync",
-            user,
-            json!([{ "apiGroups": [api.group], "resources": ["widgets"], "verbs": ["get", "list", "watch", "create", "patch", "update"] }]),
-        )
-        .await?;
+        let sync = json!([{ "apiGroups": [api.group], "resources": ["widgets"], "verbs": ["get", "list", "watch", "create", "patch", "update"] }]);
+        restricted(&stack, &api, (user, ns), "opsc-teardown-sync", sync).await?;
         stack
             .create_ready_binding(&stack.binding(ns, "widgets", &[&api], ConflictPolicy::Fail))
             .await?;
