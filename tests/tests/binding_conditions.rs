@@ -167,19 +167,13 @@ async fn a_provider_rejection_is_counted_on_the_binding_and_clears_when_fixed() 
         api.create(&stack.consumer, Some(ns), "bad", json!({ "size": 1000 }))
             .await?;
 
-        let status = wait_binding(
-            &stack,
-            ns,
-            "widgets",
-            "Synced=False ProviderRejected",
-            |s| {
-                condition(s, "Synced").is_some_and(|c| {
-                    c.status == "False"
-                        && c.reason == "ProviderRejected"
-                        && c.message.starts_with("1 of 2 instance(s) not in sync")
-                })
-            },
-        )
+        let status = wait_binding(stack, ns, "widgets", "Synced=False ProviderRejected", |s| {
+            condition(s, "Synced").is_some_and(|c| {
+                c.status == "False"
+                    && c.reason == "ProviderRejected"
+                    && c.message.starts_with("1 of 2 instance(s) not in sync")
+            })
+        })
         .await?;
         let synced = condition(&status, "Synced").context("Synced")?;
         assert!(
@@ -197,7 +191,7 @@ async fn a_provider_rejection_is_counted_on_the_binding_and_clears_when_fixed() 
         assert!(is(&status, "Ready", "True", "AsExpected"));
         assert!(is(&status, "PermissionDenied", "False", "AsExpected"));
         assert_eq!(status.conflict_count, 0);
-        let warning = event(&stack, Some(ns), "widgets", "Warning", "ProviderRejected").await?;
+        let warning = event(stack, Some(ns), "widgets", "Warning", "ProviderRejected").await?;
         assert!(warning.note.as_deref().is_some_and(|n| n.contains("bad")));
 
         // The cause goes away: the instance and then the binding say Synced=True.
@@ -217,7 +211,7 @@ async fn a_provider_rejection_is_counted_on_the_binding_and_clears_when_fixed() 
                 .map(|_| ()))
         })
         .await?;
-        let status = wait_binding(&stack, ns, "widgets", "Synced=True", |s| {
+        let status = wait_binding(stack, ns, "widgets", "Synced=True", |s| {
             is(s, "Synced", "True", "AsExpected")
         })
         .await?;
@@ -225,7 +219,7 @@ async fn a_provider_rejection_is_counted_on_the_binding_and_clears_when_fixed() 
             condition(&status, "Synced").map(|c| c.message.as_str()),
             Some("2 instance(s) in sync")
         );
-        event(&stack, Some(ns), "widgets", "Normal", "Synced").await?;
+        event(stack, Some(ns), "widgets", "Normal", "Synced").await?;
         // One Warning for the change of state, not one per retry or requeue.
         let warnings: Vec<Event> = events_for(&stack.consumer, Some(ns), "widgets")
             .await?
@@ -246,7 +240,7 @@ async fn a_cluster_binding_counts_conflicts_in_every_namespace_and_clears_them()
     let (ns_a, ns_b) = ("opsc-conflicts-a", "opsc-conflicts-b");
     let api = TestApi::namespaced("conflicts.opsc.kbind.io");
     on_stack(name, &api, async |stack| {
-        api.export(&stack).await?;
+        api.export(stack).await?;
         stack.engage(&[&api]);
         stack
             .create_ready_cluster_binding(&stack.cluster_binding(
@@ -289,8 +283,8 @@ async fn a_cluster_binding_counts_conflicts_in_every_namespace_and_clears_them()
             "{}",
             synced.message
         );
-        event(&stack, None, name, "Warning", "ForeignObjectExists").await?;
-        event(&stack, None, name, "Warning", "ConflictsFound").await?;
+        event(stack, None, name, "Warning", "ForeignObjectExists").await?;
+        event(stack, None, name, "Warning", "ConflictsFound").await?;
 
         for ns in [ns_a, ns_b] {
             delete(&api.api(&stack.provider, Some(ns)), "taken").await?;
@@ -319,7 +313,7 @@ async fn provider_refusals_are_permission_denied_until_granted() -> anyhow::Resu
         // The user may watch the API, nothing more: copies cannot be written and related
         // Secrets cannot be listed.
         let watch = json!([{ "apiGroups": [api.group], "resources": ["widgets"], "verbs": ["get", "list", "watch"] }]);
-        restricted(&stack, &api, (user, ns), "opsc-denied-watch", watch).await?;
+        restricted(stack, &api, (user, ns), "opsc-denied-watch", watch).await?;
         put_secret(&stack.provider, ns, "shared", &[], &[("k", "v")], None).await?;
         let mut binding = stack.binding(ns, "widgets", &[&api], ConflictPolicy::Fail);
         binding.spec.related_resources = vec![entry(
@@ -332,7 +326,7 @@ async fn provider_refusals_are_permission_denied_until_granted() -> anyhow::Resu
         api.create(&stack.consumer, Some(ns), "w", json!({ "a": 1 }))
             .await?;
 
-        let denied = wait_binding(&stack, ns, "widgets", "PermissionDenied=True for writes and related", |s| {
+        let denied = wait_binding(stack, ns, "widgets", "PermissionDenied=True for writes and related", |s| {
             condition(s, "PermissionDenied").is_some_and(|c| {
                 c.status == "True"
                     && c.message.contains("1 instance copy write(s) refused")
@@ -350,7 +344,7 @@ async fn provider_refusals_are_permission_denied_until_granted() -> anyhow::Resu
         assert!(synced.contains("kubectl kbind provider-rbac"), "says what to do: {synced}");
         let message = &condition(&denied, "PermissionDenied").context("PermissionDenied")?.message;
         assert!(message.contains("kubectl kbind provider-rbac"), "{message}");
-        let warning = event(&stack, Some(ns), "widgets", "Warning", "Forbidden").await?;
+        let warning = event(stack, Some(ns), "widgets", "Warning", "Forbidden").await?;
         assert!(warning.note.is_some_and(|n| n.contains("grant")));
         // Three conditions went Forbidden, each with its own story: each is its own Event
         // (its own action), not one series keeping the first note.
@@ -384,7 +378,7 @@ async fn provider_refusals_are_permission_denied_until_granted() -> anyhow::Resu
             ]),
         )
         .await?;
-        let granted = wait_binding(&stack, ns, "widgets", "everything granted and in sync", |s| {
+        let granted = wait_binding(stack, ns, "widgets", "everything granted and in sync", |s| {
             is(s, "PermissionDenied", "False", "AsExpected")
                 && is(s, "Synced", "True", "AsExpected")
                 && is(s, "RelatedResourcesSynced", "True", "AsExpected")
@@ -412,20 +406,20 @@ async fn a_blocked_teardown_says_why_until_it_can_finish() -> anyhow::Result<()>
     on_stack(ns, &api, async |stack| {
         // Everything but delete.
         let sync = json!([{ "apiGroups": [api.group], "resources": ["widgets"], "verbs": ["get", "list", "watch", "create", "patch", "update"] }]);
-        restricted(&stack, &api, (user, ns), "opsc-teardown-sync", sync).await?;
+        restricted(stack, &api, (user, ns), "opsc-teardown-sync", sync).await?;
         stack
             .create_ready_binding(&stack.binding(ns, "widgets", &[&api], ConflictPolicy::Fail))
             .await?;
         api.create(&stack.consumer, Some(ns), "w", json!({ "a": 1 }))
             .await?;
-        wait_binding(&stack, ns, "widgets", "Synced=True with the copy", |s| {
+        wait_binding(stack, ns, "widgets", "Synced=True with the copy", |s| {
             condition(s, "Synced").is_some_and(|c| c.message == "1 instance(s) in sync")
         })
         .await?;
 
         let bindings = Api::<Binding>::namespaced(stack.consumer.clone(), ns);
         bindings.delete("widgets", &DeleteParams::default()).await?;
-        let blocked = wait_binding(&stack, ns, "widgets", "TeardownFailed=True Forbidden", |s| {
+        let blocked = wait_binding(stack, ns, "widgets", "TeardownFailed=True Forbidden", |s| {
             is(s, "TeardownFailed", "True", "Forbidden")
         })
         .await?;
@@ -434,7 +428,7 @@ async fn a_blocked_teardown_says_why_until_it_can_finish() -> anyhow::Result<()>
             message.contains("deleting provider copy w") && message.contains("deletion-policy=Orphan"),
             "names the step and what to do: {message}"
         );
-        let warning = event(&stack, Some(ns), "widgets", "Warning", "Forbidden").await?;
+        let warning = event(stack, Some(ns), "widgets", "Warning", "Forbidden").await?;
         assert_eq!(warning.action.as_deref(), Some("Teardown"));
         assert!(warning.note.is_some_and(|n| n.starts_with("teardown blocked")));
 
@@ -464,7 +458,7 @@ async fn a_restarted_konnector_keeps_the_binding_story_without_repeating_it() ->
     let ns = "opsc-restart";
     let api = TestApi::namespaced("restart.opsc.kbind.io");
     let before = on_stack(ns, &api, async |stack| {
-        api.export(&stack).await?;
+        api.export(stack).await?;
         stack.engage(&[&api]);
         stack
             .create_ready_binding(&stack.binding(ns, "widgets", &[&api], ConflictPolicy::Fail))
@@ -479,21 +473,14 @@ async fn a_restarted_konnector_keeps_the_binding_story_without_repeating_it() ->
         api.create(&stack.consumer, Some(ns), "taken", json!({ "mine": true }))
             .await?;
         let status = wait_binding(
-            &stack,
+            stack,
             ns,
             "widgets",
             "Synced=False ForeignObjectExists",
             |s| is(s, "Synced", "False", "ForeignObjectExists"),
         )
         .await?;
-        event(
-            &stack,
-            Some(ns),
-            "widgets",
-            "Warning",
-            "ForeignObjectExists",
-        )
-        .await?;
+        event(stack, Some(ns), "widgets", "Warning", "ForeignObjectExists").await?;
         condition(&status, "Synced").cloned().context("Synced")
     })
     .await?;
@@ -503,7 +490,7 @@ async fn a_restarted_konnector_keeps_the_binding_story_without_repeating_it() ->
         stack.engage(&[&api]);
         api.create(&stack.consumer, Some(ns), "after", json!({ "mine": true }))
             .await?;
-        let status = wait_binding(&stack, ns, "widgets", "the new konnector's summary", |s| {
+        let status = wait_binding(stack, ns, "widgets", "the new konnector's summary", |s| {
             condition(s, "Synced")
                 .is_some_and(|c| c.message.starts_with("1 of 2 instance(s) not in sync"))
         })

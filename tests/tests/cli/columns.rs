@@ -11,7 +11,7 @@ use konnector::api::Connection;
 use kube::Api;
 use serde_json::Value;
 
-use super::{TIMEOUT, bind, connect, diagnose, kbind, setup};
+use super::{bind, connect, diagnose, disconnect, setup};
 
 const TABLE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io";
 
@@ -161,12 +161,7 @@ async fn printer_columns_render_server_side_for_every_kind() -> Result<()> {
             "kubectl get kbind -A:\n{all}"
         );
 
-        kbind(
-            pair,
-            &["disconnect", "cols", "--cascade", "--timeout", TIMEOUT],
-        )
-        .await?
-        .expect(0)?;
+        disconnect(pair, "cols", &["--cascade"]).await?;
         anyhow::Ok(())
     })
     .await

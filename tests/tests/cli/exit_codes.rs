@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use super::least_privilege::apply_all;
 use super::{
-    TIMEOUT, WAIT, bind, connect, diagnose, kbind, konnector_service_account, path_str,
+    TIMEOUT, WAIT, bind, connect, diagnose, disconnect, kbind, konnector_service_account, path_str,
     service_account_rbac, setup, write_file,
 };
 
@@ -32,7 +32,7 @@ async fn an_unusable_provider_kubeconfig_fails_connect_with_the_reason_and_what_
             .expect(1)?;
         ensure!(run.stderr.contains("KubeconfigUnusable"), "{run:?}");
         ensure!(run.stderr.contains("what to do: embed credentials"), "{run:?}");
-        kbind(pair, &["disconnect", "insecure", "--timeout", TIMEOUT]).await?.expect(0)?;
+        disconnect(pair, "insecure", &[]).await?;
         let consumer = pair.consumer.client().await?;
         ensure!(Api::<Connection>::all(consumer).get_opt("insecure").await?.is_none(), "Connection left");
         anyhow::Ok(())
@@ -204,9 +204,7 @@ async fn an_unbind_blocked_by_provider_rbac_names_the_failed_step_and_what_to_do
             Ok(copies.get_opt("w").await?.is_none().then_some(()))
         })
         .await?;
-        kbind(pair, &["disconnect", "blk", "--timeout", TIMEOUT])
-            .await?
-            .expect(0)?;
+        disconnect(pair, "blk", &[]).await?;
         ensure!(
             Api::<Connection>::all(consumer)
                 .get_opt("blk")

@@ -19,8 +19,8 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use super::{
-    TIMEOUT, WAIT, bind, connect, diagnose, kbind, konnector_service_account, service_account_rbac,
-    setup, write_file,
+    WAIT, bind, connect, diagnose, disconnect, kbind, konnector_service_account,
+    service_account_rbac, setup, write_file,
 };
 
 /// Server-side applies one document as the typed object `K`.
@@ -209,12 +209,7 @@ async fn the_konnector_works_with_exactly_the_printed_provider_rbac() -> Result<
         );
 
         // Teardown with the same identity: the copies go, the sources stay.
-        kbind(
-            pair,
-            &["disconnect", "lp", "--cascade", "--timeout", TIMEOUT],
-        )
-        .await?
-        .expect(0)?;
+        disconnect(pair, "lp", &["--cascade"]).await?;
         ensure!(
             provider_widgets.get_opt("w").await?.is_none(),
             "provider copy left"

@@ -13,7 +13,7 @@ use kube::core::{ApiResource, GroupVersionKind};
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 
-use super::{TIMEOUT, WAIT, bind, connect, diagnose, kbind, setup};
+use super::{TIMEOUT, WAIT, bind, connect, diagnose, disconnect, kbind, setup};
 
 fn gadget(group: &str, ns: &str, name: &str) -> Result<DynamicObject> {
     Ok(serde_json::from_value(json!({
@@ -166,9 +166,7 @@ async fn connect_bind_status_unbind_disconnect_leaves_nothing_behind() -> Result
             .await?
             .expect(0)?;
         ensure!(unbound.stdout.contains("deleted"), "{unbound:?}");
-        kbind(pair, &["disconnect", "lc", "--timeout", TIMEOUT])
-            .await?
-            .expect(0)?;
+        disconnect(pair, "lc", &[]).await?;
 
         // Nothing left: Secret, Connection, Binding, instance finalizers, provider copies.
         ensure!(
@@ -266,9 +264,7 @@ async fn unbinding_the_last_cluster_binding_of_an_api_needs_yes_and_removes_its_
             Ok(crds.get_opt(&api).await?.is_none().then_some(()))
         })
         .await?;
-        kbind(pair, &["disconnect", "lastcb", "--timeout", TIMEOUT])
-            .await?
-            .expect(0)?;
+        disconnect(pair, "lastcb", &[]).await?;
         anyhow::Ok(())
     })
     .await

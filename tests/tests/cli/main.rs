@@ -167,6 +167,14 @@ pub async fn bind(pair: &ClusterPair, api: &str, connection: &str, extra: &[&str
     kbind(pair, &args).await?.expect(0)
 }
 
+/// Runs `disconnect <name> <extra> --timeout` and fails unless it exits 0.
+pub async fn disconnect(pair: &ClusterPair, name: &str, extra: &[&str]) -> Result<Run> {
+    let mut args = vec!["disconnect", name];
+    args.extend_from_slice(extra);
+    args.extend(["--timeout", TIMEOUT]);
+    kbind(pair, &args).await?.expect(0)
+}
+
 /// The provider side of a least-privilege connection: `group`'s Widget CRD (with conditions)
 /// installed and the ServiceAccount `konnector` minted in `namespace`. Returns the provider's
 /// admin client and the ServiceAccount's identity.

@@ -10,8 +10,8 @@ async fn crd_source_exports_only_labelled_crds() -> anyhow::Result<()> {
         install_crd(&provider, &widget_crd(&group, "Widget", true)?).await?;
         install_crd(&provider, &widget_crd(&group, "Gadget", false)?).await?;
         let name = unique("crd-source");
-        connect(&consumer, &pair.provider, &name, crd_source(), false).await?;
-        let seen = wait_connection(&consumer, &name, "exports", |c| {
+        connect(consumer, &pair.provider, &name, crd_source(), false).await?;
+        let seen = wait_connection(consumer, &name, "exports", |c| {
             exported_names(c).contains(&format!("widgets.{group}"))
         })
         .await?;
@@ -44,8 +44,8 @@ async fn openapi_source_exports_served_apis_without_labels() -> anyhow::Result<(
             source: SchemaSource::OpenApi,
             ..SchemaPolicy::default()
         };
-        connect(&consumer, &pair.provider, &name, schema, false).await?;
-        let seen = wait_connection(&consumer, &name, "exports", |c| {
+        connect(consumer, &pair.provider, &name, schema, false).await?;
+        let seen = wait_connection(consumer, &name, "exports", |c| {
             exported_names(c).contains(&format!("gizmos.{group}"))
         })
         .await?;
@@ -71,20 +71,20 @@ async fn openapi_source_exports_served_apis_without_labels() -> anyhow::Result<(
 async fn auto_falls_back_to_openapi_only_after_an_empty_list() -> anyhow::Result<()> {
     with_private_provider("auto", async |_, consumer, provider_cluster, provider| {
         install_crd(
-            &provider,
+            provider,
             &widget_crd("auto.example.org", "Sprocket", false)?,
         )
         .await?;
         let name = unique("auto");
         connect(
-            &consumer,
-            &provider_cluster,
+            consumer,
+            provider_cluster,
             &name,
             SchemaPolicy::default(),
             false,
         )
         .await?;
-        wait_connection(&consumer, &name, "OpenAPI after an empty list", |c| {
+        wait_connection(consumer, &name, "OpenAPI after an empty list", |c| {
             c.status
                 .as_ref()
                 .and_then(|s| s.active_schema_source.as_deref())
@@ -92,8 +92,8 @@ async fn auto_falls_back_to_openapi_only_after_an_empty_list() -> anyhow::Result
                 && exported_names(c).contains(&"sprockets.auto.example.org".to_string())
         })
         .await?;
-        install_crd(&provider, &widget_crd("auto.example.org", "Cog", true)?).await?;
-        let seen = wait_connection(&consumer, &name, "CRD once something is labelled", |c| {
+        install_crd(provider, &widget_crd("auto.example.org", "Cog", true)?).await?;
+        let seen = wait_connection(consumer, &name, "CRD once something is labelled", |c| {
             c.status
                 .as_ref()
                 .and_then(|s| s.active_schema_source.as_deref())
@@ -115,16 +115,11 @@ async fn auto_does_not_fall_back_after_a_list_error() -> anyhow::Result<()> {
         let name = unique("auto-denied");
         // May identify the cluster, may not list CRDs.
         let rules = vec![rule(&[""], &["namespaces"], &["get"])];
-        connect_as(pair, &consumer, &name, rules, SchemaPolicy::default()).await?;
-        let seen = wait_connection(
-            &consumer,
-            &name,
-            "PermissionDenied from the CRD list",
-            |c| {
-                has_condition(c, "PermissionDenied", "True", "Forbidden")
-                    && has_condition(c, "Ready", "False", "Forbidden")
-            },
-        )
+        connect_as(pair, consumer, &name, rules, SchemaPolicy::default()).await?;
+        let seen = wait_connection(consumer, &name, "PermissionDenied from the CRD list", |c| {
+            has_condition(c, "PermissionDenied", "True", "Forbidden")
+                && has_condition(c, "Ready", "False", "Forbidden")
+        })
         .await?;
         assert_ne!(
             seen.status
@@ -144,8 +139,8 @@ async fn pull_policy_all_installs_established_crds_and_update_policy_once_pins_t
 -> anyhow::Result<()> {
     with_private_provider("pull-all", async |_, consumer, provider_cluster, provider| {
         let (plain_group, once_group) = ("plain.pull.example.org", "once.pull.example.org");
-        install_crd(&provider, &widget_crd(plain_group, "Widget", true)?).await?;
-        install_crd(&provider, &widget_crd(once_group, "Widget", true)?).await?;
+        install_crd(provider, &widget_crd(plain_group, "Widget", true)?).await?;
+        install_crd(provider, &widget_crd(once_group, "Widget", true)?).await?;
         let name = unique("pull-all");
         pull_all(consumer, provider_cluster, &name, SchemaSource::Crd, UpdatePolicy::Once).await?;
         let consumer_crds: Api<CustomResourceDefinition> = Api::all(consumer.clone());
@@ -161,7 +156,7 @@ async fn pull_policy_all_installs_established_crds_and_update_policy_once_pins_t
             "spec": {"type": "object", "properties": {"size": {"type": "integer"}, "color": {"type": "string"}, "shape": {"type": "string"}}},
             "status": {"type": "object", "properties": {"phase": {"type": "string"}}}
         }}}))?;
-        install_crd(&provider, &changed).await?;
+        install_crd(provider, &changed).await?;
         tokio::time::sleep(Duration::from_secs(4)).await;
         let pinned = consumer_crds.get(&format!("widgets.{once_group}")).await?;
         let spec_props = serde_json::to_value(&pinned.spec.versions[0].schema)?;
@@ -193,8 +188,8 @@ async fn newly_labelled_crd_appears_on_periodic_requeue() -> anyhow::Result<()> 
         let group = format!("{}.late.example.org", unique("g"));
         install_crd(&provider, &widget_crd(&group, "Widget", false)?).await?;
         let name = unique("late");
-        connect(&consumer, &pair.provider, &name, crd_source(), false).await?;
-        wait_ready(&consumer, &name).await?;
+        connect(consumer, &pair.provider, &name, crd_source(), false).await?;
+        wait_ready(consumer, &name).await?;
         let crds: Api<CustomResourceDefinition> = Api::all(provider.clone());
         let label = json!({"metadata": {"labels": {EXPORTED_LABEL: "true"}}});
         crds.patch(
@@ -203,7 +198,7 @@ async fn newly_labelled_crd_appears_on_periodic_requeue() -> anyhow::Result<()> 
             &Patch::Merge(&label),
         )
         .await?;
-        wait_connection(&consumer, &name, "the new export", |c| {
+        wait_connection(consumer, &name, "the new export", |c| {
             exported_names(c).contains(&format!("widgets.{group}"))
         })
         .await?;
@@ -256,7 +251,7 @@ fn rich_crd() -> anyhow::Result<CustomResourceDefinition> {
 async fn openapi_source_with_pull_all_synthesizes_a_crd_that_round_trips_every_field()
 -> anyhow::Result<()> {
     with_private_provider("synth", async |_, consumer, provider_cluster, provider| {
-        install_crd(&provider, &rich_crd()?).await?;
+        install_crd(provider, &rich_crd()?).await?;
         let name = unique("synth");
         pull_all(
             consumer,
@@ -292,7 +287,7 @@ async fn openapi_source_with_pull_all_synthesizes_a_crd_that_round_trips_every_f
             &GroupVersionKind::gvk("rich.example.org", "v1", "Gear"),
             "gears",
         );
-        ensure_namespace(&consumer, &name).await?;
+        ensure_namespace(consumer, &name).await?;
         let gears: Api<DynamicObject> = Api::namespaced_with(consumer.clone(), &name, &resource);
         let spec = json!({
             "size": 3,

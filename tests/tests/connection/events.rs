@@ -55,23 +55,23 @@ async fn each_failure_reason_is_one_warning_and_becoming_ready_a_normal_event() 
     on_consumer(async |pair, consumer| {
         let name = unique("events");
         create_connection(
-            &consumer,
+            consumer,
             &connection(&name, &name, SchemaPolicy::default(), false),
         )
         .await?;
-        let missing = warned_once(&consumer, &name, "SecretNotFound").await?;
+        let missing = warned_once(consumer, &name, "SecretNotFound").await?;
         let note = missing.note.unwrap_or_default();
         assert!(note.contains(&name), "names the Secret to create: {note}");
         let regarding = missing.regarding.context("regarding")?;
         assert_eq!(regarding.kind.as_deref(), Some("Connection"));
         assert_eq!(regarding.name.as_deref(), Some(name.as_str()));
 
-        put_kubeconfig_secret(&consumer, &name, "{{{ not a kubeconfig").await?;
-        warned_once(&consumer, &name, "KubeconfigInvalid").await?;
+        put_kubeconfig_secret(consumer, &name, "{{{ not a kubeconfig").await?;
+        warned_once(consumer, &name, "KubeconfigInvalid").await?;
 
-        put_kubeconfig_secret(&consumer, &name, &pair.provider.admin().kubeconfig_yaml()?).await?;
-        wait_ready(&consumer, &name).await?;
-        let ready = wait_event(&consumer, &name, "Normal", "Ready").await?;
+        put_kubeconfig_secret(consumer, &name, &pair.provider.admin().kubeconfig_yaml()?).await?;
+        wait_ready(consumer, &name).await?;
+        let ready = wait_event(consumer, &name, "Normal", "Ready").await?;
         assert!(
             ready
                 .note
@@ -79,7 +79,7 @@ async fn each_failure_reason_is_one_warning_and_becoming_ready_a_normal_event() 
             "says what it is connected to"
         );
         tokio::time::sleep(Duration::from_secs(3)).await;
-        assert_eq!(events_with(&consumer, &name, "Ready").await?.len(), 1);
+        assert_eq!(events_with(consumer, &name, "Ready").await?.len(), 1);
 
         Api::<Connection>::all(consumer.clone())
             .delete(&name, &DeleteParams::default())
@@ -94,8 +94,8 @@ async fn refused_and_unreachable_providers_are_warnings() -> anyhow::Result<()> 
     on_consumer(async |pair, consumer| {
         // No RBAC at all: the identity read is refused.
         let refused = unique("events-refused");
-        connect_as(pair, &consumer, &refused, Vec::new(), crd_source()).await?;
-        let warning = warned_once(&consumer, &refused, "Forbidden").await?;
+        connect_as(pair, consumer, &refused, Vec::new(), crd_source()).await?;
+        let warning = warned_once(consumer, &refused, "Forbidden").await?;
         assert!(
             warning.note.is_some_and(|n| n.contains("kube-system")),
             "says what was refused"
@@ -111,13 +111,13 @@ async fn refused_and_unreachable_providers_are_warnings() -> anyhow::Result<()> 
             .kubeconfig_yaml()?
             .replace(&server, &format!("https://127.0.0.1:{port}"));
         anyhow::ensure!(kubeconfig.contains(&port.to_string()), "server replaced");
-        put_kubeconfig_secret(&consumer, &unreachable, &kubeconfig).await?;
+        put_kubeconfig_secret(consumer, &unreachable, &kubeconfig).await?;
         create_connection(
-            &consumer,
+            consumer,
             &connection(&unreachable, &unreachable, crd_source(), false),
         )
         .await?;
-        warned_once(&consumer, &unreachable, "ProviderUnreachable").await?;
+        warned_once(consumer, &unreachable, "ProviderUnreachable").await?;
 
         for name in [refused, unreachable] {
             Api::<Connection>::all(consumer.clone())
@@ -139,7 +139,7 @@ async fn an_auto_bind_name_clash_is_one_warning_and_a_condition_while_it_lasts()
         let bindings: Api<ClusterBinding> = Api::all(consumer.clone());
         let theirs = elsewhere_cluster_binding(&name, &name);
         bindings.create(&PostParams::default(), &theirs).await?;
-        put_kubeconfig_secret(&consumer, &name, &pair.provider.admin().kubeconfig_yaml()?).await?;
+        put_kubeconfig_secret(consumer, &name, &pair.provider.admin().kubeconfig_yaml()?).await?;
         let connections: Api<Connection> = Api::all(consumer.clone());
         connections
             .create(
@@ -148,14 +148,14 @@ async fn an_auto_bind_name_clash_is_one_warning_and_a_condition_while_it_lasts()
             )
             .await?;
 
-        let warning = warned_once(&consumer, &name, "AutoBindNameTaken").await?;
+        let warning = warned_once(consumer, &name, "AutoBindNameTaken").await?;
         let note = warning.note.unwrap_or_default();
         assert!(
             note.contains(&format!("ClusterBinding {name} exists")),
             "{note}"
         );
         assert_eq!(warning.action.as_deref(), Some("AutoBind"));
-        let taken = wait_connection(&consumer, &name, "AutoBindInSync=False", |c| {
+        let taken = wait_connection(consumer, &name, "AutoBindInSync=False", |c| {
             has_condition(c, "AutoBindInSync", "False", "AutoBindNameTaken")
         })
         .await?;
@@ -177,7 +177,7 @@ async fn an_auto_bind_name_clash_is_one_warning_and_a_condition_while_it_lasts()
                 &Patch::Merge(json!({ "spec": { "autoBind": false } })),
             )
             .await?;
-        wait_connection(&consumer, &name, "no AutoBindInSync condition", |c| {
+        wait_connection(consumer, &name, "no AutoBindInSync condition", |c| {
             condition(c, "AutoBindInSync").is_none()
         })
         .await?;

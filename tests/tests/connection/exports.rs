@@ -22,14 +22,14 @@ async fn auto_bind_never_lists_kbinds_own_api_or_a_consumer_owned_crd() -> anyho
                     crd.metadata.labels =
                         Some([(EXPORTED_LABEL.to_string(), "true".to_string())].into());
                 }
-                install_crd(&provider, &crd).await?;
+                install_crd(provider, &crd).await?;
             }
-            install_crd(&provider, &widget_crd(group, "Widget", true)?).await?;
-            install_crd(&provider, &widget_crd(group, "Gadget", true)?).await?;
+            install_crd(provider, &widget_crd(group, "Widget", true)?).await?;
+            install_crd(provider, &widget_crd(group, "Gadget", true)?).await?;
             let gadgets = format!("gadgets.{group}");
-            install_crd(&consumer, &widget_crd(group, "Gadget", false)?).await?;
+            install_crd(consumer, &widget_crd(group, "Gadget", false)?).await?;
             let name = unique("exports");
-            ensure_namespace(&consumer, &name).await?;
+            ensure_namespace(consumer, &name).await?;
             let gadget = ApiResource::from_gvk_with_plural(
                 &GroupVersionKind::gvk(group, "v1", "Gadget"),
                 "gadgets",
@@ -46,7 +46,7 @@ async fn auto_bind_never_lists_kbinds_own_api_or_a_consumer_owned_crd() -> anyho
             let bystander = elsewhere_cluster_binding(&format!("{name}-bystander"), &name);
             bindings.create(&PostParams::default(), &bystander).await?;
 
-            connect(&consumer, &provider_cluster, &name, crd_source(), true).await?;
+            connect(consumer, provider_cluster, &name, crd_source(), true).await?;
             let auto = eventually(CONVERGE, || async {
                 let auto = bindings.get(&name).await?;
                 let ready = auto.status.as_ref().is_some_and(|s| {
@@ -68,7 +68,7 @@ async fn auto_bind_never_lists_kbinds_own_api_or_a_consumer_owned_crd() -> anyho
                 vec![format!("widgets.{group}")],
                 "autoBind lists only the bindable export"
             );
-            let seen = wait_connection(&consumer, &name, "SchemaInSync=False CRDNotManaged", |c| {
+            let seen = wait_connection(consumer, &name, "SchemaInSync=False CRDNotManaged", |c| {
                 has_condition(c, "SchemaInSync", "False", "CRDNotManaged")
             })
             .await?;
@@ -85,7 +85,7 @@ async fn auto_bind_never_lists_kbinds_own_api_or_a_consumer_owned_crd() -> anyho
                 has_condition(&seen, "Ready", "True", "AsExpected"),
                 "still Ready"
             );
-            let events = events_for(&consumer, None, &name).await?;
+            let events = events_for(consumer, None, &name).await?;
             assert!(
                 events
                     .iter()

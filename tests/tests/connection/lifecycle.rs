@@ -8,9 +8,9 @@ async fn auto_bind_creates_updates_and_deletes_its_cluster_binding() -> anyhow::
         "autobind",
         async |_, consumer, provider_cluster, provider| {
             let group = "autobind.example.org";
-            install_crd(&provider, &widget_crd(group, "Widget", true)?).await?;
+            install_crd(provider, &widget_crd(group, "Widget", true)?).await?;
             let name = unique("autobind");
-            connect(&consumer, &provider_cluster, &name, crd_source(), true).await?;
+            connect(consumer, provider_cluster, &name, crd_source(), true).await?;
             let bindings: Api<ClusterBinding> = Api::all(consumer.clone());
             let apis = |b: &ClusterBinding| {
                 b.spec
@@ -26,7 +26,7 @@ async fn auto_bind_creates_updates_and_deletes_its_cluster_binding() -> anyhow::
             );
             assert_eq!(first.spec.connection_ref.name, name);
             assert_eq!(apis(&first), vec![format!("widgets.{group}")]);
-            install_crd(&provider, &widget_crd(group, "Gadget", true)?).await?;
+            install_crd(provider, &widget_crd(group, "Gadget", true)?).await?;
             eventually(CONVERGE, || async {
                 let current = bindings.get(&name).await?;
                 let expected = vec![format!("gadgets.{group}"), format!("widgets.{group}")];
@@ -59,11 +59,11 @@ async fn auto_bind_drains_an_api_the_provider_stops_exporting() -> anyhow::Resul
         "unexport",
         async |_, consumer, provider_cluster, provider| {
             let group = "unexport.example.org";
-            install_crd(&provider, &widget_crd(group, "Widget", true)?).await?;
-            install_crd(&provider, &widget_crd(group, "Gadget", true)?).await?;
+            install_crd(provider, &widget_crd(group, "Widget", true)?).await?;
+            install_crd(provider, &widget_crd(group, "Gadget", true)?).await?;
             let name = unique("unexport");
-            connect(&consumer, &provider_cluster, &name, crd_source(), true).await?;
-            ensure_namespace(&consumer, &name).await?;
+            connect(consumer, provider_cluster, &name, crd_source(), true).await?;
+            ensure_namespace(consumer, &name).await?;
             let resource =
                 |kind: &str| ApiResource::from_gvk(&GroupVersionKind::gvk(group, "v1", kind));
             let on = |client: &kube::Client, kind: &str| {
@@ -74,12 +74,12 @@ async fn auto_bind_drains_an_api_the_provider_stops_exporting() -> anyhow::Resul
                     "apiVersion": format!("{group}/v1"), "kind": kind,
                     "metadata": {"name": "x", "namespace": name}, "spec": {},
                 }))?;
-                let consumer_api = on(&consumer, kind);
+                let consumer_api = on(consumer, kind);
                 eventually(CONVERGE, || async {
                     consumer_api.create(&PostParams::default(), &object).await
                 })
                 .await?;
-                let provider_api = on(&provider, kind);
+                let provider_api = on(provider, kind);
                 eventually(CONVERGE, || async { provider_api.get("x").await }).await?;
             }
 
@@ -109,7 +109,7 @@ async fn auto_bind_drains_an_api_the_provider_stops_exporting() -> anyhow::Resul
             })
             .await?;
             let (consumer_gadgets, provider_gadgets) =
-                (on(&consumer, "Gadget"), on(&provider, "Gadget"));
+                (on(consumer, "Gadget"), on(provider, "Gadget"));
             eventually(CONVERGE, || async {
                 anyhow::ensure!(
                     provider_gadgets.get_opt("x").await?.is_none(),
@@ -136,7 +136,7 @@ async fn auto_bind_drains_an_api_the_provider_stops_exporting() -> anyhow::Resul
             })
             .await?;
             // The API still exported keeps its copy.
-            assert!(on(&provider, "Widget").get_opt("x").await?.is_some());
+            assert!(on(provider, "Widget").get_opt("x").await?.is_some());
             anyhow::Ok(())
         },
     )
@@ -148,9 +148,9 @@ async fn heartbeat_lease_is_created_and_renewed() -> anyhow::Result<()> {
     on_consumer(async |pair, consumer| {
         let provider = pair.provider.client().await?;
         let name = unique("heartbeat");
-        connect(&consumer, &pair.provider, &name, crd_source(), false).await?;
-        wait_ready(&consumer, &name).await?;
-        let consumer_uid = kube_system_uid(&consumer).await?;
+        connect(consumer, &pair.provider, &name, crd_source(), false).await?;
+        wait_ready(consumer, &name).await?;
+        let consumer_uid = kube_system_uid(consumer).await?;
         let lease_name = format!("{name}-{}", &consumer_uid[..10]);
         let leases: Api<Lease> = Api::namespaced(provider.clone(), "kbind");
         let lease = eventually(CONVERGE, || async { leases.get(&lease_name).await }).await?;
@@ -197,10 +197,10 @@ async fn heartbeat_denied_by_rbac_keeps_the_connection_ready() -> anyhow::Result
                 &["get", "list", "watch"],
             ),
         ];
-        connect_as(pair, &consumer, &name, rules, crd_source()).await?;
-        wait_ready(&consumer, &name).await?;
+        connect_as(pair, consumer, &name, rules, crd_source()).await?;
+        wait_ready(consumer, &name).await?;
         let provider = pair.provider.client().await?;
-        let consumer_uid = kube_system_uid(&consumer).await?;
+        let consumer_uid = kube_system_uid(consumer).await?;
         let lease = Api::<Lease>::namespaced(provider, "kbind")
             .get_opt(&format!("{name}-{}", &consumer_uid[..10]))
             .await?;
@@ -214,9 +214,9 @@ async fn heartbeat_denied_by_rbac_keeps_the_connection_ready() -> anyhow::Result
 async fn deletion_waits_in_draining_bindings_while_a_binding_references_it() -> anyhow::Result<()> {
     on_consumer(async |pair, consumer| {
         let name = unique("draining");
-        connect(&consumer, &pair.provider, &name, crd_source(), false).await?;
-        wait_ready(&consumer, &name).await?;
-        ensure_namespace(&consumer, &name).await?;
+        connect(consumer, &pair.provider, &name, crd_source(), false).await?;
+        wait_ready(consumer, &name).await?;
+        ensure_namespace(consumer, &name).await?;
         let bindings: Api<Binding> = Api::namespaced(consumer.clone(), &name);
         let binding = Binding::new(
             "uses-it",
@@ -232,7 +232,7 @@ async fn deletion_waits_in_draining_bindings_while_a_binding_references_it() -> 
         bindings.create(&PostParams::default(), &binding).await?;
         let connections: Api<Connection> = Api::all(consumer.clone());
         connections.delete(&name, &DeleteParams::default()).await?;
-        wait_connection(&consumer, &name, "DrainingBindings", |c| {
+        wait_connection(consumer, &name, "DrainingBindings", |c| {
             has_condition(c, "Ready", "False", "DrainingBindings")
         })
         .await?;
@@ -270,7 +270,7 @@ async fn shared_secret_keeps_its_finalizer_until_the_last_connection_is_gone() -
     on_consumer(async |pair, consumer| {
         let secret_name = unique("shared-secret");
         put_kubeconfig_secret(
-            &consumer,
+            consumer,
             &secret_name,
             &pair.provider.admin().kubeconfig_yaml()?,
         )
@@ -284,7 +284,7 @@ async fn shared_secret_keeps_its_finalizer_until_the_last_connection_is_gone() -
                     &connection(name, &secret_name, crd_source(), false),
                 )
                 .await?;
-            wait_ready(&consumer, name).await?;
+            wait_ready(consumer, name).await?;
         }
         let secrets: Api<Secret> = Api::namespaced(consumer.clone(), SECRET_NAMESPACE);
         let guarded = |s: &Secret| s.finalizers().contains(&CLEANUP_FINALIZER.to_string());

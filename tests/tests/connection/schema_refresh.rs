@@ -22,7 +22,7 @@ async fn unchanged_provider_schema_is_not_applied_again() -> anyhow::Result<()> 
     with_private_provider("refresh", async |_, consumer, provider_cluster, provider| {
         let group = "refresh.schema.example.org";
         let api = format!("widgets.{group}");
-        install_crd(&provider, &widget_crd(group, "Widget", true)?).await?;
+        install_crd(provider, &widget_crd(group, "Widget", true)?).await?;
         let name = unique("refresh");
         pull_all(consumer, provider_cluster, &name, SchemaSource::Crd, UpdatePolicy::Always).await?;
         let first = applies(&api);
@@ -37,7 +37,7 @@ async fn unchanged_provider_schema_is_not_applied_again() -> anyhow::Result<()> 
                 "spec": {"type": "object", "properties": {"size": {"type": "integer"}, "shape": {"type": "string"}}},
                 "status": {"type": "object", "properties": {"phase": {"type": "string"}}}
         }}}))?;
-        install_crd(&provider, &changed).await?;
+        install_crd(provider, &changed).await?;
         let consumer_crds: Api<CustomResourceDefinition> = Api::all(consumer.clone());
         eventually(CONVERGE, || async {
             let crd = consumer_crds.get(&api).await?;
