@@ -9,9 +9,11 @@ use kbind_tests::syncenv::related::{
     RELATED_WAIT, entry, put_configmap, put_plain_secret, put_secret, put_typed_secret,
     related_marker, secret_exists, secret_value, wait_secret, wait_secret_gone,
 };
-use kbind_tests::syncenv::{BINDING, Scenario, stays, wait_for};
+use kbind_tests::syncenv::{BINDING, Scenario, ScenarioBuilder, stays, wait_for};
 use konnector::api::names::{RELATED_BINDING_ANNOTATION, RELATED_FIELD_MANAGER};
-use konnector::api::{ConditionType, ConflictPolicy, RelatedDirection::*, RelatedResourceKind::*};
+use konnector::api::{
+    ConditionType, ConflictPolicy, RelatedDirection, RelatedDirection::*, RelatedResourceKind::*,
+};
 use konnector::conditions::is_true;
 use konnector::telemetry::{RelatedLabels, metrics};
 use kube::api::{DeleteParams, Patch, PatchParams};
@@ -339,33 +341,45 @@ async fn none_of(client: &Client, absent: &[(&str, &str)]) -> anyhow::Result<()>
     .await
 }
 
+/// An unbound scenario whose konnector runs in namespace `own` and whose ClusterBinding copies
+/// every Secret labelled `label` in `direction`.
+fn guarded(
+    name: &str,
+    own: &str,
+    direction: RelatedDirection,
+    label: (&str, &str),
+) -> ScenarioBuilder {
+    Scenario::unbound(name)
+        .settings(|settings| settings.konnector_namespace = Some(own.into()))
+        .cluster_binding()
+        .related(vec![entry(Secrets, direction, &[], &[label])])
+}
+
+/// Applies a bootstrap token Secret `bootstrap-token-<id>` labelled `label`.
+async fn put_bootstrap_token(
+    client: &Client,
+    ns: &str,
+    id: &str,
+    label: (&str, &str),
+) -> anyhow::Result<()> {
+    let token = [("token-id", id), ("token-secret", "0123456789abcdef")];
+    let token_type = "bootstrap.kubernetes.io/token";
+    let secret_name = format!("bootstrap-token-{id}");
+    put_typed_secret(client, ns, &secret_name, token_type, &[label], &token, None).await?;
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn provider_secrets_in_protected_namespaces_or_of_token_types_are_never_copied()
 -> anyhow::Result<()> {
     let (name, own) = ("rel-guard-p", "rel-guard-p-own");
     let label = ("rel-guard-p.test/related", "true");
-    let s = Scenario::unbound(name)
-        .settings(|settings| settings.konnector_namespace = Some(own.into()))
-        .cluster_binding()
-        .related(vec![entry(Secrets, FromProvider, &[], &[label])])
-        .start()
-        .await?;
+    let s = guarded(name, own, FromProvider, label).start().await?;
     s.run_then(
         async |s| {
             let p = &s.provider;
             // Injected on the provider, every one labelled for the ClusterBinding's entry:
-            let token = [("token-id", "rgp001"), ("token-secret", "0123456789abcdef")];
-            let token_type = "bootstrap.kubernetes.io/token";
-            put_typed_secret(
-                p,
-                "kube-system",
-                "bootstrap-token-rgp001",
-                token_type,
-                &[label],
-                &token,
-                None,
-            )
-            .await?;
+            put_bootstrap_token(p, "kube-system", "rgp001", label).await?;
             put_plain_secret(p, "kube-system", "rel-guard-p-sys", &[label]).await?;
             put_plain_secret(p, "kbind", "rel-guard-p-creds", &[label]).await?;
             put_plain_secret(p, own, "rel-guard-p-own", &[label]).await?;
@@ -416,30 +430,14 @@ async fn provider_secrets_in_protected_namespaces_or_of_token_types_are_never_co
 async fn from_consumer_never_touches_protected_namespaces_on_the_provider() -> anyhow::Result<()> {
     let (name, own) = ("rel-guard-c", "rel-guard-c-own");
     let label = ("rel-guard-c.test/related", "true");
-    let s = Scenario::unbound(name)
-        .settings(|settings| settings.konnector_namespace = Some(own.into()))
-        .cluster_binding()
-        .related(vec![entry(Secrets, FromConsumer, &[], &[label])])
-        .start()
-        .await?;
+    let s = guarded(name, own, FromConsumer, label).start().await?;
     s.run_then(
         async |s| {
             let c = &s.consumer;
             put_plain_secret(c, "kube-system", "rel-guard-c-sys", &[label]).await?;
             put_plain_secret(c, "kbind", "rel-guard-c-creds", &[label]).await?;
             put_plain_secret(c, own, "rel-guard-c-own", &[label]).await?;
-            let token = [("token-id", "rgc001"), ("token-secret", "0123456789abcdef")];
-            let token_type = "bootstrap.kubernetes.io/token";
-            put_typed_secret(
-                c,
-                name,
-                "bootstrap-token-rgc001",
-                token_type,
-                &[label],
-                &token,
-                None,
-            )
-            .await?;
+            put_bootstrap_token(c, name, "rgc001", label).await?;
             put_plain_secret(c, name, "plain", &[label]).await?;
             s.export_and_bind().await?;
             let cb = s.cluster_bindings().get(name).await?;
