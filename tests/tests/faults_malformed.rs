@@ -21,7 +21,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kbind_tests::faults::{create_instances, wait_copies};
 use kbind_tests::fixtures::install_crd;
 use kbind_tests::syncenv::{
-    Scenario, TestApi, events_for, merge, stays, synced_condition, wait_for,
+    Scenario, TestApi, event_note, merge, stays, synced_condition, wait_for,
 };
 use konnector::api::PullPolicy;
 use konnector::api::names::EXPORTED_LABEL;
@@ -83,18 +83,7 @@ fn malformed_consumer_instances_get_clear_errors_and_the_rest_syncs() -> anyhow:
         assert!(s.copies().get_opt(&long_name).await?.is_some());
 
         for (name, _) in &rejected {
-            let note = wait_for(
-                &format!("ProviderRejected Event on {name}"),
-                WAIT,
-                || async {
-                    let events = events_for(&s.consumer, Some(ns), name).await?;
-                    Ok(events
-                        .into_iter()
-                        .filter(|e| e.reason.as_deref() == Some("ProviderRejected"))
-                        .find_map(|e| e.note))
-                },
-            )
-            .await?;
+            let note = event_note(&s.consumer, (ns, *name), "ProviderRejected", None, WAIT).await?;
             println!("{name}: {note}");
             assert!(
                 note.contains("spec.size"),

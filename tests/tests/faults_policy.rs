@@ -26,7 +26,7 @@ use kbind_tests::faults::policy::{always_adopt_conflict_policy, poisoned_conflic
 use kbind_tests::faults::{create_instances, wait_copies};
 use kbind_tests::fixtures::metric_value;
 use kbind_tests::syncenv::{
-    BINDING, Scenario, TestApi, ensure_namespace, events_for, stays, synced_condition, wait_for,
+    BINDING, Scenario, TestApi, ensure_namespace, event_note, stays, synced_condition, wait_for,
 };
 use kbind_tests::testenv::shared_pair;
 use konnector::api::names::{CONSUMER_CLUSTER_UID_ANNOTATION, CONSUMER_OBJECT_UID_ANNOTATION};
@@ -77,14 +77,7 @@ async fn a_policy_that_traps_or_loops_on_one_object_does_not_stop_the_others() -
             wait_copies(&api, &s.provider, ns, OTHERS, WAIT).await?;
 
             for (name, expected) in [("poison-trap", "trap"), ("poison-loop", "did not finish")] {
-                let note = wait_for(&format!("PolicyFailed Event on {name}"), WAIT, || async {
-                    let events = events_for(&s.consumer, Some(ns), name).await?;
-                    Ok(events
-                        .into_iter()
-                        .filter(|e| e.reason.as_deref() == Some("PolicyFailed"))
-                        .find_map(|e| e.note))
-                })
-                .await?;
+                let note = event_note(&s.consumer, (ns, name), "PolicyFailed", None, WAIT).await?;
                 println!("{name}: {note}");
                 assert!(
                     note.contains(expected),
@@ -143,19 +136,12 @@ async fn provider_object(
 /// Waits until the consumer instance shows the refusal: a `PolicyFailed` Warning Event whose
 /// note names the refused answer, and `Synced=False` reason `PolicyFailed`.
 async fn refused(s: &Scenario, ns: &str, name: &str) -> anyhow::Result<String> {
-    let note = wait_for(
-        &format!("PolicyFailed Event on {ns}/{name}"),
+    let note = event_note(
+        &s.consumer,
+        (ns, name),
+        "PolicyFailed",
+        Some("Warning"),
         WAIT,
-        || async {
-            let events = events_for(&s.consumer, Some(ns), name).await?;
-            Ok(events
-                .into_iter()
-                .filter(|e| {
-                    e.reason.as_deref() == Some("PolicyFailed")
-                        && e.type_.as_deref() == Some("Warning")
-                })
-                .find_map(|e| e.note))
-        },
     )
     .await?;
     wait_for(

@@ -6,12 +6,14 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kbind_tests::syncenv::related::{
-    RELATED_WAIT, entry, put_configmap, put_secret, put_typed_secret, related_marker,
-    secret_exists, secret_value, wait_secret, wait_secret_gone,
+    RELATED_WAIT, entry, put_configmap, put_plain_secret, put_secret, put_typed_secret,
+    related_marker, secret_exists, secret_value, wait_secret, wait_secret_gone,
 };
-use kbind_tests::syncenv::{BINDING, Scenario, stays, wait_for};
+use kbind_tests::syncenv::{BINDING, Scenario, ScenarioBuilder, stays, wait_for};
 use konnector::api::names::{RELATED_BINDING_ANNOTATION, RELATED_FIELD_MANAGER};
-use konnector::api::{ConditionType, ConflictPolicy, RelatedDirection::*, RelatedResourceKind::*};
+use konnector::api::{
+    ConditionType, ConflictPolicy, RelatedDirection, RelatedDirection::*, RelatedResourceKind::*,
+};
 use konnector::conditions::is_true;
 use konnector::telemetry::{RelatedLabels, metrics};
 use kube::api::{DeleteParams, Patch, PatchParams};
@@ -84,8 +86,8 @@ fn names_only_select_exact_names() -> anyhow::Result<()> {
     Scenario::unbound("rel-names")
         .related(entries)
         .run(async |s| {
-            put_secret(&s.provider, s.ns(), "wanted", &[], &[("k", "v")], None).await?;
-            put_secret(&s.provider, s.ns(), "wanted-not", &[], &[("k", "v")], None).await?;
+            put_plain_secret(&s.provider, s.ns(), "wanted", &[]).await?;
+            put_plain_secret(&s.provider, s.ns(), "wanted-not", &[]).await?;
             s.export_and_bind().await?;
             wait_secret(&s.consumer, s.ns(), "wanted").await?;
             absent_for(&s.consumer, s.ns(), "wanted-not").await
@@ -99,16 +101,8 @@ fn labels_only_select_matching_labels() -> anyhow::Result<()> {
     Scenario::unbound("rel-labels")
         .related(entries)
         .run(async |s| {
-            put_secret(
-                &s.provider,
-                s.ns(),
-                "labelled",
-                &[label],
-                &[("k", "v")],
-                None,
-            )
-            .await?;
-            put_secret(&s.provider, s.ns(), "plain", &[], &[("k", "v")], None).await?;
+            put_plain_secret(&s.provider, s.ns(), "labelled", &[label]).await?;
+            put_plain_secret(&s.provider, s.ns(), "plain", &[]).await?;
             s.export_and_bind().await?;
             wait_secret(&s.consumer, s.ns(), "labelled").await?;
             absent_for(&s.consumer, s.ns(), "plain").await
@@ -122,9 +116,9 @@ fn names_and_labels_must_both_match() -> anyhow::Result<()> {
     Scenario::unbound("rel-both-match")
         .related(entries)
         .run(async |s| {
-            put_secret(&s.provider, s.ns(), "a", &[label], &[("k", "v")], None).await?;
-            put_secret(&s.provider, s.ns(), "b", &[], &[("k", "v")], None).await?;
-            put_secret(&s.provider, s.ns(), "c", &[label], &[("k", "v")], None).await?;
+            put_plain_secret(&s.provider, s.ns(), "a", &[label]).await?;
+            put_plain_secret(&s.provider, s.ns(), "b", &[]).await?;
+            put_plain_secret(&s.provider, s.ns(), "c", &[label]).await?;
             s.export_and_bind().await?;
             wait_secret(&s.consumer, s.ns(), "a").await?;
             // "b" is named but unlabelled; "c" is labelled but not named.
@@ -169,8 +163,8 @@ async fn binding_selects_its_namespace_cluster_binding_all() -> anyhow::Result<(
         .related(entries)
         .start()
         .await?;
-    let result = s
-        .check(async |s| {
+    s.run_then(
+        async |s| {
             let p = &s.provider;
             put_secret(p, ns_a, "ns-a", &[ns_label], &[("k", "a")], None).await?;
             put_secret(p, ns_b, "ns-b", &[ns_label], &[("k", "b")], None).await?;
@@ -185,13 +179,10 @@ async fn binding_selects_its_namespace_cluster_binding_all() -> anyhow::Result<(
             wait_secret(&s.consumer, ns_a, "cl-a").await?;
             wait_secret(&s.consumer, ns_b, "cl-b").await?;
             absent_for(&s.consumer, ns_b, "ns-b").await
-        })
-        .await;
-    let _ = s
-        .cluster_bindings()
-        .delete(&s.name, &DeleteParams::default())
-        .await;
-    s.finish(result).await
+        },
+        Scenario::forget_cluster_binding,
+    )
+    .await
 }
 
 #[test]
@@ -201,7 +192,7 @@ fn copy_carries_only_payload_and_the_marker() -> anyhow::Result<()> {
     Scenario::unbound("rel-payload")
         .related(entries)
         .run(async |s| {
-            put_secret(&s.provider, s.ns(), "s", &[label], &[("k", "v")], None).await?;
+            put_plain_secret(&s.provider, s.ns(), "s", &[label]).await?;
             s.export_and_bind().await?;
             let copy = wait_secret(&s.consumer, s.ns(), "s").await?;
             assert_eq!(secret_value(&copy, "k").as_deref(), Some("v"));
@@ -271,10 +262,10 @@ fn source_label_removed_deletes_the_copy() -> anyhow::Result<()> {
     Scenario::unbound("rel-unlabel")
         .related(entries)
         .run(async |s| {
-            put_secret(&s.provider, s.ns(), "s", &[label], &[("k", "v")], None).await?;
+            put_plain_secret(&s.provider, s.ns(), "s", &[label]).await?;
             s.export_and_bind().await?;
             wait_secret(&s.consumer, s.ns(), "s").await?;
-            put_secret(&s.provider, s.ns(), "s", &[], &[("k", "v")], None).await?;
+            put_plain_secret(&s.provider, s.ns(), "s", &[]).await?;
             wait_secret_gone(&s.consumer, s.ns(), "s").await?;
             anyhow::ensure!(
                 secret_exists(&s.provider, s.ns(), "s").await?,
@@ -294,8 +285,8 @@ fn binding_deleted_deletes_copies_keeps_sources() -> anyhow::Result<()> {
         .related(entries)
         .run(async |s| {
             let (consumer, provider, ns) = (&s.consumer, &s.provider, s.ns());
-            put_secret(provider, ns, "down", &[], &[("k", "v")], None).await?;
-            put_secret(consumer, ns, "up", &[], &[("k", "v")], None).await?;
+            put_plain_secret(provider, ns, "down", &[]).await?;
+            put_plain_secret(consumer, ns, "up", &[]).await?;
             s.export_and_bind().await?;
             wait_secret(consumer, ns, "down").await?;
             wait_secret(provider, ns, "up").await?;
@@ -350,52 +341,48 @@ async fn none_of(client: &Client, absent: &[(&str, &str)]) -> anyhow::Result<()>
     .await
 }
 
+/// An unbound scenario whose konnector runs in namespace `own` and whose ClusterBinding copies
+/// every Secret labelled `label` in `direction`.
+fn guarded(
+    name: &str,
+    own: &str,
+    direction: RelatedDirection,
+    label: (&str, &str),
+) -> ScenarioBuilder {
+    Scenario::unbound(name)
+        .settings(|settings| settings.konnector_namespace = Some(own.into()))
+        .cluster_binding()
+        .related(vec![entry(Secrets, direction, &[], &[label])])
+}
+
+/// Applies a bootstrap token Secret `bootstrap-token-<id>` labelled `label`.
+async fn put_bootstrap_token(
+    client: &Client,
+    ns: &str,
+    id: &str,
+    label: (&str, &str),
+) -> anyhow::Result<()> {
+    let token = [("token-id", id), ("token-secret", "0123456789abcdef")];
+    let token_type = "bootstrap.kubernetes.io/token";
+    let secret_name = format!("bootstrap-token-{id}");
+    put_typed_secret(client, ns, &secret_name, token_type, &[label], &token, None).await?;
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn provider_secrets_in_protected_namespaces_or_of_token_types_are_never_copied()
 -> anyhow::Result<()> {
     let (name, own) = ("rel-guard-p", "rel-guard-p-own");
     let label = ("rel-guard-p.test/related", "true");
-    let s = Scenario::unbound(name)
-        .settings(|settings| settings.konnector_namespace = Some(own.into()))
-        .cluster_binding()
-        .related(vec![entry(Secrets, FromProvider, &[], &[label])])
-        .start()
-        .await?;
-    let result = s
-        .check(async |s| {
+    let s = guarded(name, own, FromProvider, label).start().await?;
+    s.run_then(
+        async |s| {
             let p = &s.provider;
             // Injected on the provider, every one labelled for the ClusterBinding's entry:
-            let token = [("token-id", "rgp001"), ("token-secret", "0123456789abcdef")];
-            let token_type = "bootstrap.kubernetes.io/token";
-            put_typed_secret(
-                p,
-                "kube-system",
-                "bootstrap-token-rgp001",
-                token_type,
-                &[label],
-                &token,
-                None,
-            )
-            .await?;
-            put_secret(
-                p,
-                "kube-system",
-                "rel-guard-p-sys",
-                &[label],
-                &[("k", "v")],
-                None,
-            )
-            .await?;
-            put_secret(
-                p,
-                "kbind",
-                "rel-guard-p-creds",
-                &[label],
-                &[("k", "v")],
-                None,
-            )
-            .await?;
-            put_secret(p, own, "rel-guard-p-own", &[label], &[("k", "v")], None).await?;
+            put_bootstrap_token(p, "kube-system", "rgp001", label).await?;
+            put_plain_secret(p, "kube-system", "rel-guard-p-sys", &[label]).await?;
+            put_plain_secret(p, "kbind", "rel-guard-p-creds", &[label]).await?;
+            put_plain_secret(p, own, "rel-guard-p-own", &[label]).await?;
             let helm = "helm.sh/release.v1";
             put_typed_secret(
                 p,
@@ -408,7 +395,7 @@ async fn provider_secrets_in_protected_namespaces_or_of_token_types_are_never_co
             )
             .await?;
             // ... and two that may be copied.
-            put_secret(p, name, "plain", &[label], &[("k", "v")], None).await?;
+            put_plain_secret(p, name, "plain", &[label]).await?;
             let tls = [("tls.crt", "c"), ("tls.key", "k")];
             put_typed_secret(p, name, "cert", "kubernetes.io/tls", &[label], &tls, None).await?;
             s.export_and_bind().await?;
@@ -433,73 +420,30 @@ async fn provider_secrets_in_protected_namespaces_or_of_token_types_are_never_co
                 "the konnector's namespace was created for a copy"
             );
             Ok(())
-        })
-        .await;
-    let _ = s
-        .cluster_bindings()
-        .delete(name, &DeleteParams::default())
-        .await;
-    s.finish(result).await
+        },
+        Scenario::forget_cluster_binding,
+    )
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn from_consumer_never_touches_protected_namespaces_on_the_provider() -> anyhow::Result<()> {
     let (name, own) = ("rel-guard-c", "rel-guard-c-own");
     let label = ("rel-guard-c.test/related", "true");
-    let s = Scenario::unbound(name)
-        .settings(|settings| settings.konnector_namespace = Some(own.into()))
-        .cluster_binding()
-        .related(vec![entry(Secrets, FromConsumer, &[], &[label])])
-        .start()
-        .await?;
-    let result = s
-        .check(async |s| {
+    let s = guarded(name, own, FromConsumer, label).start().await?;
+    s.run_then(
+        async |s| {
             let c = &s.consumer;
-            put_secret(
-                c,
-                "kube-system",
-                "rel-guard-c-sys",
-                &[label],
-                &[("k", "v")],
-                None,
-            )
-            .await?;
-            put_secret(
-                c,
-                "kbind",
-                "rel-guard-c-creds",
-                &[label],
-                &[("k", "v")],
-                None,
-            )
-            .await?;
-            put_secret(c, own, "rel-guard-c-own", &[label], &[("k", "v")], None).await?;
-            let token = [("token-id", "rgc001"), ("token-secret", "0123456789abcdef")];
-            let token_type = "bootstrap.kubernetes.io/token";
-            put_typed_secret(
-                c,
-                name,
-                "bootstrap-token-rgc001",
-                token_type,
-                &[label],
-                &token,
-                None,
-            )
-            .await?;
-            put_secret(c, name, "plain", &[label], &[("k", "v")], None).await?;
+            put_plain_secret(c, "kube-system", "rel-guard-c-sys", &[label]).await?;
+            put_plain_secret(c, "kbind", "rel-guard-c-creds", &[label]).await?;
+            put_plain_secret(c, own, "rel-guard-c-own", &[label]).await?;
+            put_bootstrap_token(c, name, "rgc001", label).await?;
+            put_plain_secret(c, name, "plain", &[label]).await?;
             s.export_and_bind().await?;
             let cb = s.cluster_bindings().get(name).await?;
             // A copy carrying this binding's marker in the provider's kube-system, selected by
             // nothing: a plan would delete it as no longer selected; the host must not.
-            put_secret(
-                &s.provider,
-                "kube-system",
-                "rel-guard-c-planted",
-                &[],
-                &[("k", "v")],
-                None,
-            )
-            .await?;
+            put_plain_secret(&s.provider, "kube-system", "rel-guard-c-planted", &[]).await?;
             let marker = json!({ "metadata": { "annotations": {
                 RELATED_BINDING_ANNOTATION: cb.uid().unwrap_or_default(),
             }}});
@@ -523,16 +467,15 @@ async fn from_consumer_never_touches_protected_namespaces_on_the_provider() -> a
                 "a Secret in the provider's kube-system was deleted"
             );
             Ok(())
-        })
-        .await;
-    let _ = s
-        .cluster_bindings()
-        .delete(name, &DeleteParams::default())
-        .await;
-    let _ = Api::<Secret>::namespaced(s.provider.clone(), "kube-system")
-        .delete("rel-guard-c-planted", &DeleteParams::default())
-        .await;
-    s.finish(result).await
+        },
+        async |s| {
+            s.forget_cluster_binding().await;
+            let _ = Api::<Secret>::namespaced(s.provider.clone(), "kube-system")
+                .delete("rel-guard-c-planted", &DeleteParams::default())
+                .await;
+        },
+    )
+    .await
 }
 
 #[test]
@@ -541,7 +484,7 @@ fn a_binding_that_is_not_ready_copies_nothing() -> anyhow::Result<()> {
     Scenario::unbound("rel-not-ready")
         .related(entries)
         .run(async |s| {
-            put_secret(&s.provider, s.ns(), "s", &[], &[("k", "v")], None).await?;
+            put_plain_secret(&s.provider, s.ns(), "s", &[]).await?;
             // Engaged, but the provider does not export the listed API: not Ready.
             s.export().await?;
             s.stack.engage(&[]);

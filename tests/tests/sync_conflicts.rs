@@ -9,12 +9,12 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use kbind_tests::syncenv::{
-    BINDING, Scenario, WAIT, delete, ensure_namespace, events_for, gone, merge, stays,
+    BINDING, Scenario, ScenarioBuilder, WAIT, delete, ensure_namespace, events_for, gone, stays,
     synced_condition, wait_for,
 };
 use konnector::api::names::{
     CONFLICT_ANNOTATION, CONSUMER_CLUSTER_UID_ANNOTATION, CONSUMER_OBJECT_UID_ANNOTATION,
-    DELETION_POLICY_ANNOTATION, DELETION_POLICY_ORPHAN, MANAGED_LABEL,
+    MANAGED_LABEL,
 };
 use konnector::api::{ConditionType, ConflictPolicy};
 use konnector::conditions::is_true;
@@ -72,6 +72,32 @@ async fn untouched(s: &Scenario, before: &DynamicObject) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A bound scenario whose binding's `conflictPolicy` is `Adopt`.
+fn adopting(name: &str) -> ScenarioBuilder {
+    Scenario::bound(name).conflict_policy(ConflictPolicy::Adopt)
+}
+
+/// Fails unless instance `name` carries `Synced=False` with `reason`.
+async fn synced_false(s: &Scenario, name: &str, reason: &str) -> anyhow::Result<()> {
+    let synced = synced_condition(&s.instances().get(name).await?).context("Synced")?;
+    assert_eq!(synced["status"], "False");
+    assert_eq!(synced["reason"], reason);
+    Ok(())
+}
+
+/// Waits until instance `name` has lost its conflict annotation and is `Synced=True` at its
+/// current generation.
+async fn conflict_cleared(s: &Scenario, name: &str, what: &str) -> anyhow::Result<()> {
+    wait_for(what, WAIT, || async {
+        let obj = s.instances().get(name).await?;
+        let synced = synced_condition(&obj).is_some_and(|c| {
+            c["status"] == "True" && c["observedGeneration"] == json!(obj.metadata.generation)
+        });
+        Ok((!obj.annotations().contains_key(CONFLICT_ANNOTATION) && synced).then_some(()))
+    })
+    .await
+}
+
 #[test]
 fn unmarked_target_under_fail_is_foreign_object_exists() -> anyhow::Result<()> {
     Scenario::bound("conflict-foreign").run(async |s| {
@@ -83,9 +109,7 @@ fn unmarked_target_under_fail_is_foreign_object_exists() -> anyhow::Result<()> {
         s.copy("free").await?;
         untouched(s, &before).await?;
         // The best-effort instance condition survives this schema (free-form status).
-        let synced = synced_condition(&s.instances().get("taken").await?).context("Synced")?;
-        assert_eq!(synced["status"], "False");
-        assert_eq!(synced["reason"], "ForeignObjectExists");
+        synced_false(s, "taken", "ForeignObjectExists").await?;
         // The binding counts it, and stays Ready.
         let status = wait_for("conflictCount 1", WAIT, || async {
             let b = s.bindings().get(BINDING).await?;
@@ -107,98 +131,79 @@ fn unmarked_target_under_fail_is_foreign_object_exists() -> anyhow::Result<()> {
 
 #[test]
 fn target_owned_by_another_cluster_is_owned_by_another_until_it_goes() -> anyhow::Result<()> {
-    let adopt = ConflictPolicy::Adopt;
-    Scenario::bound("conflict-cluster")
-        .conflict_policy(adopt)
-        .run(async |s| {
-            let markers = [
-                (CONSUMER_CLUSTER_UID_ANNOTATION, "another-cluster"),
-                (CONSUMER_OBJECT_UID_ANNOTATION, "another-object"),
-            ];
-            let before = foreign(s, "taken", &markers).await?;
-            s.create("taken", json!({ "mine": true })).await?;
-            conflict_reported(s, "taken", "OwnedByAnother").await?;
-            untouched(s, &before).await?;
-            let synced = synced_condition(&s.instances().get("taken").await?).context("Synced")?;
-            assert_eq!(synced["status"], "False");
-            assert_eq!(synced["reason"], "OwnedByAnother");
-            let status = wait_for("the binding counting OwnedByAnother", WAIT, || async {
-                let b = s.bindings().get(BINDING).await?;
-                Ok(b.status.filter(|st| {
-                    st.conditions.iter().any(|c| {
-                        c.type_ == "Synced" && c.status == "False" && c.reason == "OwnedByAnother"
-                    })
-                }))
-            })
-            .await?;
-            let message = &status
-                .conditions
-                .iter()
-                .find(|c| c.type_ == "Synced")
-                .context("binding Synced")?
-                .message;
-            assert!(
-                message.starts_with(&format!(
-                    "1 of 1 instance(s) not in sync: conflict: 1 (OwnedByAnother: 1 e.g. {}/taken)",
-                    s.ns()
-                )),
-                "{message}"
-            );
-
-            // The other owner's copy goes: the instance takes the name and its conflict clears.
-            delete(&s.copies(), "taken").await?;
-            wait_for("OwnedByAnother cleared and Synced=True", WAIT, || async {
-                let obj = s.instances().get("taken").await?;
-                let synced = synced_condition(&obj).is_some_and(|c| {
-                    c["status"] == "True"
-                        && c["observedGeneration"] == json!(obj.metadata.generation)
-                });
-                Ok((!obj.annotations().contains_key(CONFLICT_ANNOTATION) && synced).then_some(()))
-            })
-            .await?;
-            let copy = s.copy("taken").await?;
-            assert_eq!(
-                copy.annotations().get(CONSUMER_CLUSTER_UID_ANNOTATION),
-                Some(&s.consumer_uid)
-            );
-            Ok(())
+    adopting("conflict-cluster").run(async |s| {
+        let markers = [
+            (CONSUMER_CLUSTER_UID_ANNOTATION, "another-cluster"),
+            (CONSUMER_OBJECT_UID_ANNOTATION, "another-object"),
+        ];
+        let before = foreign(s, "taken", &markers).await?;
+        s.create("taken", json!({ "mine": true })).await?;
+        conflict_reported(s, "taken", "OwnedByAnother").await?;
+        untouched(s, &before).await?;
+        synced_false(s, "taken", "OwnedByAnother").await?;
+        let status = wait_for("the binding counting OwnedByAnother", WAIT, || async {
+            let b = s.bindings().get(BINDING).await?;
+            Ok(b.status.filter(|st| {
+                st.conditions.iter().any(|c| {
+                    c.type_ == "Synced" && c.status == "False" && c.reason == "OwnedByAnother"
+                })
+            }))
         })
+        .await?;
+        let message = &status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Synced")
+            .context("binding Synced")?
+            .message;
+        assert!(
+            message.starts_with(&format!(
+                "1 of 1 instance(s) not in sync: conflict: 1 (OwnedByAnother: 1 e.g. {}/taken)",
+                s.ns()
+            )),
+            "{message}"
+        );
+
+        // The other owner's copy goes: the instance takes the name and its conflict clears.
+        delete(&s.copies(), "taken").await?;
+        conflict_cleared(s, "taken", "OwnedByAnother cleared and Synced=True").await?;
+        let copy = s.copy("taken").await?;
+        assert_eq!(
+            copy.annotations().get(CONSUMER_CLUSTER_UID_ANNOTATION),
+            Some(&s.consumer_uid)
+        );
+        Ok(())
+    })
 }
 
 #[test]
 fn target_owned_by_another_object_of_this_cluster_is_owned_by_another() -> anyhow::Result<()> {
-    let adopt = ConflictPolicy::Adopt;
-    Scenario::bound("conflict-object")
-        .conflict_policy(adopt)
-        .run(async |s| {
-            let markers = [
-                (CONSUMER_CLUSTER_UID_ANNOTATION, s.consumer_uid.as_str()),
-                (CONSUMER_OBJECT_UID_ANNOTATION, "another-object"),
-            ];
-            let before = foreign(s, "taken", &markers).await?;
-            s.create("taken", json!({ "mine": true })).await?;
-            conflict_reported(s, "taken", "OwnedByAnother").await?;
-            untouched(s, &before).await
-        })
+    adopting("conflict-object").run(async |s| {
+        let markers = [
+            (CONSUMER_CLUSTER_UID_ANNOTATION, s.consumer_uid.as_str()),
+            (CONSUMER_OBJECT_UID_ANNOTATION, "another-object"),
+        ];
+        let before = foreign(s, "taken", &markers).await?;
+        s.create("taken", json!({ "mine": true })).await?;
+        conflict_reported(s, "taken", "OwnedByAnother").await?;
+        untouched(s, &before).await
+    })
 }
 
 #[test]
 fn partial_markers_count_as_owned_by_another_even_under_adopt() -> anyhow::Result<()> {
-    let adopt = ConflictPolicy::Adopt;
-    Scenario::bound("conflict-partial")
-        .conflict_policy(adopt)
-        .run(async |s| {
-            let cluster_marker = [(CONSUMER_CLUSTER_UID_ANNOTATION, s.consumer_uid.as_str())];
-            let cluster_only = foreign(s, "cluster-only", &cluster_marker).await?;
-            let object_only =
-                foreign(s, "object-only", &[(CONSUMER_OBJECT_UID_ANNOTATION, "x")]).await?;
-            s.create("cluster-only", json!({})).await?;
-            s.create("object-only", json!({})).await?;
-            conflict_reported(s, "cluster-only", "OwnedByAnother").await?;
-            conflict_reported(s, "object-only", "OwnedByAnother").await?;
-            untouched(s, &cluster_only).await?;
-            untouched(s, &object_only).await
-        })
+    adopting("conflict-partial").run(async |s| {
+        let cluster_marker = [(CONSUMER_CLUSTER_UID_ANNOTATION, s.consumer_uid.as_str())];
+        let cluster_only = foreign(s, "cluster-only", &cluster_marker).await?;
+        let object_only =
+            foreign(s, "object-only", &[(CONSUMER_OBJECT_UID_ANNOTATION, "x")]).await?;
+        s.create("cluster-only", json!({})).await?;
+        s.create("object-only", json!({})).await?;
+        conflict_reported(s, "cluster-only", "OwnedByAnother").await?;
+        conflict_reported(s, "object-only", "OwnedByAnother").await?;
+        untouched(s, &cluster_only).await?;
+        untouched(s, &object_only).await
+    })
 }
 
 #[test]
@@ -217,47 +222,44 @@ fn managed_label_alone_is_not_ownership() -> anyhow::Result<()> {
 
 #[test]
 fn adopt_overwrites_an_unmarked_target() -> anyhow::Result<()> {
-    let adopt = ConflictPolicy::Adopt;
-    Scenario::bound("conflict-adopt")
-        .conflict_policy(adopt)
-        .run(async |s| {
-            let before = foreign(s, "adoptee", &[]).await?;
-            let created = s.create("adoptee", json!({ "mine": true })).await?;
-            let adopted = wait_for("the adopted target carrying our spec", WAIT, || async {
-                let target = s.copies().get("adoptee").await?;
-                Ok((target.data["spec"] == json!({ "mine": true })).then_some(target))
-            })
-            .await?;
-            assert_eq!(
-                adopted.uid(),
-                before.uid(),
-                "the same object, adopted, not recreated"
-            );
-            let annotations = adopted.annotations();
-            assert_eq!(
-                annotations.get(CONSUMER_OBJECT_UID_ANNOTATION),
-                created.uid().as_ref()
-            );
-            assert_eq!(
-                annotations.get(CONSUMER_CLUSTER_UID_ANNOTATION),
-                Some(&s.consumer_uid)
-            );
-            assert_eq!(
-                adopted.labels().get(MANAGED_LABEL).map(String::as_str),
-                Some("true")
-            );
-            let obj = s.instances().get("adoptee").await?;
-            assert!(!obj.annotations().contains_key(CONFLICT_ANNOTATION));
-            // Adopted once, then left alone: no write loop between our apply and the fields the
-            // previous owner had.
-            let settled = s.copies().get("adoptee").await?.resource_version();
-            stays(
-                "the adopted copy settled",
-                Duration::from_secs(6),
-                || async { Ok(s.copies().get("adoptee").await?.resource_version() == settled) },
-            )
-            .await
+    adopting("conflict-adopt").run(async |s| {
+        let before = foreign(s, "adoptee", &[]).await?;
+        let created = s.create("adoptee", json!({ "mine": true })).await?;
+        let adopted = wait_for("the adopted target carrying our spec", WAIT, || async {
+            let target = s.copies().get("adoptee").await?;
+            Ok((target.data["spec"] == json!({ "mine": true })).then_some(target))
         })
+        .await?;
+        assert_eq!(
+            adopted.uid(),
+            before.uid(),
+            "the same object, adopted, not recreated"
+        );
+        let annotations = adopted.annotations();
+        assert_eq!(
+            annotations.get(CONSUMER_OBJECT_UID_ANNOTATION),
+            created.uid().as_ref()
+        );
+        assert_eq!(
+            annotations.get(CONSUMER_CLUSTER_UID_ANNOTATION),
+            Some(&s.consumer_uid)
+        );
+        assert_eq!(
+            adopted.labels().get(MANAGED_LABEL).map(String::as_str),
+            Some("true")
+        );
+        let obj = s.instances().get("adoptee").await?;
+        assert!(!obj.annotations().contains_key(CONFLICT_ANNOTATION));
+        // Adopted once, then left alone: no write loop between our apply and the fields the
+        // previous owner had.
+        let settled = s.copies().get("adoptee").await?.resource_version();
+        stays(
+            "the adopted copy settled",
+            Duration::from_secs(6),
+            || async { Ok(s.copies().get("adoptee").await?.resource_version() == settled) },
+        )
+        .await
+    })
 }
 
 #[test]
@@ -272,17 +274,10 @@ fn conflict_clears_when_the_foreign_object_goes_away() -> anyhow::Result<()> {
             Ok(copy.filter(|o| o.data["spec"] == json!({ "mine": true })))
         })
         .await?;
-        wait_for(
+        conflict_cleared(
+            s,
+            "taken",
             "the conflict annotation cleared and Synced=True",
-            WAIT,
-            || async {
-                let obj = s.instances().get("taken").await?;
-                let synced = synced_condition(&obj).is_some_and(|c| {
-                    c["status"] == "True"
-                        && c["observedGeneration"] == json!(obj.metadata.generation)
-                });
-                Ok((!obj.annotations().contains_key(CONFLICT_ANNOTATION) && synced).then_some(()))
-            },
         )
         .await?;
         wait_for("conflictCount back to 0", WAIT, || async {
@@ -310,35 +305,27 @@ fn deleting_a_conflicting_instance_leaves_the_foreign_object() -> anyhow::Result
 
 #[test]
 fn recreated_instance_does_not_own_the_retained_copy() -> anyhow::Result<()> {
-    let adopt = ConflictPolicy::Adopt;
-    Scenario::bound("conflict-recreate")
-        .conflict_policy(adopt)
-        .run(async |s| {
-            let first = s.create("w", json!({ "generation": 1 })).await?;
-            s.copy("w").await?;
-            let orphan = json!({ "metadata": { "annotations": {
-            DELETION_POLICY_ANNOTATION: DELETION_POLICY_ORPHAN } } });
-            merge(&s.instances(), "w", orphan).await?;
-            delete(&s.instances(), "w").await?;
-            gone(&s.instances(), "w").await?;
+    adopting("conflict-recreate").run(async |s| {
+        let first = s.create("w", json!({ "generation": 1 })).await?;
+        s.copy("w").await?;
+        s.orphan("w").await?;
 
-            let second = s.create("w", json!({ "generation": 2 })).await?;
-            assert_ne!(second.uid(), first.uid());
-            conflict_reported(s, "w", "OwnedByAnother").await?;
-            let is_first = |copy: &DynamicObject| {
-                copy.data["spec"] == json!({ "generation": 1 })
-                    && copy.annotations().get(CONSUMER_OBJECT_UID_ANNOTATION)
-                        == first.uid().as_ref()
-            };
-            assert!(
-                is_first(&s.copies().get("w").await?),
-                "the retained copy is the first's"
-            );
-            stays(
-                "the retained copy unchanged",
-                Duration::from_secs(3),
-                || async { Ok(is_first(&s.copies().get("w").await?)) },
-            )
-            .await
-        })
+        let second = s.create("w", json!({ "generation": 2 })).await?;
+        assert_ne!(second.uid(), first.uid());
+        conflict_reported(s, "w", "OwnedByAnother").await?;
+        let is_first = |copy: &DynamicObject| {
+            copy.data["spec"] == json!({ "generation": 1 })
+                && copy.annotations().get(CONSUMER_OBJECT_UID_ANNOTATION) == first.uid().as_ref()
+        };
+        assert!(
+            is_first(&s.copies().get("w").await?),
+            "the retained copy is the first's"
+        );
+        stays(
+            "the retained copy unchanged",
+            Duration::from_secs(3),
+            || async { Ok(is_first(&s.copies().get("w").await?)) },
+        )
+        .await
+    })
 }

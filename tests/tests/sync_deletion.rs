@@ -9,8 +9,7 @@ use kbind_tests::syncenv::{
     Scenario, WAIT, delete, gone, holds_syncer_finalizer, merge, stays, wait_for,
 };
 use konnector::api::names::{
-    CONSUMER_CLUSTER_UID_ANNOTATION, CONSUMER_OBJECT_UID_ANNOTATION, DELETION_POLICY_ANNOTATION,
-    DELETION_POLICY_ORPHAN, MANAGED_LABEL,
+    CONSUMER_CLUSTER_UID_ANNOTATION, CONSUMER_OBJECT_UID_ANNOTATION, MANAGED_LABEL,
 };
 use kube::ResourceExt;
 use serde_json::json;
@@ -73,11 +72,7 @@ fn orphan_keeps_provider_copy() -> anyhow::Result<()> {
     Scenario::bound("delete-orphan").run(async |s| {
         let created = s.create("w", json!({ "keep": "me" })).await?;
         s.copy("w").await?;
-        let orphan = json!({ "metadata": { "annotations": {
-            DELETION_POLICY_ANNOTATION: DELETION_POLICY_ORPHAN } } });
-        merge(&s.instances(), "w", orphan).await?;
-        delete(&s.instances(), "w").await?;
-        gone(&s.instances(), "w").await?;
+        s.orphan("w").await?;
         let kept = s
             .copies()
             .get_opt("w")

@@ -102,6 +102,32 @@ pub async fn events_for(
         .collect())
 }
 
+/// Waits up to `timeout` for an Event with `reason` (and, if given, of `type_`) about the
+/// consumer object `name` in `namespace` that carries a note, and returns the note.
+pub async fn event_note(
+    consumer: &Client,
+    (namespace, name): (&str, &str),
+    reason: &str,
+    type_: Option<&str>,
+    timeout: Duration,
+) -> anyhow::Result<String> {
+    wait_for(
+        &format!("{reason} Event on {namespace}/{name}"),
+        timeout,
+        || async {
+            Ok(events_for(consumer, Some(namespace), name)
+                .await?
+                .into_iter()
+                .filter(|e| {
+                    e.reason.as_deref() == Some(reason)
+                        && type_.is_none_or(|t| e.type_.as_deref() == Some(t))
+                })
+                .find_map(|e| e.note))
+        },
+    )
+    .await
+}
+
 /// Deletes an object, ignoring NotFound.
 pub async fn delete(api: &Api<DynamicObject>, name: &str) -> anyhow::Result<()> {
     match api.delete(name, &DeleteParams::default()).await {

@@ -43,8 +43,8 @@ mod scenario;
 pub use fixtures::TestApi;
 use fixtures::install_core_crds;
 pub use helpers::{
-    cluster_uid, delete, ensure_namespace, events_for, gone, holds_syncer_finalizer, init_logging,
-    merge, set_status, stays, synced_condition, wait_for,
+    cluster_uid, delete, ensure_namespace, event_note, events_for, gone, holds_syncer_finalizer,
+    init_logging, merge, set_status, stays, synced_condition, wait_for,
 };
 pub use scenario::{BINDING, Scenario, ScenarioBuilder, WAIT};
 

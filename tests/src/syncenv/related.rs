@@ -57,6 +57,17 @@ pub async fn put_secret(
     put_typed_secret(client, namespace, name, "Opaque", labels, data, immutable).await
 }
 
+/// Applies an Opaque Secret holding `k: v` with `labels` (creating its namespace): a source
+/// whose payload does not matter, only where it is and what selects it.
+pub async fn put_plain_secret(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    labels: &[(&str, &str)],
+) -> anyhow::Result<Secret> {
+    put_secret(client, namespace, name, labels, &[("k", "v")], None).await
+}
+
 /// Applies a Secret of `type_` (creating its namespace) as the test's field manager.
 pub async fn put_typed_secret(
     client: &Client,

@@ -19,15 +19,16 @@
 use std::ops::Deref;
 use std::time::Duration;
 
+use konnector::api::names::{DELETION_POLICY_ANNOTATION, DELETION_POLICY_ORPHAN};
 use konnector::api::{Binding, ClusterBinding, ConflictPolicy, PullPolicy, RelatedResource};
 use konnector::binding::Settings;
 use konnector::policy::Policies;
 use konnector::registry::Engagement;
 use kube::Api;
 use kube::api::{DeleteParams, DynamicObject};
-use serde_json::Value;
+use serde_json::{Value, json};
 
-use super::{Stack, TestApi, fast_settings, wait_for};
+use super::{Stack, TestApi, delete, fast_settings, gone, merge, wait_for};
 use crate::testenv::{ClusterPair, shared_pair};
 
 /// The name of a scenario's Binding (a ClusterBinding is named after the scenario).
@@ -228,6 +229,16 @@ impl Scenario {
         .await
     }
 
+    /// Deletes instance `name` under `deletion-policy: Orphan` (its provider copy is to be
+    /// kept) and waits until the instance is gone.
+    pub async fn orphan(&self, name: &str) -> anyhow::Result<()> {
+        let orphan = json!({ "metadata": { "annotations": {
+            DELETION_POLICY_ANNOTATION: DELETION_POLICY_ORPHAN } } });
+        merge(&self.instances(), name, orphan).await?;
+        delete(&self.instances(), name).await?;
+        gone(&self.instances(), name).await
+    }
+
     /// Runs a test body, then stops the stack; a failure carries the diagnostics.
     pub async fn run(
         self,
@@ -235,6 +246,28 @@ impl Scenario {
     ) -> anyhow::Result<()> {
         let result = self.check(body).await;
         self.finish(result).await
+    }
+
+    /// Runs a test body, then `cleanup` whatever the body's outcome (for objects the stack does
+    /// not remove when it stops, such as a ClusterBinding on the shared pair), then stops the
+    /// stack; a failure carries the diagnostics.
+    pub async fn run_then(
+        self,
+        body: impl AsyncFnOnce(&Scenario) -> anyhow::Result<()>,
+        cleanup: impl AsyncFnOnce(&Scenario),
+    ) -> anyhow::Result<()> {
+        let result = self.check(body).await;
+        cleanup(&self).await;
+        self.finish(result).await
+    }
+
+    /// Asks for the ClusterBinding named after the scenario to be deleted, without waiting
+    /// and ignoring a failure: a best-effort cleanup for [`Scenario::run_then`].
+    pub async fn forget_cluster_binding(&self) {
+        let _ = self
+            .cluster_bindings()
+            .delete(&self.stack.name, &DeleteParams::default())
+            .await;
     }
 
     /// Runs a test body without stopping the stack (for a test that cleans up after it,

@@ -11,7 +11,7 @@ use konnector::api::Connection;
 use kube::Api;
 use serde_json::Value;
 
-use super::{TIMEOUT, diagnose, kbind, path_str, setup};
+use super::{bind, connect, diagnose, disconnect, setup};
 
 const TABLE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io";
 
@@ -60,36 +60,8 @@ async fn printer_columns_render_server_side_for_every_kind() -> Result<()> {
         let consumer = pair.consumer.client().await?;
         install_crd(&provider, &widget_crd(group, "Panel", true)?).await?;
         let kubeconfig = pair.provider.admin().kubeconfig_path();
-        kbind(
-            pair,
-            &[
-                "connect",
-                "cols",
-                "--provider-kubeconfig",
-                path_str(kubeconfig)?,
-                "--schema-source",
-                "CRD",
-                "--timeout",
-                TIMEOUT,
-            ],
-        )
-        .await?
-        .expect(0)?;
-        kbind(
-            pair,
-            &[
-                "bind",
-                &api,
-                "--connection",
-                "cols",
-                "-n",
-                "cols-ns",
-                "--timeout",
-                TIMEOUT,
-            ],
-        )
-        .await?
-        .expect(0)?;
+        connect(pair, "cols", kubeconfig, &["--schema-source", "CRD"]).await?;
+        bind(pair, &api, "cols", &["-n", "cols-ns"]).await?;
 
         let connection = table(&consumer, "/apis/core.kbind.io/v1alpha1/connections/cols").await?;
         assert_eq!(
@@ -189,12 +161,7 @@ async fn printer_columns_render_server_side_for_every_kind() -> Result<()> {
             "kubectl get kbind -A:\n{all}"
         );
 
-        kbind(
-            pair,
-            &["disconnect", "cols", "--cascade", "--timeout", TIMEOUT],
-        )
-        .await?
-        .expect(0)?;
+        disconnect(pair, "cols", &["--cascade"]).await?;
         anyhow::Ok(())
     })
     .await

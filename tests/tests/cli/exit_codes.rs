@@ -3,7 +3,6 @@
 //! usage errors.
 
 use anyhow::{Result, ensure};
-use kbind_tests::fixtures::{ensure_namespace, install_crd};
 use kbind_tests::syncenv::wait_for;
 use konnector::api::{Binding, Connection};
 use konnector::k8s::ApiErrorExt as _;
@@ -13,7 +12,10 @@ use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
 
 use super::least_privilege::apply_all;
-use super::{TIMEOUT, WAIT, diagnose, kbind, path_str, setup, write_file};
+use super::{
+    TIMEOUT, WAIT, bind, connect, diagnose, disconnect, kbind, konnector_service_account, path_str,
+    service_account_rbac, setup, write_file,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unusable_provider_kubeconfig_fails_connect_with_the_reason_and_what_to_do() -> Result<()>
@@ -30,7 +32,7 @@ async fn an_unusable_provider_kubeconfig_fails_connect_with_the_reason_and_what_
             .expect(1)?;
         ensure!(run.stderr.contains("KubeconfigUnusable"), "{run:?}");
         ensure!(run.stderr.contains("what to do: embed credentials"), "{run:?}");
-        kbind(pair, &["disconnect", "insecure", "--timeout", TIMEOUT]).await?.expect(0)?;
+        disconnect(pair, "insecure", &[]).await?;
         let consumer = pair.consumer.client().await?;
         ensure!(Api::<Connection>::all(consumer).get_opt("insecure").await?.is_none(), "Connection left");
         anyhow::Ok(())
@@ -120,65 +122,12 @@ async fn an_unbind_blocked_by_provider_rbac_names_the_failed_step_and_what_to_do
     let api = format!("widgets.{group}");
     let ns = "blk-ns";
     diagnose(pair, async {
-        let provider = pair.provider.client().await?;
-        install_crd(&provider, &super::crd_with_conditions(group, "Widget")?).await?;
-        ensure_namespace(&provider, "blk-system").await?;
-        let identity = pair
-            .provider
-            .mint_service_account("blk-system", "konnector")
-            .await?;
-        let rbac = kbind(
-            pair,
-            &[
-                "provider-rbac",
-                "--subject-kind",
-                "ServiceAccount",
-                "--subject",
-                "konnector",
-                "-n",
-                "blk-system",
-                "--api",
-                &api,
-                "--schema-source",
-                "CRD",
-                "--name",
-                "kbind-blk",
-            ],
-        )
-        .await?
-        .expect(0)?;
+        let (provider, identity) = konnector_service_account(pair, group, "blk-system").await?;
+        let rbac = service_account_rbac(pair, "blk-system", &api, &[], "kbind-blk").await?;
         apply_all(&provider, &without_delete(&rbac.stdout, group)?).await?;
         let kubeconfig = write_file(pair, "blk-sa.kubeconfig", &identity.kubeconfig_yaml()?)?;
-        kbind(
-            pair,
-            &[
-                "connect",
-                "blk",
-                "--provider-kubeconfig",
-                path_str(&kubeconfig)?,
-                "--schema-source",
-                "CRD",
-                "--timeout",
-                TIMEOUT,
-            ],
-        )
-        .await?
-        .expect(0)?;
-        kbind(
-            pair,
-            &[
-                "bind",
-                &api,
-                "--connection",
-                "blk",
-                "-n",
-                ns,
-                "--timeout",
-                TIMEOUT,
-            ],
-        )
-        .await?
-        .expect(0)?;
+        connect(pair, "blk", &kubeconfig, &["--schema-source", "CRD"]).await?;
+        bind(pair, &api, "blk", &["-n", ns]).await?;
         let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(group, "v1", "Widget"));
         let consumer = pair.consumer.client().await?;
         let widget: DynamicObject = serde_json::from_value(json!({
@@ -255,9 +204,7 @@ async fn an_unbind_blocked_by_provider_rbac_names_the_failed_step_and_what_to_do
             Ok(copies.get_opt("w").await?.is_none().then_some(()))
         })
         .await?;
-        kbind(pair, &["disconnect", "blk", "--timeout", TIMEOUT])
-            .await?
-            .expect(0)?;
+        disconnect(pair, "blk", &[]).await?;
         ensure!(
             Api::<Connection>::all(consumer)
                 .get_opt("blk")

@@ -7,7 +7,7 @@ use anyhow::{Context as _, Result, ensure};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
-use kbind_tests::fixtures::{SECRET_NAMESPACE, ensure_namespace, install_crd};
+use kbind_tests::fixtures::SECRET_NAMESPACE;
 use kbind_tests::syncenv::related::put_secret;
 use kbind_tests::syncenv::{cluster_uid, wait_for};
 use konnector::api::names::{DEFAULT_HEARTBEAT_NAMESPACE, heartbeat_lease_name};
@@ -18,7 +18,10 @@ use kube::{Api, Client};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use super::{TIMEOUT, WAIT, diagnose, kbind, path_str, setup, write_file};
+use super::{
+    WAIT, bind, connect, diagnose, disconnect, kbind, konnector_service_account,
+    service_account_rbac, setup, write_file,
+};
 
 /// Server-side applies one document as the typed object `K`.
 async fn apply<K>(api: Api<K>, doc: &Value) -> Result<()>
@@ -73,38 +76,18 @@ async fn the_konnector_works_with_exactly_the_printed_provider_rbac() -> Result<
     let api = format!("widgets.{group}");
     let ns = "lp-ns";
     diagnose(pair, async {
-        let provider = pair.provider.client().await?;
+        let (provider, identity) = konnector_service_account(pair, group, "lp-system").await?;
         let consumer = pair.consumer.client().await?;
-        install_crd(&provider, &super::crd_with_conditions(group, "Widget")?).await?;
-        ensure_namespace(&provider, "lp-system").await?;
-        let identity = pair
-            .provider
-            .mint_service_account("lp-system", "konnector")
-            .await?;
 
         // Nothing but what provider-rbac prints.
-        let rbac = kbind(
+        let rbac = service_account_rbac(
             pair,
-            &[
-                "provider-rbac",
-                "--subject-kind",
-                "ServiceAccount",
-                "--subject",
-                "konnector",
-                "-n",
-                "lp-system",
-                "--api",
-                &api,
-                "--related",
-                "secrets:FromProvider",
-                "--schema-source",
-                "CRD",
-                "--name",
-                "kbind-lp",
-            ],
+            "lp-system",
+            &api,
+            &["--related", "secrets:FromProvider"],
+            "kbind-lp",
         )
-        .await?
-        .expect(0)?;
+        .await?;
         let kinds = apply_all(&provider, &rbac.stdout).await?;
         assert_eq!(
             kinds,
@@ -131,21 +114,7 @@ async fn the_konnector_works_with_exactly_the_printed_provider_rbac() -> Result<
         );
 
         let kubeconfig = write_file(pair, "lp-sa.kubeconfig", &identity.kubeconfig_yaml()?)?;
-        kbind(
-            pair,
-            &[
-                "connect",
-                "lp",
-                "--provider-kubeconfig",
-                path_str(&kubeconfig)?,
-                "--schema-source",
-                "CRD",
-                "--timeout",
-                TIMEOUT,
-            ],
-        )
-        .await?
-        .expect(0)?;
+        connect(pair, "lp", &kubeconfig, &["--schema-source", "CRD"]).await?;
         put_secret(
             &provider,
             ns,
@@ -155,23 +124,13 @@ async fn the_konnector_works_with_exactly_the_printed_provider_rbac() -> Result<
             None,
         )
         .await?;
-        kbind(
+        bind(
             pair,
-            &[
-                "bind",
-                &api,
-                "--connection",
-                "lp",
-                "-n",
-                ns,
-                "--related",
-                "secrets:FromProvider:names=lp-creds",
-                "--timeout",
-                TIMEOUT,
-            ],
+            &api,
+            "lp",
+            &["-n", ns, "--related", "secrets:FromProvider:names=lp-creds"],
         )
-        .await?
-        .expect(0)?;
+        .await?;
 
         // Spec consumer → provider.
         let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(group, "v1", "Widget"));
@@ -250,12 +209,7 @@ async fn the_konnector_works_with_exactly_the_printed_provider_rbac() -> Result<
         );
 
         // Teardown with the same identity: the copies go, the sources stay.
-        kbind(
-            pair,
-            &["disconnect", "lp", "--cascade", "--timeout", TIMEOUT],
-        )
-        .await?
-        .expect(0)?;
+        disconnect(pair, "lp", &["--cascade"]).await?;
         ensure!(
             provider_widgets.get_opt("w").await?.is_none(),
             "provider copy left"

@@ -13,7 +13,7 @@ use kube::core::{ApiResource, GroupVersionKind};
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 
-use super::{TIMEOUT, WAIT, diagnose, kbind, path_str, setup};
+use super::{TIMEOUT, WAIT, bind, connect, diagnose, disconnect, kbind, setup};
 
 fn gadget(group: &str, ns: &str, name: &str) -> Result<DynamicObject> {
     Ok(serde_json::from_value(json!({
@@ -42,19 +42,7 @@ async fn connect_bind_status_unbind_disconnect_leaves_nothing_behind() -> Result
             .await?;
 
         let kubeconfig = pair.provider.admin().kubeconfig_path();
-        let connected = kbind(
-            pair,
-            &[
-                "connect",
-                "lc",
-                "--provider-kubeconfig",
-                path_str(kubeconfig)?,
-                "--timeout",
-                TIMEOUT,
-            ],
-        )
-        .await?
-        .expect(0)?;
+        let connected = connect(pair, "lc", kubeconfig, &[]).await?;
         ensure!(
             connected.stdout.contains("Ready=True") && connected.stdout.contains(&api),
             "{connected:?}"
@@ -67,21 +55,7 @@ async fn connect_bind_status_unbind_disconnect_leaves_nothing_behind() -> Result
             "the Secret holds key kubeconfig"
         );
 
-        kbind(
-            pair,
-            &[
-                "bind",
-                &api,
-                "--connection",
-                "lc",
-                "-n",
-                ns,
-                "--timeout",
-                TIMEOUT,
-            ],
-        )
-        .await?
-        .expect(0)?;
+        bind(pair, &api, "lc", &["-n", ns]).await?;
         consumer_gadgets
             .create(&PostParams::default(), &gadget(group, ns, "g1")?)
             .await?;
@@ -192,9 +166,7 @@ async fn connect_bind_status_unbind_disconnect_leaves_nothing_behind() -> Result
             .await?
             .expect(0)?;
         ensure!(unbound.stdout.contains("deleted"), "{unbound:?}");
-        kbind(pair, &["disconnect", "lc", "--timeout", TIMEOUT])
-            .await?
-            .expect(0)?;
+        disconnect(pair, "lc", &[]).await?;
 
         // Nothing left: Secret, Connection, Binding, instance finalizers, provider copies.
         ensure!(
@@ -244,35 +216,8 @@ async fn unbinding_the_last_cluster_binding_of_an_api_needs_yes_and_removes_its_
         let consumer = pair.consumer.client().await?;
         install_crd(&provider, &super::crd_with_conditions(group, "Gadget")?).await?;
         let kubeconfig = pair.provider.admin().kubeconfig_path();
-        kbind(
-            pair,
-            &[
-                "connect",
-                "lastcb",
-                "--provider-kubeconfig",
-                path_str(kubeconfig)?,
-                "--timeout",
-                TIMEOUT,
-            ],
-        )
-        .await?
-        .expect(0)?;
-        kbind(
-            pair,
-            &[
-                "bind",
-                &api,
-                "--connection",
-                "lastcb",
-                "--cluster",
-                "--name",
-                "lastcb",
-                "--timeout",
-                TIMEOUT,
-            ],
-        )
-        .await?
-        .expect(0)?;
+        connect(pair, "lastcb", kubeconfig, &[]).await?;
+        bind(pair, &api, "lastcb", &["--cluster", "--name", "lastcb"]).await?;
         let crds = Api::<CustomResourceDefinition>::all(consumer.clone());
         ensure!(
             crds.get_opt(&api).await?.is_some(),
@@ -319,9 +264,7 @@ async fn unbinding_the_last_cluster_binding_of_an_api_needs_yes_and_removes_its_
             Ok(crds.get_opt(&api).await?.is_none().then_some(()))
         })
         .await?;
-        kbind(pair, &["disconnect", "lastcb", "--timeout", TIMEOUT])
-            .await?
-            .expect(0)?;
+        disconnect(pair, "lastcb", &[]).await?;
         anyhow::Ok(())
     })
     .await

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result};
 use kbind_tests::fixtures::{
-    SECRET_NAMESPACE, ensure_namespace, free_port, http_get, install_core_crds,
+    SECRET_NAMESPACE, ensure_namespace, free_port, http_get, install_core_crds, install_crd,
 };
 use kbind_tests::testenv::{ClusterPair, shared_pair};
 
@@ -138,6 +138,85 @@ fn start(pair: &ClusterPair) -> Result<SharedKonnector> {
         _pipe: pipe,
         metrics,
     })
+}
+
+/// Runs `connect <name> --provider-kubeconfig <kubeconfig> <extra> --timeout` and fails unless
+/// it exits 0.
+pub async fn connect(
+    pair: &ClusterPair,
+    name: &str,
+    kubeconfig: &Path,
+    extra: &[&str],
+) -> Result<Run> {
+    let mut args = vec![
+        "connect",
+        name,
+        "--provider-kubeconfig",
+        path_str(kubeconfig)?,
+    ];
+    args.extend_from_slice(extra);
+    args.extend(["--timeout", TIMEOUT]);
+    kbind(pair, &args).await?.expect(0)
+}
+
+/// Runs `bind <api> --connection <connection> <extra> --timeout` and fails unless it exits 0.
+pub async fn bind(pair: &ClusterPair, api: &str, connection: &str, extra: &[&str]) -> Result<Run> {
+    let mut args = vec!["bind", api, "--connection", connection];
+    args.extend_from_slice(extra);
+    args.extend(["--timeout", TIMEOUT]);
+    kbind(pair, &args).await?.expect(0)
+}
+
+/// Runs `disconnect <name> <extra> --timeout` and fails unless it exits 0.
+pub async fn disconnect(pair: &ClusterPair, name: &str, extra: &[&str]) -> Result<Run> {
+    let mut args = vec!["disconnect", name];
+    args.extend_from_slice(extra);
+    args.extend(["--timeout", TIMEOUT]);
+    kbind(pair, &args).await?.expect(0)
+}
+
+/// The provider side of a least-privilege connection: `group`'s Widget CRD (with conditions)
+/// installed and the ServiceAccount `konnector` minted in `namespace`. Returns the provider's
+/// admin client and the ServiceAccount's identity.
+pub async fn konnector_service_account(
+    pair: &ClusterPair,
+    group: &str,
+    namespace: &str,
+) -> Result<(kube::Client, kbind_tests::testenv::Identity)> {
+    let provider = pair.provider.client().await?;
+    install_crd(&provider, &crd_with_conditions(group, "Widget")?).await?;
+    ensure_namespace(&provider, namespace).await?;
+    let identity = pair
+        .provider
+        .mint_service_account(namespace, "konnector")
+        .await?;
+    Ok((provider, identity))
+}
+
+/// Runs `provider-rbac` for the ServiceAccount `konnector` in `namespace`, reading `api`'s
+/// schema from its CRD, with `extra` flags and the objects named `name`; fails unless it exits
+/// 0.
+pub async fn service_account_rbac(
+    pair: &ClusterPair,
+    namespace: &str,
+    api: &str,
+    extra: &[&str],
+    name: &str,
+) -> Result<Run> {
+    let mut args = vec![
+        "provider-rbac",
+        "--subject-kind",
+        "ServiceAccount",
+        "--subject",
+        "konnector",
+        "-n",
+        namespace,
+        "--api",
+        api,
+    ];
+    args.extend_from_slice(extra);
+    args.extend(["--schema-source", "CRD", "--name", name]);
+    kbind(pair, &args).await?.expect(0)
 }
 
 /// The tail of the shared konnector's log, for failure messages.

@@ -4,25 +4,19 @@ use super::*;
 
 #[tokio::test]
 async fn missing_secret_sets_secret_not_found() -> anyhow::Result<()> {
-    let pair = setup()?;
-    pair.diagnose(async {
-        let consumer = pair.consumer.client().await?;
+    on_consumer(async |_, consumer| {
         let name = unique("no-secret");
-        let connections: Api<Connection> = Api::all(consumer.clone());
-        connections
-            .create(
-                &PostParams::default(),
-                &connection(&name, &name, SchemaPolicy::default(), false),
-            )
-            .await?;
-        let seen = wait_connection(&consumer, &name, "SecretNotFound", |c| {
+        create_connection(
+            consumer,
+            &connection(&name, &name, SchemaPolicy::default(), false),
+        )
+        .await?;
+        let seen = wait_connection(consumer, &name, "SecretNotFound", |c| {
             has_condition(c, "SecretValid", "False", "SecretNotFound")
                 && has_condition(c, "Ready", "False", "SecretNotFound")
         })
         .await?;
-        let message = &condition(&seen, "SecretValid")
-            .context("SecretValid")?
-            .message;
+        let message = message(&seen, "SecretValid")?;
         assert!(
             message.contains(&name) && message.contains("kubeconfig"),
             "message tells what to create: {message}"
@@ -35,26 +29,22 @@ async fn missing_secret_sets_secret_not_found() -> anyhow::Result<()> {
 
 #[tokio::test]
 async fn garbage_kubeconfig_sets_kubeconfig_invalid() -> anyhow::Result<()> {
-    let pair = setup()?;
-    pair.diagnose(async {
-        let consumer = pair.consumer.client().await?;
+    on_consumer(async |pair, consumer| {
         let name = unique("garbage");
-        put_kubeconfig_secret(&consumer, &name, "{{{ this is not a kubeconfig").await?;
-        let connections: Api<Connection> = Api::all(consumer.clone());
-        connections
-            .create(
-                &PostParams::default(),
-                &connection(&name, &name, SchemaPolicy::default(), false),
-            )
-            .await?;
-        wait_connection(&consumer, &name, "KubeconfigInvalid", |c| {
+        put_kubeconfig_secret(consumer, &name, "{{{ this is not a kubeconfig").await?;
+        create_connection(
+            consumer,
+            &connection(&name, &name, SchemaPolicy::default(), false),
+        )
+        .await?;
+        wait_connection(consumer, &name, "KubeconfigInvalid", |c| {
             has_condition(c, "SecretValid", "False", "KubeconfigInvalid")
                 && has_condition(c, "Ready", "False", "KubeconfigInvalid")
         })
         .await?;
         // Fixing the Secret is picked up through the Secret watch.
-        put_kubeconfig_secret(&consumer, &name, &pair.provider.admin().kubeconfig_yaml()?).await?;
-        wait_ready(&consumer, &name).await?;
+        put_kubeconfig_secret(consumer, &name, &pair.provider.admin().kubeconfig_yaml()?).await?;
+        wait_ready(consumer, &name).await?;
         anyhow::Ok(())
     })
     .await
@@ -62,11 +52,9 @@ async fn garbage_kubeconfig_sets_kubeconfig_invalid() -> anyhow::Result<()> {
 
 #[tokio::test]
 async fn secret_outside_designated_namespace_is_refused() -> anyhow::Result<()> {
-    let pair = setup()?;
-    pair.diagnose(async {
-        let consumer = pair.consumer.client().await?;
+    on_consumer(async |pair, consumer| {
         let name = unique("elsewhere");
-        ensure_namespace(&consumer, "default").await?;
+        ensure_namespace(consumer, "default").await?;
         let secrets: Api<Secret> = Api::namespaced(consumer.clone(), "default");
         let secret: Secret = serde_json::from_value(json!({
             "metadata": {"name": name},
@@ -78,7 +66,7 @@ async fn secret_outside_designated_namespace_is_refused() -> anyhow::Result<()> 
         Api::<Connection>::all(consumer.clone())
             .create(&PostParams::default(), &conn)
             .await?;
-        wait_connection(&consumer, &name, "SecretNamespaceNotAllowed", |c| {
+        wait_connection(consumer, &name, "SecretNamespaceNotAllowed", |c| {
             has_condition(c, "SecretValid", "False", "SecretNamespaceNotAllowed")
         })
         .await?;
@@ -94,13 +82,11 @@ async fn secret_outside_designated_namespace_is_refused() -> anyhow::Result<()> 
 
 #[tokio::test]
 async fn ready_connection_pins_both_identities_and_guards_its_secret() -> anyhow::Result<()> {
-    let pair = setup()?;
-    pair.diagnose(async {
-        let consumer = pair.consumer.client().await?;
+    on_consumer(async |pair, consumer| {
         let provider = pair.provider.client().await?;
         let name = unique("ready");
-        connect(&consumer, &pair.provider, &name, crd_source(), false).await?;
-        let seen = wait_ready(&consumer, &name).await?;
+        connect(consumer, &pair.provider, &name, crd_source(), false).await?;
+        let seen = wait_ready(consumer, &name).await?;
         let status = seen.status.clone().context("status")?;
         assert_eq!(
             status.remote_cluster_uid,
@@ -108,7 +94,7 @@ async fn ready_connection_pins_both_identities_and_guards_its_secret() -> anyhow
         );
         assert_eq!(
             status.local_cluster_uid,
-            Some(kube_system_uid(&consumer).await?)
+            Some(kube_system_uid(consumer).await?)
         );
         assert!(has_condition(&seen, "SecretValid", "True", "AsExpected"));
         assert!(has_condition(&seen, "Connected", "True", "AsExpected"));
@@ -198,19 +184,15 @@ fn pair_not_engaged(pair: &'static ClusterPair, connection: &str) -> anyhow::Res
 #[tokio::test]
 async fn restricted_identity_without_kube_system_access_is_permission_denied() -> anyhow::Result<()>
 {
-    let pair = setup()?;
-    pair.diagnose(async {
-        let consumer = pair.consumer.client().await?;
+    on_consumer(async |pair, consumer| {
         let name = unique("nobody");
-        connect_as(pair, &consumer, &name, Vec::new(), crd_source()).await?;
-        let seen = wait_connection(&consumer, &name, "PermissionDenied", |c| {
+        connect_as(pair, consumer, &name, Vec::new(), crd_source()).await?;
+        let seen = wait_connection(consumer, &name, "PermissionDenied", |c| {
             has_condition(c, "PermissionDenied", "True", "Forbidden")
                 && has_condition(c, "Ready", "False", "Forbidden")
         })
         .await?;
-        let message = &condition(&seen, "PermissionDenied")
-            .context("PermissionDenied")?
-            .message;
+        let message = message(&seen, "PermissionDenied")?;
         assert!(message.contains("kube-system"), "{message}");
         anyhow::Ok(())
     })
@@ -219,11 +201,7 @@ async fn restricted_identity_without_kube_system_access_is_permission_denied() -
 
 #[tokio::test]
 async fn kcp_logical_cluster_identity_is_used_where_served() -> anyhow::Result<()> {
-    let pair = setup()?;
-    let provider_cluster = tokio::task::spawn_blocking(|| private_cluster("kcp")).await??;
-    pair.diagnose(async {
-        let consumer = pair.consumer.client().await?;
-        let provider = provider_cluster.client().await?;
+    with_private_provider("kcp", async |_, consumer, provider_cluster, provider| {
         let crd: CustomResourceDefinition = serde_json::from_value(json!({
             "apiVersion": "apiextensions.k8s.io/v1",
             "kind": "CustomResourceDefinition",
@@ -236,7 +214,7 @@ async fn kcp_logical_cluster_identity_is_used_where_served() -> anyhow::Result<(
                     "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]
             }
         }))?;
-        install_crd(&provider, &crd).await?;
+        install_crd(provider, &crd).await?;
         let resource = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("core.kcp.io", "v1alpha1", "LogicalCluster"), "logicalclusters");
         let logical: Api<DynamicObject> = Api::all_with(provider.clone(), &resource);
         let created = eventually(CONVERGE, || async {
@@ -245,10 +223,10 @@ async fn kcp_logical_cluster_identity_is_used_where_served() -> anyhow::Result<(
         })
         .await?;
         let name = unique("kcp");
-        connect(&consumer, &provider_cluster, &name, crd_source(), false).await?;
-        let seen = wait_ready(&consumer, &name).await?;
+        connect(consumer, provider_cluster, &name, crd_source(), false).await?;
+        let seen = wait_ready(consumer, &name).await?;
         assert_eq!(seen.status.and_then(|s| s.remote_cluster_uid), created.uid());
-        assert_ne!(created.uid(), Some(kube_system_uid(&provider).await?));
+        assert_ne!(created.uid(), Some(kube_system_uid(provider).await?));
         anyhow::Ok(())
     })
     .await
@@ -307,11 +285,9 @@ fn kubeconfig_values(kubeconfig: &kube::config::Kubeconfig) -> Vec<String> {
 #[tokio::test]
 async fn insecure_provider_kubeconfigs_are_refused_and_nothing_is_written_there()
 -> anyhow::Result<()> {
-    let pair = setup()?;
-    pair.diagnose(async {
-        let consumer = pair.consumer.client().await?;
+    on_consumer(async |pair, consumer| {
         let provider = pair.provider.client().await?;
-        let consumer_uid = kube_system_uid(&consumer).await?;
+        let consumer_uid = kube_system_uid(consumer).await?;
         let skip_verify = |cluster: &mut kube::config::Cluster| {
             cluster.insecure_skip_tls_verify = Some(true);
             cluster.certificate_authority_data = None;
@@ -330,14 +306,14 @@ async fn insecure_provider_kubeconfigs_are_refused_and_nothing_is_written_there(
             let name = unique(case);
             let lease_namespace = unique("heartbeat");
             let (insecure, parsed) = provider_kubeconfig(pair, &lease_namespace, edit)?;
-            put_kubeconfig_secret(&consumer, &name, &insecure).await?;
+            put_kubeconfig_secret(consumer, &name, &insecure).await?;
             Api::<Connection>::all(consumer.clone())
                 .create(
                     &PostParams::default(),
                     &connection(&name, &name, crd_source(), false),
                 )
                 .await?;
-            let seen = wait_connection(&consumer, &name, "KubeconfigUnusable", |c| {
+            let seen = wait_connection(consumer, &name, "KubeconfigUnusable", |c| {
                 has_condition(c, "SecretValid", "False", "KubeconfigUnusable")
                     && has_condition(c, "Ready", "False", "KubeconfigUnusable")
             })
@@ -376,8 +352,8 @@ async fn insecure_provider_kubeconfigs_are_refused_and_nothing_is_written_there(
             // The same credentials with verified TLS are accepted, and the heartbeat lands
             // where the checks above looked.
             let (verified, _) = provider_kubeconfig(pair, &lease_namespace, |_| {})?;
-            put_kubeconfig_secret(&consumer, &name, &verified).await?;
-            wait_ready(&consumer, &name).await?;
+            put_kubeconfig_secret(consumer, &name, &verified).await?;
+            wait_ready(consumer, &name).await?;
             let leases: Api<Lease> = Api::namespaced(provider.clone(), &lease_namespace);
             eventually(CONVERGE, || async { leases.get(&lease_name).await }).await?;
         }

@@ -4,16 +4,14 @@ use super::*;
 
 #[tokio::test]
 async fn crd_source_exports_only_labelled_crds() -> anyhow::Result<()> {
-    let pair = setup()?;
-    pair.diagnose(async {
-        let consumer = pair.consumer.client().await?;
+    on_consumer(async |pair, consumer| {
         let provider = pair.provider.client().await?;
         let group = format!("{}.crd.example.org", unique("g"));
         install_crd(&provider, &widget_crd(&group, "Widget", true)?).await?;
         install_crd(&provider, &widget_crd(&group, "Gadget", false)?).await?;
         let name = unique("crd-source");
-        connect(&consumer, &pair.provider, &name, crd_source(), false).await?;
-        let seen = wait_connection(&consumer, &name, "exports", |c| {
+        connect(consumer, &pair.provider, &name, crd_source(), false).await?;
+        let seen = wait_connection(consumer, &name, "exports", |c| {
             exported_names(c).contains(&format!("widgets.{group}"))
         })
         .await?;
@@ -37,9 +35,7 @@ async fn crd_source_exports_only_labelled_crds() -> anyhow::Result<()> {
 
 #[tokio::test]
 async fn openapi_source_exports_served_apis_without_labels() -> anyhow::Result<()> {
-    let pair = setup()?;
-    pair.diagnose(async {
-        let consumer = pair.consumer.client().await?;
+    on_consumer(async |pair, consumer| {
         let provider = pair.provider.client().await?;
         let group = format!("{}.openapi.example.org", unique("g"));
         install_crd(&provider, &widget_crd(&group, "Gizmo", false)?).await?;
@@ -48,8 +44,8 @@ async fn openapi_source_exports_served_apis_without_labels() -> anyhow::Result<(
             source: SchemaSource::OpenApi,
             ..SchemaPolicy::default()
         };
-        connect(&consumer, &pair.provider, &name, schema, false).await?;
-        let seen = wait_connection(&consumer, &name, "exports", |c| {
+        connect(consumer, &pair.provider, &name, schema, false).await?;
+        let seen = wait_connection(consumer, &name, "exports", |c| {
             exported_names(c).contains(&format!("gizmos.{group}"))
         })
         .await?;
@@ -73,26 +69,22 @@ async fn openapi_source_exports_served_apis_without_labels() -> anyhow::Result<(
 
 #[tokio::test]
 async fn auto_falls_back_to_openapi_only_after_an_empty_list() -> anyhow::Result<()> {
-    let pair = setup()?;
-    let provider_cluster = tokio::task::spawn_blocking(|| private_cluster("auto")).await??;
-    pair.diagnose(async {
-        let consumer = pair.consumer.client().await?;
-        let provider = provider_cluster.client().await?;
+    with_private_provider("auto", async |_, consumer, provider_cluster, provider| {
         install_crd(
-            &provider,
+            provider,
             &widget_crd("auto.example.org", "Sprocket", false)?,
         )
         .await?;
         let name = unique("auto");
         connect(
-            &consumer,
-            &provider_cluster,
+            consumer,
+            provider_cluster,
             &name,
             SchemaPolicy::default(),
             false,
         )
         .await?;
-        wait_connection(&consumer, &name, "OpenAPI after an empty list", |c| {
+        wait_connection(consumer, &name, "OpenAPI after an empty list", |c| {
             c.status
                 .as_ref()
                 .and_then(|s| s.active_schema_source.as_deref())
@@ -100,8 +92,8 @@ async fn auto_falls_back_to_openapi_only_after_an_empty_list() -> anyhow::Result
                 && exported_names(c).contains(&"sprockets.auto.example.org".to_string())
         })
         .await?;
-        install_crd(&provider, &widget_crd("auto.example.org", "Cog", true)?).await?;
-        let seen = wait_connection(&consumer, &name, "CRD once something is labelled", |c| {
+        install_crd(provider, &widget_crd("auto.example.org", "Cog", true)?).await?;
+        let seen = wait_connection(consumer, &name, "CRD once something is labelled", |c| {
             c.status
                 .as_ref()
                 .and_then(|s| s.active_schema_source.as_deref())
@@ -119,22 +111,15 @@ async fn auto_falls_back_to_openapi_only_after_an_empty_list() -> anyhow::Result
 
 #[tokio::test]
 async fn auto_does_not_fall_back_after_a_list_error() -> anyhow::Result<()> {
-    let pair = setup()?;
-    pair.diagnose(async {
-        let consumer = pair.consumer.client().await?;
+    on_consumer(async |pair, consumer| {
         let name = unique("auto-denied");
         // May identify the cluster, may not list CRDs.
         let rules = vec![rule(&[""], &["namespaces"], &["get"])];
-        connect_as(pair, &consumer, &name, rules, SchemaPolicy::default()).await?;
-        let seen = wait_connection(
-            &consumer,
-            &name,
-            "PermissionDenied from the CRD list",
-            |c| {
-                has_condition(c, "PermissionDenied", "True", "Forbidden")
-                    && has_condition(c, "Ready", "False", "Forbidden")
-            },
-        )
+        connect_as(pair, consumer, &name, rules, SchemaPolicy::default()).await?;
+        let seen = wait_connection(consumer, &name, "PermissionDenied from the CRD list", |c| {
+            has_condition(c, "PermissionDenied", "True", "Forbidden")
+                && has_condition(c, "Ready", "False", "Forbidden")
+        })
         .await?;
         assert_ne!(
             seen.status
@@ -142,9 +127,7 @@ async fn auto_does_not_fall_back_after_a_list_error() -> anyhow::Result<()> {
                 .and_then(|s| s.active_schema_source.as_deref()),
             Some("OpenAPI")
         );
-        let message = &condition(&seen, "PermissionDenied")
-            .context("PermissionDenied")?
-            .message;
+        let message = message(&seen, "PermissionDenied")?;
         assert!(message.contains("CRD"), "{message}");
         anyhow::Ok(())
     })
@@ -154,18 +137,12 @@ async fn auto_does_not_fall_back_after_a_list_error() -> anyhow::Result<()> {
 #[tokio::test]
 async fn pull_policy_all_installs_established_crds_and_update_policy_once_pins_them()
 -> anyhow::Result<()> {
-    let pair = setup()?;
-    let provider_cluster = tokio::task::spawn_blocking(|| private_cluster("pull-all")).await??;
-    pair.diagnose(async {
-        let consumer = pair.consumer.client().await?;
-        let provider = provider_cluster.client().await?;
+    with_private_provider("pull-all", async |_, consumer, provider_cluster, provider| {
         let (plain_group, once_group) = ("plain.pull.example.org", "once.pull.example.org");
-        install_crd(&provider, &widget_crd(plain_group, "Widget", true)?).await?;
-        install_crd(&provider, &widget_crd(once_group, "Widget", true)?).await?;
+        install_crd(provider, &widget_crd(plain_group, "Widget", true)?).await?;
+        install_crd(provider, &widget_crd(once_group, "Widget", true)?).await?;
         let name = unique("pull-all");
-        let schema = SchemaPolicy { source: SchemaSource::Crd, pull_policy: PullPolicy::All, update_policy: UpdatePolicy::Once };
-        connect(&consumer, &provider_cluster, &name, schema, false).await?;
-        wait_connection(&consumer, &name, "SchemaInSync", |c| has_condition(c, "SchemaInSync", "True", "AsExpected")).await?;
+        pull_all(consumer, provider_cluster, &name, SchemaSource::Crd, UpdatePolicy::Once).await?;
         let consumer_crds: Api<CustomResourceDefinition> = Api::all(consumer.clone());
         for group in [plain_group, once_group] {
             let installed = consumer_crds.get(&format!("widgets.{group}")).await?;
@@ -179,7 +156,7 @@ async fn pull_policy_all_installs_established_crds_and_update_policy_once_pins_t
             "spec": {"type": "object", "properties": {"size": {"type": "integer"}, "color": {"type": "string"}, "shape": {"type": "string"}}},
             "status": {"type": "object", "properties": {"phase": {"type": "string"}}}
         }}}))?;
-        install_crd(&provider, &changed).await?;
+        install_crd(provider, &changed).await?;
         tokio::time::sleep(Duration::from_secs(4)).await;
         let pinned = consumer_crds.get(&format!("widgets.{once_group}")).await?;
         let spec_props = serde_json::to_value(&pinned.spec.versions[0].schema)?;
@@ -206,15 +183,13 @@ async fn pull_policy_all_installs_established_crds_and_update_policy_once_pins_t
 
 #[tokio::test]
 async fn newly_labelled_crd_appears_on_periodic_requeue() -> anyhow::Result<()> {
-    let pair = setup()?;
-    pair.diagnose(async {
-        let consumer = pair.consumer.client().await?;
+    on_consumer(async |pair, consumer| {
         let provider = pair.provider.client().await?;
         let group = format!("{}.late.example.org", unique("g"));
         install_crd(&provider, &widget_crd(&group, "Widget", false)?).await?;
         let name = unique("late");
-        connect(&consumer, &pair.provider, &name, crd_source(), false).await?;
-        wait_ready(&consumer, &name).await?;
+        connect(consumer, &pair.provider, &name, crd_source(), false).await?;
+        wait_ready(consumer, &name).await?;
         let crds: Api<CustomResourceDefinition> = Api::all(provider.clone());
         let label = json!({"metadata": {"labels": {EXPORTED_LABEL: "true"}}});
         crds.patch(
@@ -223,7 +198,7 @@ async fn newly_labelled_crd_appears_on_periodic_requeue() -> anyhow::Result<()> 
             &Patch::Merge(&label),
         )
         .await?;
-        wait_connection(&consumer, &name, "the new export", |c| {
+        wait_connection(consumer, &name, "the new export", |c| {
             exported_names(c).contains(&format!("widgets.{group}"))
         })
         .await?;
@@ -275,22 +250,16 @@ fn rich_crd() -> anyhow::Result<CustomResourceDefinition> {
 #[tokio::test]
 async fn openapi_source_with_pull_all_synthesizes_a_crd_that_round_trips_every_field()
 -> anyhow::Result<()> {
-    let pair = setup()?;
-    let provider_cluster = tokio::task::spawn_blocking(|| private_cluster("synth")).await??;
-    pair.diagnose(async {
-        let consumer = pair.consumer.client().await?;
-        let provider = provider_cluster.client().await?;
-        install_crd(&provider, &rich_crd()?).await?;
+    with_private_provider("synth", async |_, consumer, provider_cluster, provider| {
+        install_crd(provider, &rich_crd()?).await?;
         let name = unique("synth");
-        let schema = SchemaPolicy {
-            source: SchemaSource::OpenApi,
-            pull_policy: PullPolicy::All,
-            update_policy: UpdatePolicy::Always,
-        };
-        connect(&consumer, &provider_cluster, &name, schema, false).await?;
-        wait_connection(&consumer, &name, "SchemaInSync", |c| {
-            has_condition(c, "SchemaInSync", "True", "AsExpected")
-        })
+        pull_all(
+            consumer,
+            provider_cluster,
+            &name,
+            SchemaSource::OpenApi,
+            UpdatePolicy::Always,
+        )
         .await?;
 
         let installed = Api::<CustomResourceDefinition>::all(consumer.clone())
@@ -318,7 +287,7 @@ async fn openapi_source_with_pull_all_synthesizes_a_crd_that_round_trips_every_f
             &GroupVersionKind::gvk("rich.example.org", "v1", "Gear"),
             "gears",
         );
-        ensure_namespace(&consumer, &name).await?;
+        ensure_namespace(consumer, &name).await?;
         let gears: Api<DynamicObject> = Api::namespaced_with(consumer.clone(), &name, &resource);
         let spec = json!({
             "size": 3,

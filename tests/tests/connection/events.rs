@@ -52,29 +52,26 @@ async fn warned_once(consumer: &kube::Client, name: &str, reason: &str) -> anyho
 #[tokio::test]
 async fn each_failure_reason_is_one_warning_and_becoming_ready_a_normal_event() -> anyhow::Result<()>
 {
-    let pair = setup()?;
-    pair.diagnose(async {
-        let consumer = pair.consumer.client().await?;
+    on_consumer(async |pair, consumer| {
         let name = unique("events");
-        Api::<Connection>::all(consumer.clone())
-            .create(
-                &PostParams::default(),
-                &connection(&name, &name, SchemaPolicy::default(), false),
-            )
-            .await?;
-        let missing = warned_once(&consumer, &name, "SecretNotFound").await?;
+        create_connection(
+            consumer,
+            &connection(&name, &name, SchemaPolicy::default(), false),
+        )
+        .await?;
+        let missing = warned_once(consumer, &name, "SecretNotFound").await?;
         let note = missing.note.unwrap_or_default();
         assert!(note.contains(&name), "names the Secret to create: {note}");
         let regarding = missing.regarding.context("regarding")?;
         assert_eq!(regarding.kind.as_deref(), Some("Connection"));
         assert_eq!(regarding.name.as_deref(), Some(name.as_str()));
 
-        put_kubeconfig_secret(&consumer, &name, "{{{ not a kubeconfig").await?;
-        warned_once(&consumer, &name, "KubeconfigInvalid").await?;
+        put_kubeconfig_secret(consumer, &name, "{{{ not a kubeconfig").await?;
+        warned_once(consumer, &name, "KubeconfigInvalid").await?;
 
-        put_kubeconfig_secret(&consumer, &name, &pair.provider.admin().kubeconfig_yaml()?).await?;
-        wait_ready(&consumer, &name).await?;
-        let ready = wait_event(&consumer, &name, "Normal", "Ready").await?;
+        put_kubeconfig_secret(consumer, &name, &pair.provider.admin().kubeconfig_yaml()?).await?;
+        wait_ready(consumer, &name).await?;
+        let ready = wait_event(consumer, &name, "Normal", "Ready").await?;
         assert!(
             ready
                 .note
@@ -82,7 +79,7 @@ async fn each_failure_reason_is_one_warning_and_becoming_ready_a_normal_event() 
             "says what it is connected to"
         );
         tokio::time::sleep(Duration::from_secs(3)).await;
-        assert_eq!(events_with(&consumer, &name, "Ready").await?.len(), 1);
+        assert_eq!(events_with(consumer, &name, "Ready").await?.len(), 1);
 
         Api::<Connection>::all(consumer.clone())
             .delete(&name, &DeleteParams::default())
@@ -94,13 +91,11 @@ async fn each_failure_reason_is_one_warning_and_becoming_ready_a_normal_event() 
 
 #[tokio::test]
 async fn refused_and_unreachable_providers_are_warnings() -> anyhow::Result<()> {
-    let pair = setup()?;
-    pair.diagnose(async {
-        let consumer = pair.consumer.client().await?;
+    on_consumer(async |pair, consumer| {
         // No RBAC at all: the identity read is refused.
         let refused = unique("events-refused");
-        connect_as(pair, &consumer, &refused, Vec::new(), crd_source()).await?;
-        let warning = warned_once(&consumer, &refused, "Forbidden").await?;
+        connect_as(pair, consumer, &refused, Vec::new(), crd_source()).await?;
+        let warning = warned_once(consumer, &refused, "Forbidden").await?;
         assert!(
             warning.note.is_some_and(|n| n.contains("kube-system")),
             "says what was refused"
@@ -116,14 +111,13 @@ async fn refused_and_unreachable_providers_are_warnings() -> anyhow::Result<()> 
             .kubeconfig_yaml()?
             .replace(&server, &format!("https://127.0.0.1:{port}"));
         anyhow::ensure!(kubeconfig.contains(&port.to_string()), "server replaced");
-        put_kubeconfig_secret(&consumer, &unreachable, &kubeconfig).await?;
-        Api::<Connection>::all(consumer.clone())
-            .create(
-                &PostParams::default(),
-                &connection(&unreachable, &unreachable, crd_source(), false),
-            )
-            .await?;
-        warned_once(&consumer, &unreachable, "ProviderUnreachable").await?;
+        put_kubeconfig_secret(consumer, &unreachable, &kubeconfig).await?;
+        create_connection(
+            consumer,
+            &connection(&unreachable, &unreachable, crd_source(), false),
+        )
+        .await?;
+        warned_once(consumer, &unreachable, "ProviderUnreachable").await?;
 
         for name in [refused, unreachable] {
             Api::<Connection>::all(consumer.clone())
@@ -138,29 +132,14 @@ async fn refused_and_unreachable_providers_are_warnings() -> anyhow::Result<()> 
 #[tokio::test]
 async fn an_auto_bind_name_clash_is_one_warning_and_a_condition_while_it_lasts()
 -> anyhow::Result<()> {
-    let pair = setup()?;
-    pair.diagnose(async {
-        let consumer = pair.consumer.client().await?;
+    on_consumer(async |pair, consumer| {
         let name = unique("events-taken");
         // A ClusterBinding of the consumer's own under the name autoBind would use; it points
         // elsewhere, so it never holds up this Connection's deletion.
         let bindings: Api<ClusterBinding> = Api::all(consumer.clone());
-        let theirs = ClusterBinding::new(
-            &name,
-            BindingSpec {
-                connection_ref: ConnectionReference {
-                    name: format!("{name}-elsewhere"),
-                },
-                apis: vec![ApiReference {
-                    name: format!("things.{name}.example.org"),
-                }],
-                conflict_policy: Default::default(),
-                related_resources: Vec::new(),
-            }
-            .into(),
-        );
+        let theirs = elsewhere_cluster_binding(&name, &name);
         bindings.create(&PostParams::default(), &theirs).await?;
-        put_kubeconfig_secret(&consumer, &name, &pair.provider.admin().kubeconfig_yaml()?).await?;
+        put_kubeconfig_secret(consumer, &name, &pair.provider.admin().kubeconfig_yaml()?).await?;
         let connections: Api<Connection> = Api::all(consumer.clone());
         connections
             .create(
@@ -169,14 +148,14 @@ async fn an_auto_bind_name_clash_is_one_warning_and_a_condition_while_it_lasts()
             )
             .await?;
 
-        let warning = warned_once(&consumer, &name, "AutoBindNameTaken").await?;
+        let warning = warned_once(consumer, &name, "AutoBindNameTaken").await?;
         let note = warning.note.unwrap_or_default();
         assert!(
             note.contains(&format!("ClusterBinding {name} exists")),
             "{note}"
         );
         assert_eq!(warning.action.as_deref(), Some("AutoBind"));
-        let taken = wait_connection(&consumer, &name, "AutoBindInSync=False", |c| {
+        let taken = wait_connection(consumer, &name, "AutoBindInSync=False", |c| {
             has_condition(c, "AutoBindInSync", "False", "AutoBindNameTaken")
         })
         .await?;
@@ -198,7 +177,7 @@ async fn an_auto_bind_name_clash_is_one_warning_and_a_condition_while_it_lasts()
                 &Patch::Merge(json!({ "spec": { "autoBind": false } })),
             )
             .await?;
-        wait_connection(&consumer, &name, "no AutoBindInSync condition", |c| {
+        wait_connection(consumer, &name, "no AutoBindInSync condition", |c| {
             condition(c, "AutoBindInSync").is_none()
         })
         .await?;

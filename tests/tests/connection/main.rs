@@ -27,7 +27,7 @@ use serde_json::json;
 
 use kbind_tests::eventually;
 use kbind_tests::fixtures::*;
-use kbind_tests::testenv::{ClusterPair, shared_pair};
+use kbind_tests::testenv::{Cluster, ClusterPair, shared_pair};
 use konnector::api::names::{
     CLEANUP_FINALIZER, CONNECTION_ANNOTATION, EXPORTED_LABEL, MANAGED_LABEL, SYNCER_FINALIZER,
 };
@@ -40,6 +40,99 @@ fn setup() -> anyhow::Result<&'static ClusterPair> {
     let pair = shared_pair()?;
     shared_konnector(pair)?;
     Ok(pair)
+}
+
+/// Runs `body` against the shared pair (its konnector running) with the consumer's admin
+/// client; a failure carries the apiservers' log tails.
+async fn on_consumer(
+    body: impl AsyncFnOnce(&'static ClusterPair, &kube::Client) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let pair = setup()?;
+    pair.diagnose(async {
+        let consumer = pair.consumer.client().await?;
+        body(pair, &consumer).await
+    })
+    .await
+}
+
+/// Runs `body` against the shared pair's consumer and a provider cluster of its own named
+/// `name` (started first, stopped after): the pair, the consumer's admin client, the private
+/// cluster and its admin client; a failure carries the pair's apiserver log tails.
+async fn with_private_provider(
+    name: &'static str,
+    body: impl AsyncFnOnce(
+        &'static ClusterPair,
+        &kube::Client,
+        &Cluster,
+        &kube::Client,
+    ) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let pair = setup()?;
+    let cluster = tokio::task::spawn_blocking(move || private_cluster(name)).await??;
+    pair.diagnose(async {
+        let consumer = pair.consumer.client().await?;
+        let provider = cluster.client().await?;
+        body(pair, &consumer, &cluster, &provider).await
+    })
+    .await
+}
+
+/// A ClusterBinding `name` of the consumer's own, for the Connection `<prefix>-elsewhere` and the
+/// API `things.<prefix>.example.org`: one that has nothing to do with the Connection under test.
+fn elsewhere_cluster_binding(name: &str, prefix: &str) -> ClusterBinding {
+    ClusterBinding::new(
+        name,
+        BindingSpec {
+            connection_ref: ConnectionReference {
+                name: format!("{prefix}-elsewhere"),
+            },
+            apis: vec![ApiReference {
+                name: format!("things.{prefix}.example.org"),
+            }],
+            conflict_policy: Default::default(),
+            related_resources: Vec::new(),
+        }
+        .into(),
+    )
+}
+
+/// Creates `connection` on the consumer.
+async fn create_connection(
+    consumer: &kube::Client,
+    connection: &Connection,
+) -> anyhow::Result<Connection> {
+    Ok(Api::<Connection>::all(consumer.clone())
+        .create(&PostParams::default(), connection)
+        .await?)
+}
+
+/// Connects `name` to `provider` with `pullPolicy: All`, schemas from `source` updated under
+/// `update`, and waits until its schemas are in sync.
+async fn pull_all(
+    consumer: &kube::Client,
+    provider: &Cluster,
+    name: &str,
+    source: SchemaSource,
+    update: UpdatePolicy,
+) -> anyhow::Result<()> {
+    let schema = SchemaPolicy {
+        source,
+        pull_policy: PullPolicy::All,
+        update_policy: update,
+    };
+    connect(consumer, provider, name, schema, false).await?;
+    wait_connection(consumer, name, "SchemaInSync", |c| {
+        has_condition(c, "SchemaInSync", "True", "AsExpected")
+    })
+    .await?;
+    Ok(())
+}
+
+/// The message of `connection`'s condition `type_`; an error if it has none.
+fn message<'a>(connection: &'a Connection, type_: &str) -> anyhow::Result<&'a String> {
+    Ok(&condition(connection, type_)
+        .with_context(|| type_.to_string())?
+        .message)
 }
 
 fn crd_source() -> SchemaPolicy {
@@ -121,13 +214,7 @@ async fn connect_as(
         grant(&provider, name, rules).await?;
     }
     put_kubeconfig_secret(consumer, name, &user.kubeconfig_yaml()?).await?;
-    let connections: Api<Connection> = Api::all(consumer.clone());
-    connections
-        .create(
-            &PostParams::default(),
-            &connection(name, name, schema, false),
-        )
-        .await?;
+    create_connection(consumer, &connection(name, name, schema, false)).await?;
     Ok(())
 }
 

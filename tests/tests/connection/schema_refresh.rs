@@ -17,27 +17,14 @@ fn applies(api: &str) -> u64 {
 
 #[tokio::test]
 async fn unchanged_provider_schema_is_not_applied_again() -> anyhow::Result<()> {
-    let pair = setup()?;
     // A provider of its own: Connections of other tests pulling every exported CRD of the
     // shared provider would pin this one to themselves.
-    let provider_cluster = tokio::task::spawn_blocking(|| private_cluster("refresh")).await??;
-    pair.diagnose(async {
-        let consumer = pair.consumer.client().await?;
-        let provider = provider_cluster.client().await?;
+    with_private_provider("refresh", async |_, consumer, provider_cluster, provider| {
         let group = "refresh.schema.example.org";
         let api = format!("widgets.{group}");
-        install_crd(&provider, &widget_crd(group, "Widget", true)?).await?;
+        install_crd(provider, &widget_crd(group, "Widget", true)?).await?;
         let name = unique("refresh");
-        let schema = SchemaPolicy {
-            source: SchemaSource::Crd,
-            pull_policy: PullPolicy::All,
-            update_policy: UpdatePolicy::Always,
-        };
-        connect(&consumer, &provider_cluster, &name, schema, false).await?;
-        wait_connection(&consumer, &name, "SchemaInSync", |c| {
-            has_condition(c, "SchemaInSync", "True", "AsExpected")
-        })
-        .await?;
+        pull_all(consumer, provider_cluster, &name, SchemaSource::Crd, UpdatePolicy::Always).await?;
         let first = applies(&api);
         assert!(first >= 1, "the first reconcile applies the CRD");
         // The test konnector reconciles Connections every second: several periods pass.
@@ -50,7 +37,7 @@ async fn unchanged_provider_schema_is_not_applied_again() -> anyhow::Result<()> 
                 "spec": {"type": "object", "properties": {"size": {"type": "integer"}, "shape": {"type": "string"}}},
                 "status": {"type": "object", "properties": {"phase": {"type": "string"}}}
         }}}))?;
-        install_crd(&provider, &changed).await?;
+        install_crd(provider, &changed).await?;
         let consumer_crds: Api<CustomResourceDefinition> = Api::all(consumer.clone());
         eventually(CONVERGE, || async {
             let crd = consumer_crds.get(&api).await?;
