@@ -333,9 +333,26 @@ async fn insecure_provider_kubeconfigs_are_refused_and_nothing_is_written_there(
                 }
             }
             // Several resyncs later, nothing reached the provider: no engagement, no heartbeat
-            // namespace or Lease.
+            // namespace or Lease; the refusal was one Warning naming the field, not one per
+            // resync.
             tokio::time::sleep(Duration::from_secs(3)).await;
             assert!(pair_not_engaged(pair, &name)?, "{case}: not engaged");
+            let warnings: Vec<_> = kbind_tests::syncenv::events_for(consumer, None, &name)
+                .await?
+                .into_iter()
+                .filter(|e| e.reason.as_deref() == Some("KubeconfigUnusable"))
+                .collect();
+            assert_eq!(warnings.len(), 1, "{case}: one Warning: {warnings:?}");
+            let warning = &warnings[0];
+            assert_eq!(warning.type_.as_deref(), Some("Warning"), "{case}");
+            assert!(
+                warning.series.is_none(),
+                "{case}: published once: {warning:?}"
+            );
+            assert!(
+                warning.note.as_deref().is_some_and(|n| n.contains(field)),
+                "{case}: the Warning names {field}: {warning:?}"
+            );
             let namespace = Api::<Namespace>::all(provider.clone())
                 .get_opt(&lease_namespace)
                 .await?;
