@@ -51,6 +51,21 @@ async fn on_stack<T>(
     stack.finish(result).await
 }
 
+/// An instance `taken` in `ns` whose provider target already exists without markers: a
+/// conflict under `Fail`.
+async fn taken_by_another(stack: &Stack, api: &TestApi, ns: &str) -> anyhow::Result<()> {
+    api.create(
+        &stack.provider,
+        Some(ns),
+        "taken",
+        json!({ "owner": "else" }),
+    )
+    .await?;
+    api.create(&stack.consumer, Some(ns), "taken", json!({ "mine": true }))
+        .await?;
+    Ok(())
+}
+
 /// Waits until the Binding `ns/name`'s status passes `check`.
 async fn wait_binding(
     stack: &Stack,
@@ -250,15 +265,7 @@ async fn a_cluster_binding_counts_conflicts_in_every_namespace_and_clears_them()
             ))
             .await?;
         for ns in [ns_a, ns_b] {
-            api.create(
-                &stack.provider,
-                Some(ns),
-                "taken",
-                json!({ "owner": "else" }),
-            )
-            .await?;
-            api.create(&stack.consumer, Some(ns), "taken", json!({ "mine": true }))
-                .await?;
+            taken_by_another(stack, &api, ns).await?;
         }
         api.create(&stack.consumer, Some(ns_a), "free", json!({ "mine": true }))
             .await?;
@@ -463,15 +470,7 @@ async fn a_restarted_konnector_keeps_the_binding_story_without_repeating_it() ->
         stack
             .create_ready_binding(&stack.binding(ns, "widgets", &[&api], ConflictPolicy::Fail))
             .await?;
-        api.create(
-            &stack.provider,
-            Some(ns),
-            "taken",
-            json!({ "owner": "else" }),
-        )
-        .await?;
-        api.create(&stack.consumer, Some(ns), "taken", json!({ "mine": true }))
-            .await?;
+        taken_by_another(stack, &api, ns).await?;
         let status = wait_binding(
             stack,
             ns,
