@@ -137,14 +137,15 @@ impl SyncContext {
             .newest(obj.metadata.namespace.as_deref(), &obj.name_any(), cached)
     }
 
-    /// The newer of `obj` (from the consumer cache) and the instance as our own last write to
-    /// it returned it. The reconcile that our finalizer patch triggers otherwise sees the
-    /// instance without the status written since, and writes that status a second time.
-    pub(crate) fn newest_instance(&self, obj: &DynamicObject) -> DynamicObject {
-        let name = obj.name_any();
-        self.recent_instances
-            .newest(obj.metadata.namespace.as_deref(), &name, Some(obj.clone()))
-            .unwrap_or_else(|| obj.clone())
+    /// The instance as our own last write to it returned it, when that is newer than `obj`
+    /// (from the consumer cache). The reconcile that our finalizer patch triggers otherwise
+    /// sees the instance without the status written since, and writes that status again.
+    pub(crate) fn newer_instance(&self, obj: &DynamicObject) -> Option<DynamicObject> {
+        self.recent_instances.newer(
+            obj.metadata.namespace.as_deref(),
+            &obj.name_any(),
+            Some(obj),
+        )
     }
 
     /// Remembers what a write to an instance returned (without managedFields, like the cache).

@@ -57,12 +57,21 @@ impl RecentWrites {
         name: &str,
         cached: Option<DynamicObject>,
     ) -> Option<DynamicObject> {
+        self.newer(namespace, name, cached.as_ref()).or(cached)
+    }
+
+    /// The remembered write for `namespace/name` when it is newer than `cached` (or there is
+    /// no cached object); `None` when the cache is as new, which also forgets the write.
+    pub fn newer(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+        cached: Option<&DynamicObject>,
+    ) -> Option<DynamicObject> {
         let key = (namespace.map(str::to_string), name.to_string());
         let mut copies = lock(&self.copies);
-        let Some((written, at)) = copies.get(&key) else {
-            return cached;
-        };
-        let written_is_newer = match &cached {
+        let (written, at) = copies.get(&key)?;
+        let written_is_newer = match cached {
             None => true,
             Some(cached) => {
                 match (version(cached), version(written)) {
@@ -76,7 +85,7 @@ impl RecentWrites {
             return Some(written.clone());
         }
         copies.remove(&key);
-        cached
+        None
     }
 }
 

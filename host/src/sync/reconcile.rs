@@ -53,11 +53,12 @@ use crate::k8s::{ApiErrorExt, NamespaceState, ensure_namespace};
     name = obj.metadata.name.as_deref().unwrap_or(""),
 ))]
 pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<SyncContext>) -> Result<Action> {
-    let obj = ctx.newest_instance(&obj);
-    let action = reconcile_inner(&obj, &ctx).await;
+    let newer = ctx.newer_instance(&obj);
+    let obj = newer.as_ref().unwrap_or(&obj);
+    let action = reconcile_inner(obj, &ctx).await;
     match &action {
-        Ok(_) => ctx.forget_failures(&obj),
-        Err(_) => ctx.attempted(&obj),
+        Ok(_) => ctx.forget_failures(obj),
+        Err(_) => ctx.attempted(obj),
     }
     action
 }
