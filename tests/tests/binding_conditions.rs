@@ -5,361 +5,242 @@
 //! and every change of state is one Event on the binding. Each clears when its cause is gone.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
-use anyhow::Context as _;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kbind_tests::fixtures::install_crd;
 use kbind_tests::syncenv::related::{entry, put_secret, wait_secret};
 use kbind_tests::syncenv::{
-    Stack, TestApi, delete, ensure_namespace, events_for, merge, synced_condition, wait_for,
+    Scenario, ScenarioBuilder, WAIT, delete, ensure_namespace, gone, has, merge, message,
+    synced_condition, wait_for,
 };
-use kbind_tests::testenv::shared_pair;
 use konnector::api::names::EXPORTED_LABEL;
-use konnector::api::{
-    Binding, BindingStatus, ClusterBinding, ConflictPolicy, PullPolicy, RelatedDirection,
-    RelatedResourceKind,
-};
-use kube::api::{DeleteParams, PostParams};
+use konnector::api::{PullPolicy, RelatedDirection, RelatedResourceKind};
+use kube::api::PostParams;
 use kube::{Api, Client};
-use serde_json::json;
-
-const WAIT: Duration = Duration::from_secs(60);
-
-fn condition<'a>(status: &'a BindingStatus, type_: &str) -> Option<&'a Condition> {
-    status.conditions.iter().find(|c| c.type_ == type_)
-}
-
-fn is(status: &BindingStatus, type_: &str, value: &str, reason: &str) -> bool {
-    condition(status, type_).is_some_and(|c| c.status == value && c.reason == reason)
-}
-
-/// Starts a stack named `name` on the shared pair, runs `body` with it and stops it; a failure
-/// carries both clusters' objects of `api` and the stack's bindings, and the apiservers' log
-/// tails.
-async fn on_stack<T>(
-    name: &str,
-    api: &TestApi,
-    body: impl AsyncFnOnce(&Stack) -> anyhow::Result<T>,
-) -> anyhow::Result<T> {
-    let pair = shared_pair()?;
-    let stack = Stack::start(pair, name).await?;
-    let result = pair.diagnose(stack.diagnose(&[api], body(&stack))).await;
-    stack.finish(result).await
-}
+use serde_json::{Value, json};
 
 /// An instance `taken` in `ns` whose provider target already exists without markers: a
 /// conflict under `Fail`.
-async fn taken_by_another(stack: &Stack, api: &TestApi, ns: &str) -> anyhow::Result<()> {
-    api.create(
-        &stack.provider,
-        Some(ns),
-        "taken",
-        json!({ "owner": "else" }),
-    )
-    .await?;
-    api.create(&stack.consumer, Some(ns), "taken", json!({ "mine": true }))
-        .await?;
+async fn taken_by_another(s: &Scenario, ns: &str) -> anyhow::Result<()> {
+    let spec = json!({ "owner": "else" });
+    s.api.create(&s.provider, Some(ns), "taken", spec).await?;
+    let spec = json!({ "mine": true });
+    s.api.create(&s.consumer, Some(ns), "taken", spec).await?;
     Ok(())
 }
 
-/// Waits until the Binding `ns/name`'s status passes `check`.
-async fn wait_binding(
-    stack: &Stack,
-    ns: &str,
-    name: &str,
-    what: &str,
-    check: impl Fn(&BindingStatus) -> bool,
-) -> anyhow::Result<BindingStatus> {
-    let api = Api::<Binding>::namespaced(stack.consumer.clone(), ns);
-    wait_for(what, WAIT, || async {
-        Ok(api.get(name).await?.status.filter(|s| check(s)))
-    })
-    .await
+/// Events of `reason` on the scenario's binding.
+async fn events_of(s: &Scenario, reason: &str) -> anyhow::Result<Vec<Event>> {
+    let events = s.binding_events().await?.into_iter();
+    Ok(events
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .collect())
 }
 
-/// Waits for an Event of `type_` and `reason` on the object `name` (Events of cluster-scoped
-/// objects land in `default`).
-async fn event(
-    stack: &Stack,
-    ns: Option<&str>,
-    name: &str,
-    type_: &str,
-    reason: &str,
-) -> anyhow::Result<Event> {
-    wait_for(
-        &format!("a {type_} {reason} Event on {name}"),
-        WAIT,
-        || async {
-            Ok(events_for(&stack.consumer, ns, name)
-                .await?
-                .into_iter()
-                .find(|e| e.type_.as_deref() == Some(type_) && e.reason.as_deref() == Some(reason)))
-        },
-    )
-    .await
-}
-
-/// The provider's CRD for `api` with a strict spec (`size` an integer ≤ 100), exported.
-fn strict_provider_crd(api: &TestApi) -> anyhow::Result<CustomResourceDefinition> {
-    let mut crd = serde_json::to_value(api.crd()?)?;
+/// The provider's CRD for the main API with a strict spec (`size` an integer ≤ 100), exported.
+fn strict_provider_crd(s: &Scenario) -> anyhow::Result<CustomResourceDefinition> {
+    let mut crd = serde_json::to_value(s.api.crd()?)?;
     crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"] = json!({
         "type": "object",
         "properties": { "size": { "type": "integer", "maximum": 100 } },
     });
     let mut crd: CustomResourceDefinition = serde_json::from_value(crd)?;
-    crd.metadata.labels = Some(BTreeMap::from([(
-        EXPORTED_LABEL.to_string(),
-        "true".to_string(),
-    )]));
+    crd.metadata.labels = Some(BTreeMap::from([(EXPORTED_LABEL.into(), "true".into())]));
     Ok(crd)
 }
 
 /// Grants provider user `user` the `rules` cluster-wide (one ClusterRole per call, `name`).
-async fn grant(
-    provider: &Client,
-    name: &str,
-    user: &str,
-    rules: serde_json::Value,
-) -> anyhow::Result<()> {
-    let role: ClusterRole =
-        serde_json::from_value(json!({ "metadata": { "name": name }, "rules": rules }))?;
-    let binding: ClusterRoleBinding = serde_json::from_value(json!({
+async fn grant(provider: &Client, name: &str, user: &str, rules: Value) -> anyhow::Result<()> {
+    let role = json!({ "metadata": { "name": name }, "rules": rules });
+    let binding = json!({
         "metadata": { "name": name },
         "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name },
         "subjects": [{ "kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io" }],
-    }))?;
+    });
+    let pp = PostParams::default();
     Api::<ClusterRole>::all(provider.clone())
-        .create(&PostParams::default(), &role)
+        .create(&pp, &serde_json::from_value(role)?)
         .await?;
     Api::<ClusterRoleBinding>::all(provider.clone())
-        .create(&PostParams::default(), &binding)
+        .create(&pp, &serde_json::from_value(binding)?)
         .await?;
     Ok(())
 }
 
-/// A stack whose Connection is engaged with a restricted provider user, `api` exported and its
-/// consumer CRD installed by the test (the user need not read CRDs), and the namespace on both
-/// sides; once engaged, the user is granted `rules` (ClusterRole `role`).
-async fn restricted(
-    stack: &Stack,
-    api: &TestApi,
-    (user, ns): (&str, &str),
-    role: &str,
-    rules: serde_json::Value,
-) -> anyhow::Result<Client> {
-    stack.set_pull_policy(PullPolicy::None).await?;
-    api.export(stack).await?;
-    api.install_on_consumer(&stack.consumer, Some(&stack.name))
-        .await?;
-    ensure_namespace(&stack.provider, ns).await?;
-    ensure_namespace(&stack.consumer, ns).await?;
-    let identity = shared_pair()?.provider.mint_user(user, &[])?;
-    let client = identity.client().await?;
-    stack.engage_with(client.clone(), &[api], user);
-    grant(&stack.provider, role, user, rules).await?;
-    Ok(client)
+/// An unbound scenario whose consumer CRD the test installs (the restricted user need not read
+/// CRDs).
+fn restricted_scenario(name: &str) -> ScenarioBuilder {
+    Scenario::unbound(name).pull_policy(PullPolicy::None)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_provider_rejection_is_counted_on_the_binding_and_clears_when_fixed() -> anyhow::Result<()>
-{
-    let ns = "opsc-rejected";
-    let api = TestApi::namespaced("rejected.opsc.kbind.io");
-    on_stack(ns, &api, async |stack| {
-        stack.set_pull_policy(PullPolicy::None).await?;
-        install_crd(&stack.provider, &strict_provider_crd(&api)?).await?;
-        api.install_on_consumer(&stack.consumer, Some(ns)).await?;
-        stack.engage(&[&api]);
-        stack
-            .create_ready_binding(&stack.binding(ns, "widgets", &[&api], ConflictPolicy::Fail))
-            .await?;
-        api.create(&stack.consumer, Some(ns), "good", json!({ "size": 1 }))
-            .await?;
-        api.create(&stack.consumer, Some(ns), "bad", json!({ "size": 1000 }))
-            .await?;
-
-        let status = wait_binding(stack, ns, "widgets", "Synced=False ProviderRejected", |s| {
-            condition(s, "Synced").is_some_and(|c| {
-                c.status == "False"
-                    && c.reason == "ProviderRejected"
-                    && c.message.starts_with("1 of 2 instance(s) not in sync")
-            })
-        })
+/// Exports the API, installs its consumer CRD and the namespace on both sides, and engages the
+/// Connection with restricted provider user `<ns>-user`, granted `rules` (ClusterRole
+/// `<ns>-initial`); then binds. Returns the user.
+async fn bind_restricted(s: &Scenario, rules: Value) -> anyhow::Result<String> {
+    let user = format!("{}-user", s.ns());
+    s.api.export(s).await?;
+    s.api
+        .install_on_consumer(&s.consumer, Some(&s.name))
         .await?;
-        let synced = condition(&status, "Synced").context("Synced")?;
+    ensure_namespace(&s.provider, s.ns()).await?;
+    ensure_namespace(&s.consumer, s.ns()).await?;
+    let client = s.pair().provider.mint_user(&user, &[])?.client().await?;
+    s.engage_with(client, &[&s.api], &user);
+    grant(&s.provider, &format!("{}-initial", s.ns()), &user, rules).await?;
+    s.bind().await?;
+    Ok(user)
+}
+
+/// RBAC rules on the main API's `widgets`.
+fn widget_rules(s: &Scenario, verbs: &[&str]) -> Value {
+    json!([{ "apiGroups": [s.api.group], "resources": ["widgets"], "verbs": verbs }])
+}
+
+#[test]
+fn a_provider_rejection_is_counted_on_the_binding_and_clears_when_fixed() -> anyhow::Result<()> {
+    restricted_scenario("opsc-rejected").run(async |s| {
+        install_crd(&s.provider, &strict_provider_crd(s)?).await?;
+        s.api
+            .install_on_consumer(&s.consumer, Some(&s.name))
+            .await?;
+        s.engage();
+        s.bind().await?;
+        s.create("good", json!({ "size": 1 })).await?;
+        s.create("bad", json!({ "size": 1000 })).await?;
+
+        let status = s.binding_has("Synced", "False", "ProviderRejected").await?;
+        let synced = message(&status, "Synced");
+        let instance = format!("ProviderRejected: 1 e.g. {}/bad", s.ns());
         assert!(
-            synced
-                .message
-                .contains(&format!("ProviderRejected: 1 e.g. {ns}/bad")),
-            "names the instance: {}",
-            synced.message
+            synced.starts_with("1 of 2 instance(s) not in sync"),
+            "{synced}"
         );
+        assert!(synced.contains(&instance), "names the instance: {synced}");
         assert!(
-            synced.message.contains("fix the instance's spec"),
-            "says what to do: {}",
-            synced.message
+            synced.contains("fix the instance's spec"),
+            "says what to do: {synced}"
         );
-        assert!(is(&status, "Ready", "True", "AsExpected"));
-        assert!(is(&status, "PermissionDenied", "False", "AsExpected"));
+        assert!(has(&status, "Ready", "True", "AsExpected"));
+        assert!(has(&status, "PermissionDenied", "False", "AsExpected"));
         assert_eq!(status.conflict_count, 0);
-        let warning = event(stack, Some(ns), "widgets", "Warning", "ProviderRejected").await?;
-        assert!(warning.note.as_deref().is_some_and(|n| n.contains("bad")));
+        let warning = s.binding_event("Warning", "ProviderRejected").await?;
+        assert!(warning.note.is_some_and(|n| n.contains("bad")));
 
         // The cause goes away: the instance and then the binding say Synced=True.
-        merge(
-            &api.api(&stack.consumer, Some(ns)),
-            "bad",
-            json!({ "spec": { "size": 5 } }),
-        )
-        .await?;
-        wait_for("bad Synced=True for its generation", WAIT, || async {
-            let obj = api.api(&stack.consumer, Some(ns)).get("bad").await?;
-            Ok(synced_condition(&obj)
-                .filter(|c| {
-                    c["status"] == "True"
-                        && c["observedGeneration"] == json!(obj.metadata.generation)
-                })
-                .map(|_| ()))
-        })
-        .await?;
-        let status = wait_binding(stack, ns, "widgets", "Synced=True", |s| {
-            is(s, "Synced", "True", "AsExpected")
-        })
-        .await?;
-        assert_eq!(
-            condition(&status, "Synced").map(|c| c.message.as_str()),
-            Some("2 instance(s) in sync")
-        );
-        event(stack, Some(ns), "widgets", "Normal", "Synced").await?;
+        merge(&s.instances(), "bad", json!({ "spec": { "size": 5 } })).await?;
+        s.in_sync("bad").await?;
+        let status = s.binding_has("Synced", "True", "AsExpected").await?;
+        assert_eq!(message(&status, "Synced"), "2 instance(s) in sync");
+        s.binding_event("Normal", "Synced").await?;
         // One Warning for the change of state, not one per retry or requeue.
-        let warnings: Vec<Event> = events_for(&stack.consumer, Some(ns), "widgets")
-            .await?
-            .into_iter()
-            .filter(|e| e.reason.as_deref() == Some("ProviderRejected"))
-            .collect();
+        let warnings = events_of(s, "ProviderRejected").await?;
         assert_eq!(warnings.len(), 1);
         assert!(warnings[0].series.is_none(), "published once: {warnings:?}");
-        anyhow::Ok(())
+        Ok(())
     })
-    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_binding_counts_conflicts_in_every_namespace_and_clears_them()
 -> anyhow::Result<()> {
-    let name = "opsc-conflicts";
-    let (ns_a, ns_b) = ("opsc-conflicts-a", "opsc-conflicts-b");
-    let api = TestApi::namespaced("conflicts.opsc.kbind.io");
-    on_stack(name, &api, async |stack| {
-        api.export(stack).await?;
-        stack.engage(&[&api]);
-        stack
-            .create_ready_cluster_binding(&stack.cluster_binding(
-                name,
-                &[&api],
-                ConflictPolicy::Fail,
-            ))
-            .await?;
-        for ns in [ns_a, ns_b] {
-            taken_by_another(stack, &api, ns).await?;
+    let namespaces = ["opsc-conflicts-a", "opsc-conflicts-b"];
+    let s = Scenario::bound("opsc-conflicts")
+        .cluster_binding()
+        .start()
+        .await?;
+    let body = async |s: &Scenario| {
+        for ns in namespaces {
+            taken_by_another(s, ns).await?;
         }
-        api.create(&stack.consumer, Some(ns_a), "free", json!({ "mine": true }))
+        let free = json!({ "mine": true });
+        s.api
+            .create(&s.consumer, Some(namespaces[0]), "free", free)
             .await?;
 
-        let bindings = Api::<ClusterBinding>::all(stack.consumer.clone());
-        let conflicted = wait_for("conflictCount 2", WAIT, || async {
-            Ok(bindings.get(name).await?.status.filter(|s| {
-                s.conflict_count == 2 && is(s, "Synced", "False", "ForeignObjectExists")
-            }))
-        })
-        .await?;
+        let conflicted = s
+            .binding_until("conflictCount 2", |s| {
+                s.conflict_count == 2 && has(s, "Synced", "False", "ForeignObjectExists")
+            })
+            .await?;
         assert_eq!(conflicted.bound_apis[0].conflict_count, 2);
-        assert!(is(&conflicted, "Conflicts", "True", "ConflictsFound"));
-        assert!(is(&conflicted, "Ready", "True", "AsExpected"));
-        let synced = condition(&conflicted, "Synced").context("Synced")?;
+        assert!(has(&conflicted, "Conflicts", "True", "ConflictsFound"));
+        assert!(has(&conflicted, "Ready", "True", "AsExpected"));
+        let synced = message(&conflicted, "Synced");
         assert!(
-            synced.message.starts_with("2 of 3 instance(s) not in sync")
-                && synced
-                    .message
-                    .contains("conflict: 2 (ForeignObjectExists: 2")
-                && synced.message.contains("conflictPolicy: Adopt"),
-            "{}",
-            synced.message
+            synced.starts_with("2 of 3 instance(s) not in sync"),
+            "{synced}"
         );
-        event(stack, None, name, "Warning", "ForeignObjectExists").await?;
-        event(stack, None, name, "Warning", "ConflictsFound").await?;
+        assert!(
+            synced.contains("conflict: 2 (ForeignObjectExists: 2"),
+            "{synced}"
+        );
+        assert!(
+            synced.contains("conflictPolicy: Adopt"),
+            "says what to do: {synced}"
+        );
+        s.binding_event("Warning", "ForeignObjectExists").await?;
+        s.binding_event("Warning", "ConflictsFound").await?;
 
-        for ns in [ns_a, ns_b] {
-            delete(&api.api(&stack.provider, Some(ns)), "taken").await?;
+        for ns in namespaces {
+            delete(&s.api.api(&s.provider, Some(ns)), "taken").await?;
         }
-        let cleared = wait_for("conflictCount back to 0 and Synced=True", WAIT, || async {
-            Ok(bindings
-                .get(name)
-                .await?
-                .status
-                .filter(|s| s.conflict_count == 0 && is(s, "Synced", "True", "AsExpected")))
-        })
-        .await?;
-        assert!(is(&cleared, "Conflicts", "False", "AsExpected"));
+        let cleared = s
+            .binding_until("conflictCount back to 0 and Synced=True", |s| {
+                s.conflict_count == 0 && has(s, "Synced", "True", "AsExpected")
+            })
+            .await?;
+        assert!(has(&cleared, "Conflicts", "False", "AsExpected"));
         assert_eq!(cleared.bound_apis[0].conflict_count, 0);
-        anyhow::Ok(())
-    })
-    .await
+        Ok(())
+    };
+    s.run_then(body, Scenario::forget_cluster_binding).await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn provider_refusals_are_permission_denied_until_granted() -> anyhow::Result<()> {
-    let ns = "opsc-denied";
-    let user = "opsc-denied-user";
-    let api = TestApi::namespaced("denied.opsc.kbind.io");
-    on_stack(ns, &api, async |stack| {
+#[test]
+fn provider_refusals_are_permission_denied_until_granted() -> anyhow::Result<()> {
+    let shared = vec![entry(
+        RelatedResourceKind::Secrets,
+        RelatedDirection::FromProvider,
+        &["shared"],
+        &[],
+    )];
+    restricted_scenario("opsc-denied").related(shared).run(async |s| {
+        let ns = s.ns();
+        put_secret(&s.provider, ns, "shared", &[], &[("k", "v")], None).await?;
         // The user may watch the API, nothing more: copies cannot be written and related
         // Secrets cannot be listed.
-        let watch = json!([{ "apiGroups": [api.group], "resources": ["widgets"], "verbs": ["get", "list", "watch"] }]);
-        restricted(stack, &api, (user, ns), "opsc-denied-watch", watch).await?;
-        put_secret(&stack.provider, ns, "shared", &[], &[("k", "v")], None).await?;
-        let mut binding = stack.binding(ns, "widgets", &[&api], ConflictPolicy::Fail);
-        binding.spec.related_resources = vec![entry(
-            RelatedResourceKind::Secrets,
-            RelatedDirection::FromProvider,
-            &["shared"],
-            &[],
-        )];
-        stack.create_ready_binding(&binding).await?;
-        api.create(&stack.consumer, Some(ns), "w", json!({ "a": 1 }))
-            .await?;
+        let user = bind_restricted(s, widget_rules(s, &["get", "list", "watch"])).await?;
+        s.create("w", json!({ "a": 1 })).await?;
 
-        let denied = wait_binding(stack, ns, "widgets", "PermissionDenied=True for writes and related", |s| {
-            condition(s, "PermissionDenied").is_some_and(|c| {
-                c.status == "True"
-                    && c.message.contains("1 instance copy write(s) refused")
-                    && c.message.contains("related secrets")
-            }) && is(s, "RelatedResourcesSynced", "False", "Forbidden")
-        })
-        .await?;
-        assert!(is(&denied, "Synced", "False", "Forbidden"));
-        assert!(is(&denied, "Ready", "True", "AsExpected"));
-        let synced = &condition(&denied, "Synced").context("Synced")?.message;
-        assert!(
-            synced.starts_with(&format!("1 of 1 instance(s) not in sync: Forbidden: 1 e.g. {ns}/w")),
-            "counts the refused instance: {synced}"
-        );
+        let what = "PermissionDenied=True for writes and related";
+        let denied = s
+            .binding_until(what, |s| {
+                let denied = message(s, "PermissionDenied");
+                has(s, "PermissionDenied", "True", "Forbidden")
+                    && denied.contains("1 instance copy write(s) refused")
+                    && denied.contains("related secrets")
+                    && has(s, "RelatedResourcesSynced", "False", "Forbidden")
+            })
+            .await?;
+        assert!(has(&denied, "Synced", "False", "Forbidden"));
+        assert!(has(&denied, "Ready", "True", "AsExpected"));
+        let synced = message(&denied, "Synced");
+        let counted = format!("1 of 1 instance(s) not in sync: Forbidden: 1 e.g. {ns}/w");
+        assert!(synced.starts_with(&counted), "counts the refused instance: {synced}");
         assert!(synced.contains("kubectl kbind provider-rbac"), "says what to do: {synced}");
-        let message = &condition(&denied, "PermissionDenied").context("PermissionDenied")?.message;
-        assert!(message.contains("kubectl kbind provider-rbac"), "{message}");
-        let warning = event(stack, Some(ns), "widgets", "Warning", "Forbidden").await?;
+        let permission = message(&denied, "PermissionDenied");
+        assert!(permission.contains("kubectl kbind provider-rbac"), "{permission}");
+        let warning = s.binding_event("Warning", "Forbidden").await?;
         assert!(warning.note.is_some_and(|n| n.contains("grant")));
         // Three conditions went Forbidden, each with its own story: each is its own Event
         // (its own action), not one series keeping the first note.
         let stories = wait_for("a Forbidden Warning per condition", WAIT, || async {
-            let notes: BTreeMap<String, String> = events_for(&stack.consumer, Some(ns), "widgets")
+            let notes: BTreeMap<String, String> = events_of(s, "Forbidden")
                 .await?
                 .into_iter()
-                .filter(|e| e.type_.as_deref() == Some("Warning") && e.reason.as_deref() == Some("Forbidden"))
+                .filter(|e| e.type_.as_deref() == Some("Warning"))
                 .filter_map(|e| Some((e.action?, e.note?)))
                 .collect();
             Ok((notes.len() >= 3).then_some(notes))
@@ -369,145 +250,101 @@ async fn provider_refusals_are_permission_denied_until_granted() -> anyhow::Resu
         assert!(note("Sync").starts_with("1 of 1 instance(s) not in sync"), "{stories:?}");
         assert!(note("CopyRelated").contains("related secrets"), "{stories:?}");
         assert!(note("CheckPermissions").contains("kubectl kbind provider-rbac"), "{stories:?}");
-        let instance = api.api(&stack.consumer, Some(ns)).get("w").await?;
-        assert_eq!(
-            synced_condition(&instance).map(|c| c["reason"].clone()),
-            Some(json!("Forbidden"))
-        );
+        let instance = synced_condition(&s.instances().get("w").await?);
+        assert_eq!(instance.map(|c| c["reason"].clone()), Some(json!("Forbidden")));
 
-        grant(
-            &stack.provider,
-            "opsc-denied-write",
-            user,
-            json!([
-                { "apiGroups": [api.group], "resources": ["widgets"], "verbs": ["create", "patch", "update"] },
-                { "apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "watch"] },
-            ]),
-        )
-        .await?;
-        let granted = wait_binding(stack, ns, "widgets", "everything granted and in sync", |s| {
-            is(s, "PermissionDenied", "False", "AsExpected")
-                && is(s, "Synced", "True", "AsExpected")
-                && is(s, "RelatedResourcesSynced", "True", "AsExpected")
-        })
-        .await?;
+        let mut rules = widget_rules(s, &["create", "patch", "update"]);
+        if let Some(rules) = rules.as_array_mut() {
+            let secrets = json!({ "apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "watch"] });
+            rules.push(secrets);
+        }
+        grant(&s.provider, "opsc-denied-write", &user, rules).await?;
+        let granted = s
+            .binding_until("everything granted and in sync", |s| {
+                has(s, "PermissionDenied", "False", "AsExpected")
+                    && has(s, "Synced", "True", "AsExpected")
+                    && has(s, "RelatedResourcesSynced", "True", "AsExpected")
+            })
+            .await?;
         assert_eq!(granted.conflict_count, 0);
-        let instance = api.api(&stack.consumer, Some(ns)).get("w").await?;
-        assert_eq!(
-            synced_condition(&instance).map(|c| c["status"].clone()),
-            Some(json!("True")),
-            "the instance's Forbidden cleared too"
-        );
-        wait_secret(&stack.consumer, ns, "shared").await?;
-        assert!(api.api(&stack.provider, Some(ns)).get_opt("w").await?.is_some());
-        anyhow::Ok(())
+        // The instance's Forbidden cleared too.
+        s.in_sync("w").await?;
+        wait_secret(&s.consumer, ns, "shared").await?;
+        assert!(s.copies().get_opt("w").await?.is_some());
+        Ok(())
     })
-    .await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_blocked_teardown_says_why_until_it_can_finish() -> anyhow::Result<()> {
-    let ns = "opsc-teardown";
-    let user = "opsc-teardown-user";
-    let api = TestApi::namespaced("teardown.opsc.kbind.io");
-    on_stack(ns, &api, async |stack| {
-        // Everything but delete.
-        let sync = json!([{ "apiGroups": [api.group], "resources": ["widgets"], "verbs": ["get", "list", "watch", "create", "patch", "update"] }]);
-        restricted(stack, &api, (user, ns), "opsc-teardown-sync", sync).await?;
-        stack
-            .create_ready_binding(&stack.binding(ns, "widgets", &[&api], ConflictPolicy::Fail))
-            .await?;
-        api.create(&stack.consumer, Some(ns), "w", json!({ "a": 1 }))
-            .await?;
-        wait_binding(stack, ns, "widgets", "Synced=True with the copy", |s| {
-            condition(s, "Synced").is_some_and(|c| c.message == "1 instance(s) in sync")
+#[test]
+fn a_blocked_teardown_says_why_until_it_can_finish() -> anyhow::Result<()> {
+    restricted_scenario("opsc-teardown").run(async |s| {
+        let everything_but_delete = ["get", "list", "watch", "create", "patch", "update"];
+        let user = bind_restricted(s, widget_rules(s, &everything_but_delete)).await?;
+        s.create("w", json!({ "a": 1 })).await?;
+        s.binding_until("Synced=True with the copy", |s| {
+            message(s, "Synced") == "1 instance(s) in sync"
         })
         .await?;
 
-        let bindings = Api::<Binding>::namespaced(stack.consumer.clone(), ns);
-        bindings.delete("widgets", &DeleteParams::default()).await?;
-        let blocked = wait_binding(stack, ns, "widgets", "TeardownFailed=True Forbidden", |s| {
-            is(s, "TeardownFailed", "True", "Forbidden")
-        })
-        .await?;
-        let message = &condition(&blocked, "TeardownFailed").context("TeardownFailed")?.message;
+        s.delete_binding().await?;
+        let blocked = s.binding_has("TeardownFailed", "True", "Forbidden").await?;
+        let teardown = message(&blocked, "TeardownFailed");
         assert!(
-            message.contains("deleting provider copy w") && message.contains("deletion-policy=Orphan"),
-            "names the step and what to do: {message}"
+            teardown.contains("deleting provider copy w"),
+            "names the step: {teardown}"
         );
-        let warning = event(stack, Some(ns), "widgets", "Warning", "Forbidden").await?;
+        assert!(
+            teardown.contains("deletion-policy=Orphan"),
+            "says what to do: {teardown}"
+        );
+        let warning = s.binding_event("Warning", "Forbidden").await?;
         assert_eq!(warning.action.as_deref(), Some("Teardown"));
-        assert!(warning.note.is_some_and(|n| n.starts_with("teardown blocked")));
+        assert!(
+            warning
+                .note
+                .is_some_and(|n| n.starts_with("teardown blocked"))
+        );
 
-        grant(
-            &stack.provider,
-            "opsc-teardown-delete",
-            user,
-            json!([{ "apiGroups": [api.group], "resources": ["widgets"], "verbs": ["delete"] }]),
-        )
-        .await?;
-        wait_for("the binding gone", WAIT, || async {
-            Ok(bindings.get_opt("widgets").await?.is_none().then_some(()))
-        })
-        .await?;
-        wait_for("the provider copy gone", WAIT, || async {
-            Ok(api.api(&stack.provider, Some(ns)).get_opt("w").await?.is_none().then_some(()))
-        })
-        .await?;
-        anyhow::Ok(())
+        let delete = widget_rules(s, &["delete"]);
+        grant(&s.provider, "opsc-teardown-delete", &user, delete).await?;
+        s.binding_gone().await?;
+        gone(&s.copies(), "w").await
     })
-    .await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_restarted_konnector_keeps_the_binding_story_without_repeating_it() -> anyhow::Result<()>
-{
-    let ns = "opsc-restart";
-    let api = TestApi::namespaced("restart.opsc.kbind.io");
-    let before = on_stack(ns, &api, async |stack| {
-        api.export(stack).await?;
-        stack.engage(&[&api]);
-        stack
-            .create_ready_binding(&stack.binding(ns, "widgets", &[&api], ConflictPolicy::Fail))
+#[test]
+fn a_restarted_konnector_keeps_the_binding_story_without_repeating_it() -> anyhow::Result<()> {
+    let name = "opsc-restart";
+    let mut before = None;
+    Scenario::bound(name).run(async |s| {
+        taken_by_another(s, s.ns()).await?;
+        let status = s
+            .binding_has("Synced", "False", "ForeignObjectExists")
             .await?;
-        taken_by_another(stack, &api, ns).await?;
-        let status = wait_binding(
-            stack,
-            ns,
-            "widgets",
-            "Synced=False ForeignObjectExists",
-            |s| is(s, "Synced", "False", "ForeignObjectExists"),
-        )
-        .await?;
-        event(stack, Some(ns), "widgets", "Warning", "ForeignObjectExists").await?;
-        condition(&status, "Synced").cloned().context("Synced")
-    })
-    .await?;
+        s.binding_event("Warning", "ForeignObjectExists").await?;
+        before = status.conditions.into_iter().find(|c| c.type_ == "Synced");
+        Ok(())
+    })?;
 
     // A new konnector process: nothing in memory, a new Event recorder.
-    on_stack(ns, &api, async |stack| {
-        stack.engage(&[&api]);
-        api.create(&stack.consumer, Some(ns), "after", json!({ "mine": true }))
+    Scenario::unbound(name).run(async |s| {
+        s.engage();
+        s.create("after", json!({ "mine": true })).await?;
+        let status = s
+            .binding_until("the new konnector's summary", |s| {
+                message(s, "Synced").starts_with("1 of 2 instance(s) not in sync")
+            })
             .await?;
-        let status = wait_binding(stack, ns, "widgets", "the new konnector's summary", |s| {
-            condition(s, "Synced")
-                .is_some_and(|c| c.message.starts_with("1 of 2 instance(s) not in sync"))
-        })
-        .await?;
-        let synced = condition(&status, "Synced").context("Synced")?;
-        assert_eq!(synced.reason, "ForeignObjectExists");
+        assert!(has(&status, "Synced", "False", "ForeignObjectExists"));
+        let synced = status.conditions.iter().find(|c| c.type_ == "Synced");
         assert_eq!(
-            synced.last_transition_time, before.last_transition_time,
+            synced.map(|c| &c.last_transition_time),
+            before.as_ref().map(|c| &c.last_transition_time),
             "Synced never flipped while the new konnector caught up"
         );
         assert_eq!(status.conflict_count, 1);
-        let warnings: Vec<Event> = events_for(&stack.consumer, Some(ns), "widgets")
-            .await?
-            .into_iter()
-            .filter(|e| e.reason.as_deref() == Some("ForeignObjectExists"))
-            .collect();
+        let warnings = events_of(s, "ForeignObjectExists").await?;
         assert_eq!(warnings.len(), 1, "not announced again: {warnings:?}");
-        anyhow::Ok(())
+        Ok(())
     })
-    .await
 }

@@ -35,11 +35,13 @@ use tokio_util::sync::CancellationToken;
 
 use crate::testenv::ClusterPair;
 
+mod expect;
 mod fixtures;
 mod helpers;
 pub mod related;
 mod scenario;
 
+pub use expect::{appears, condition, has, message, unwritten};
 pub use fixtures::TestApi;
 use fixtures::install_core_crds;
 pub use helpers::{

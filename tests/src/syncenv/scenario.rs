@@ -111,6 +111,11 @@ impl Scenario {
         }
     }
 
+    /// Whether the scenario binds with a ClusterBinding (named after it).
+    pub fn is_cluster_binding(&self) -> bool {
+        self.cluster_binding
+    }
+
     /// The scenario's namespace: its Binding's, and its instances'.
     pub fn ns(&self) -> &str {
         &self.namespace
@@ -167,22 +172,37 @@ impl Scenario {
     /// Deletes the configured Binding or ClusterBinding and waits until its teardown is done
     /// and it is gone.
     pub async fn unbind(&self) -> anyhow::Result<()> {
+        self.delete_binding().await?;
+        self.binding_gone().await
+    }
+
+    /// Asks for the configured Binding or ClusterBinding to be deleted, without waiting.
+    pub async fn delete_binding(&self) -> anyhow::Result<()> {
+        let dp = DeleteParams::default();
         if self.cluster_binding {
-            let api = self.cluster_bindings();
-            api.delete(&self.stack.name, &DeleteParams::default())
+            self.cluster_bindings()
+                .delete(&self.stack.name, &dp)
                 .await?;
-            wait_for("the ClusterBinding gone", WAIT, || async {
-                Ok(api.get_opt(&self.stack.name).await?.is_none().then_some(()))
-            })
-            .await
         } else {
-            let api = self.bindings();
-            api.delete(BINDING, &DeleteParams::default()).await?;
-            wait_for("the Binding gone", WAIT, || async {
-                Ok(api.get_opt(BINDING).await?.is_none().then_some(()))
-            })
-            .await
+            self.bindings().delete(BINDING, &dp).await?;
         }
+        Ok(())
+    }
+
+    /// Waits until the configured Binding or ClusterBinding is gone.
+    pub async fn binding_gone(&self) -> anyhow::Result<()> {
+        wait_for("the binding gone", WAIT, || async {
+            let gone = if self.cluster_binding {
+                self.cluster_bindings()
+                    .get_opt(&self.stack.name)
+                    .await?
+                    .is_none()
+            } else {
+                self.bindings().get_opt(BINDING).await?.is_none()
+            };
+            Ok(gone.then_some(()))
+        })
+        .await
     }
 
     /// Exports and engages every API, then binds: what [`Scenario::bound`] does on start, for a
