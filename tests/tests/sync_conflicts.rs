@@ -4,43 +4,41 @@
 //! its predecessor left; the binding's conflict count and its `Synced` count per reason; and
 //! each conflict (`ForeignObjectExists`, `OwnedByAnother`) clearing when the other object goes.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use kbind_tests::syncenv::{
-    BINDING, Scenario, ScenarioBuilder, WAIT, delete, ensure_namespace, events_for, gone, stays,
-    synced_condition, wait_for,
+    Scenario, ScenarioBuilder, WAIT, delete, ensure_namespace, events_for, gone, has, message,
+    stays, synced_condition, unwritten, wait_for,
 };
+use konnector::api::ConflictPolicy;
 use konnector::api::names::{
     CONFLICT_ANNOTATION, CONSUMER_CLUSTER_UID_ANNOTATION, CONSUMER_OBJECT_UID_ANNOTATION,
     MANAGED_LABEL,
 };
-use konnector::api::{ConditionType, ConflictPolicy};
-use konnector::conditions::is_true;
 use kube::ResourceExt;
 use kube::api::{DynamicObject, PostParams};
 use serde_json::json;
 
-/// Creates a provider object directly, with the given ownership annotations.
+/// Creates a provider object directly, with the given ownership annotations and labels.
 async fn foreign(
     s: &Scenario,
     name: &str,
     markers: &[(&str, &str)],
+    labels: &[(&str, &str)],
 ) -> anyhow::Result<DynamicObject> {
-    let mut obj = s
-        .api
-        .object(Some(s.ns()), name, json!({ "owner": "someone else" }));
-    if !markers.is_empty() {
-        let markers = markers.iter().map(|(k, v)| (k.to_string(), v.to_string()));
-        obj.metadata.annotations = Some(markers.collect());
-    }
-    put_foreign(s, &obj).await
-}
-
-async fn put_foreign(s: &Scenario, obj: &DynamicObject) -> anyhow::Result<DynamicObject> {
+    let spec = json!({ "owner": "someone else" });
+    let mut obj = s.api.object(Some(s.ns()), name, spec);
+    let to_map = |pairs: &[(&str, &str)]| {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    obj.metadata.annotations = Some(to_map(markers));
+    obj.metadata.labels = Some(to_map(labels));
     ensure_namespace(&s.provider, s.ns()).await?;
-    Ok(s.copies().create(&PostParams::default(), obj).await?)
+    Ok(s.copies().create(&PostParams::default(), &obj).await?)
 }
 
 /// Waits for the conflict annotation and a Warning Event with `reason` on instance `name`.
@@ -66,9 +64,8 @@ async fn untouched(s: &Scenario, before: &DynamicObject) -> anyhow::Result<()> {
     let now = s.copies().get(&before.name_any()).await?;
     anyhow::ensure!(
         now.resource_version() == before.resource_version(),
-        "the foreign object was written"
+        "foreign object written"
     );
-    anyhow::ensure!(now.data["spec"] == json!({ "owner": "someone else" }));
     Ok(())
 }
 
@@ -80,15 +77,17 @@ fn adopting(name: &str) -> ScenarioBuilder {
 /// Fails unless instance `name` carries `Synced=False` with `reason`.
 async fn synced_false(s: &Scenario, name: &str, reason: &str) -> anyhow::Result<()> {
     let synced = synced_condition(&s.instances().get(name).await?).context("Synced")?;
-    assert_eq!(synced["status"], "False");
-    assert_eq!(synced["reason"], reason);
+    assert_eq!(
+        (&synced["status"], &synced["reason"]),
+        (&json!("False"), &json!(reason))
+    );
     Ok(())
 }
 
 /// Waits until instance `name` has lost its conflict annotation and is `Synced=True` at its
 /// current generation.
-async fn conflict_cleared(s: &Scenario, name: &str, what: &str) -> anyhow::Result<()> {
-    wait_for(what, WAIT, || async {
+async fn conflict_cleared(s: &Scenario, name: &str) -> anyhow::Result<()> {
+    wait_for("the conflict cleared and Synced=True", WAIT, || async {
         let obj = s.instances().get(name).await?;
         let synced = synced_condition(&obj).is_some_and(|c| {
             c["status"] == "True" && c["observedGeneration"] == json!(obj.metadata.generation)
@@ -101,7 +100,7 @@ async fn conflict_cleared(s: &Scenario, name: &str, what: &str) -> anyhow::Resul
 #[test]
 fn unmarked_target_under_fail_is_foreign_object_exists() -> anyhow::Result<()> {
     Scenario::bound("conflict-foreign").run(async |s| {
-        let before = foreign(s, "taken", &[]).await?;
+        let before = foreign(s, "taken", &[], &[]).await?;
         s.create("taken", json!({ "mine": true })).await?;
         s.create("free", json!({ "mine": true })).await?;
         conflict_reported(s, "taken", "ForeignObjectExists").await?;
@@ -111,19 +110,13 @@ fn unmarked_target_under_fail_is_foreign_object_exists() -> anyhow::Result<()> {
         // The best-effort instance condition survives this schema (free-form status).
         synced_false(s, "taken", "ForeignObjectExists").await?;
         // The binding counts it, and stays Ready.
-        let status = wait_for("conflictCount 1", WAIT, || async {
-            let b = s.bindings().get(BINDING).await?;
-            Ok(b.status
-                .filter(|s| s.bound_apis.iter().any(|a| a.conflict_count == 1)))
-        })
-        .await?;
+        let status = s
+            .binding_until("conflictCount 1", |s| s.conflict_count == 1)
+            .await?;
+        assert!(has(&status, "Conflicts", "True", "ConflictsFound"));
         assert!(
-            is_true(&status.conditions, ConditionType::Conflicts),
-            "Conflicts=True"
-        );
-        assert!(
-            is_true(&status.conditions, ConditionType::Ready),
-            "Conflicts does not make the binding unready"
+            has(&status, "Ready", "True", "AsExpected"),
+            "Conflicts leaves it Ready"
         );
         Ok(())
     })
@@ -136,37 +129,22 @@ fn target_owned_by_another_cluster_is_owned_by_another_until_it_goes() -> anyhow
             (CONSUMER_CLUSTER_UID_ANNOTATION, "another-cluster"),
             (CONSUMER_OBJECT_UID_ANNOTATION, "another-object"),
         ];
-        let before = foreign(s, "taken", &markers).await?;
+        let before = foreign(s, "taken", &markers, &[]).await?;
         s.create("taken", json!({ "mine": true })).await?;
         conflict_reported(s, "taken", "OwnedByAnother").await?;
         untouched(s, &before).await?;
         synced_false(s, "taken", "OwnedByAnother").await?;
-        let status = wait_for("the binding counting OwnedByAnother", WAIT, || async {
-            let b = s.bindings().get(BINDING).await?;
-            Ok(b.status.filter(|st| {
-                st.conditions.iter().any(|c| {
-                    c.type_ == "Synced" && c.status == "False" && c.reason == "OwnedByAnother"
-                })
-            }))
-        })
-        .await?;
-        let message = &status
-            .conditions
-            .iter()
-            .find(|c| c.type_ == "Synced")
-            .context("binding Synced")?
-            .message;
-        assert!(
-            message.starts_with(&format!(
-                "1 of 1 instance(s) not in sync: conflict: 1 (OwnedByAnother: 1 e.g. {}/taken)",
-                s.ns()
-            )),
-            "{message}"
+        let status = s.binding_has("Synced", "False", "OwnedByAnother").await?;
+        let counted = format!(
+            "1 of 1 instance(s) not in sync: conflict: 1 (OwnedByAnother: 1 e.g. {}/taken)",
+            s.ns()
         );
+        let synced = message(&status, "Synced");
+        assert!(synced.starts_with(&counted), "{synced}");
 
         // The other owner's copy goes: the instance takes the name and its conflict clears.
         delete(&s.copies(), "taken").await?;
-        conflict_cleared(s, "taken", "OwnedByAnother cleared and Synced=True").await?;
+        conflict_cleared(s, "taken").await?;
         let copy = s.copy("taken").await?;
         assert_eq!(
             copy.annotations().get(CONSUMER_CLUSTER_UID_ANNOTATION),
@@ -183,7 +161,7 @@ fn target_owned_by_another_object_of_this_cluster_is_owned_by_another() -> anyho
             (CONSUMER_CLUSTER_UID_ANNOTATION, s.consumer_uid.as_str()),
             (CONSUMER_OBJECT_UID_ANNOTATION, "another-object"),
         ];
-        let before = foreign(s, "taken", &markers).await?;
+        let before = foreign(s, "taken", &markers, &[]).await?;
         s.create("taken", json!({ "mine": true })).await?;
         conflict_reported(s, "taken", "OwnedByAnother").await?;
         untouched(s, &before).await
@@ -194,9 +172,14 @@ fn target_owned_by_another_object_of_this_cluster_is_owned_by_another() -> anyho
 fn partial_markers_count_as_owned_by_another_even_under_adopt() -> anyhow::Result<()> {
     adopting("conflict-partial").run(async |s| {
         let cluster_marker = [(CONSUMER_CLUSTER_UID_ANNOTATION, s.consumer_uid.as_str())];
-        let cluster_only = foreign(s, "cluster-only", &cluster_marker).await?;
-        let object_only =
-            foreign(s, "object-only", &[(CONSUMER_OBJECT_UID_ANNOTATION, "x")]).await?;
+        let cluster_only = foreign(s, "cluster-only", &cluster_marker, &[]).await?;
+        let object_only = foreign(
+            s,
+            "object-only",
+            &[(CONSUMER_OBJECT_UID_ANNOTATION, "x")],
+            &[],
+        )
+        .await?;
         s.create("cluster-only", json!({})).await?;
         s.create("object-only", json!({})).await?;
         conflict_reported(s, "cluster-only", "OwnedByAnother").await?;
@@ -209,11 +192,7 @@ fn partial_markers_count_as_owned_by_another_even_under_adopt() -> anyhow::Resul
 #[test]
 fn managed_label_alone_is_not_ownership() -> anyhow::Result<()> {
     Scenario::bound("conflict-label").run(async |s| {
-        let mut obj = s
-            .api
-            .object(Some(s.ns()), "taken", json!({ "owner": "someone else" }));
-        obj.metadata.labels = Some(BTreeMap::from([(MANAGED_LABEL.into(), "true".into())]));
-        let before = put_foreign(s, &obj).await?;
+        let before = foreign(s, "taken", &[], &[(MANAGED_LABEL, "true")]).await?;
         s.create("taken", json!({})).await?;
         conflict_reported(s, "taken", "ForeignObjectExists").await?;
         untouched(s, &before).await
@@ -223,27 +202,20 @@ fn managed_label_alone_is_not_ownership() -> anyhow::Result<()> {
 #[test]
 fn adopt_overwrites_an_unmarked_target() -> anyhow::Result<()> {
     adopting("conflict-adopt").run(async |s| {
-        let before = foreign(s, "adoptee", &[]).await?;
+        let before = foreign(s, "adoptee", &[], &[]).await?;
         let created = s.create("adoptee", json!({ "mine": true })).await?;
-        let adopted = wait_for("the adopted target carrying our spec", WAIT, || async {
-            let target = s.copies().get("adoptee").await?;
-            Ok((target.data["spec"] == json!({ "mine": true })).then_some(target))
-        })
-        .await?;
-        assert_eq!(
-            adopted.uid(),
-            before.uid(),
-            "the same object, adopted, not recreated"
-        );
-        let annotations = adopted.annotations();
-        assert_eq!(
-            annotations.get(CONSUMER_OBJECT_UID_ANNOTATION),
-            created.uid().as_ref()
-        );
-        assert_eq!(
-            annotations.get(CONSUMER_CLUSTER_UID_ANNOTATION),
-            Some(&s.consumer_uid)
-        );
+        let adopted = s.copy_with_spec("adoptee", json!({ "mine": true })).await?;
+        assert_eq!(adopted.uid(), before.uid(), "adopted, not recreated");
+        let markers = [
+            (CONSUMER_OBJECT_UID_ANNOTATION, created.uid()),
+            (
+                CONSUMER_CLUSTER_UID_ANNOTATION,
+                Some(s.consumer_uid.clone()),
+            ),
+        ];
+        for (key, value) in markers {
+            assert_eq!(adopted.annotations().get(key), value.as_ref(), "{key}");
+        }
         assert_eq!(
             adopted.labels().get(MANAGED_LABEL).map(String::as_str),
             Some("true")
@@ -252,39 +224,21 @@ fn adopt_overwrites_an_unmarked_target() -> anyhow::Result<()> {
         assert!(!obj.annotations().contains_key(CONFLICT_ANNOTATION));
         // Adopted once, then left alone: no write loop between our apply and the fields the
         // previous owner had.
-        let settled = s.copies().get("adoptee").await?.resource_version();
-        stays(
-            "the adopted copy settled",
-            Duration::from_secs(6),
-            || async { Ok(s.copies().get("adoptee").await?.resource_version() == settled) },
-        )
-        .await
+        unwritten(&s.copies(), &adopted, Duration::from_secs(6)).await
     })
 }
 
 #[test]
 fn conflict_clears_when_the_foreign_object_goes_away() -> anyhow::Result<()> {
     Scenario::bound("conflict-clears").run(async |s| {
-        foreign(s, "taken", &[]).await?;
+        foreign(s, "taken", &[], &[]).await?;
         s.create("taken", json!({ "mine": true })).await?;
         conflict_reported(s, "taken", "ForeignObjectExists").await?;
         delete(&s.copies(), "taken").await?;
-        wait_for("our copy replacing the foreign object", WAIT, || async {
-            let copy = s.copies().get_opt("taken").await?;
-            Ok(copy.filter(|o| o.data["spec"] == json!({ "mine": true })))
-        })
-        .await?;
-        conflict_cleared(
-            s,
-            "taken",
-            "the conflict annotation cleared and Synced=True",
-        )
-        .await?;
-        wait_for("conflictCount back to 0", WAIT, || async {
-            let b = s.bindings().get(BINDING).await?;
-            Ok(b.status.filter(|s| {
-                s.bound_apis.iter().all(|a| a.conflict_count == 0) && !s.bound_apis.is_empty()
-            }))
+        s.copy_with_spec("taken", json!({ "mine": true })).await?;
+        conflict_cleared(s, "taken").await?;
+        s.binding_until("conflictCount back to 0", |s| {
+            s.conflict_count == 0 && !s.bound_apis.is_empty()
         })
         .await?;
         Ok(())
@@ -294,7 +248,7 @@ fn conflict_clears_when_the_foreign_object_goes_away() -> anyhow::Result<()> {
 #[test]
 fn deleting_a_conflicting_instance_leaves_the_foreign_object() -> anyhow::Result<()> {
     Scenario::bound("conflict-delete").run(async |s| {
-        let before = foreign(s, "taken", &[]).await?;
+        let before = foreign(s, "taken", &[], &[]).await?;
         s.create("taken", json!({})).await?;
         conflict_reported(s, "taken", "ForeignObjectExists").await?;
         delete(&s.instances(), "taken").await?;

@@ -36,15 +36,15 @@ pub async fn appears(api: &Api<DynamicObject>, name: &str) -> anyhow::Result<Dyn
     .await
 }
 
-/// Fails if object `name` is written (its resourceVersion changes) within `period`.
+/// Fails if object `since` is written again (its resourceVersion changes) within `period`.
 pub async fn unwritten(
     api: &Api<DynamicObject>,
-    name: &str,
+    since: &DynamicObject,
     period: Duration,
 ) -> anyhow::Result<()> {
-    let before = api.get(name).await?.resource_version();
+    let (name, version) = (since.name_any(), since.resource_version());
     stays(&format!("{name} unwritten"), period, || async {
-        Ok(api.get(name).await?.resource_version() == before)
+        Ok(api.get(&name).await?.resource_version() == version)
     })
     .await
 }
