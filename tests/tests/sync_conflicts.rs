@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use kbind_tests::syncenv::{
-    Scenario, ScenarioBuilder, WAIT, delete, ensure_namespace, events_for, gone, has, message,
-    stays, synced_condition, unwritten, wait_for,
+    Scenario, ScenarioBuilder, WAIT, delete, ensure_namespace, events_for, gone, has, markers,
+    message, stays, synced_condition, unwritten, wait_for,
 };
 use konnector::api::ConflictPolicy;
 use konnector::api::names::{
@@ -206,20 +206,7 @@ fn adopt_overwrites_an_unmarked_target() -> anyhow::Result<()> {
         let created = s.create("adoptee", json!({ "mine": true })).await?;
         let adopted = s.copy_with_spec("adoptee", json!({ "mine": true })).await?;
         assert_eq!(adopted.uid(), before.uid(), "adopted, not recreated");
-        let markers = [
-            (CONSUMER_OBJECT_UID_ANNOTATION, created.uid()),
-            (
-                CONSUMER_CLUSTER_UID_ANNOTATION,
-                Some(s.consumer_uid.clone()),
-            ),
-        ];
-        for (key, value) in markers {
-            assert_eq!(adopted.annotations().get(key), value.as_ref(), "{key}");
-        }
-        assert_eq!(
-            adopted.labels().get(MANAGED_LABEL).map(String::as_str),
-            Some("true")
-        );
+        assert_eq!(markers(&adopted), s.markers_of(&created));
         let obj = s.instances().get("adoptee").await?;
         assert!(!obj.annotations().contains_key(CONFLICT_ANNOTATION));
         // Adopted once, then left alone: no write loop between our apply and the fields the

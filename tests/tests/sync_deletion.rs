@@ -6,12 +6,8 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use kbind_tests::syncenv::{
-    Scenario, WAIT, delete, gone, holds_syncer_finalizer, merge, stays, wait_for,
+    Scenario, WAIT, delete, gone, holds_syncer_finalizer, markers, merge, stays, wait_for,
 };
-use konnector::api::names::{
-    CONSUMER_CLUSTER_UID_ANNOTATION, CONSUMER_OBJECT_UID_ANNOTATION, MANAGED_LABEL,
-};
-use kube::ResourceExt;
 use serde_json::json;
 
 #[test]
@@ -35,32 +31,20 @@ fn instance_deletion_waits_for_provider_finalizer() -> anyhow::Result<()> {
         merge(&s.copies(), "w", hold).await?;
         delete(&s.instances(), "w").await?;
         wait_for("the copy terminating", WAIT, || async {
-            Ok(s.copies()
-                .get("w")
-                .await?
-                .metadata
-                .deletion_timestamp
-                .map(|_| ()))
+            Ok(s.copies().get("w").await?.metadata.deletion_timestamp)
         })
         .await?;
-        stays(
-            "the instance held open by its finalizer",
-            Duration::from_secs(4),
-            || async {
-                let obj = s.instances().get_opt("w").await?;
-                Ok(obj.is_some_and(|o| {
-                    o.metadata.deletion_timestamp.is_some() && holds_syncer_finalizer(&o)
-                }))
-            },
-        )
+        let held = "the instance held open by its finalizer";
+        stays(held, Duration::from_secs(4), || async {
+            let obj = s.instances().get_opt("w").await?;
+            Ok(obj.is_some_and(|o| {
+                o.metadata.deletion_timestamp.is_some() && holds_syncer_finalizer(&o)
+            }))
+        })
         .await?;
         // The provider controller finishes; only then does the consumer instance go.
-        merge(
-            &s.copies(),
-            "w",
-            json!({ "metadata": { "finalizers": null } }),
-        )
-        .await?;
+        let release = json!({ "metadata": { "finalizers": null } });
+        merge(&s.copies(), "w", release).await?;
         gone(&s.instances(), "w").await?;
         assert!(s.copies().get_opt("w").await?.is_none());
         Ok(())
@@ -81,19 +65,7 @@ fn orphan_keeps_provider_copy() -> anyhow::Result<()> {
         assert!(kept.metadata.deletion_timestamp.is_none());
         assert_eq!(kept.data["spec"], json!({ "keep": "me" }));
         // Its ownership markers stay as they were.
-        assert_eq!(
-            kept.labels().get(MANAGED_LABEL).map(String::as_str),
-            Some("true")
-        );
-        let annotations = kept.annotations();
-        assert_eq!(
-            annotations.get(CONSUMER_CLUSTER_UID_ANNOTATION),
-            Some(&s.consumer_uid)
-        );
-        assert_eq!(
-            annotations.get(CONSUMER_OBJECT_UID_ANNOTATION),
-            created.uid().as_ref()
-        );
+        assert_eq!(markers(&kept), s.markers_of(&created));
         Ok(())
     })
 }

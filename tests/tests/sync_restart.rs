@@ -5,10 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use anyhow::Context as _;
-use kbind_tests::syncenv::{
-    Scenario, WAIT, delete, gone, holds_syncer_finalizer, merge, stays, wait_for,
-};
+use kbind_tests::syncenv::{Scenario, delete, gone, holds_syncer_finalizer, merge, stays};
 use kube::ResourceExt;
 use serde_json::json;
 
@@ -23,7 +20,7 @@ fn provider_restart_resumes_sync_without_deleting() -> anyhow::Result<()> {
             s.create(name, json!({ "v": 1 })).await?;
         }
         for name in ["changed", "kept", "deleted"] {
-            uids.insert(name, s.copy(name).await?.uid().context("uid")?);
+            uids.insert(name, s.copy(name).await?.uid());
         }
 
         // The provider goes away; the Connection leaves Ready and is disengaged.
@@ -37,19 +34,13 @@ fn provider_restart_resumes_sync_without_deleting() -> anyhow::Result<()> {
         delete(&consumer, "deleted").await?;
         // Nothing is deleted on the consumer side because the provider is gone: the deletion
         // is held open by the syncer finalizer, every other instance stays.
-        stays(
-            "consumer instances kept while the provider is away",
-            Duration::from_secs(4),
-            || async {
-                let held = consumer
-                    .get_opt("deleted")
-                    .await?
-                    .is_some_and(|o| holds_syncer_finalizer(&o));
-                Ok(held
-                    && consumer.get_opt("kept").await?.is_some()
-                    && consumer.get_opt("changed").await?.is_some())
-            },
-        )
+        let kept = "consumer instances kept while the provider is away";
+        stays(kept, Duration::from_secs(4), || async {
+            let held = consumer.get_opt("deleted").await?;
+            Ok(held.is_some_and(|o| holds_syncer_finalizer(&o))
+                && consumer.get_opt("kept").await?.is_some()
+                && consumer.get_opt("changed").await?.is_some())
+        })
         .await?;
         // The syncer is stopped, not merely failing: the new instance was never picked up.
         let created = consumer.get("created").await?;
@@ -61,28 +52,20 @@ fn provider_restart_resumes_sync_without_deleting() -> anyhow::Result<()> {
         // The provider comes back; the Connection is Ready again with a new client.
         tokio::task::block_in_place(|| s.pair().provider.start())?;
         let client = s.pair().provider.client().await?;
-        let second = s.engage_with(client.clone(), &[&s.api], "after-restart");
+        let second = s.engage_with(client, &[&s.api], "after-restart");
         assert!(second.epoch > first.epoch, "re-engaged with a new epoch");
-        let provider = s.api.api(&client, Some(s.ns()));
 
-        wait_for("the change made meanwhile", WAIT, || async {
-            let copy = provider.get_opt("changed").await?;
-            Ok(copy.filter(|o| o.data["spec"] == json!({ "v": 2 })))
-        })
-        .await?;
-        wait_for("the instance created meanwhile", WAIT, || async {
-            Ok(provider.get_opt("created").await?)
-        })
-        .await?;
-        gone(&provider, "deleted").await?;
+        s.copy_with_spec("changed", json!({ "v": 2 })).await?;
+        s.copy("created").await?;
+        gone(&s.copies(), "deleted").await?;
         gone(&consumer, "deleted").await?;
         // The copies that were there survived the outage as the same objects.
         for name in ["changed", "kept"] {
-            let copy = provider.get(name).await?;
+            let uid = s.copies().get(name).await?.uid();
             assert_eq!(
-                copy.uid().as_ref(),
-                uids.get(name),
-                "{name} was not deleted and recreated"
+                uid.as_ref(),
+                uids[name].as_ref(),
+                "{name} deleted and recreated"
             );
         }
         Ok(())

@@ -6,6 +6,9 @@ use std::time::Duration;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use konnector::api::BindingStatus;
+use konnector::api::names::{
+    CONSUMER_CLUSTER_UID_ANNOTATION, CONSUMER_OBJECT_UID_ANNOTATION, MANAGED_LABEL,
+};
 use kube::api::DynamicObject;
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
@@ -26,6 +29,16 @@ pub fn has(status: &BindingStatus, type_: &str, value: &str, reason: &str) -> bo
 /// on it fails with the whole status in view).
 pub fn message<'a>(status: &'a BindingStatus, type_: &str) -> &'a str {
     condition(status, type_).map_or("", |c| c.message.as_str())
+}
+
+/// A provider copy's ownership markers (the managed label, the consumer cluster's and the
+/// instance's UIDs) as one value, to compare with [`Scenario::markers_of`].
+pub fn markers(copy: &DynamicObject) -> Value {
+    json!({
+        "managed": copy.labels().get(MANAGED_LABEL),
+        "cluster": copy.annotations().get(CONSUMER_CLUSTER_UID_ANNOTATION),
+        "object": copy.annotations().get(CONSUMER_OBJECT_UID_ANNOTATION),
+    })
 }
 
 /// Waits until object `name` exists and returns it.
@@ -50,6 +63,11 @@ pub async fn unwritten(
 }
 
 impl Scenario {
+    /// The [`markers`] a provider copy of `instance` carries when this consumer owns it.
+    pub fn markers_of(&self, instance: &DynamicObject) -> Value {
+        json!({ "managed": "true", "cluster": self.consumer_uid, "object": instance.uid() })
+    }
+
     /// Waits until the provider copy of instance `name` has exactly `spec`.
     pub async fn copy_with_spec(&self, name: &str, spec: Value) -> anyhow::Result<DynamicObject> {
         let copies = self.copies();
