@@ -7,34 +7,34 @@ use std::time::Duration;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kbind_tests::syncenv::{
-    BINDING, Scenario, TestApi, WAIT, apply_connection, ensure_namespace, holds_syncer_finalizer,
-    stays, wait_for,
+    BINDING, Scenario, TestApi, WAIT, appears, apply_connection, ensure_namespace, has,
+    holds_syncer_finalizer, stays, wait_for,
 };
 use konnector::api::names::{CONFLICT_ANNOTATION, CONNECTION_ANNOTATION};
-use konnector::api::{ConditionType, ConflictPolicy, PullPolicy, Reason};
+use konnector::api::{ConflictPolicy, PullPolicy, Reason};
 use konnector::registry::Engagement;
 use kube::api::PostParams;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
-/// Binding `name`'s Ready condition in the scenario's namespace, as (status, reason).
-async fn ready(s: &Scenario, name: &str) -> anyhow::Result<Option<(String, String)>> {
-    let b = s.bindings().get(name).await?;
-    Ok(b.status.and_then(|st| {
-        st.conditions
-            .into_iter()
-            .find(|c| c.type_ == ConditionType::Ready.as_str())
-            .map(|c| (c.status, c.reason))
-    }))
+/// Waits until Binding `name` in the scenario's namespace is Ready with `status` and `reason`.
+async fn ready_is(s: &Scenario, name: &str, status: &str, reason: Reason) -> anyhow::Result<()> {
+    let what = format!("{name} Ready={status} {}", reason.as_str());
+    wait_for(&what, WAIT, || async {
+        let b = s.bindings().get(name).await?.status;
+        Ok(b.filter(|b| has(b, "Ready", status, reason.as_str()))
+            .map(|_| ()))
+    })
+    .await
 }
 
-/// Waits until Binding `name` is Ready with `status` and `reason`.
-async fn ready_is(s: &Scenario, name: &str, status: &str, reason: Reason) -> anyhow::Result<()> {
-    let want = (status.to_string(), reason.as_str().to_string());
-    wait_for(
-        &format!("{name} Ready={status} {}", reason.as_str()),
-        WAIT,
-        || async { Ok(ready(s, name).await?.filter(|r| *r == want).map(|_| ())) },
+/// Fails if `name` reaches the provider (in `ns`) within a few seconds.
+async fn stays_consumer_only(s: &Scenario, ns: &str, name: &str) -> anyhow::Result<()> {
+    let copies = s.api.api(&s.provider, Some(ns));
+    stays(
+        &format!("{name} consumer-only"),
+        Duration::from_secs(3),
+        || async { Ok(copies.get_opt(name).await?.is_none()) },
     )
     .await
 }
@@ -45,49 +45,33 @@ fn namespaced_binding_selects_only_its_namespace() -> anyhow::Result<()> {
         .namespace("sel-ns-a")
         .run(async |s| {
             s.create("selected", json!({ "size": 1 })).await?;
+            let other = Some("sel-ns-b");
             s.api
-                .create(
-                    &s.consumer,
-                    Some("sel-ns-b"),
-                    "ignored",
-                    json!({ "size": 2 }),
-                )
+                .create(&s.consumer, other, "ignored", json!({ "size": 2 }))
                 .await?;
             let copy = s.copy("selected").await?;
             assert_eq!(copy.data["spec"], json!({ "size": 1 }));
             // pullPolicy Bound: the binding installed the consumer CRD, pinned to its Connection.
-            let crd = Api::<CustomResourceDefinition>::all(s.consumer.clone())
-                .get(&s.api.name())
-                .await?;
+            let crds = Api::<CustomResourceDefinition>::all(s.consumer.clone());
+            let crd = crds.get(&s.api.name()).await?;
             assert_eq!(
                 crd.annotations().get(CONNECTION_ANNOTATION),
                 Some(&s.name),
-                "consumer CRD pinned to the Connection"
+                "pinned"
             );
-            assert_eq!(
-                ready(s, BINDING).await?,
-                Some(("True".into(), "AsExpected".into()))
-            );
+            ready_is(s, BINDING, "True", Reason::AsExpected).await?;
             // The syncer has been running for the API; the other namespace stays untouched.
-            stays(
-                "the unselected instance consumer-only",
-                Duration::from_secs(3),
-                || async {
-                    let absent = s
-                        .api
-                        .api(&s.provider, Some("sel-ns-b"))
-                        .get_opt("ignored")
-                        .await?
-                        .is_none();
-                    let ignored = s
-                        .api
-                        .api(&s.consumer, Some("sel-ns-b"))
-                        .get("ignored")
-                        .await?;
-                    Ok(absent && !holds_syncer_finalizer(&ignored))
-                },
-            )
-            .await
+            stays_consumer_only(s, "sel-ns-b", "ignored").await?;
+            let ignored = s
+                .api
+                .api(&s.consumer, Some("sel-ns-b"))
+                .get("ignored")
+                .await?;
+            anyhow::ensure!(
+                !holds_syncer_finalizer(&ignored),
+                "the other namespace's instance held"
+            );
+            Ok(())
         })
 }
 
@@ -103,13 +87,7 @@ fn cluster_binding_selects_every_namespace() -> anyhow::Result<()> {
                     .await?;
             }
             for ns in namespaces {
-                let copies = s.api.api(&s.provider, Some(ns));
-                let copy = wait_for(
-                    &format!("the instance in {ns} on the provider"),
-                    WAIT,
-                    || async { Ok(copies.get_opt("w").await?) },
-                )
-                .await?;
+                let copy = appears(&s.api.api(&s.provider, Some(ns)), "w").await?;
                 assert_eq!(copy.data["spec"], json!({ "ns": ns }));
             }
             Ok(())
@@ -142,19 +120,8 @@ fn cluster_scoped_instances_need_a_cluster_binding() -> anyhow::Result<()> {
         probe
             .create(&s.consumer, Some(s.ns()), "probe", json!({}))
             .await?;
-        wait_for("the namespaced probe on the provider", WAIT, || async {
-            Ok(probe
-                .api(&s.provider, Some(s.ns()))
-                .get_opt("probe")
-                .await?)
-        })
-        .await?;
-        stays(
-            "the cluster-scoped instance consumer-only",
-            Duration::from_secs(3),
-            || async { Ok(s.copies().get_opt("global").await?.is_none()) },
-        )
-        .await
+        appears(&probe.api(&s.provider, Some(s.ns())), "probe").await?;
+        stays_consumer_only(s, s.ns(), "global").await
     })
 }
 
@@ -170,12 +137,7 @@ fn binding_of_unexported_api_is_not_ready() -> anyhow::Result<()> {
         ready_is(s, BINDING, "False", Reason::APINotExported).await?;
         // A not-Ready binding selects nothing, not even its exported API.
         s.create("w", json!({})).await?;
-        stays(
-            "nothing reaching the provider",
-            Duration::from_secs(3),
-            || async { Ok(s.copies().get_opt("w").await?.is_none()) },
-        )
-        .await
+        stays_consumer_only(s, s.ns(), "w").await
     })
 }
 
@@ -219,18 +181,12 @@ fn api_bound_through_two_connections_is_bound_elsewhere() -> anyhow::Result<()> 
         });
         s.create_binding(&s.binding(s.ns(), "first", &[&s.api], ConflictPolicy::Fail))
             .await?;
-        wait_for("the first binding Ready", WAIT, || async {
-            Ok(ready(s, "first")
-                .await?
-                .filter(|(status, _)| status == "True"))
-        })
-        .await?;
+        ready_is(s, "first", "True", Reason::AsExpected).await?;
         let mut second = s.binding(s.ns(), "second", &[&s.api], ConflictPolicy::Fail);
         second.spec.connection_ref.name = other.into();
         s.create_binding(&second).await?;
         ready_is(s, "second", "False", Reason::APIBoundElsewhere).await?;
-        assert_eq!(ready(s, "first").await?.map(|r| r.0), Some("True".into()));
-        Ok(())
+        ready_is(s, "first", "True", Reason::AsExpected).await
     })
 }
 
@@ -251,14 +207,10 @@ fn cluster_binding_wins_over_binding_for_the_same_api() -> anyhow::Result<()> {
                 .object(Some(s.ns()), "taken", json!({ "foreign": true }));
             s.copies().create(&PostParams::default(), &foreign).await?;
             s.create("taken", json!({ "mine": true })).await?;
-            let conflict = wait_for(
-                "a ForeignObjectExists conflict (Fail policy)",
-                WAIT,
-                || async {
-                    let obj = s.instances().get("taken").await?;
-                    Ok(obj.annotations().get(CONFLICT_ANNOTATION).cloned())
-                },
-            )
+            let conflict = wait_for("a conflict (Fail policy)", WAIT, || async {
+                let obj = s.instances().get("taken").await?;
+                Ok(obj.annotations().get(CONFLICT_ANNOTATION).cloned())
+            })
             .await?;
             assert!(conflict.starts_with("ForeignObjectExists"), "{conflict}");
             let foreign = s.copies().get("taken").await?;
