@@ -12,28 +12,24 @@ use kbind_tests::fixtures::{
     wait_connection,
 };
 use kbind_tests::syncenv::{
-    BINDING, Scenario, TestApi, WAIT, delete, ensure_namespace, events_for, gone,
+    BINDING, Scenario, TestApi, WAIT, appears, delete, ensure_namespace, gone,
     holds_syncer_finalizer, merge, stays, wait_for,
 };
 use kbind_tests::testenv::ClusterPair;
 use konnector::api::names::{DELETION_POLICY_ANNOTATION, DELETION_POLICY_ORPHAN};
-use konnector::api::{
-    ApiReference, Binding, BindingSpec, ConflictPolicy, Connection, ConnectionReference,
-    SchemaPolicy, SchemaSource,
-};
+use konnector::api::{Binding, Connection, SchemaPolicy, SchemaSource};
+use kube::Api;
 use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
-use kube::{Api, Client};
 use serde_json::json;
 
 /// How long a "nothing happens" check watches.
 const QUIET: Duration = Duration::from_secs(5);
 
+/// Waits until instance `name` no longer holds the syncer's finalizer.
 async fn released(api: &Api<DynamicObject>, name: &str) -> anyhow::Result<()> {
-    wait_for(
-        &format!("{name}'s syncer finalizer released"),
-        WAIT,
-        || async { Ok((!holds_syncer_finalizer(&api.get(name).await?)).then_some(())) },
-    )
+    wait_for(&format!("{name} released"), WAIT, || async {
+        Ok((!holds_syncer_finalizer(&api.get(name).await?)).then_some(()))
+    })
     .await
 }
 
@@ -42,37 +38,26 @@ async fn with_instance(s: &Scenario, api: &TestApi) -> anyhow::Result<Api<Dynami
     api.create(&s.consumer, Some(s.ns()), "w", json!({}))
         .await?;
     let copies = api.api(&s.provider, Some(s.ns()));
-    wait_for("the provider copy", WAIT, || async {
-        Ok(copies.get_opt("w").await?)
-    })
-    .await?;
+    appears(&copies, "w").await?;
     Ok(copies)
 }
 
 /// Lists only the scenario's main API in its Binding.
 async fn list_only_main_api(s: &Scenario) -> anyhow::Result<()> {
     let apis = json!({ "spec": { "apis": [{ "name": s.api.name() }] } });
+    let pp = PatchParams::default();
     s.bindings()
-        .patch(BINDING, &PatchParams::default(), &Patch::Merge(apis))
+        .patch(BINDING, &pp, &Patch::Merge(apis))
         .await?;
     Ok(())
 }
 
-/// Waits until the Binding has condition `type_` with `status`; returns its reason.
-async fn binding_condition(s: &Scenario, type_: &str, status: &str) -> anyhow::Result<String> {
-    wait_for(
-        &format!("{type_}={status} on the Binding"),
-        WAIT,
-        || async {
-            let b = s.bindings().get(BINDING).await?;
-            Ok(b.status
-                .iter()
-                .flat_map(|st| st.conditions.iter())
-                .find(|c| c.type_ == type_ && c.status == status)
-                .map(|c| c.reason.clone()))
-        },
-    )
-    .await
+/// Whether the binding has had a Warning Event of `reason`.
+async fn warned(s: &Scenario, reason: &str) -> anyhow::Result<bool> {
+    let events = s.binding_events().await?;
+    Ok(events
+        .iter()
+        .any(|e| e.type_.as_deref() == Some("Warning") && e.reason.as_deref() == Some(reason)))
 }
 
 /// Pins the stack's Connection to the test pair's identities, as a Connection that once
@@ -96,15 +81,6 @@ async fn bind_with_credentials(s: &Scenario, kubeconfig: &str) -> anyhow::Result
     s.export_and_bind().await
 }
 
-async fn warning_reasons(consumer: &Client, ns: &str, name: &str) -> anyhow::Result<Vec<String>> {
-    Ok(events_for(consumer, Some(ns), name)
-        .await?
-        .into_iter()
-        .filter(|e| e.type_.as_deref() == Some("Warning"))
-        .filter_map(|e| e.reason)
-        .collect())
-}
-
 #[test]
 fn api_dropped_from_a_binding_is_drained_like_a_teardown() -> anyhow::Result<()> {
     let dropped = TestApi::namespaced("strand-drop-b.e2e.kbind.io");
@@ -118,13 +94,10 @@ fn api_dropped_from_a_binding_is_drained_like_a_teardown() -> anyhow::Result<()>
                 .create(&s.consumer, Some(s.ns()), "orphan", json!({}))
                 .await?;
             s.create("a", json!({})).await?;
-            wait_for("the provider copy", WAIT, || async {
-                Ok(provider.get_opt("orphan").await?)
-            })
-            .await?;
+            appears(&provider, "orphan").await?;
             s.copy("a").await?;
-            let orphan = json!({"metadata": {"annotations": {
-            DELETION_POLICY_ANNOTATION: DELETION_POLICY_ORPHAN }}});
+            let orphan = json!({ "metadata": { "annotations": {
+                DELETION_POLICY_ANNOTATION: DELETION_POLICY_ORPHAN } } });
             merge(&consumer, "orphan", orphan).await?;
 
             list_only_main_api(s).await?;
@@ -136,14 +109,14 @@ fn api_dropped_from_a_binding_is_drained_like_a_teardown() -> anyhow::Result<()>
                 provider.get_opt("orphan").await?.is_some(),
                 "the Orphan instance's copy was deleted"
             );
-            assert_eq!(binding_condition(s, "Drained", "True").await?, "AsExpected");
+            s.binding_has("Drained", "True", "AsExpected").await?;
             // Deleting the released instance completes: nothing holds it any more.
             delete(&consumer, "w").await?;
             gone(&consumer, "w").await?;
             // The API still listed keeps syncing.
             anyhow::ensure!(
                 s.copies().get_opt("a").await?.is_some(),
-                "copy of the listed API deleted"
+                "listed API's copy deleted"
             );
             let kept = s.instances().get("a").await?;
             anyhow::ensure!(
@@ -165,7 +138,8 @@ fn dropped_api_without_a_provider_client_is_released_and_reported() -> anyhow::R
             let consumer = dropped.api(&s.consumer, Some(s.ns()));
             // The Connection goes not Ready: nothing is drained for that alone.
             s.disengage();
-            binding_condition(s, "Ready", "False").await?;
+            s.binding_has("Ready", "False", "ConnectionNotReady")
+                .await?;
             stays("the instance and its copy kept", QUIET, || async {
                 Ok(holds_syncer_finalizer(&consumer.get("w").await?)
                     && provider.get_opt("w").await?.is_some())
@@ -175,18 +149,9 @@ fn dropped_api_without_a_provider_client_is_released_and_reported() -> anyhow::R
             // The stack's Connection never connected: no client can be built for the drain.
             list_only_main_api(s).await?;
             released(&consumer, "w").await?;
-            assert_eq!(
-                binding_condition(s, "Drained", "False").await?,
-                "NoProviderClient"
-            );
-            wait_for("a NoProviderClient Warning Event", WAIT, || async {
-                let reasons = warning_reasons(&s.consumer, s.ns(), BINDING).await?;
-                Ok(reasons
-                    .iter()
-                    .any(|r| r == "NoProviderClient")
-                    .then_some(()))
-            })
-            .await?;
+            s.binding_has("Drained", "False", "NoProviderClient")
+                .await?;
+            s.binding_event("Warning", "NoProviderClient").await?;
             // Best-effort: the provider copy remains.
             anyhow::ensure!(provider.get_opt("w").await?.is_some());
             Ok(())
@@ -200,7 +165,8 @@ fn teardown_without_engagement_drains_through_the_connection_credentials() -> an
         let provider = with_instance(s, &s.api).await?;
         // Not engaged any more, as after a restart while the Connection is deleting.
         s.disengage();
-        binding_condition(s, "Ready", "False").await?;
+        s.binding_has("Ready", "False", "ConnectionNotReady")
+            .await?;
         s.unbind().await?;
         gone(&provider, "w").await?;
         released(&s.instances(), "w").await
@@ -215,13 +181,13 @@ async fn teardown_with_unusable_credentials_reports_it() -> anyhow::Result<()> {
             bind_with_credentials(s, "not: [a kubeconfig").await?;
             let provider = with_instance(s, &s.api).await?;
             s.disengage();
-            binding_condition(s, "Ready", "False").await?;
+            s.binding_has("Ready", "False", "ConnectionNotReady")
+                .await?;
             s.unbind().await?;
             released(&s.instances(), "w").await?;
-            let reasons = warning_reasons(&s.consumer, s.ns(), BINDING).await?;
             anyhow::ensure!(
-                reasons.iter().any(|r| r == "NoProviderClient"),
-                "no NoProviderClient Warning Event; saw {reasons:?}"
+                warned(s, "NoProviderClient").await?,
+                "no NoProviderClient Warning"
             );
             // Best-effort: the copy remains for the operator to remove.
             anyhow::ensure!(provider.get_opt("w").await?.is_some());
@@ -245,45 +211,36 @@ async fn restart_mid_teardown_still_deletes_provider_copies() -> anyhow::Result<
         let provider = pair.provider.client().await?;
         let api = TestApi::namespaced("restart.strand.kbind.io");
         api.install_on_provider(&provider).await?;
+        let (name, ns) = ("provider", "restarted");
         let schema = SchemaPolicy {
             source: SchemaSource::Crd,
             ..SchemaPolicy::default()
         };
-        let name = "provider";
-        let ns = "restarted";
         connect(&consumer, &pair.provider, name, schema, false).await?;
         wait_connection(&consumer, name, "Ready", |c| {
             has_condition(c, "Ready", "True", "AsExpected")
         })
         .await?;
         ensure_namespace(&consumer, ns).await?;
-        let binding = Binding::new(
-            "b",
-            BindingSpec {
-                connection_ref: ConnectionReference { name: name.into() },
-                apis: vec![ApiReference { name: api.name() }],
-                conflict_policy: ConflictPolicy::Fail,
-                related_resources: vec![],
-            },
-        );
+        let binding = json!({
+            "metadata": { "name": "b" },
+            "spec": { "connectionRef": { "name": name }, "apis": [{ "name": api.name() }] },
+        });
         let bindings = Api::<Binding>::namespaced(consumer.clone(), ns);
-        bindings.create(&PostParams::default(), &binding).await?;
+        bindings
+            .create(&PostParams::default(), &serde_json::from_value(binding)?)
+            .await?;
         let instances = api.api(&consumer, Some(ns));
+        let instance = api.object(Some(ns), "w", json!({}));
         wait_for("the instance created", WAIT, || async {
             Ok(instances
-                .create(
-                    &PostParams::default(),
-                    &api.object(Some(ns), "w", json!({})),
-                )
+                .create(&PostParams::default(), &instance)
                 .await
                 .ok())
         })
         .await?;
         let copies = api.api(&provider, Some(ns));
-        wait_for("the provider copy", WAIT, || async {
-            Ok(copies.get_opt("w").await?)
-        })
-        .await?;
+        appears(&copies, "w").await?;
 
         // The Connection is deleted and waits for its Binding ...
         let connections = Api::<Connection>::all(consumer.clone());
@@ -296,15 +253,13 @@ async fn restart_mid_teardown_still_deletes_provider_copies() -> anyhow::Result<
         // starts: it never engages the deleting Connection.
         konnector.stop().await?;
         bindings.delete("b", &DeleteParams::default()).await?;
-        anyhow::ensure!(
-            bindings
-                .get("b")
-                .await?
-                .metadata
-                .deletion_timestamp
-                .is_some(),
-            "the Binding should wait for its cleanup"
-        );
+        let waiting = bindings
+            .get("b")
+            .await?
+            .metadata
+            .deletion_timestamp
+            .is_some();
+        anyhow::ensure!(waiting, "the Binding should wait for its cleanup");
         let restarted = start_konnector(&pair.consumer)?;
 
         wait_for("the Binding gone", WAIT, || async {
