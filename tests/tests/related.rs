@@ -4,17 +4,20 @@
 
 use std::time::Duration;
 
+use anyhow::Context as _;
+
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kbind_tests::syncenv::related::{
     RELATED_WAIT, entry, put_configmap, put_plain_secret, put_secret, put_typed_secret,
     related_marker, secret_exists, secret_value, wait_secret, wait_secret_gone,
 };
-use kbind_tests::syncenv::{BINDING, Scenario, ScenarioBuilder, stays, wait_for};
+use kbind_tests::syncenv::{
+    BINDING, Scenario, ScenarioBuilder, appears, condition, stays, wait_for,
+};
 use konnector::api::names::{RELATED_BINDING_ANNOTATION, RELATED_FIELD_MANAGER};
 use konnector::api::{
-    ConditionType, ConflictPolicy, RelatedDirection, RelatedDirection::*, RelatedResourceKind::*,
+    ConflictPolicy, RelatedDirection, RelatedDirection::*, RelatedResourceKind::*,
 };
-use konnector::conditions::is_true;
 use konnector::telemetry::{RelatedLabels, metrics};
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
@@ -63,10 +66,7 @@ fn related_copies_in_both_directions() -> anyhow::Result<()> {
             assert_eq!(secret_value(&copy, "k").as_deref(), Some("p"));
             assert_eq!(related_marker(&copy), uid);
             let provider_cms = Api::<ConfigMap>::namespaced(s.provider.clone(), ns);
-            let cm = wait_for("ConfigMap copied to the provider", RELATED_WAIT, || async {
-                Ok(provider_cms.get_opt("from-consumer").await?)
-            })
-            .await?;
+            let cm = appears(&provider_cms, "from-consumer").await?;
             assert_eq!(
                 cm.data
                     .as_ref()
@@ -140,10 +140,7 @@ fn empty_selector_matches_everything_in_scope() -> anyhow::Result<()> {
             s.export_and_bind().await?;
             let consumer = Api::<ConfigMap>::namespaced(s.consumer.clone(), s.ns());
             for name in ["one", "two"] {
-                wait_for(&format!("ConfigMap {name}"), RELATED_WAIT, || async {
-                    Ok(consumer.get_opt(name).await?)
-                })
-                .await?;
+                appears(&consumer, name).await?;
             }
             // A Binding's scope is its namespace: the other namespace is not copied.
             let other = Api::<ConfigMap>::namespaced(s.consumer.clone(), "rel-empty-other");
@@ -205,9 +202,9 @@ fn copy_carries_only_payload_and_the_marker() -> anyhow::Result<()> {
             let managers: Vec<_> = copy
                 .managed_fields()
                 .iter()
-                .filter_map(|m| m.manager.clone())
+                .map(|m| m.manager.clone())
                 .collect();
-            assert_eq!(managers, vec![RELATED_FIELD_MANAGER.to_string()]);
+            assert_eq!(managers, [Some(RELATED_FIELD_MANAGER.to_string())]);
             Ok(())
         })
 }
@@ -219,16 +216,9 @@ fn foreign_target_is_skipped_even_under_adopt() -> anyhow::Result<()> {
         .conflict_policy(ConflictPolicy::Adopt)
         .related(entries);
     scenario.run(async |s| {
-        put_secret(
-            &s.provider,
-            s.ns(),
-            "taken",
-            &[],
-            &[("k", "provider")],
-            None,
-        )
-        .await?;
-        put_secret(&s.provider, s.ns(), "free", &[], &[("k", "provider")], None).await?;
+        for name in ["taken", "free"] {
+            put_secret(&s.provider, s.ns(), name, &[], &[("k", "provider")], None).await?;
+        }
         // An unmarked consumer Secret already sits at the target.
         put_secret(&s.consumer, s.ns(), "taken", &[], &[("k", "mine")], None).await?;
         s.export_and_bind().await?;
@@ -243,14 +233,8 @@ fn foreign_target_is_skipped_even_under_adopt() -> anyhow::Result<()> {
         })
         .await?;
         // Not an instance conflict: the binding counts none.
-        let b = s.bindings().get(BINDING).await?;
-        let conflicts: i64 = b
-            .status
-            .iter()
-            .flat_map(|st| st.bound_apis.iter())
-            .map(|a| a.conflict_count)
-            .sum();
-        assert_eq!(conflicts, 0);
+        let status = s.binding_status().await?.context("binding status")?;
+        assert_eq!(status.conflict_count, 0);
         Ok(())
     })
 }
@@ -383,17 +367,9 @@ async fn provider_secrets_in_protected_namespaces_or_of_token_types_are_never_co
             put_plain_secret(p, "kube-system", "rel-guard-p-sys", &[label]).await?;
             put_plain_secret(p, "kbind", "rel-guard-p-creds", &[label]).await?;
             put_plain_secret(p, own, "rel-guard-p-own", &[label]).await?;
-            let helm = "helm.sh/release.v1";
-            put_typed_secret(
-                p,
-                name,
-                "sh.helm.release.v1.app.v1",
-                helm,
-                &[label],
-                &[("release", "x")],
-                None,
-            )
-            .await?;
+            let (helm, release) = ("helm.sh/release.v1", [("release", "x")]);
+            let helm_name = "sh.helm.release.v1.app.v1";
+            put_typed_secret(p, name, helm_name, helm, &[label], &release, None).await?;
             // ... and two that may be copied.
             put_plain_secret(p, name, "plain", &[label]).await?;
             let tls = [("tls.crt", "c"), ("tls.key", "k")];
@@ -412,11 +388,11 @@ async fn provider_secrets_in_protected_namespaces_or_of_token_types_are_never_co
                 (name, "sh.helm.release.v1.app.v1"),
             ];
             none_of(&s.consumer, &refused_places).await?;
+            let own_ns = Api::<Namespace>::all(s.consumer.clone())
+                .get_opt(own)
+                .await?;
             anyhow::ensure!(
-                Api::<Namespace>::all(s.consumer.clone())
-                    .get_opt(own)
-                    .await?
-                    .is_none(),
+                own_ns.is_none(),
                 "the konnector's namespace was created for a copy"
             );
             Ok(())
@@ -447,12 +423,10 @@ async fn from_consumer_never_touches_protected_namespaces_on_the_provider() -> a
             let marker = json!({ "metadata": { "annotations": {
                 RELATED_BINDING_ANNOTATION: cb.uid().unwrap_or_default(),
             }}});
-            Api::<Secret>::namespaced(s.provider.clone(), "kube-system")
-                .patch(
-                    "rel-guard-c-planted",
-                    &PatchParams::default(),
-                    &Patch::Merge(&marker),
-                )
+            let provider_system = Api::<Secret>::namespaced(s.provider.clone(), "kube-system");
+            let pp = PatchParams::default();
+            provider_system
+                .patch("rel-guard-c-planted", &pp, &Patch::Merge(&marker))
                 .await?;
             wait_secret(&s.provider, name, "plain").await?;
             let refused_places = [
@@ -489,19 +463,9 @@ fn a_binding_that_is_not_ready_copies_nothing() -> anyhow::Result<()> {
             s.export().await?;
             s.stack.engage(&[]);
             s.create_binding(&s.new_binding()).await?;
-            wait_for(
-                "the Binding reconciled, not Ready",
-                RELATED_WAIT,
-                || async {
-                    let b = s.bindings().get(BINDING).await?;
-                    Ok(b.status
-                        .filter(|st| {
-                            st.conditions.iter().any(|c| c.type_ == "Ready")
-                                && !is_true(&st.conditions, ConditionType::Ready)
-                        })
-                        .map(|_| ()))
-                },
-            )
+            s.binding_until("the Binding reconciled, not Ready", |b| {
+                condition(b, "Ready").is_some_and(|c| c.status != "True")
+            })
             .await?;
             absent_for(&s.consumer, s.ns(), "s").await?;
             // Ready once the API is exported: then it copies.

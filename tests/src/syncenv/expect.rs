@@ -1,6 +1,7 @@
 //! What a scenario waits for and checks, named as the spec names it: a provider copy with a
 //! spec, an instance in sync, the binding's status and Events, an object left unwritten.
 
+use std::fmt::Debug;
 use std::time::Duration;
 
 use k8s_openapi::api::events::v1::Event;
@@ -11,6 +12,7 @@ use konnector::api::names::{
 };
 use kube::api::DynamicObject;
 use kube::{Api, ResourceExt};
+use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use super::{BINDING, Scenario, WAIT, events_for, stays, synced_condition, wait_for};
@@ -42,7 +44,10 @@ pub fn markers(copy: &DynamicObject) -> Value {
 }
 
 /// Waits until object `name` exists and returns it.
-pub async fn appears(api: &Api<DynamicObject>, name: &str) -> anyhow::Result<DynamicObject> {
+pub async fn appears<K>(api: &Api<K>, name: &str) -> anyhow::Result<K>
+where
+    K: Clone + DeserializeOwned + Debug,
+{
     wait_for(&format!("{name} to exist"), WAIT, || async {
         Ok(api.get_opt(name).await?)
     })
