@@ -8,6 +8,24 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+/// Gives a binding kind's spec the printer columns Binding and ClusterBinding share, so that
+/// `kubectl get` shows both alike.
+macro_rules! with_binding_columns {
+    ($(#[$attr:meta])* pub struct $name:ident $body:tt) => {
+        $(#[$attr])*
+        #[kube(
+            printcolumn = r#"{"name":"Connection","type":"string","jsonPath":".spec.connectionRef.name","description":"The Connection whose provider serves the APIs"}"#,
+            printcolumn = r#"{"name":"APIs","type":"string","jsonPath":".status.boundAPIs[*].name","description":"The first bound API (kubectl kbind status lists all)"}"#,
+            printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status","description":"Whether the binding's APIs are installed and syncing"}"#,
+            printcolumn = r#"{"name":"Synced","type":"string","jsonPath":".status.conditions[?(@.type==\"Synced\")].status","description":"Whether every bound instance is in sync"}"#,
+            printcolumn = r#"{"name":"Conflicts","type":"integer","jsonPath":".status.conflictCount","description":"Instances whose provider target is owned by someone else"}"#,
+            printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+        )]
+        pub struct $name $body
+    };
+}
+
+with_binding_columns! {
 /// Binds APIs of a Connection for instances in this namespace.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
@@ -18,13 +36,7 @@ use serde::{Deserialize, Serialize};
     status = "BindingStatus",
     category = "kbind",
     shortname = "kb",
-    shortname = "kbinding",
-    printcolumn = r#"{"name":"Connection","type":"string","jsonPath":".spec.connectionRef.name","description":"The Connection whose provider serves the APIs"}"#,
-    printcolumn = r#"{"name":"APIs","type":"string","jsonPath":".status.boundAPIs[*].name","description":"The first bound API (kubectl kbind status lists all)"}"#,
-    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status","description":"Whether the binding's APIs are installed and syncing"}"#,
-    printcolumn = r#"{"name":"Synced","type":"string","jsonPath":".status.conditions[?(@.type==\"Synced\")].status","description":"Whether every bound instance is in sync"}"#,
-    printcolumn = r#"{"name":"Conflicts","type":"integer","jsonPath":".status.conflictCount","description":"Instances whose provider target is owned by someone else"}"#,
-    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+    shortname = "kbinding"
 )]
 #[serde(rename_all = "camelCase")]
 pub struct BindingSpec {
@@ -40,7 +52,9 @@ pub struct BindingSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub related_resources: Vec<RelatedResource>,
 }
+}
 
+with_binding_columns! {
 /// Binds APIs of a Connection for instances in every namespace, and cluster-scoped ones.
 #[derive(CustomResource, JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
@@ -50,18 +64,13 @@ pub struct BindingSpec {
     status = "BindingStatus",
     category = "kbind",
     shortname = "kcb",
-    shortname = "kclusterbinding",
-    printcolumn = r#"{"name":"Connection","type":"string","jsonPath":".spec.connectionRef.name","description":"The Connection whose provider serves the APIs"}"#,
-    printcolumn = r#"{"name":"APIs","type":"string","jsonPath":".status.boundAPIs[*].name","description":"The first bound API (kubectl kbind status lists all)"}"#,
-    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status","description":"Whether the binding's APIs are installed and syncing"}"#,
-    printcolumn = r#"{"name":"Synced","type":"string","jsonPath":".status.conditions[?(@.type==\"Synced\")].status","description":"Whether every bound instance is in sync"}"#,
-    printcolumn = r#"{"name":"Conflicts","type":"integer","jsonPath":".status.conflictCount","description":"Instances whose provider target is owned by someone else"}"#,
-    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+    shortname = "kclusterbinding"
 )]
 pub struct ClusterBindingSpec {
     /// The same fields as a Binding's spec.
     #[serde(flatten)]
     pub spec: BindingSpec,
+}
 }
 
 impl Deref for ClusterBindingSpec {
