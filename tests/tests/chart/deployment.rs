@@ -4,10 +4,21 @@ use super::*;
 
 /// The arguments that turn leader election on, for Lease `id` in the release namespace.
 fn election_args(id: &str) -> String {
-    format!(
-        "{CHART_ARGS} --leader-elect --leader-election-id={id} --leader-election-namespace={NAMESPACE}"
-    )
+    let namespace = format!("--leader-election-namespace={NAMESPACE}");
+    format!("{CHART_ARGS} --leader-elect --leader-election-id={id} {namespace}")
 }
+
+/// The leader-election Role and its binding to the release's ServiceAccount.
+const LEASE_RBAC: &str = r#"
+Role/kbind-konnector-leader-election:
+  metadata: {namespace: kbind-system}
+  rules:
+    - {apiGroups: [coordination.k8s.io], resources: [leases], verbs: [get, list, watch, create, update, patch]}
+RoleBinding/kbind-konnector-leader-election:
+  metadata: {namespace: kbind-system}
+  roleRef: {kind: Role, name: kbind-konnector-leader-election}
+  subjects: [{kind: ServiceAccount, name: kbind-konnector, namespace: kbind-system}]
+"#;
 
 #[test]
 fn chart_lints_clean_with_default_and_non_default_values() -> Result<()> {
@@ -52,12 +63,9 @@ fn values_schema_rejects_a_mistyped_value() -> Result<()> {
 
 #[test]
 fn default_values_are_the_spec_table() -> Result<()> {
-    let read = |file: &str| -> Result<Value> {
-        yaml(&std::fs::read_to_string(format!("{CHART}/{file}")).context(file.to_string())?)
-    };
+    let read = |file: &str| yaml(&std::fs::read_to_string(format!("{CHART}/{file}"))?);
     // The tag is a placeholder: empty means the chart's appVersion.
-    assert_fields(
-        &read("values.yaml")?,
+    let values = yaml(
         r#"
 image: {repository: ghcr.io/kbind/konnector, tag: ""}
 installCRDs: true
@@ -77,14 +85,10 @@ policies:
   related: {configMap: "", key: policy.wasm}
 "#,
     )?;
-    assert_fields(
-        &read("Chart.yaml")?,
-        "{apiVersion: v2, name: konnector, version: 0.1.0, appVersion: 0.1.0}",
-    )
+    assert_fields(&read("values.yaml")?, &values)?;
+    let chart = yaml("{apiVersion: v2, name: konnector, version: 0.1.0, appVersion: 0.1.0}")?;
+    assert_fields(&read("Chart.yaml")?, &chart)
 }
-
-// ---------------------------------------------------------------------------------------
-// CRDs
 
 #[test]
 fn default_render_contains_the_committed_crds_verbatim() -> Result<()> {
@@ -93,8 +97,7 @@ fn default_render_contains_the_committed_crds_verbatim() -> Result<()> {
     assert_eq!(crds.len(), 3, "{:?}", rendered.summary());
     for plural in ["connections", "bindings", "clusterbindings"] {
         let path = format!("{CHART}/files/crds/core.kbind.io_{plural}.yaml");
-        let committed =
-            std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
+        let committed = std::fs::read_to_string(&path).context(path)?;
         let name = format!("{plural}.core.kbind.io");
         let doc = crds
             .iter()
@@ -120,57 +123,30 @@ fn install_crds_false_renders_no_crds() -> Result<()> {
     Ok(())
 }
 
-// ---------------------------------------------------------------------------------------
-// Deployment
-
 #[test]
 fn default_deployment_runs_one_konnector_without_leader_election() -> Result<()> {
     let rendered = render("")?;
     // A single konnector without election must never overlap its successor.
-    assert_fields(
-        rendered.deployment()?,
-        "spec: {replicas: 1, strategy: {rollingUpdate: {maxSurge: 0}}}",
-    )?;
+    let spec = "spec: {replicas: 1, strategy: {rollingUpdate: {maxSurge: 0}}}";
+    rendered.expect(&format!("Deployment/kbind-konnector: {{{spec}}}"))?;
     assert_eq!(rendered.args()?, CHART_ARGS);
     let roles = [rendered.of_kind("Role"), rendered.of_kind("RoleBinding")];
-    assert!(
-        roles.iter().all(Vec::is_empty),
-        "no lease Role without election"
-    );
+    assert!(roles.iter().all(Vec::is_empty), "no lease Role");
     Ok(())
 }
 
 #[test]
-fn replicas_above_one_force_leader_election() -> Result<()> {
-    let rendered = render("replicaCount: 2")?;
-    assert_fields(rendered.deployment()?, "spec: {replicas: 2}")?;
-    assert_eq!(rendered.args()?, election_args("konnector.kbind.io"));
-    let role = format!("{FULLNAME}-leader-election");
-    assert_fields(
-        rendered.get("Role", &role)?,
-        r#"
-metadata: {namespace: kbind-system}
-rules:
-  - {apiGroups: [coordination.k8s.io], resources: [leases], verbs: [get, list, watch, create, update, patch]}
-"#,
-    )?;
-    assert_fields(
-        rendered.get("RoleBinding", &role)?,
-        r#"
-metadata: {namespace: kbind-system}
-roleRef: {kind: Role, name: kbind-konnector-leader-election}
-subjects: [{kind: ServiceAccount, name: kbind-konnector, namespace: kbind-system}]
-"#,
-    )
-}
-
-#[test]
-fn leader_elect_value_turns_election_on_for_one_replica() -> Result<()> {
-    let rendered = render("leaderElect: true\nleaderElectionID: team-a-konnector")?;
-    assert_fields(rendered.deployment()?, "spec: {replicas: 1}")?;
-    assert_eq!(rendered.args()?, election_args("team-a-konnector"));
-    rendered.get("Role", &format!("{FULLNAME}-leader-election"))?;
-    rendered.get("RoleBinding", &format!("{FULLNAME}-leader-election"))?;
+fn several_replicas_or_the_leader_elect_value_turn_leader_election_on() -> Result<()> {
+    for (values, replicas, lease) in [
+        ("replicaCount: 2", 2, "konnector.kbind.io"),
+        ("{leaderElect: true, leaderElectionID: team-a}", 1, "team-a"),
+    ] {
+        let rendered = render(values)?;
+        assert_eq!(rendered.args()?, election_args(lease));
+        rendered.expect(&format!(
+            "Deployment/kbind-konnector: {{spec: {{replicas: {replicas}}}}}\n{LEASE_RBAC}"
+        ))?;
+    }
     Ok(())
 }
 
@@ -191,19 +167,17 @@ fn image_repository_and_tag_are_used() -> Result<()> {
 
 #[test]
 fn image_pull_secrets_are_rendered() -> Result<()> {
-    assert_fields(render("")?.pod_spec()?, "imagePullSecrets: null")?;
+    render("")?.expect("pod: {imagePullSecrets: null}")?;
     let secrets = "imagePullSecrets: [{name: regcred}, {name: mirror}]";
-    assert_fields(render(secrets)?.pod_spec()?, secrets)
+    render(secrets)?.expect(&format!("pod: {{{secrets}}}"))
 }
 
 #[test]
 fn extra_args_are_appended_after_the_chart_flags() -> Result<()> {
-    let rendered = render("replicaCount: 2\nextraArgs: [--log-level=debug, --log-format=json]")?;
-    let expected = election_args("konnector.kbind.io");
-    assert_eq!(
-        rendered.args()?,
-        format!("{expected} --log-level=debug --log-format=json")
-    );
+    let rendered = render("{replicaCount: 2, extraArgs: [--log-level=debug, --log-format=json]}")?;
+    let chart_args = election_args("konnector.kbind.io");
+    let expected = format!("{chart_args} --log-level=debug --log-format=json");
+    assert_eq!(rendered.args()?, expected);
     Ok(())
 }
 
@@ -227,40 +201,31 @@ fn insecure_providers_are_allowed_only_when_the_value_says_so() -> Result<()> {
 #[test]
 fn metrics_and_health_ports_flow_into_flags_container_ports_probes_and_service() -> Result<()> {
     for (metrics, health) in [(8085, 8081), (9090, 9091)] {
-        let rendered = render(&format!(
-            "{{metrics: {{port: {metrics}}}, healthProbe: {{port: {health}}}}}"
-        ))?;
-        let flags =
+        let values = format!("{{metrics: {{port: {metrics}}}, healthProbe: {{port: {health}}}}}");
+        let rendered = render(&values)?;
+        let ports =
             format!("--metrics-bind-address=:{metrics} --health-probe-bind-address=:{health}");
         assert_eq!(
             rendered.args()?,
-            format!("run {flags} --secret-namespace=kbind")
+            format!("run {ports} --secret-namespace=kbind")
         );
         // Liveness /healthz and readiness /readyz, on the named health port.
-        assert_fields(
-            rendered.container()?,
-            &format!(
-                r#"
-ports: [{{name: metrics, containerPort: {metrics}}}, {{name: health, containerPort: {health}}}]
-livenessProbe: {{httpGet: {{path: /healthz, port: health}}}}
-readinessProbe: {{httpGet: {{path: /readyz, port: health}}}}
+        rendered.expect(&format!(
+            r#"
+container:
+  ports: [{{name: metrics, containerPort: {metrics}}}, {{name: health, containerPort: {health}}}]
+  livenessProbe: {{httpGet: {{path: /healthz, port: health}}}}
+  readinessProbe: {{httpGet: {{path: /readyz, port: health}}}}
+Service/kbind-konnector-metrics:
+  metadata: {{annotations: {{prometheus.io/port: "{metrics}"}}}}
+  spec: {{ports: [{{port: {metrics}, targetPort: metrics}}]}}
 "#
-            ),
-        )?;
+        ))?;
         let service = rendered.get("Service", &format!("{FULLNAME}-metrics"))?;
-        assert_fields(
-            service,
-            &format!(
-                r#"
-metadata: {{annotations: {{prometheus.io/port: "{metrics}"}}}}
-spec: {{ports: [{{port: {metrics}, targetPort: metrics}}]}}
-"#
-            ),
-        )?;
+        let pods = &rendered.deployment()?["spec"]["selector"]["matchLabels"];
         assert_eq!(
-            service["spec"]["selector"],
-            rendered.deployment()?["spec"]["selector"]["matchLabels"],
-            "the metrics Service selects the konnector Pods"
+            &service["spec"]["selector"], pods,
+            "the Service selects the Pods"
         );
     }
     Ok(())
@@ -268,38 +233,31 @@ spec: {{ports: [{{port: {metrics}, targetPort: metrics}}]}}
 
 #[test]
 fn pod_identity_comes_from_the_downward_api() -> Result<()> {
-    let rendered = render("")?;
-    assert_fields(
-        rendered.container()?,
+    render("")?.expect(
         r#"
-env:
-  - {name: POD_NAME, valueFrom: {fieldRef: {fieldPath: metadata.name}}}
-  - {name: POD_NAMESPACE, valueFrom: {fieldRef: {fieldPath: metadata.namespace}}}
+container:
+  env:
+    - {name: POD_NAME, valueFrom: {fieldRef: {fieldPath: metadata.name}}}
+    - {name: POD_NAMESPACE, valueFrom: {fieldRef: {fieldPath: metadata.namespace}}}
+pod: {serviceAccountName: kbind-konnector}
+ServiceAccount/kbind-konnector: {}
 "#,
-    )?;
-    assert_fields(rendered.pod_spec()?, "serviceAccountName: kbind-konnector")?;
-    rendered.get("ServiceAccount", FULLNAME)?;
-    Ok(())
+    )
 }
 
 #[test]
 fn pods_run_non_root_read_only_without_capabilities() -> Result<()> {
-    let rendered = render("")?;
-    assert_fields(
-        rendered.pod_spec()?,
+    render("")?.expect(
         r#"
-securityContext: {runAsNonRoot: true, runAsUser: 65532, seccompProfile: {type: RuntimeDefault}}
-"#,
-    )?;
-    assert_fields(
-        rendered.container()?,
-        r#"
-securityContext:
-  readOnlyRootFilesystem: true
-  allowPrivilegeEscalation: false
-  runAsNonRoot: true
-  capabilities: {drop: [ALL]}
-  seccompProfile: {type: RuntimeDefault}
+pod:
+  securityContext: {runAsNonRoot: true, runAsUser: 65532, seccompProfile: {type: RuntimeDefault}}
+container:
+  securityContext:
+    readOnlyRootFilesystem: true
+    allowPrivilegeEscalation: false
+    runAsNonRoot: true
+    capabilities: {drop: [ALL]}
+    seccompProfile: {type: RuntimeDefault}
 "#,
     )
 }
@@ -307,14 +265,13 @@ securityContext:
 #[test]
 fn scheduling_values_reach_the_pod() -> Result<()> {
     let scheduling = r#"
-nodeSelector: {kubernetes.io/os: linux}
-tolerations: [{key: dedicated, operator: Equal, value: kbind, effect: NoSchedule}]
-affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [{matchExpressions: [{key: pool, operator: In, values: [system]}]}]}}}
+  nodeSelector: {kubernetes.io/os: linux}
+  tolerations: [{key: dedicated, operator: Equal, value: kbind, effect: NoSchedule}]
+  affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [{matchExpressions: [{key: pool, operator: In, values: [system]}]}]}}}
 "#;
     let resources = "resources: {requests: {cpu: 10m}, limits: {memory: 1Gi}}";
-    let rendered = render(&format!("{scheduling}{resources}"))?;
-    assert_fields(rendered.pod_spec()?, scheduling)?;
-    assert_fields(rendered.container()?, resources)
+    let rendered = render(&format!("{scheduling}  {resources}"))?;
+    rendered.expect(&format!("pod: {scheduling}container: {{{resources}}}"))
 }
 
 #[test]

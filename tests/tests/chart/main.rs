@@ -95,18 +95,14 @@ fn yaml(text: &str) -> Result<Value> {
     serde_yaml::from_str(text).with_context(|| format!("parsing {text}"))
 }
 
-/// Compares only the fields `expected` (YAML) names, so a test states just the fields its
+/// Compares only the fields `expected` names, so a test states just the fields its
 /// behaviour is about; sequences must match element for element and in length.
-fn assert_fields(actual: &Value, expected: &str) -> Result<()> {
+fn assert_fields(actual: &Value, expected: &Value) -> Result<()> {
     fn mismatch(actual: &Value, expected: &Value, path: &str) -> Option<String> {
         match (actual, expected) {
             (_, Value::Mapping(fields)) => fields.iter().find_map(|(key, want)| {
-                let got = actual.get(key).unwrap_or(&Value::Null);
-                mismatch(
-                    got,
-                    want,
-                    &format!("{path}.{}", key.as_str().unwrap_or("?")),
-                )
+                let path = format!("{path}.{}", key.as_str().unwrap_or("?"));
+                mismatch(actual.get(key).unwrap_or(&Value::Null), want, &path)
             }),
             (Value::Sequence(got), Value::Sequence(want)) if got.len() == want.len() => {
                 let mut pairs = got.iter().zip(want).enumerate();
@@ -115,7 +111,7 @@ fn assert_fields(actual: &Value, expected: &str) -> Result<()> {
             _ => (actual != expected).then(|| format!("{path}: want {expected:?}, got {actual:?}")),
         }
     }
-    match mismatch(actual, &yaml(expected)?, "") {
+    match mismatch(actual, expected, "") {
         Some(difference) => bail!("{difference}\nin {}", serde_yaml::to_string(actual)?),
         None => Ok(()),
     }
@@ -131,25 +127,21 @@ struct Doc {
 
 /// The output of `helm template`, split into its documents.
 #[derive(Debug)]
-struct Rendered {
-    docs: Vec<Doc>,
-}
+struct Rendered(Vec<Doc>);
 
 impl Rendered {
     /// Splits a multi-document stream on `---` lines; each document starts with helm's
     /// `# Source: <template>` line, which is kept apart from the document text.
     fn parse(stream: &str) -> Result<Self> {
-        let mut docs = Vec::new();
+        let (mut docs, marker) = (Vec::new(), "# Source: ");
         for chunk in format!("\n{stream}").split("\n---\n") {
             let (source, text) = match chunk.split_once('\n') {
-                Some((first, rest)) if first.starts_with("# Source: ") => {
-                    (first.trim_start_matches("# Source: ").to_string(), rest)
-                }
-                _ => (String::new(), chunk),
+                Some((first, rest)) if first.starts_with(marker) => (&first[marker.len()..], rest),
+                _ => ("", chunk),
             };
             let value = yaml(text).with_context(|| format!("rendered by {source}"))?;
+            let (source, text) = (source.to_string(), text.to_string());
             if !value.is_null() {
-                let text = text.to_string();
                 docs.push(Doc {
                     source,
                     text,
@@ -157,14 +149,11 @@ impl Rendered {
                 });
             }
         }
-        Ok(Self { docs })
+        Ok(Self(docs))
     }
 
     fn of_kind(&self, kind: &str) -> Vec<&Doc> {
-        self.docs
-            .iter()
-            .filter(|d| d.value["kind"] == kind)
-            .collect()
+        self.0.iter().filter(|d| d.value["kind"] == kind).collect()
     }
 
     fn get(&self, kind: &str, name: &str) -> Result<&Value> {
@@ -174,16 +163,10 @@ impl Rendered {
             .with_context(|| format!("no {kind} {name} rendered; got {:?}", self.summary()))
     }
 
-    fn summary(&self) -> Vec<String> {
-        let text = |v: &Value| v.as_str().unwrap_or("?").to_string();
-        let name = |d: &Doc| {
-            format!(
-                "{}/{}",
-                text(&d.value["kind"]),
-                text(&d.value["metadata"]["name"])
-            )
-        };
-        self.docs.iter().map(name).collect()
+    /// Kind and name of every document, for failure messages.
+    fn summary(&self) -> Vec<(&Value, &Value)> {
+        let docs = self.0.iter().map(|d| &d.value);
+        docs.map(|v| (&v["kind"], &v["metadata"]["name"])).collect()
     }
 
     fn deployment(&self) -> Result<&Value> {
@@ -209,6 +192,22 @@ impl Rendered {
     fn args(&self) -> Result<String> {
         let args: Vec<String> = serde_yaml::from_value(self.container()?["args"].clone())?;
         Ok(args.join(" "))
+    }
+
+    /// Compares the objects `expected` (YAML) names with the fields it gives for each: keys
+    /// are `Kind/name`, or `pod` and `container` for the konnector's pod spec and container.
+    fn expect(&self, expected: &str) -> Result<()> {
+        let objects: serde_yaml::Mapping = serde_yaml::from_str(expected)?;
+        for (key, fields) in &objects {
+            let actual = match key.as_str().map(|k| (k, k.split_once('/'))) {
+                Some((_, Some((kind, name)))) => self.get(kind, name)?,
+                Some(("pod", None)) => self.pod_spec()?,
+                Some(("container", None)) => self.container()?,
+                _ => bail!("no object {key:?}"),
+            };
+            assert_fields(actual, fields).with_context(|| format!("{key:?}"))?;
+        }
+        Ok(())
     }
 
     fn cluster_role_rules(&self) -> Result<Vec<Value>> {

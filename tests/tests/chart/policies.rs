@@ -9,16 +9,14 @@ fn a_policy_config_map_mounts_the_module_and_sets_the_flag() -> Result<()> {
     // Only the role that was set is swapped, and its flag points at the mounted key.
     let flag = "--conflict-policy=/policies/conflict/policy.wasm";
     assert_eq!(rendered.args()?, format!("{CHART_ARGS} {flag}"));
-    assert_fields(
-        rendered.container()?,
-        "volumeMounts: [{name: tmp}, {name: policy-conflict, mountPath: /policies/conflict, readOnly: true}]",
-    )?;
-    assert_fields(
-        rendered.pod_spec()?,
+    rendered.expect(
         r#"
-volumes:
-  - name: tmp
-  - {name: policy-conflict, configMap: {name: my-conflict-policy, items: [{key: conflict.wasm, path: policy.wasm}]}}
+container:
+  volumeMounts: [{name: tmp}, {name: policy-conflict, mountPath: /policies/conflict, readOnly: true}]
+pod:
+  volumes:
+    - name: tmp
+    - {name: policy-conflict, configMap: {name: my-conflict-policy, items: [{key: conflict.wasm, path: policy.wasm}]}}
 "#,
     )
 }
@@ -35,19 +33,19 @@ policies:
     )?;
     // Each role gets its own file.
     let flags = ["schema", "conflict", "related"]
-        .map(|r| format!("--{r}-policy=/policies/{r}/policy.wasm"));
+        .map(|role| format!("--{role}-policy=/policies/{role}/policy.wasm"));
     assert_eq!(
         rendered.args()?,
         format!("{CHART_ARGS} {}", flags.join(" "))
     );
-    assert_fields(
-        rendered.pod_spec()?,
+    rendered.expect(
         r#"
-volumes:
-  - name: tmp
-  - configMap: {name: schema-cm}
-  - configMap: {name: conflict-cm}
-  - configMap: {name: related-cm}
+pod:
+  volumes:
+    - name: tmp
+    - configMap: {name: schema-cm}
+    - configMap: {name: conflict-cm}
+    - configMap: {name: related-cm}
 "#,
     )
 }
@@ -56,8 +54,5 @@ volumes:
 fn no_policy_config_map_means_the_built_in_modules() -> Result<()> {
     let rendered = render("")?;
     assert_eq!(rendered.args()?, CHART_ARGS);
-    assert_fields(
-        rendered.pod_spec()?,
-        "volumes: [{name: tmp, configMap: null}]",
-    )
+    rendered.expect("pod: {volumes: [{name: tmp, configMap: null}]}")
 }

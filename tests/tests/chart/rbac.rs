@@ -35,11 +35,11 @@ fn consumer_rbac_has_the_fixed_rules_of_the_spec() -> Result<()> {
     let rules = rendered.cluster_role_rules()?;
     let (_, fixed) = rules.split_last().context("the ClusterRole has no rules")?;
     assert_eq!(fixed, fixed_rules()?);
-    assert_fields(
-        rendered.get("ClusterRoleBinding", FULLNAME)?,
+    rendered.expect(
         r#"
-roleRef: {kind: ClusterRole, name: kbind-konnector}
-subjects: [{kind: ServiceAccount, name: kbind-konnector, namespace: kbind-system}]
+ClusterRoleBinding/kbind-konnector:
+  roleRef: {kind: ClusterRole, name: kbind-konnector}
+  subjects: [{kind: ServiceAccount, name: kbind-konnector, namespace: kbind-system}]
 "#,
     )
 }
