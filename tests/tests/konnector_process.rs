@@ -63,15 +63,14 @@ impl Drop for Replica {
     }
 }
 
+/// The identity holding the konnector's Lease.
 async fn holder(consumer: &kube::Client) -> anyhow::Result<String> {
-    let lease = Api::<Lease>::namespaced(consumer.clone(), SECRET_NAMESPACE)
-        .get("konnector.kbind.io")
-        .await?;
-    lease
-        .spec
+    let leases = Api::<Lease>::namespaced(consumer.clone(), SECRET_NAMESPACE);
+    let spec = leases.get("konnector.kbind.io").await?.spec;
+    let holder = spec
         .and_then(|s| s.holder_identity)
-        .filter(|h| !h.is_empty())
-        .context("the lease has no holder")
+        .filter(|h| !h.is_empty());
+    holder.context("the lease has no holder")
 }
 
 /// A Connection to the provider, Ready: proof that the leader reconciles.
@@ -101,19 +100,17 @@ async fn one_of_two_replicas_reconciles_and_the_other_takes_over_when_it_dies() 
         ];
 
         // Both processes answer their probes; exactly one holds the lease.
-        for replica in &replicas {
-            eventually(CONVERGE, || async {
-                let (healthz, _) = http_get(replica.health, "/healthz").await?;
-                let (readyz, _) = http_get(replica.health, "/readyz").await?;
-                anyhow::ensure!(
-                    (healthz, readyz) == (200, 200),
-                    "{}: healthz {healthz}, readyz {readyz}",
-                    replica.name
-                );
-                Ok(())
-            })
-            .await?;
-        }
+        eventually(CONVERGE, || async {
+            let probes = replicas
+                .iter()
+                .flat_map(|r| [(r, "/healthz"), (r, "/readyz")]);
+            for (replica, path) in probes {
+                let (code, _) = http_get(replica.health, path).await?;
+                anyhow::ensure!(code == 200, "{} {path}: {code}", replica.name);
+            }
+            Ok(())
+        })
+        .await?;
         let leader = eventually(CONVERGE, || holder(&consumer)).await?;
         ready_connection(pair, &unique("elected")).await?;
         let index = replicas

@@ -12,8 +12,8 @@ use anyhow::{Context, bail, ensure};
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, ServiceAccount};
 use kbind_tests::eventually;
-use kbind_tests::fixtures::ensure_namespace;
-use kbind_tests::testenv::{ADMIN_TOKEN_USER, Cluster, Credential, shared_pair};
+use kbind_tests::fixtures::{ensure_namespace, private_cluster};
+use kbind_tests::testenv::{ADMIN_TOKEN_USER, Credential, shared_pair};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
@@ -92,19 +92,16 @@ async fn token_identities_authenticate_and_service_account_tokens_revoke() -> an
 
 #[test]
 fn a_dropped_cluster_leaves_no_kube_process() -> anyhow::Result<()> {
-    let root = scratch_dir("dropped")?;
-    let cluster = Cluster::new(&root, "single")?;
-    let began = Instant::now();
-    cluster.start()?;
-    eprintln!("single cluster started in {:.1?}", began.elapsed());
+    let cluster = private_cluster("single")?;
+    let dir = cluster.dir().to_path_buf();
     ensure!(cluster.is_running());
     // etcd, apiserver and controller manager, each under its watchdog wrapper.
-    let running = processes_mentioning(&root);
+    let running = processes_mentioning(&dir);
     ensure!(running.len() >= 3, "expected kube processes: {running:?}");
     drop(cluster);
-    let left = processes_mentioning(&root);
+    let left = processes_mentioning(&dir);
     ensure!(left.is_empty(), "left behind: {left:?}");
-    Ok(std::fs::remove_dir_all(&root)?)
+    Ok(std::fs::remove_dir_all(&dir)?)
 }
 
 #[test]
@@ -119,15 +116,13 @@ fn a_killed_test_process_leaves_no_kube_process() -> anyhow::Result<()> {
     // Read up to its last line ("try: ..."), keeping the pipe open: a closed pipe would make
     // its next print fail and end it early.
     let mut lines = BufReader::new(run.stdout.take().context("no stdout")?).lines();
-    let mut ready = false;
-    for line in lines.by_ref() {
-        let line = line?;
-        eprintln!("testenv run: {line}");
-        ready |= line.contains("ready in");
-        if line.starts_with("try:") {
-            break;
-        }
-    }
+    let printed: Vec<String> = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .inspect(|line| eprintln!("testenv run: {line}"))
+        .take_while(|line| !line.starts_with("try:"))
+        .collect();
+    let ready = printed.iter().any(|line| line.contains("ready in"));
     ensure!(ready, "testenv run ended before the pair was ready");
     let running = processes_mentioning(&root);
     ensure!(running.len() >= 6, "expected kube processes: {running:?}");

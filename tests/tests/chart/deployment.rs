@@ -40,7 +40,7 @@ policies:
   related: {configMap: related-policy, key: related.wasm}
 "#;
     for values in ["", non_default] {
-        let out = run_helm(&["lint", "--strict", CHART, "-f", &values_file(values)?])?;
+        let out = run_helm(&["lint", "--strict", CHART, "-f", "-"], values)?;
         assert!(out.contains("0 chart(s) failed"), "{out}");
     }
     Ok(())
@@ -152,17 +152,10 @@ fn several_replicas_or_the_leader_elect_value_turn_leader_election_on() -> Resul
 
 #[test]
 fn image_repository_and_tag_are_used() -> Result<()> {
-    for (values, image) in [
-        // The placeholder tag defaults to the chart's appVersion.
-        ("", "ghcr.io/kbind/konnector:0.1.0"),
-        (
-            "image: {repository: kbind-local/konnector, tag: git-0123456789ab}",
-            "kbind-local/konnector:git-0123456789ab",
-        ),
-    ] {
-        assert_eq!(render(values)?.container()?["image"], image, "{values}");
-    }
-    Ok(())
+    // The placeholder tag defaults to the chart's appVersion.
+    render("")?.expect("container: {image: 'ghcr.io/kbind/konnector:0.1.0'}")?;
+    let local = render("image: {repository: local/konnector, tag: git-0123abcd}")?;
+    local.expect("container: {image: 'local/konnector:git-0123abcd'}")
 }
 
 #[test]

@@ -14,9 +14,9 @@ mod deployment;
 mod policies;
 mod rbac;
 
-use std::process::Command;
+use std::io::Write as _;
+use std::process::{Command, Stdio};
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use anyhow::{Context as _, Result, anyhow, bail, ensure};
 use serde_yaml::Value;
@@ -30,11 +30,20 @@ const FULLNAME: &str = "kbind-konnector";
 const CHART_ARGS: &str =
     "run --metrics-bind-address=:8085 --health-probe-bind-address=:8081 --secret-namespace=kbind";
 
-/// Runs a command, returning its stdout; fails with its stderr.
-fn output(command: &mut Command) -> Result<String> {
-    let output = command
-        .output()
+/// Runs a command with `stdin` as its input, returning its stdout; fails with its stderr.
+fn output(command: &mut Command, stdin: &str) -> Result<String> {
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .with_context(|| format!("running {command:?}"))?;
+    child
+        .stdin
+        .take()
+        .context("no stdin")?
+        .write_all(stdin.as_bytes())?;
+    let output = child.wait_with_output()?;
     let stdout = String::from_utf8(output.stdout).context("stdout is not UTF-8")?;
     let stderr = String::from_utf8_lossy(&output.stderr);
     let status = output.status;
@@ -50,40 +59,30 @@ fn helm() -> Result<&'static str> {
     static HELM: OnceLock<Result<String, String>> = OnceLock::new();
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/helm.sh");
     let built = HELM.get_or_init(|| {
-        let path = output(&mut Command::new(script)).map_err(|e| format!("{e:#}"))?;
+        let path = output(&mut Command::new(script), "").map_err(|e| format!("{e:#}"))?;
         Ok(path.trim().to_string())
     });
     built.as_deref().map_err(|e| anyhow!("getting helm: {e}"))
 }
 
 /// Runs helm with its state directories inside the target dir, so that tests never read or
-/// write the user's helm configuration.
-fn run_helm(args: &[&str]) -> Result<String> {
+/// write the user's helm configuration. `values` is a values file's YAML, read with `-f -`.
+fn run_helm(args: &[&str], values: &str) -> Result<String> {
     let home = concat!(env!("CARGO_TARGET_TMPDIR"), "/helm-home");
-    output(
-        Command::new(helm()?)
-            .args(args)
-            .env("HELM_CACHE_HOME", format!("{home}/cache"))
-            .env("HELM_CONFIG_HOME", format!("{home}/config"))
-            .env("HELM_DATA_HOME", format!("{home}/data")),
-    )
-}
-
-/// Writes `yaml` to a values file of its own (tests run in parallel) and returns its path.
-fn values_file(yaml: &str) -> Result<String> {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    let dir = concat!(env!("CARGO_TARGET_TMPDIR"), "/chart-values");
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {dir}"))?;
-    let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    let path = format!("{dir}/{}-{n}.yaml", std::process::id());
-    std::fs::write(&path, yaml).with_context(|| format!("writing {path}"))?;
-    Ok(path)
+    let mut helm = Command::new(helm()?);
+    helm.args(args)
+        .env("HELM_CACHE_HOME", format!("{home}/cache"))
+        .env("HELM_CONFIG_HOME", format!("{home}/config"))
+        .env("HELM_DATA_HOME", format!("{home}/data"));
+    output(&mut helm, values)
 }
 
 /// `helm template kbind charts/konnector -n kbind-system -f <values>`, as text.
 fn template(values: &str) -> Result<String> {
-    let values = values_file(values)?;
-    run_helm(&["template", RELEASE, CHART, "-n", NAMESPACE, "-f", &values])
+    run_helm(
+        &["template", RELEASE, CHART, "-n", NAMESPACE, "-f", "-"],
+        values,
+    )
 }
 
 /// The chart rendered with `values` (a values file's YAML; empty for the defaults).
@@ -208,10 +207,5 @@ impl Rendered {
             assert_fields(actual, fields).with_context(|| format!("{key:?}"))?;
         }
         Ok(())
-    }
-
-    fn cluster_role_rules(&self) -> Result<Vec<Value>> {
-        let role = self.get("ClusterRole", FULLNAME)?;
-        Ok(serde_yaml::from_value(role["rules"].clone())?)
     }
 }

@@ -6,65 +6,49 @@ use super::*;
 /// status and finalizers, CRDs, credential Secrets, namespaces and Events. No ConfigMap
 /// rule, no lease rule (leases come only with the leader-election Role), no wildcard group.
 const FIXED_RULES: &str = r#"
-- apiGroups: [core.kbind.io]
-  resources: [connections, bindings, clusterbindings]
-  verbs: [get, list, watch, create, update, patch, delete]
-- apiGroups: [core.kbind.io]
-  resources: [connections/status, bindings/status, clusterbindings/status, connections/finalizers, bindings/finalizers, clusterbindings/finalizers]
-  verbs: [get, update, patch]
-- {apiGroups: [apiextensions.k8s.io], resources: [customresourcedefinitions], verbs: [get, list, watch, create, update, patch, delete]}
-- {apiGroups: [""], resources: [secrets], verbs: [get, list, watch, update, patch]}
-- {apiGroups: [""], resources: [namespaces], verbs: [get, list, watch, create]}
-- {apiGroups: ["", events.k8s.io], resources: [events], verbs: [create, patch, update]}
+    - {apiGroups: [core.kbind.io], resources: [connections, bindings, clusterbindings], verbs: [get, list, watch, create, update, patch, delete]}
+    - apiGroups: [core.kbind.io]
+      resources: [connections/status, bindings/status, clusterbindings/status, connections/finalizers, bindings/finalizers, clusterbindings/finalizers]
+      verbs: [get, update, patch]
+    - {apiGroups: [apiextensions.k8s.io], resources: [customresourcedefinitions], verbs: [get, list, watch, create, update, patch, delete]}
+    - {apiGroups: [""], resources: [secrets], verbs: [get, list, watch, update, patch]}
+    - {apiGroups: [""], resources: [namespaces], verbs: [get, list, watch, create]}
+    - {apiGroups: ["", events.k8s.io], resources: [events], verbs: [create, patch, update]}
 "#;
 
-fn fixed_rules() -> Result<Vec<Value>> {
-    Ok(serde_yaml::from_value(yaml(FIXED_RULES)?)?)
-}
-
-/// The configurable rule: ordinary CRUD/watch on every resource of `groups` (a YAML list).
-fn bound_rule(groups: &str) -> Result<Value> {
-    yaml(&format!(
-        "{{apiGroups: {groups}, resources: ['*'], verbs: [get, list, watch, create, update, patch, delete]}}"
-    ))
+/// The expected ClusterRole: the fixed rules, then the configurable rule (ordinary
+/// CRUD/watch on every resource) over `groups`, a YAML list, unless it is empty.
+fn cluster_role(groups: &str) -> String {
+    let bound = format!(
+        "    - {{apiGroups: {groups}, resources: ['*'], verbs: [get, list, watch, create, update, patch, delete]}}\n"
+    );
+    let bound = if groups == "[]" { "" } else { &bound };
+    format!("ClusterRole/kbind-konnector:\n  rules:{FIXED_RULES}{bound}")
 }
 
 #[test]
-fn consumer_rbac_has_the_fixed_rules_of_the_spec() -> Result<()> {
-    let rendered = render("")?;
-    let rules = rendered.cluster_role_rules()?;
-    let (_, fixed) = rules.split_last().context("the ClusterRole has no rules")?;
-    assert_eq!(fixed, fixed_rules()?);
-    rendered.expect(
-        r#"
+fn default_consumer_rbac_is_the_fixed_rules_and_crud_on_every_group() -> Result<()> {
+    let binding = r#"
 ClusterRoleBinding/kbind-konnector:
   roleRef: {kind: ClusterRole, name: kbind-konnector}
   subjects: [{kind: ServiceAccount, name: kbind-konnector, namespace: kbind-system}]
-"#,
-    )
+"#;
+    render("")?.expect(&format!("{}{binding}", cluster_role("['*']")))
 }
 
 #[test]
 fn fixed_secret_rule_reads_and_updates_but_never_creates_or_deletes() -> Result<()> {
-    let rules = render("")?.cluster_role_rules()?;
-    let secrets: Vec<&Value> = rules
-        .iter()
-        .filter(|r| {
-            r["resources"]
-                .as_sequence()
-                .is_some_and(|s| s.contains(&"secrets".into()))
-        })
-        .collect();
+    let role = render("")?.get("ClusterRole", FULLNAME)?.clone();
+    let rules = role["rules"].as_sequence().context("no rules")?;
+    let covers_secrets = |r: &&Value| {
+        r["resources"]
+            .as_sequence()
+            .is_some_and(|s| s.contains(&"secrets".into()))
+    };
+    let secrets: Vec<&Value> = rules.iter().filter(covers_secrets).collect();
     let expected =
-        yaml("{apiGroups: [''], resources: [secrets], verbs: [get, list, watch, update, patch]}")?;
-    assert_eq!(secrets, [&expected]);
-    Ok(())
-}
-
-#[test]
-fn default_bound_resource_groups_grant_crud_on_every_group() -> Result<()> {
-    let rules = render("")?.cluster_role_rules()?;
-    assert_eq!(rules.last(), Some(&bound_rule("['*']")?));
+        "{apiGroups: [''], resources: [secrets], verbs: [get, list, watch, update, patch]}";
+    assert_eq!(secrets, [&yaml(expected)?]);
     Ok(())
 }
 
@@ -72,39 +56,21 @@ fn default_bound_resource_groups_grant_crud_on_every_group() -> Result<()> {
 fn bound_resource_groups_narrow_only_the_configurable_rule() -> Result<()> {
     // The spec's example, passed as a values file.
     let narrowed = render("rbac:\n  boundResourceGroups:\n    - example.org\n")?;
-    let mut expected = fixed_rules()?;
-    expected.push(bound_rule("[example.org]")?);
-    assert_eq!(narrowed.cluster_role_rules()?, expected);
-
+    narrowed.expect(&cluster_role("[example.org]"))?;
     let several = render("rbac: {boundResourceGroups: [example.org, widgets.io]}")?;
-    let rules = several.cluster_role_rules()?;
-    assert_eq!(
-        rules.last(),
-        Some(&bound_rule("[example.org, widgets.io]")?)
-    );
-    Ok(())
+    several.expect(&cluster_role("[example.org, widgets.io]"))
 }
 
 #[test]
 fn empty_bound_resource_groups_drop_the_configurable_rule() -> Result<()> {
-    let rules = render("rbac: {boundResourceGroups: []}")?.cluster_role_rules()?;
-    assert_eq!(rules, fixed_rules()?);
-    Ok(())
+    render("rbac: {boundResourceGroups: []}")?.expect(&cluster_role("[]"))
 }
-
-// ---------------------------------------------------------------------------------------
-// NOTES
 
 #[test]
 fn notes_give_the_teardown_order_and_say_probes_are_process_checks() -> Result<()> {
-    let out = run_helm(&[
-        "install",
-        RELEASE,
-        CHART,
-        "--namespace",
-        NAMESPACE,
-        "--dry-run=client",
-    ])?;
+    let dry_run = "--dry-run=client";
+    let install = ["install", RELEASE, CHART, "-n", NAMESPACE, dry_run];
+    let out = run_helm(&install, "")?;
     let (_, notes) = out.split_once("NOTES:").context("helm printed no NOTES")?;
     assert!(notes.contains("process checks"), "{notes}");
     assert!(notes.contains("DrainingBindings"), "{notes}");
