@@ -4,9 +4,12 @@
 
 use anyhow::{Context as _, Result};
 
-/// Every stage's base image, and the instructions of the last (runtime) stage as (keyword in
-/// upper case, arguments), with comments dropped and `\` continuations joined.
-fn dockerfile() -> Result<(Vec<String>, Vec<(String, String)>)> {
+/// An instruction: its keyword in upper case and its arguments.
+type Instruction = (String, String);
+
+/// Every stage's base image, and the instructions of the last (runtime) stage, with comments
+/// dropped and `\` continuations joined.
+fn dockerfile() -> Result<(Vec<String>, Vec<Instruction>)> {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../Dockerfile");
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {path}"))?;
     let code = |line: &&str| !line.trim_start().starts_with('#');

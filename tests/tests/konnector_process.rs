@@ -101,10 +101,8 @@ async fn one_of_two_replicas_reconciles_and_the_other_takes_over_when_it_dies() 
 
         // Both processes answer their probes; exactly one holds the lease.
         eventually(CONVERGE, || async {
-            let probes = replicas
-                .iter()
-                .flat_map(|r| [(r, "/healthz"), (r, "/readyz")]);
-            for (replica, path) in probes {
+            let paths = ["/healthz", "/readyz"];
+            for (replica, path) in replicas.iter().flat_map(|r| paths.map(|p| (r, p))) {
                 let (code, _) = http_get(replica.health, path).await?;
                 anyhow::ensure!(code == 200, "{} {path}: {code}", replica.name);
             }
@@ -121,14 +119,10 @@ async fn one_of_two_replicas_reconciles_and_the_other_takes_over_when_it_dies() 
         assert!(leading.reconciles().await? > 0.0, "the leader reconciles");
         assert_eq!(standby.reconciles().await?, 0.0, "the standby does not");
         let (_, exposition) = http_get(leading.metrics, "/metrics").await?;
-        assert!(
-            metric_value(&exposition, "kbind_engaged_connections").unwrap_or(0.0) >= 1.0,
-            "{exposition}"
-        );
-        assert!(
-            exposition.contains("kbind_reconcile_duration_seconds_bucket"),
-            "durations are exported"
-        );
+        let engaged = metric_value(&exposition, "kbind_engaged_connections");
+        assert!(engaged.unwrap_or(0.0) >= 1.0, "{exposition}");
+        let durations = exposition.contains("kbind_reconcile_duration_seconds_bucket");
+        assert!(durations, "durations are exported");
 
         // The leader dies (dropping a Replica kills it) without releasing the lease; the
         // standby takes over.
@@ -141,10 +135,7 @@ async fn one_of_two_replicas_reconciles_and_the_other_takes_over_when_it_dies() 
         })
         .await?;
         ready_connection(pair, &unique("after-failover")).await?;
-        assert!(
-            survivor.reconciles().await? > 0.0,
-            "the new leader reconciles"
-        );
+        assert!(survivor.reconciles().await? > 0.0, "the new leader too");
         anyhow::Ok(())
     })
     .await

@@ -4,7 +4,7 @@
 
 use std::fmt::Debug;
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -27,14 +27,11 @@ async fn controllers_delete_namespaces_and_collect_garbage() -> anyhow::Result<(
         let ns = "controllers";
         ensure_namespace(&client, ns).await?;
         let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+        let post = PostParams::default();
         let create = async |name: &str, owner_references: serde_json::Value| {
             let metadata = json!({ "name": name, "ownerReferences": owner_references });
             let config_map = serde_json::from_value(json!({ "metadata": metadata }))?;
-            anyhow::Ok(
-                config_maps
-                    .create(&PostParams::default(), &config_map)
-                    .await?,
-            )
+            anyhow::Ok(config_maps.create(&post, &config_map).await?)
         };
         let owner = create("owner", json!([])).await?;
         let owner_ref =
@@ -106,7 +103,9 @@ fn a_dropped_cluster_leaves_no_kube_process() -> anyhow::Result<()> {
 
 #[test]
 fn a_killed_test_process_leaves_no_kube_process() -> anyhow::Result<()> {
-    let root = scratch_dir("killed")?;
+    let root =
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("testenv-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
     // `testenv run` holds a supervised pair, like a test binary with a shared pair does.
     let mut run = Command::new(env!("CARGO_BIN_EXE_testenv"))
         .arg("run")
@@ -166,15 +165,6 @@ fn expect_status<T: Debug>(result: Result<T, kube::Error>, code: u16) -> anyhow:
         Err(kube::Error::Api(status)) if status.code == code => Ok(()),
         other => bail!("expected HTTP {code}, got {other:?}"),
     }
-}
-
-/// A fresh directory for a cluster of this test binary.
-fn scratch_dir(name: &str) -> anyhow::Result<PathBuf> {
-    let root = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("testenv-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&root);
-    std::fs::create_dir_all(&root)?;
-    Ok(root)
 }
 
 /// Live processes whose command line mentions `dir` (kube processes and their wrappers).
