@@ -12,10 +12,8 @@ type Instruction = (String, String);
 fn dockerfile() -> Result<(Vec<String>, Vec<Instruction>)> {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../Dockerfile");
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {path}"))?;
-    let lines: Vec<&str> = text
-        .lines()
-        .filter(|l| !l.trim_start().starts_with('#'))
-        .collect();
+    let code = |line: &&str| !line.trim_start().starts_with('#');
+    let lines: Vec<&str> = text.lines().filter(code).collect();
     let (mut bases, mut runtime) = (Vec::new(), Vec::new());
     for line in lines.join("\n").replace("\\\n", " ").lines() {
         let Some((keyword, args)) = line.trim().split_once(char::is_whitespace) else {
@@ -35,11 +33,8 @@ fn dockerfile() -> Result<(Vec<String>, Vec<Instruction>)> {
 /// The arguments of the runtime stage's instructions of one kind.
 fn runtime(keyword: &str) -> Result<Vec<String>> {
     let (_, runtime) = dockerfile()?;
-    Ok(runtime
-        .into_iter()
-        .filter(|(k, _)| k == keyword)
-        .map(|(_, a)| a)
-        .collect())
+    let matching = runtime.into_iter().filter(|(k, _)| k == keyword);
+    Ok(matching.map(|(_, args)| args).collect())
 }
 
 #[test]
@@ -47,14 +42,9 @@ fn base_images_are_pinned() -> Result<()> {
     let (bases, _) = dockerfile()?;
     assert!(bases.len() >= 2, "a builder and a runtime stage: {bases:?}");
     for base in &bases {
-        let tag = base
-            .rsplit_once(':')
-            .map(|(_, tag)| tag)
-            .unwrap_or_default();
-        assert!(
-            !tag.is_empty() && tag != "latest" && !tag.contains('/'),
-            "{base} is not pinned"
-        );
+        let tag = base.rsplit_once(':').map_or("", |(_, tag)| tag);
+        let pinned = !tag.is_empty() && tag != "latest" && !tag.contains('/');
+        assert!(pinned, "{base} is not pinned");
     }
     Ok(())
 }
@@ -63,8 +53,8 @@ fn base_images_are_pinned() -> Result<()> {
 fn runtime_image_holds_only_the_konnector_binary() -> Result<()> {
     assert!(runtime("RUN")?.is_empty() && runtime("ADD")?.is_empty());
     let copies = runtime("COPY")?;
+    let copy: Vec<&str> = copies.iter().flat_map(|c| c.split_whitespace()).collect();
     assert_eq!(copies.len(), 1, "only the binary is copied: {copies:?}");
-    let copy: Vec<&str> = copies[0].split_whitespace().collect();
     assert!(copy.contains(&"--from=builder"), "{copy:?}");
     assert_eq!(copy.last(), Some(&"/konnector"));
     Ok(())

@@ -7,12 +7,12 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::api::{Api, PostParams};
+use kube::api::Api;
 
 use kbind_tests::eventually;
 use kbind_tests::fixtures::*;
 use kbind_tests::testenv::{ClusterPair, shared_pair};
-use konnector::api::{Connection, SchemaPolicy, SchemaSource};
+use konnector::api::{SchemaPolicy, SchemaSource};
 
 /// One `konnector run` replica with its probe and metrics ports.
 struct Replica {
@@ -23,28 +23,19 @@ struct Replica {
 }
 
 impl Replica {
-    fn start(binary: &Path, pair: &ClusterPair, name: &str, dir: &Path) -> anyhow::Result<Self> {
+    fn start(binary: &Path, pair: &ClusterPair, name: &str) -> anyhow::Result<Self> {
         let (metrics, health) = (free_port()?, free_port()?);
-        let log = std::fs::File::create(dir.join(format!("{name}.log")))?;
+        let log = std::fs::File::create(pair.root().join(format!("{name}.log")))?;
         let child = Command::new(binary)
-            .arg("run")
-            .arg("--kubeconfig")
+            .args(["run", "--kubeconfig"])
             .arg(pair.consumer.admin().kubeconfig_path())
             .args([
                 "--leader-elect",
-                "--leader-election-namespace",
-                SECRET_NAMESPACE,
-            ])
-            .args([
-                "--leader-election-lease-duration",
-                "4s",
-                "--connection-resync",
-                "1s",
-            ])
-            .args(["--metrics-bind-address", &format!("127.0.0.1:{metrics}")])
-            .args([
-                "--health-probe-bind-address",
-                &format!("127.0.0.1:{health}"),
+                &format!("--leader-election-namespace={SECRET_NAMESPACE}"),
+                "--leader-election-lease-duration=4s",
+                "--connection-resync=1s",
+                &format!("--metrics-bind-address=127.0.0.1:{metrics}"),
+                &format!("--health-probe-bind-address=127.0.0.1:{health}"),
             ])
             .env("POD_NAME", name)
             .stdout(Stdio::from(log.try_clone()?))
@@ -72,34 +63,25 @@ impl Drop for Replica {
     }
 }
 
+/// The identity holding the konnector's Lease.
 async fn holder(consumer: &kube::Client) -> anyhow::Result<String> {
-    let lease = Api::<Lease>::namespaced(consumer.clone(), SECRET_NAMESPACE)
-        .get("konnector.kbind.io")
-        .await?;
-    lease
-        .spec
+    let leases = Api::<Lease>::namespaced(consumer.clone(), SECRET_NAMESPACE);
+    let spec = leases.get("konnector.kbind.io").await?.spec;
+    let holder = spec
         .and_then(|s| s.holder_identity)
-        .filter(|h| !h.is_empty())
-        .context("the lease has no holder")
+        .filter(|h| !h.is_empty());
+    holder.context("the lease has no holder")
 }
 
-async fn ready_connection(
-    consumer: &kube::Client,
-    pair: &ClusterPair,
-    name: &str,
-) -> anyhow::Result<()> {
+/// A Connection to the provider, Ready: proof that the leader reconciles.
+async fn ready_connection(pair: &ClusterPair, name: &str) -> anyhow::Result<()> {
+    let consumer = pair.consumer.client().await?;
     let schema = SchemaPolicy {
         source: SchemaSource::Crd,
         ..SchemaPolicy::default()
     };
-    put_kubeconfig_secret(consumer, name, &pair.provider.admin().kubeconfig_yaml()?).await?;
-    Api::<Connection>::all(consumer.clone())
-        .create(
-            &PostParams::default(),
-            &connection(name, name, schema, false),
-        )
-        .await?;
-    wait_ready(consumer, name).await?;
+    connect(&consumer, &pair.provider, name, schema, false).await?;
+    wait_ready(&consumer, name).await?;
     Ok(())
 }
 
@@ -112,71 +94,48 @@ async fn one_of_two_replicas_reconciles_and_the_other_takes_over_when_it_dies() 
         let consumer = pair.consumer.client().await?;
         install_core_crds(&consumer).await?;
         ensure_namespace(&consumer, SECRET_NAMESPACE).await?;
-        let dir = pair.root().to_path_buf();
         let mut replicas = vec![
-            Replica::start(&binary, pair, "replica-a", &dir)?,
-            Replica::start(&binary, pair, "replica-b", &dir)?,
+            Replica::start(&binary, pair, "replica-a")?,
+            Replica::start(&binary, pair, "replica-b")?,
         ];
 
         // Both processes answer their probes; exactly one holds the lease.
-        for replica in &replicas {
-            eventually(CONVERGE, || async {
-                let (healthz, _) = http_get(replica.health, "/healthz").await?;
-                let (readyz, _) = http_get(replica.health, "/readyz").await?;
-                anyhow::ensure!(
-                    (healthz, readyz) == (200, 200),
-                    "{}: healthz {healthz}, readyz {readyz}",
-                    replica.name
-                );
-                Ok(())
-            })
-            .await?;
-        }
+        eventually(CONVERGE, || async {
+            let paths = ["/healthz", "/readyz"];
+            for (replica, path) in replicas.iter().flat_map(|r| paths.map(|p| (r, p))) {
+                let (code, _) = http_get(replica.health, path).await?;
+                anyhow::ensure!(code == 200, "{} {path}: {code}", replica.name);
+            }
+            Ok(())
+        })
+        .await?;
         let leader = eventually(CONVERGE, || holder(&consumer)).await?;
-        ready_connection(&consumer, pair, &unique("elected")).await?;
-        let (leading, standby): (Vec<&Replica>, Vec<&Replica>) =
-            replicas.iter().partition(|r| r.name == leader);
-        let (leading, standby) = (
-            leading.first().context("leader is a replica")?,
-            standby.first().context("standby")?,
-        );
-        assert!(leading.reconciles().await? > 0.0, "the leader reconciles");
-        assert_eq!(
-            standby.reconciles().await?,
-            0.0,
-            "the standby does not reconcile"
-        );
-        let (_, exposition) = http_get(leading.metrics, "/metrics").await?;
-        assert!(
-            metric_value(&exposition, "kbind_engaged_connections").unwrap_or(0.0) >= 1.0,
-            "{exposition}"
-        );
-        assert!(
-            exposition.contains("kbind_reconcile_duration_seconds_bucket"),
-            "durations are exported"
-        );
-
-        // The leader dies without releasing the lease; the standby takes over.
+        ready_connection(pair, &unique("elected")).await?;
         let index = replicas
             .iter()
             .position(|r| r.name == leader)
-            .context("leader index")?;
-        let mut dead = replicas.remove(index);
-        dead.child.kill()?;
-        dead.child.wait()?;
-        let survivor = replicas.first().context("survivor")?;
-        let taken = eventually(Duration::from_secs(30), || async {
+            .context("the lease holder is no replica")?;
+        let (leading, standby) = (&replicas[index], &replicas[1 - index]);
+        assert!(leading.reconciles().await? > 0.0, "the leader reconciles");
+        assert_eq!(standby.reconciles().await?, 0.0, "the standby does not");
+        let (_, exposition) = http_get(leading.metrics, "/metrics").await?;
+        let engaged = metric_value(&exposition, "kbind_engaged_connections");
+        assert!(engaged.unwrap_or(0.0) >= 1.0, "{exposition}");
+        let durations = exposition.contains("kbind_reconcile_duration_seconds_bucket");
+        assert!(durations, "durations are exported");
+
+        // The leader dies (dropping a Replica kills it) without releasing the lease; the
+        // standby takes over.
+        drop(replicas.remove(index));
+        let survivor = &replicas[0];
+        eventually(Duration::from_secs(30), || async {
             let now = holder(&consumer).await?;
             anyhow::ensure!(now == survivor.name, "lease still held by {now}");
-            Ok(now)
+            Ok(())
         })
         .await?;
-        assert_eq!(taken, survivor.name);
-        ready_connection(&consumer, pair, &unique("after-failover")).await?;
-        assert!(
-            survivor.reconciles().await? > 0.0,
-            "the new leader reconciles"
-        );
+        ready_connection(pair, &unique("after-failover")).await?;
+        assert!(survivor.reconciles().await? > 0.0, "the new leader too");
         anyhow::Ok(())
     })
     .await

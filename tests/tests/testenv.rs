@@ -2,8 +2,9 @@
 //! on them (namespace deletion, ownerReference garbage collection, token authentication), and
 //! no kube process outlives the cluster handle or the process that started it.
 
+use std::fmt::Debug;
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -11,9 +12,11 @@ use anyhow::{Context, bail, ensure};
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, ServiceAccount};
 use kbind_tests::eventually;
-use kbind_tests::testenv::{ADMIN_TOKEN_USER, Cluster, Credential, shared_pair};
+use kbind_tests::fixtures::{ensure_namespace, private_cluster};
+use kbind_tests::testenv::{ADMIN_TOKEN_USER, Credential, shared_pair};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
-use kube::{Client, ResourceExt};
+use kube::{Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
 use serde_json::json;
 
 #[tokio::test]
@@ -22,44 +25,30 @@ async fn controllers_delete_namespaces_and_collect_garbage() -> anyhow::Result<(
     pair.diagnose(async {
         let client = pair.consumer.client().await?;
         let ns = "controllers";
-        create_namespace(&client, ns).await?;
+        ensure_namespace(&client, ns).await?;
         let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
-        let owner = config_maps
-            .create(&PostParams::default(), &config_map("owner", json!([]))?)
-            .await?;
-        let owner_ref = json!([{
-            "apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner.uid(),
-        }]);
-        config_maps
-            .create(&PostParams::default(), &config_map("dependent", owner_ref)?)
-            .await?;
-        config_maps
-            .create(&PostParams::default(), &config_map("leftover", json!([]))?)
-            .await?;
+        let post = PostParams::default();
+        let create = async |name: &str, owner_references: serde_json::Value| {
+            let metadata = json!({ "name": name, "ownerReferences": owner_references });
+            let config_map = serde_json::from_value(json!({ "metadata": metadata }))?;
+            anyhow::Ok(config_maps.create(&post, &config_map).await?)
+        };
+        let owner = create("owner", json!([])).await?;
+        let owner_ref =
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner.uid()});
+        create("dependent", json!([owner_ref])).await?;
+        create("leftover", json!([])).await?;
 
         // The garbage collector removes the dependent of a deleted owner.
         config_maps
             .delete("owner", &DeleteParams::background())
             .await?;
-        eventually(Duration::from_secs(30), || async {
-            match config_maps.get_opt("dependent").await? {
-                None => anyhow::Ok(()),
-                Some(_) => bail!("dependent ConfigMap still there"),
-            }
-        })
-        .await?;
+        eventually(Duration::from_secs(30), || gone(&config_maps, "dependent")).await?;
 
         // The namespace controller empties and removes a deleted namespace.
         let namespaces: Api<Namespace> = Api::all(client.clone());
         namespaces.delete(ns, &DeleteParams::default()).await?;
-        eventually(Duration::from_secs(60), || async {
-            match namespaces.get_opt(ns).await? {
-                None => anyhow::Ok(()),
-                Some(n) => bail!("namespace still there: {:?}", n.status),
-            }
-        })
-        .await?;
-        anyhow::Ok(())
+        eventually(Duration::from_secs(60), || gone(&namespaces, ns)).await
     })
     .await
 }
@@ -78,7 +67,7 @@ async fn token_identities_authenticate_and_service_account_tokens_revoke() -> an
 
         // A service-account token: authenticated, authorized for nothing, revocable.
         let ns = "tokens";
-        create_namespace(&cluster.client().await?, ns).await?;
+        ensure_namespace(&cluster.client().await?, ns).await?;
         let robot = cluster.mint_service_account(ns, "robot").await?;
         assert_eq!(robot.credential(), Credential::Token);
         let as_robot = robot.client().await?;
@@ -93,89 +82,72 @@ async fn token_identities_authenticate_and_service_account_tokens_revoke() -> an
         eventually(Duration::from_secs(30), || async {
             expect_status(whoami(&as_robot).await, 401)
         })
-        .await?;
-        anyhow::Ok(())
+        .await
     })
     .await
 }
 
 #[test]
 fn a_dropped_cluster_leaves_no_kube_process() -> anyhow::Result<()> {
-    let root = scratch_dir("dropped")?;
-    let cluster = Cluster::new(&root, "single")?;
-    let began = Instant::now();
-    cluster.start()?;
-    eprintln!("single cluster started in {:.1?}", began.elapsed());
+    let cluster = private_cluster("single")?;
+    let dir = cluster.dir().to_path_buf();
     ensure!(cluster.is_running());
     // etcd, apiserver and controller manager, each under its watchdog wrapper.
-    let running = processes_mentioning(&root);
-    ensure!(
-        running.len() >= 3,
-        "expected kube processes, found {running:?}"
-    );
+    let running = processes_mentioning(&dir);
+    ensure!(running.len() >= 3, "expected kube processes: {running:?}");
     drop(cluster);
-    let left = processes_mentioning(&root);
+    let left = processes_mentioning(&dir);
     ensure!(left.is_empty(), "left behind: {left:?}");
-    std::fs::remove_dir_all(&root)?;
-    Ok(())
+    Ok(std::fs::remove_dir_all(&dir)?)
 }
 
 #[test]
 fn a_killed_test_process_leaves_no_kube_process() -> anyhow::Result<()> {
-    let root = scratch_dir("killed")?;
+    let root =
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("testenv-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
     // `testenv run` holds a supervised pair, like a test binary with a shared pair does.
     let mut run = Command::new(env!("CARGO_BIN_EXE_testenv"))
         .arg("run")
         .arg(&root)
         .stdout(Stdio::piped())
         .spawn()?;
-    let stdout = run.stdout.take().context("no stdout")?;
     // Read up to its last line ("try: ..."), keeping the pipe open: a closed pipe would make
     // its next print fail and end it early.
-    let mut lines = BufReader::new(stdout).lines();
-    let mut ready = false;
-    for line in lines.by_ref() {
-        let line = line?;
-        eprintln!("testenv run: {line}");
-        ready |= line.contains("ready in");
-        if line.starts_with("try:") {
-            break;
-        }
-    }
+    let mut lines = BufReader::new(run.stdout.take().context("no stdout")?).lines();
+    let printed: Vec<String> = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .inspect(|line| eprintln!("testenv run: {line}"))
+        .take_while(|line| !line.starts_with("try:"))
+        .collect();
+    let ready = printed.iter().any(|line| line.contains("ready in"));
     ensure!(ready, "testenv run ended before the pair was ready");
     let running = processes_mentioning(&root);
-    ensure!(
-        running.len() >= 6,
-        "expected kube processes, found {running:?}"
-    );
+    ensure!(running.len() >= 6, "expected kube processes: {running:?}");
 
     // SIGKILL: no destructor runs; only the watchdog pipe can clean up.
     run.kill()?;
     run.wait()?;
     let deadline = Instant::now() + Duration::from_secs(10);
-    let mut left = processes_mentioning(&root);
-    while !left.is_empty() && Instant::now() < deadline {
+    while !processes_mentioning(&root).is_empty() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
-        left = processes_mentioning(&root);
     }
+    let left = processes_mentioning(&root);
     ensure!(left.is_empty(), "left behind: {left:?}");
     drop(lines);
-    std::fs::remove_dir_all(&root)?;
-    Ok(())
+    Ok(std::fs::remove_dir_all(&root)?)
 }
 
-async fn create_namespace(client: &Client, name: &str) -> anyhow::Result<()> {
-    let namespace = serde_json::from_value(json!({ "metadata": { "name": name } }))?;
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &namespace)
-        .await?;
-    Ok(())
-}
-
-fn config_map(name: &str, owner_references: serde_json::Value) -> anyhow::Result<ConfigMap> {
-    Ok(serde_json::from_value(json!({
-        "metadata": { "name": name, "ownerReferences": owner_references },
-    }))?)
+/// Succeeds once the object is gone; otherwise fails showing it.
+async fn gone<K>(api: &Api<K>, name: &str) -> anyhow::Result<()>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    match api.get_opt(name).await? {
+        None => Ok(()),
+        Some(object) => bail!("{name} still there: {object:?}"),
+    }
 }
 
 /// The user and groups the apiserver authenticated `client` as.
@@ -184,31 +156,15 @@ async fn whoami(client: &Client) -> Result<(String, Vec<String>), kube::Error> {
         .create(&PostParams::default(), &SelfSubjectReview::default())
         .await?;
     let info = review.status.and_then(|s| s.user_info).unwrap_or_default();
-    Ok((
-        info.username.unwrap_or_default(),
-        info.groups.unwrap_or_default(),
-    ))
+    let user = info.username.unwrap_or_default();
+    Ok((user, info.groups.unwrap_or_default()))
 }
 
-fn expect_status<T: std::fmt::Debug>(
-    result: Result<T, kube::Error>,
-    code: u16,
-) -> anyhow::Result<()> {
+fn expect_status<T: Debug>(result: Result<T, kube::Error>, code: u16) -> anyhow::Result<()> {
     match result {
         Err(kube::Error::Api(status)) if status.code == code => Ok(()),
         other => bail!("expected HTTP {code}, got {other:?}"),
     }
-}
-
-/// A fresh directory for a cluster of this test binary.
-fn scratch_dir(name: &str) -> anyhow::Result<PathBuf> {
-    let root = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("testenv-{name}-{}", std::process::id()));
-    if root.exists() {
-        std::fs::remove_dir_all(&root)?;
-    }
-    std::fs::create_dir_all(&root)?;
-    Ok(root)
 }
 
 /// Live processes whose command line mentions `dir` (kube processes and their wrappers).

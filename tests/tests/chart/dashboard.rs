@@ -5,47 +5,25 @@
 use std::collections::BTreeSet;
 
 use anyhow::{Context as _, Result, ensure};
-use serde_json::Value;
 
-use super::{chart_dir, render};
+use super::{CHART, assert_fields, render, yaml};
 
-fn dashboard() -> Result<Value> {
-    let path = chart_dir().join("dashboards/konnector.json");
-    let text =
-        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))
+fn dashboard() -> Result<String> {
+    let path = format!("{CHART}/dashboards/konnector.json");
+    std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))
 }
 
-/// Every PromQL expression and variable query in the dashboard.
-fn queries(value: &Value, out: &mut Vec<String>) {
-    match value {
-        Value::Object(map) => {
-            for (key, v) in map {
-                match (key.as_str(), v) {
-                    ("expr" | "definition", Value::String(s)) => out.push(s.clone()),
-                    ("query", Value::String(s)) => out.push(s.clone()),
-                    _ => queries(v, out),
-                }
-            }
-        }
-        Value::Array(items) => items.iter().for_each(|v| queries(v, out)),
-        _ => {}
-    }
-}
-
-/// The `kbind_*` metric names an expression mentions.
-fn metric_names(expr: &str) -> BTreeSet<String> {
-    let mut names = BTreeSet::new();
-    let mut rest = expr;
-    while let Some(at) = rest.find("kbind_") {
-        let tail = &rest[at..];
-        let end = tail
-            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-            .unwrap_or(tail.len());
-        names.insert(tail[..end].to_string());
-        rest = &tail[end..];
-    }
-    names
+/// The `kbind_*` metric names the dashboard mentions: its PromQL expressions and variable
+/// queries are the only places that name metrics.
+fn queried_metrics() -> Result<BTreeSet<String>> {
+    let text = dashboard()?;
+    let words = text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'));
+    let names: BTreeSet<String> = words
+        .filter(|w| w.starts_with("kbind_"))
+        .map(String::from)
+        .collect();
+    ensure!(!names.is_empty(), "the dashboard queries no kbind metric");
+    Ok(names)
 }
 
 /// The sample names the konnector's registry exposes. A family without samples renders
@@ -91,15 +69,12 @@ fn exported_samples() -> BTreeSet<String> {
 
 #[test]
 fn every_metric_the_dashboard_queries_is_exported_by_the_konnector() -> Result<()> {
-    let mut exprs = Vec::new();
-    queries(&dashboard()?, &mut exprs);
-    ensure!(!exprs.is_empty(), "the dashboard has no queries");
     let exported = exported_samples();
     ensure!(
         exported.contains("kbind_engaged_connections"),
         "the registry rendered no kbind metrics: {exported:?}"
     );
-    let used: BTreeSet<String> = exprs.iter().flat_map(|e| metric_names(e)).collect();
+    let used = queried_metrics()?;
     let unknown: Vec<&String> = used.difference(&exported).collect();
     ensure!(
         unknown.is_empty(),
@@ -110,9 +85,7 @@ fn every_metric_the_dashboard_queries_is_exported_by_the_konnector() -> Result<(
 
 #[test]
 fn the_dashboard_covers_lag_throughput_conflicts_policies_connections_and_errors() -> Result<()> {
-    let mut exprs = Vec::new();
-    queries(&dashboard()?, &mut exprs);
-    let used: BTreeSet<String> = exprs.iter().flat_map(|e| metric_names(e)).collect();
+    let used = queried_metrics()?;
     for needed in [
         "kbind_sync_lag_seconds_bucket",
         "kbind_instances_synced_total",
@@ -129,11 +102,10 @@ fn the_dashboard_covers_lag_throughput_conflicts_policies_connections_and_errors
 
 #[test]
 fn the_dashboard_configmap_is_off_by_default() -> Result<()> {
-    let rendered = render(&[])?;
+    let rendered = render("")?;
+    let shipped = rendered.get("ConfigMap", "kbind-konnector-dashboard");
     ensure!(
-        rendered
-            .find("ConfigMap", "kbind-konnector-dashboard")
-            .is_none(),
+        shipped.is_err(),
         "rendered without grafana.dashboard.enabled"
     );
     Ok(())
@@ -141,21 +113,11 @@ fn the_dashboard_configmap_is_off_by_default() -> Result<()> {
 
 #[test]
 fn the_dashboard_configmap_carries_the_sidecar_label_and_the_dashboard() -> Result<()> {
-    let rendered = render(&["--set", "grafana.dashboard.enabled=true"])?;
+    let rendered = render("grafana: {dashboard: {enabled: true}}")?;
     let cm = rendered.get("ConfigMap", "kbind-konnector-dashboard")?;
-    assert_eq!(
-        cm["metadata"]["labels"]["grafana_dashboard"].as_str(),
-        Some("1")
-    );
-    assert_eq!(cm["metadata"]["namespace"].as_str(), Some(super::NAMESPACE));
-    let json = cm["data"]["konnector.json"]
-        .as_str()
-        .context("no konnector.json key")?;
-    let shipped: Value = serde_json::from_str(json)?;
-    assert_eq!(
-        shipped,
-        dashboard()?,
-        "the ConfigMap holds the dashboard file unchanged"
-    );
-    Ok(())
+    let mut expected =
+        yaml("metadata: {namespace: kbind-system, labels: {grafana_dashboard: '1'}}")?;
+    // The ConfigMap holds the dashboard file unchanged.
+    expected["data"]["konnector.json"] = dashboard()?.trim_end().into();
+    assert_fields(cm, &expected)
 }

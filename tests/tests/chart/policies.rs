@@ -4,50 +4,26 @@ use super::*;
 
 #[test]
 fn a_policy_config_map_mounts_the_module_and_sets_the_flag() -> Result<()> {
-    let rendered = render(&[
-        "--set",
-        "policies.conflict.configMap=my-conflict-policy",
-        "--set",
-        "policies.conflict.key=conflict.wasm",
-    ])?;
-    let args = rendered.args()?;
-    let path = flag(&args, "--conflict-policy").context("no --conflict-policy flag")?;
-    assert!(path.starts_with("/policies/"), "{path}");
-    // Only the role that was set is swapped.
-    assert_eq!(flag(&args, "--schema-policy"), None);
-    assert_eq!(flag(&args, "--related-policy"), None);
-
-    let pod = rendered.pod_spec()?;
-    let volume = pod["volumes"]
-        .as_sequence()
-        .context("no volumes")?
-        .iter()
-        .find(|v| v["configMap"]["name"].as_str() == Some("my-conflict-policy"))
-        .context("no volume for the ConfigMap")?;
-    let item = &volume["configMap"]["items"][0];
-    assert_eq!(item["key"].as_str(), Some("conflict.wasm"));
-
-    let mount = rendered.container()?["volumeMounts"]
-        .as_sequence()
-        .context("no volumeMounts")?
-        .iter()
-        .find(|m| m["name"] == volume["name"])
-        .context("the policy volume is not mounted")?;
-    assert_eq!(mount["readOnly"], Value::Bool(true));
-    // The flag points at the mounted key.
-    let mounted = format!(
-        "{}/{}",
-        mount["mountPath"].as_str().context("no mountPath")?,
-        item["path"].as_str().context("no item path")?
-    );
-    assert_eq!(path, mounted);
-    Ok(())
+    let rendered =
+        render("policies: {conflict: {configMap: my-conflict-policy, key: conflict.wasm}}")?;
+    // Only the role that was set is swapped, and its flag points at the mounted key.
+    let flag = "--conflict-policy=/policies/conflict/policy.wasm";
+    assert_eq!(rendered.args()?, format!("{CHART_ARGS} {flag}"));
+    rendered.expect(
+        r#"
+container:
+  volumeMounts: [{name: tmp}, {name: policy-conflict, mountPath: /policies/conflict, readOnly: true}]
+pod:
+  volumes:
+    - name: tmp
+    - {name: policy-conflict, configMap: {name: my-conflict-policy, items: [{key: conflict.wasm, path: policy.wasm}]}}
+"#,
+    )
 }
 
 #[test]
 fn every_policy_role_can_be_swapped() -> Result<()> {
-    let rendered = render_with_values(
-        "all-policies",
+    let rendered = render(
         r#"
 policies:
   schema: {configMap: schema-cm, key: policy.wasm}
@@ -55,44 +31,28 @@ policies:
   related: {configMap: related-cm, key: policy.wasm}
 "#,
     )?;
-    let args = rendered.args()?;
-    let mut paths = Vec::new();
-    for role in ["schema", "conflict", "related"] {
-        let path = flag(&args, &format!("--{role}-policy"))
-            .with_context(|| format!("no --{role}-policy flag in {args:?}"))?;
-        paths.push(path.to_string());
-    }
-    paths.sort();
-    paths.dedup();
-    assert_eq!(paths.len(), 3, "each role gets its own file: {paths:?}");
-
-    let volumes = rendered.pod_spec()?["volumes"]
-        .as_sequence()
-        .context("no volumes")?
-        .clone();
-    for cm in ["schema-cm", "conflict-cm", "related-cm"] {
-        assert!(
-            volumes
-                .iter()
-                .any(|v| v["configMap"]["name"].as_str() == Some(cm)),
-            "{cm} not mounted"
-        );
-    }
-    Ok(())
+    // Each role gets its own file.
+    let flags = ["schema", "conflict", "related"]
+        .map(|role| format!("--{role}-policy=/policies/{role}/policy.wasm"));
+    assert_eq!(
+        rendered.args()?,
+        format!("{CHART_ARGS} {}", flags.join(" "))
+    );
+    rendered.expect(
+        r#"
+pod:
+  volumes:
+    - name: tmp
+    - configMap: {name: schema-cm}
+    - configMap: {name: conflict-cm}
+    - configMap: {name: related-cm}
+"#,
+    )
 }
 
 #[test]
 fn no_policy_config_map_means_the_built_in_modules() -> Result<()> {
-    let rendered = render(&[])?;
-    let args = rendered.args()?;
-    assert!(!args.iter().any(|a| a.contains("-policy")), "{args:?}");
-    let volumes = rendered.pod_spec()?["volumes"]
-        .as_sequence()
-        .context("no volumes")?
-        .clone();
-    assert!(
-        !volumes.iter().any(|v| v["configMap"].is_mapping()),
-        "{volumes:?}"
-    );
-    Ok(())
+    let rendered = render("")?;
+    assert_eq!(rendered.args()?, CHART_ARGS);
+    rendered.expect("pod: {volumes: [{name: tmp, configMap: null}]}")
 }

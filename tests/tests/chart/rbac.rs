@@ -2,167 +2,93 @@
 
 use super::*;
 
+/// The ClusterRole's fixed rules, in the chart's order: core kbind objects with their
+/// status and finalizers, CRDs, credential Secrets, namespaces and Events. No ConfigMap
+/// rule, no lease rule (leases come only with the leader-election Role), no wildcard group.
+const FIXED_RULES: &str = r#"
+    - {apiGroups: [core.kbind.io], resources: [connections, bindings, clusterbindings], verbs: [get, list, watch, create, update, patch, delete]}
+    - apiGroups: [core.kbind.io]
+      resources: [connections/status, bindings/status, clusterbindings/status, connections/finalizers, bindings/finalizers, clusterbindings/finalizers]
+      verbs: [get, update, patch]
+    - {apiGroups: [apiextensions.k8s.io], resources: [customresourcedefinitions], verbs: [get, list, watch, create, update, patch, delete]}
+    - {apiGroups: [""], resources: [secrets], verbs: [get, list, watch, update, patch]}
+    - {apiGroups: [""], resources: [namespaces], verbs: [get, list, watch, create]}
+    - {apiGroups: ["", events.k8s.io], resources: [events], verbs: [create, patch, update]}
+"#;
+
+/// The expected ClusterRole: the fixed rules, then the configurable rule (ordinary
+/// CRUD/watch on every resource) over `groups`, a YAML list, unless it is empty.
+fn cluster_role(groups: &str) -> String {
+    let bound = format!(
+        "    - {{apiGroups: {groups}, resources: ['*'], verbs: [get, list, watch, create, update, patch, delete]}}\n"
+    );
+    let bound = if groups == "[]" { "" } else { &bound };
+    format!("ClusterRole/kbind-konnector:\n  rules:{FIXED_RULES}{bound}")
+}
+
 #[test]
-fn consumer_rbac_has_the_fixed_rules_of_the_spec() -> Result<()> {
-    let rendered = render(&[])?;
-    let rules = rendered.cluster_role_rules()?;
-    let fixed = fixed_rules(&rules);
-    let crud = set_of(&[
-        "get", "list", "watch", "create", "update", "patch", "delete",
-    ]);
-
-    for kind in ["connections", "bindings", "clusterbindings"] {
-        let rule = fixed_rule_for(&fixed, "core.kbind.io", kind)?;
-        assert_eq!(verb_set(rule), crud, "{kind}");
-        for sub in ["status", "finalizers"] {
-            let rule = fixed_rule_for(&fixed, "core.kbind.io", &format!("{kind}/{sub}"))?;
-            assert!(rule.allows("update"), "{kind}/{sub}: {rule:?}");
-        }
-    }
-    let crds = fixed_rule_for(&fixed, "apiextensions.k8s.io", "customresourcedefinitions")?;
-    assert_eq!(verb_set(crds), crud);
-    let namespaces = fixed_rule_for(&fixed, "", "namespaces")?;
-    assert_eq!(
-        verb_set(namespaces),
-        set_of(&["get", "list", "watch", "create"])
-    );
-    for group in ["", "events.k8s.io"] {
-        let events = fixed_rule_for(&fixed, group, "events")?;
-        assert_eq!(
-            verb_set(events),
-            set_of(&["create", "patch", "update"]),
-            "events in {group:?}"
-        );
-    }
-    // No fixed ConfigMap rule; leases only through the leader-election Role.
-    assert!(
-        !fixed.iter().any(|r| r.covers("", "configmaps")),
-        "{fixed:?}"
-    );
-    assert!(
-        !fixed
-            .iter()
-            .any(|r| r.covers("coordination.k8s.io", "leases")),
-        "{fixed:?}"
-    );
-    // Every fixed rule names its groups: the wildcard only appears in the configurable rule.
-    assert!(
-        fixed.iter().all(|r| !r.api_groups.iter().any(|g| g == "*")),
-        "{fixed:?}"
-    );
-    assert_eq!(fixed.len(), 6, "{fixed:?}");
-
-    let binding = rendered.get("ClusterRoleBinding", FULLNAME)?;
-    assert_eq!(binding["roleRef"]["kind"].as_str(), Some("ClusterRole"));
-    assert_eq!(binding["roleRef"]["name"].as_str(), Some(FULLNAME));
-    assert_service_account_subject(binding)?;
-    Ok(())
+fn default_consumer_rbac_is_the_fixed_rules_and_crud_on_every_group() -> Result<()> {
+    let binding = r#"
+ClusterRoleBinding/kbind-konnector:
+  roleRef: {kind: ClusterRole, name: kbind-konnector}
+  subjects: [{kind: ServiceAccount, name: kbind-konnector, namespace: kbind-system}]
+"#;
+    render("")?.expect(&format!("{}{binding}", cluster_role("['*']")))
 }
 
 #[test]
 fn fixed_secret_rule_reads_and_updates_but_never_creates_or_deletes() -> Result<()> {
-    let rules = render(&[])?.cluster_role_rules()?;
-    let fixed = fixed_rules(&rules);
-    let secrets = fixed_rule_for(&fixed, "", "secrets")?;
-    assert_eq!(
-        verb_set(secrets),
-        set_of(&["get", "list", "watch", "update", "patch"])
-    );
-    for verb in ["create", "delete", "deletecollection"] {
-        assert!(!secrets.allows(verb), "{verb}: {secrets:?}");
-    }
-    Ok(())
-}
-
-#[test]
-fn default_bound_resource_groups_grant_crud_on_every_group() -> Result<()> {
-    let rules = render(&[])?.cluster_role_rules()?;
-    let rule = configurable_rule(&rules)?;
-    assert_eq!(rule.api_groups, ["*"]);
-    assert_eq!(rule.resources, ["*"]);
-    assert_eq!(
-        verb_set(rule),
-        set_of(&[
-            "get", "list", "watch", "create", "update", "patch", "delete"
-        ])
-    );
+    let role = render("")?.get("ClusterRole", FULLNAME)?.clone();
+    let rules = role["rules"].as_sequence().context("no rules")?;
+    let covers_secrets = |r: &&Value| {
+        r["resources"]
+            .as_sequence()
+            .is_some_and(|s| s.contains(&"secrets".into()))
+    };
+    let secrets: Vec<&Value> = rules.iter().filter(covers_secrets).collect();
+    let expected =
+        "{apiGroups: [''], resources: [secrets], verbs: [get, list, watch, update, patch]}";
+    assert_eq!(secrets, [&yaml(expected)?]);
     Ok(())
 }
 
 #[test]
 fn bound_resource_groups_narrow_only_the_configurable_rule() -> Result<()> {
-    let default = render(&[])?.cluster_role_rules()?;
-    // Narrowing to one API group through a values file passed with -f.
-    let narrowed = render_with_values(
-        "narrow",
-        "rbac:\n  boundResourceGroups:\n    - example.org\n",
-    )?
-    .cluster_role_rules()?;
-
-    let before = configurable_rule(&default)?;
-    let after = configurable_rule(&narrowed)?;
-    assert_eq!(after.api_groups, ["example.org"]);
-    assert_eq!(after.resources, before.resources);
-    assert_eq!(after.verbs, before.verbs);
-    // The fixed rules (core kbind objects, CRDs, Secrets, namespaces, Events) are untouched.
-    assert_eq!(fixed_rules(&narrowed), fixed_rules(&default));
-    assert_eq!(narrowed.len(), default.len());
-
-    let several = render(&["--set", "rbac.boundResourceGroups={example.org,widgets.io}"])?
-        .cluster_role_rules()?;
-    assert_eq!(
-        configurable_rule(&several)?.api_groups,
-        ["example.org", "widgets.io"]
-    );
-    Ok(())
+    // The spec's example, passed as a values file.
+    let narrowed = render("rbac:\n  boundResourceGroups:\n    - example.org\n")?;
+    narrowed.expect(&cluster_role("[example.org]"))?;
+    let several = render("rbac: {boundResourceGroups: [example.org, widgets.io]}")?;
+    several.expect(&cluster_role("[example.org, widgets.io]"))
 }
 
 #[test]
 fn empty_bound_resource_groups_drop_the_configurable_rule() -> Result<()> {
-    let default = render(&[])?.cluster_role_rules()?;
-    let rules = render_with_values("no-groups", "rbac: {boundResourceGroups: []}\n")?
-        .cluster_role_rules()?;
-    assert!(
-        !rules.iter().any(|r| r.resources.iter().any(|x| x == "*")),
-        "{rules:?}"
-    );
-    assert_eq!(rules, fixed_rules(&default));
-    Ok(())
+    render("rbac: {boundResourceGroups: []}")?.expect(&cluster_role("[]"))
 }
-
-// ---------------------------------------------------------------------------------------
-// NOTES
 
 #[test]
 fn notes_give_the_teardown_order_and_say_probes_are_process_checks() -> Result<()> {
-    let chart = chart_dir();
-    let chart = chart.to_str().context("chart path is not UTF-8")?;
-    let out = run_helm(&[
-        "install",
-        RELEASE,
-        chart,
-        "--namespace",
-        NAMESPACE,
-        "--dry-run=client",
-    ])?;
-    let notes = out
-        .split_once("NOTES:")
-        .map(|(_, notes)| notes)
-        .context("helm printed no NOTES")?;
+    let dry_run = "--dry-run=client";
+    let install = ["install", RELEASE, CHART, "-n", NAMESPACE, dry_run];
+    let out = run_helm(&install, "")?;
+    let (_, notes) = out.split_once("NOTES:").context("helm printed no NOTES")?;
     assert!(notes.contains("process checks"), "{notes}");
-    let position = |needle: &str| {
+    assert!(notes.contains("DrainingBindings"), "{notes}");
+    let positions = [
+        "Delete Bindings and ClusterBindings",
+        "Delete Connections",
+        "Delete the credential Secrets",
+        "uninstall the release",
+    ]
+    .map(|step| {
         notes
-            .find(needle)
-            .with_context(|| format!("NOTES do not mention {needle:?}:\n{notes}"))
-    };
-    let bindings = position("Delete Bindings and ClusterBindings")?;
-    let connections = position("Delete Connections")?;
-    let secrets = position("Delete the credential Secrets")?;
-    let uninstall = position("uninstall the release")?;
+            .find(step)
+            .with_context(|| format!("NOTES lack {step:?}:\n{notes}"))
+    });
+    let positions = positions.into_iter().collect::<Result<Vec<_>>>()?;
     assert!(
-        bindings < connections && connections < secrets && secrets < uninstall,
+        positions.is_sorted(),
         "teardown order is bindings, Connection, Secret, then the release:\n{notes}"
     );
-    assert!(notes.contains("DrainingBindings"), "{notes}");
     Ok(())
 }
