@@ -185,14 +185,11 @@ impl Sides {
             let sides = self.clone();
             tokio::spawn(async move { sides.create_many("w", 0..total).await })
         };
-        wait_for(
-            &format!("{at} copies before the fault"),
-            FAULT_WAIT,
-            || async {
-                let n = count_copies(&self.api, &self.provider, &self.namespace).await?;
-                Ok((n >= at).then_some(()))
-            },
-        )
+        let what = format!("{at} copies before the fault");
+        wait_for(&what, FAULT_WAIT, || async {
+            let n = count_copies(&self.api, &self.provider, &self.namespace).await?;
+            Ok((n >= at).then_some(()))
+        })
         .await?;
         let value = fault().await?;
         creating.await??;
@@ -222,11 +219,8 @@ impl Sides {
         let mut uids = BTreeMap::new();
         for instance in &instances {
             let (name, deleting) = (instance.name_any(), &instance.metadata.deletion_timestamp);
-            let finalizers = instance
-                .finalizers()
-                .iter()
-                .filter(|f| *f == SYNCER_FINALIZER);
-            let finalizers = finalizers.count();
+            let finalizers = instance.finalizers();
+            let finalizers = finalizers.iter().filter(|f| *f == SYNCER_FINALIZER).count();
             anyhow::ensure!(
                 deleting.is_none() && finalizers == 1,
                 "consumer instance {name}: deleting since {deleting:?}, {finalizers} syncer finalizer(s)"
@@ -242,13 +236,9 @@ impl Sides {
                 uids.get(&name)
             );
         }
-        anyhow::ensure!(
-            copies.len() == instances.len(),
-            "{} consumer instances but {} provider objects",
-            instances.len(),
-            copies.len()
-        );
-        Ok(instances.len())
+        let (n, m) = (instances.len(), copies.len());
+        anyhow::ensure!(n == m, "{n} consumer instances but {m} provider objects");
+        Ok(n)
     }
 
     /// Waits for a `reason` Warning Event on instance `name` and fails unless its note says
@@ -258,40 +248,33 @@ impl Sides {
         let note = event_note(&self.consumer, at, reason, Some("Warning"), FAULT_WAIT).await?;
         anyhow::ensure!(
             note.contains(says),
-            "the {reason} Event on {name} says {says:?}: {note}"
+            "{reason} on {name}, not {says:?}: {note}"
         );
         Ok(())
     }
 
     /// Waits until instance `name` has `Synced` with `status` and `reason`.
     pub async fn synced(&self, name: &str, status: &str, reason: &str) -> anyhow::Result<()> {
-        wait_for(
-            &format!("Synced={status} {reason} on {name}"),
-            FAULT_WAIT,
-            || async {
-                let obj = self.instances().get(name).await?;
-                Ok(synced_condition(&obj)
-                    .filter(|c| c["status"] == status && c["reason"] == reason)
-                    .map(|_| ()))
-            },
-        )
-        .await
+        let what = format!("Synced={status} {reason} on {name}");
+        wait_for(&what, FAULT_WAIT, || async {
+            let synced = synced_condition(&self.instances().get(name).await?);
+            Ok(synced.filter(|c| c["status"] == status && c["reason"] == reason))
+        })
+        .await?;
+        Ok(())
     }
 
     /// Fails if any of the instances `names` has or gets a provider copy within a few seconds.
     pub async fn never_copied(&self, names: &[&str]) -> anyhow::Result<()> {
-        stays(
-            &format!("no copy of {names:?}"),
-            Duration::from_secs(3),
-            || async {
-                for name in names {
-                    if self.copies().get_opt(name).await?.is_some() {
-                        return Ok(false);
-                    }
+        let what = format!("no copy of {names:?}");
+        stays(&what, Duration::from_secs(3), || async {
+            for name in names {
+                if self.copies().get_opt(name).await?.is_some() {
+                    return Ok(false);
                 }
-                Ok(true)
-            },
-        )
+            }
+            Ok(true)
+        })
         .await
     }
 }
