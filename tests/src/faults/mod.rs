@@ -1,10 +1,11 @@
-//! Helpers for the fault tests (`tests/tests/faults_*.rs`): creating many instances, and the
-//! convergence check every fault test ends with: count both sides and compare identities.
+//! Helpers for the fault tests (`tests/tests/faults_*.rs`). [`Sides`] carries the frame they
+//! share: instances created, a fault injected mid-sync and cleared, then the convergence
+//! check every fault test ends with, counting both sides and comparing identities:
 //!
 //! ```text
 //! consumer instances ──(name)──▶ provider copies
 //!   exactly one copy per instance, carrying that instance's UID marker (nothing lost)
-//!   no copy without an instance, no UID marker twice (nothing duplicated)
+//!   no copy without an instance, so no UID marker twice (nothing duplicated)
 //!   every instance: one syncer finalizer, no deletionTimestamp (nothing stuck)
 //! ```
 
@@ -12,19 +13,25 @@ pub mod policy;
 pub mod process;
 pub mod schema_module;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use futures::{StreamExt, TryStreamExt};
 use konnector::api::names::{CONSUMER_OBJECT_UID_ANNOTATION, MANAGED_LABEL, SYNCER_FINALIZER};
 use konnector::api::{ApiReference, Binding, BindingSpec, ConditionType, ConnectionReference};
+use konnector::api::{SchemaPolicy, SchemaSource};
 use konnector::conditions::is_true;
-use kube::api::ListParams;
-use kube::{Client, ResourceExt};
-use serde_json::json;
+use kube::api::{DynamicObject, ListParams};
+use kube::{Api, Client, ResourceExt};
+use serde_json::{Value, json};
 
-use crate::syncenv::{TestApi, wait_for};
+use crate::fixtures::{connect, wait_ready};
+use crate::syncenv::{Scenario, TestApi, event_note, stays, synced_condition, wait_for};
+use crate::testenv::{Cluster, ClusterPair};
+
+/// How long a fault test waits for the konnector: 1 000 instances through a fault included.
+pub const FAULT_WAIT: Duration = Duration::from_secs(300);
 
 /// How many creates run at once when a test makes many instances.
 pub const CREATE_PARALLELISM: usize = 16;
@@ -73,116 +80,211 @@ pub async fn count_copies(
         .len())
 }
 
-/// Waits until the provider holds exactly `expected` managed copies in `namespace`.
-pub async fn wait_copies(
-    api: &TestApi,
-    provider: &Client,
-    namespace: &str,
-    expected: usize,
-    timeout: Duration,
-) -> anyhow::Result<()> {
-    wait_for(
-        &format!("{expected} provider copies in {namespace}"),
-        timeout,
-        || async {
-            let n = count_copies(api, provider, namespace).await?;
+/// One namespace of a bound API on both clusters: what a fault test creates in and counts.
+#[derive(Clone)]
+pub struct Sides {
+    /// The bound API.
+    pub api: TestApi,
+    /// Consumer admin client.
+    pub consumer: Client,
+    /// Provider admin client.
+    pub provider: Client,
+    /// The namespace of the instances and of their copies.
+    pub namespace: String,
+}
+
+impl Sides {
+    /// A scenario's main API in its namespace.
+    pub fn of(s: &Scenario) -> Self {
+        Self {
+            api: s.api.clone(),
+            consumer: s.consumer.clone(),
+            provider: s.provider.clone(),
+            namespace: s.ns().to_string(),
+        }
+    }
+
+    /// `api` in `namespace` of `pair`, through the admin clients.
+    pub async fn on(pair: &ClusterPair, api: TestApi, namespace: &str) -> anyhow::Result<Self> {
+        Ok(Self {
+            api,
+            consumer: pair.consumer.client().await?,
+            provider: pair.provider.client().await?,
+            namespace: namespace.to_string(),
+        })
+    }
+
+    /// The same API and namespace in another namespace, for a test that uses several.
+    pub fn in_namespace(&self, namespace: &str) -> Self {
+        Self {
+            namespace: namespace.to_string(),
+            ..self.clone()
+        }
+    }
+
+    /// For a konnector that runs the Connection controller itself: exports the API on the
+    /// provider, connects Connection `connection` to `provider`'s admin kubeconfig, waits until
+    /// it is Ready, then binds the namespace (Binding `widgets`) and waits until that is Ready.
+    pub async fn connect(&self, provider: &Cluster, connection: &str) -> anyhow::Result<()> {
+        self.api.install_on_provider(&self.provider).await?;
+        let schema = SchemaPolicy {
+            source: SchemaSource::Crd,
+            ..SchemaPolicy::default()
+        };
+        connect(&self.consumer, provider, connection, schema, false).await?;
+        wait_ready(&self.consumer, connection).await?;
+        create_binding(&self.consumer, &self.namespace, connection, &[&self.api]).await?;
+        wait_binding_ready(&self.consumer, &self.namespace, FAULT_WAIT).await
+    }
+
+    /// The instances on the consumer.
+    pub fn instances(&self) -> Api<DynamicObject> {
+        self.api.api(&self.consumer, Some(&self.namespace))
+    }
+
+    /// The copies on the provider.
+    pub fn copies(&self) -> Api<DynamicObject> {
+        self.api.api(&self.provider, Some(&self.namespace))
+    }
+
+    /// Creates instance `name` with `spec`.
+    pub async fn create(&self, name: &str, spec: Value) -> anyhow::Result<DynamicObject> {
+        let ns = Some(self.namespace.as_str());
+        self.api.create(&self.consumer, ns, name, spec).await
+    }
+
+    /// Creates instances `<prefix>-<i>` ([`create_instances`]).
+    pub async fn create_many(
+        &self,
+        prefix: &str,
+        indexes: std::ops::Range<usize>,
+    ) -> anyhow::Result<()> {
+        create_instances(&self.api, &self.consumer, &self.namespace, prefix, indexes).await
+    }
+
+    /// Waits until the provider holds exactly `expected` managed copies.
+    pub async fn wait_copies(&self, expected: usize) -> anyhow::Result<()> {
+        let what = format!("{expected} provider copies in {}", self.namespace);
+        wait_for(&what, FAULT_WAIT, || async {
+            let n = count_copies(&self.api, &self.provider, &self.namespace).await?;
             Ok((n == expected).then_some(()))
-        },
-    )
-    .await
-}
-
-/// What [`check_converged`] counted.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Convergence {
-    /// Consumer instances in the namespace.
-    pub consumer: usize,
-    /// Provider objects in the namespace (managed or not).
-    pub provider: usize,
-    /// Distinct consumer-object UID markers on the provider.
-    pub distinct_markers: usize,
-}
-
-/// Counts both sides of `namespace` and fails unless they correspond one to one: every consumer
-/// instance has exactly one provider copy carrying its UID, there is no other provider object,
-/// no UID marker appears twice, every instance carries the syncer finalizer exactly once and
-/// none is being deleted.
-pub async fn check_converged(
-    api: &TestApi,
-    consumer: &Client,
-    provider: &Client,
-    namespace: &str,
-) -> anyhow::Result<Convergence> {
-    let params = ListParams::default();
-    let instances = api
-        .api(consumer, Some(namespace))
-        .list(&params)
-        .await?
-        .items;
-    let copies = api
-        .api(provider, Some(namespace))
-        .list(&params)
-        .await?
-        .items;
-    let mut by_name = BTreeMap::new();
-    for instance in &instances {
-        let name = instance.name_any();
-        anyhow::ensure!(
-            instance.metadata.deletion_timestamp.is_none(),
-            "consumer instance {name} is stuck deleting"
-        );
-        let finalizers = instance
-            .finalizers()
-            .iter()
-            .filter(|f| *f == SYNCER_FINALIZER)
-            .count();
-        anyhow::ensure!(
-            finalizers == 1,
-            "consumer instance {name} carries the syncer finalizer {finalizers} times"
-        );
-        by_name.insert(name, instance.uid().context("instance without uid")?);
+        })
+        .await
     }
-    let mut markers = BTreeSet::new();
-    for copy in &copies {
-        let name = copy.name_any();
-        let marker = copy
-            .annotations()
-            .get(CONSUMER_OBJECT_UID_ANNOTATION)
-            .with_context(|| format!("provider object {name} has no object UID marker"))?;
-        anyhow::ensure!(
-            by_name.get(&name) == Some(marker),
-            "provider copy {name} carries marker {marker}, the consumer instance has {:?}",
-            by_name.get(&name)
-        );
-        anyhow::ensure!(
-            markers.insert(marker.clone()),
-            "marker {marker} appears twice"
-        );
+
+    /// Creates instances `w-0..total` in the background and runs `fault` once the provider
+    /// holds `at` copies, so that the fault strikes mid-sync; returns `fault`'s value once every
+    /// create is done.
+    pub async fn fault_mid_sync<T>(
+        &self,
+        total: usize,
+        at: usize,
+        fault: impl AsyncFnOnce() -> anyhow::Result<T>,
+    ) -> anyhow::Result<T> {
+        let creating = {
+            let sides = self.clone();
+            tokio::spawn(async move { sides.create_many("w", 0..total).await })
+        };
+        let what = format!("{at} copies before the fault");
+        wait_for(&what, FAULT_WAIT, || async {
+            let n = count_copies(&self.api, &self.provider, &self.namespace).await?;
+            Ok((n >= at).then_some(()))
+        })
+        .await?;
+        let value = fault().await?;
+        creating.await??;
+        Ok(value)
     }
-    anyhow::ensure!(
-        copies.len() == instances.len(),
-        "{} consumer instances but {} provider objects",
-        instances.len(),
-        copies.len()
-    );
-    Ok(Convergence {
-        consumer: instances.len(),
-        provider: copies.len(),
-        distinct_markers: markers.len(),
-    })
+
+    /// Waits until the provider holds `expected` copies and both sides correspond one to one
+    /// with `expected` instances: nothing lost, duplicated or stuck.
+    pub async fn converged(&self, expected: usize) -> anyhow::Result<()> {
+        self.wait_copies(expected).await?;
+        let what = format!("{expected} instances and copies one to one");
+        wait_for(&what, FAULT_WAIT, || async {
+            let n = self.check_converged().await?;
+            anyhow::ensure!(n == expected, "{n} consumer instances");
+            Ok(Some(()))
+        })
+        .await
+    }
+
+    /// Counts both sides and fails unless they correspond one to one: every instance has
+    /// exactly one provider object, carrying its UID (so no marker twice), there is no other
+    /// provider object, every instance carries the syncer finalizer exactly once and none is
+    /// being deleted. Returns how many instances there are.
+    async fn check_converged(&self) -> anyhow::Result<usize> {
+        let instances = self.instances().list(&ListParams::default()).await?.items;
+        let copies = self.copies().list(&ListParams::default()).await?.items;
+        let mut uids = BTreeMap::new();
+        for instance in &instances {
+            let (name, deleting) = (instance.name_any(), &instance.metadata.deletion_timestamp);
+            let finalizers = instance.finalizers();
+            let finalizers = finalizers.iter().filter(|f| *f == SYNCER_FINALIZER).count();
+            anyhow::ensure!(
+                deleting.is_none() && finalizers == 1,
+                "consumer instance {name}: deleting since {deleting:?}, {finalizers} syncer finalizer(s)"
+            );
+            uids.insert(name, instance.uid().context("instance without uid")?);
+        }
+        for copy in &copies {
+            let name = copy.name_any();
+            let marker = copy.annotations().get(CONSUMER_OBJECT_UID_ANNOTATION);
+            anyhow::ensure!(
+                marker.is_some() && uids.get(&name) == marker,
+                "provider object {name} carries marker {marker:?}, the instance {:?}",
+                uids.get(&name)
+            );
+        }
+        let (n, m) = (instances.len(), copies.len());
+        anyhow::ensure!(n == m, "{n} consumer instances but {m} provider objects");
+        Ok(n)
+    }
+
+    /// Waits for a `reason` Warning Event on instance `name` and fails unless its note says
+    /// `says`.
+    pub async fn warned(&self, name: &str, reason: &str, says: &str) -> anyhow::Result<()> {
+        let at = (self.namespace.as_str(), name);
+        let note = event_note(&self.consumer, at, reason, Some("Warning"), FAULT_WAIT).await?;
+        anyhow::ensure!(
+            note.contains(says),
+            "{reason} on {name}, not {says:?}: {note}"
+        );
+        Ok(())
+    }
+
+    /// Waits until instance `name` has `Synced` with `status` and `reason`.
+    pub async fn synced(&self, name: &str, status: &str, reason: &str) -> anyhow::Result<()> {
+        let what = format!("Synced={status} {reason} on {name}");
+        wait_for(&what, FAULT_WAIT, || async {
+            let synced = synced_condition(&self.instances().get(name).await?);
+            Ok(synced.filter(|c| c["status"] == status && c["reason"] == reason))
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// Fails if any of the instances `names` has or gets a provider copy within a few seconds.
+    pub async fn never_copied(&self, names: &[&str]) -> anyhow::Result<()> {
+        let what = format!("no copy of {names:?}");
+        stays(&what, Duration::from_secs(3), || async {
+            for name in names {
+                if self.copies().get_opt(name).await?.is_some() {
+                    return Ok(false);
+                }
+            }
+            Ok(true)
+        })
+        .await
+    }
 }
 
-/// Creates Binding `widgets` in `namespace` for `apis` through Connection `connection`
-/// (no stack label: for a konnector that handles every binding) and waits until it is Ready.
-pub async fn create_ready_binding(
-    consumer: &Client,
-    namespace: &str,
-    connection: &str,
-    apis: &[&TestApi],
-    timeout: Duration,
-) -> anyhow::Result<()> {
-    create_binding(consumer, namespace, connection, apis).await?;
-    wait_binding_ready(consumer, namespace, timeout).await
+/// Stops `cluster`'s apiserver and etcd, waits `down`, and starts them again on the same data,
+/// ports and credentials: an outage the konnector has to ride out.
+pub async fn restart(cluster: &Cluster, down: Duration) -> anyhow::Result<()> {
+    tokio::task::block_in_place(|| cluster.stop());
+    tokio::time::sleep(down).await;
+    Ok(tokio::task::block_in_place(|| cluster.start())?)
 }
 
 /// Creates Binding `widgets` in `namespace` for `apis` through Connection `connection`.

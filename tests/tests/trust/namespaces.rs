@@ -3,17 +3,19 @@
 //! ClusterBindings are not limited.
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
-use kbind_tests::faults::count_copies;
+use kbind_tests::faults::{Sides, count_copies};
 use kbind_tests::syncenv::related::{entry, put_configmap};
 use kbind_tests::syncenv::{
     BINDING, Scenario, TestApi, WAIT, holds_syncer_finalizer, stays, wait_for,
 };
-use konnector::api::{ConflictPolicy, Connection, Reason, RelatedDirection, RelatedResourceKind};
+use konnector::api::RelatedDirection::FromConsumer;
+use konnector::api::RelatedResourceKind::Configmaps;
+use konnector::api::{ConflictPolicy, Connection, Reason};
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};
 use serde_json::json;
 
-use super::{STAYS, binding_ready_is, warning_event};
+use super::{STAYS, ready_is, refused};
 
 const LABEL: &str = "trust.kbind.test/may-bind";
 
@@ -35,43 +37,25 @@ fn binding_outside_the_namespace_selector_syncs_nothing_until_relabelled() -> an
         s.engage();
         put_configmap(&s.consumer, ns, "settings", &[], &[("k", "v")]).await?;
         let mut binding = s.binding(ns, BINDING, &[api], ConflictPolicy::Fail);
-        let settings = entry(
-            RelatedResourceKind::Configmaps,
-            RelatedDirection::FromConsumer,
-            &["settings"],
-            &[],
-        );
-        binding.spec.related_resources = vec![settings];
+        binding.spec.related_resources = vec![entry(Configmaps, FromConsumer, &["settings"], &[])];
         s.create_binding(&binding).await?;
-        let refused = binding_ready_is(s, ns, BINDING, "Ready=False NamespaceNotAllowed", |c| {
-            c.status == "False" && c.reason == Reason::NamespaceNotAllowed.as_str()
-        })
-        .await?;
+        let message = refused(s, false, Reason::NamespaceNotAllowed).await?;
         anyhow::ensure!(
-            refused.message.contains(ns) && refused.message.contains("label the namespace"),
-            "{}",
-            refused.message
+            message.contains(ns) && message.contains("label the namespace"),
+            "{message}"
         );
-        warning_event(s, Some(ns), BINDING, Reason::NamespaceNotAllowed).await?;
 
         for i in 0..2 {
             s.create(&format!("w-{i}"), json!({"i": i})).await?;
         }
         let provider_configmaps = Api::<ConfigMap>::namespaced(s.provider.clone(), ns);
-        stays(
-            "nothing synced from the refused namespace",
-            STAYS,
-            || async {
-                let copies = count_copies(api, &s.provider, ns).await?;
-                let instances = s.instances().list(&ListParams::default()).await?.items;
-                let finalized = instances
-                    .iter()
-                    .filter(|w| holds_syncer_finalizer(w))
-                    .count();
-                let related = provider_configmaps.get_opt("settings").await?.is_some();
-                Ok(copies == 0 && finalized == 0 && !related)
-            },
-        )
+        stays("nothing synced from there", STAYS, || async {
+            let copies = count_copies(api, &s.provider, ns).await?;
+            let instances = s.instances().list(&ListParams::default()).await?.items;
+            let finalized = instances.iter().any(holds_syncer_finalizer);
+            let related = provider_configmaps.get_opt("settings").await?.is_some();
+            Ok(copies == 0 && !finalized && !related)
+        })
         .await?;
 
         // ClusterBindings are cluster-admin objects: the selector does not limit them.
@@ -83,14 +67,8 @@ fn binding_outside_the_namespace_selector_syncs_nothing_until_relabelled() -> an
         Api::<Namespace>::all(s.consumer.clone())
             .patch(ns, &PatchParams::default(), &Patch::Merge(label))
             .await?;
-        binding_ready_is(s, ns, BINDING, "Ready=True after relabelling", |c| {
-            c.status == "True"
-        })
-        .await?;
-        wait_for("both instances copied", WAIT, || async {
-            Ok((count_copies(api, &s.provider, ns).await? == 2).then_some(()))
-        })
-        .await?;
+        ready_is(s, false, "True", Reason::AsExpected).await?;
+        Sides::of(s).wait_copies(2).await?;
         wait_for("the related ConfigMap copied", WAIT, || async {
             Ok(provider_configmaps.get_opt("settings").await?)
         })
