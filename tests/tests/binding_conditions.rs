@@ -12,7 +12,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kbind_tests::fixtures::install_crd;
 use kbind_tests::syncenv::related::{entry, put_secret, wait_secret};
 use kbind_tests::syncenv::{
-    Scenario, ScenarioBuilder, WAIT, delete, ensure_namespace, gone, has, merge, message,
+    Scenario, ScenarioBuilder, WAIT, delete, ensure_namespace, gone, has, merge, message, says,
     synced_condition, wait_for,
 };
 use konnector::api::names::EXPORTED_LABEL;
@@ -111,17 +111,13 @@ fn a_provider_rejection_is_counted_on_the_binding_and_clears_when_fixed() -> any
         s.create("bad", json!({ "size": 1000 })).await?;
 
         let status = s.binding_has("Synced", "False", "ProviderRejected").await?;
-        let synced = message(&status, "Synced");
         let instance = format!("ProviderRejected: 1 e.g. {}/bad", s.ns());
+        let synced = message(&status, "Synced");
         assert!(
             synced.starts_with("1 of 2 instance(s) not in sync"),
             "{synced}"
         );
-        assert!(synced.contains(&instance), "names the instance: {synced}");
-        assert!(
-            synced.contains("fix the instance's spec"),
-            "says what to do: {synced}"
-        );
+        says(synced, &[&instance, "fix the instance's spec"]);
         assert!(has(&status, "Ready", "True", "AsExpected"));
         assert!(has(&status, "PermissionDenied", "False", "AsExpected"));
         assert_eq!(status.conflict_count, 0);
@@ -172,13 +168,12 @@ async fn a_cluster_binding_counts_conflicts_in_every_namespace_and_clears_them()
             synced.starts_with("2 of 3 instance(s) not in sync"),
             "{synced}"
         );
-        assert!(
-            synced.contains("conflict: 2 (ForeignObjectExists: 2"),
-            "{synced}"
-        );
-        assert!(
-            synced.contains("conflictPolicy: Adopt"),
-            "says what to do: {synced}"
+        says(
+            synced,
+            &[
+                "conflict: 2 (ForeignObjectExists: 2",
+                "conflictPolicy: Adopt",
+            ],
         );
         s.binding_event("Warning", "ForeignObjectExists").await?;
         s.binding_event("Warning", "ConflictsFound").await?;
@@ -206,73 +201,85 @@ fn provider_refusals_are_permission_denied_until_granted() -> anyhow::Result<()>
         &["shared"],
         &[],
     )];
-    restricted_scenario("opsc-denied").related(shared).run(async |s| {
-        let ns = s.ns();
-        put_secret(&s.provider, ns, "shared", &[], &[("k", "v")], None).await?;
-        // The user may watch the API, nothing more: copies cannot be written and related
-        // Secrets cannot be listed.
-        let user = bind_restricted(s, widget_rules(s, &["get", "list", "watch"])).await?;
-        s.create("w", json!({ "a": 1 })).await?;
+    restricted_scenario("opsc-denied")
+        .related(shared)
+        .run(async |s| {
+            let ns = s.ns();
+            put_secret(&s.provider, ns, "shared", &[], &[("k", "v")], None).await?;
+            // The user may watch the API, nothing more: copies cannot be written and related
+            // Secrets cannot be listed.
+            let user = bind_restricted(s, widget_rules(s, &["get", "list", "watch"])).await?;
+            s.create("w", json!({ "a": 1 })).await?;
 
-        let what = "PermissionDenied=True for writes and related";
-        let denied = s
-            .binding_until(what, |s| {
-                let denied = message(s, "PermissionDenied");
-                has(s, "PermissionDenied", "True", "Forbidden")
-                    && denied.contains("1 instance copy write(s) refused")
-                    && denied.contains("related secrets")
-                    && has(s, "RelatedResourcesSynced", "False", "Forbidden")
+            let what = "PermissionDenied=True for writes and related";
+            let denied = s
+                .binding_until(what, |s| {
+                    has(s, "RelatedResourcesSynced", "False", "Forbidden")
+                        && has(s, "PermissionDenied", "True", "Forbidden")
+                        && message(s, "PermissionDenied").contains("instance copy write(s) refused")
+                })
+                .await?;
+            assert!(has(&denied, "Synced", "False", "Forbidden"));
+            assert!(has(&denied, "Ready", "True", "AsExpected"));
+            let synced = message(&denied, "Synced");
+            let counted = format!("1 of 1 instance(s) not in sync: Forbidden: 1 e.g. {ns}/w");
+            assert!(
+                synced.starts_with(&counted),
+                "counts the refused instance: {synced}"
+            );
+            says(synced, &["kubectl kbind provider-rbac"]);
+            let refused = [
+                "1 instance copy write(s) refused",
+                "related secrets",
+                "kubectl kbind provider-rbac",
+            ];
+            says(message(&denied, "PermissionDenied"), &refused);
+            let warning = s.binding_event("Warning", "Forbidden").await?;
+            assert!(warning.note.is_some_and(|n| n.contains("grant")));
+            // Three conditions went Forbidden, each with its own story: each is its own Event
+            // (its own action), not one series keeping the first note.
+            let stories = wait_for("a Forbidden Warning per condition", WAIT, || async {
+                let notes: BTreeMap<String, String> = events_of(s, "Forbidden")
+                    .await?
+                    .into_iter()
+                    .filter(|e| e.type_.as_deref() == Some("Warning"))
+                    .filter_map(|e| Some((e.action?, e.note?)))
+                    .collect();
+                Ok((notes.len() >= 3).then_some(notes))
             })
             .await?;
-        assert!(has(&denied, "Synced", "False", "Forbidden"));
-        assert!(has(&denied, "Ready", "True", "AsExpected"));
-        let synced = message(&denied, "Synced");
-        let counted = format!("1 of 1 instance(s) not in sync: Forbidden: 1 e.g. {ns}/w");
-        assert!(synced.starts_with(&counted), "counts the refused instance: {synced}");
-        assert!(synced.contains("kubectl kbind provider-rbac"), "says what to do: {synced}");
-        let permission = message(&denied, "PermissionDenied");
-        assert!(permission.contains("kubectl kbind provider-rbac"), "{permission}");
-        let warning = s.binding_event("Warning", "Forbidden").await?;
-        assert!(warning.note.is_some_and(|n| n.contains("grant")));
-        // Three conditions went Forbidden, each with its own story: each is its own Event
-        // (its own action), not one series keeping the first note.
-        let stories = wait_for("a Forbidden Warning per condition", WAIT, || async {
-            let notes: BTreeMap<String, String> = events_of(s, "Forbidden")
-                .await?
-                .into_iter()
-                .filter(|e| e.type_.as_deref() == Some("Warning"))
-                .filter_map(|e| Some((e.action?, e.note?)))
-                .collect();
-            Ok((notes.len() >= 3).then_some(notes))
+            let note = |action: &str| stories.get(action).map(String::as_str).unwrap_or_default();
+            assert!(
+                note("Sync").starts_with("1 of 1 instance(s) not in sync"),
+                "{stories:?}"
+            );
+            says(note("CopyRelated"), &["related secrets"]);
+            says(note("CheckPermissions"), &["kubectl kbind provider-rbac"]);
+            let instance = synced_condition(&s.instances().get("w").await?);
+            assert_eq!(
+                instance.map(|c| c["reason"].clone()),
+                Some(json!("Forbidden"))
+            );
+
+            let read = ["get", "list", "watch"];
+            let write = widget_rules(s, &["create", "patch", "update"]);
+            let rules =
+                json!([write[0], { "apiGroups": [""], "resources": ["secrets"], "verbs": read }]);
+            grant(&s.provider, "opsc-denied-write", &user, rules).await?;
+            let granted = s
+                .binding_until("everything granted and in sync", |s| {
+                    has(s, "PermissionDenied", "False", "AsExpected")
+                        && has(s, "Synced", "True", "AsExpected")
+                        && has(s, "RelatedResourcesSynced", "True", "AsExpected")
+                })
+                .await?;
+            assert_eq!(granted.conflict_count, 0);
+            // The instance's Forbidden cleared too.
+            s.in_sync("w").await?;
+            wait_secret(&s.consumer, ns, "shared").await?;
+            assert!(s.copies().get_opt("w").await?.is_some());
+            Ok(())
         })
-        .await?;
-        let note = |action: &str| stories.get(action).map(String::as_str).unwrap_or_default();
-        assert!(note("Sync").starts_with("1 of 1 instance(s) not in sync"), "{stories:?}");
-        assert!(note("CopyRelated").contains("related secrets"), "{stories:?}");
-        assert!(note("CheckPermissions").contains("kubectl kbind provider-rbac"), "{stories:?}");
-        let instance = synced_condition(&s.instances().get("w").await?);
-        assert_eq!(instance.map(|c| c["reason"].clone()), Some(json!("Forbidden")));
-
-        let mut rules = widget_rules(s, &["create", "patch", "update"]);
-        if let Some(rules) = rules.as_array_mut() {
-            let secrets = json!({ "apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "watch"] });
-            rules.push(secrets);
-        }
-        grant(&s.provider, "opsc-denied-write", &user, rules).await?;
-        let granted = s
-            .binding_until("everything granted and in sync", |s| {
-                has(s, "PermissionDenied", "False", "AsExpected")
-                    && has(s, "Synced", "True", "AsExpected")
-                    && has(s, "RelatedResourcesSynced", "True", "AsExpected")
-            })
-            .await?;
-        assert_eq!(granted.conflict_count, 0);
-        // The instance's Forbidden cleared too.
-        s.in_sync("w").await?;
-        wait_secret(&s.consumer, ns, "shared").await?;
-        assert!(s.copies().get_opt("w").await?.is_some());
-        Ok(())
-    })
 }
 
 #[test]
@@ -288,15 +295,8 @@ fn a_blocked_teardown_says_why_until_it_can_finish() -> anyhow::Result<()> {
 
         s.delete_binding().await?;
         let blocked = s.binding_has("TeardownFailed", "True", "Forbidden").await?;
-        let teardown = message(&blocked, "TeardownFailed");
-        assert!(
-            teardown.contains("deleting provider copy w"),
-            "names the step: {teardown}"
-        );
-        assert!(
-            teardown.contains("deletion-policy=Orphan"),
-            "says what to do: {teardown}"
-        );
+        let steps = ["deleting provider copy w", "deletion-policy=Orphan"];
+        says(message(&blocked, "TeardownFailed"), &steps);
         let warning = s.binding_event("Warning", "Forbidden").await?;
         assert_eq!(warning.action.as_deref(), Some("Teardown"));
         assert!(

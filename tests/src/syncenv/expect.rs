@@ -33,6 +33,17 @@ pub fn message<'a>(status: &'a BindingStatus, type_: &str) -> &'a str {
     condition(status, type_).map_or("", |c| c.message.as_str())
 }
 
+/// Panics unless `text` contains every fragment: for condition messages and Event notes,
+/// which must say what happened and what to do.
+pub fn says(text: &str, fragments: &[&str]) {
+    for fragment in fragments {
+        assert!(
+            text.contains(fragment),
+            "{text:?} does not say {fragment:?}"
+        );
+    }
+}
+
 /// A provider copy's ownership markers (the managed label, the consumer cluster's and the
 /// instance's UIDs) as one value, to compare with [`Scenario::markers_of`].
 pub fn markers(copy: &DynamicObject) -> Value {

@@ -41,7 +41,7 @@ mod helpers;
 pub mod related;
 mod scenario;
 
-pub use expect::{appears, condition, has, markers, message, unwritten};
+pub use expect::{appears, condition, has, markers, message, says, unwritten};
 pub use fixtures::TestApi;
 use fixtures::install_core_crds;
 pub use helpers::{
