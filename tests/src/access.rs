@@ -3,9 +3,9 @@
 
 use std::fmt::Debug;
 
-use anyhow::{Context as _, bail};
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
-use kube::api::{Api, ApiResource, DynamicObject, PostParams};
+use anyhow::Context as _;
+use kube::api::{Api, DynamicObject, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
 
 const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
@@ -19,29 +19,23 @@ pub async fn grant(
     rules: Value,
     (kind, subject): (&str, &str),
 ) -> anyhow::Result<()> {
-    let (role, binding) = match namespace {
-        Some(_) => (
-            ApiResource::erase::<Role>(&()),
-            ApiResource::erase::<RoleBinding>(&()),
-        ),
-        None => (
-            ApiResource::erase::<ClusterRole>(&()),
-            ApiResource::erase::<ClusterRoleBinding>(&()),
-        ),
-    };
+    let role = namespace.map_or("ClusterRole", |_| "Role");
     let bound = json!({
-        "roleRef": {"apiGroup": RBAC_GROUP, "kind": role.kind, "name": name},
+        "roleRef": {"apiGroup": RBAC_GROUP, "kind": role, "name": name},
         "subjects": [{"kind": kind, "name": subject, "apiGroup": RBAC_GROUP}],
     });
-    for (resource, data) in [(&role, json!({ "rules": rules })), (&binding, bound)] {
+    for (kind, data) in [
+        (role.to_string(), json!({ "rules": rules })),
+        (format!("{role}Binding"), bound),
+    ] {
+        let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(RBAC_GROUP, "v1", &kind));
         let api: Api<DynamicObject> = match namespace {
-            Some(namespace) => Api::namespaced_with(admin.clone(), namespace, resource),
-            None => Api::all_with(admin.clone(), resource),
+            Some(namespace) => Api::namespaced_with(admin.clone(), namespace, &resource),
+            None => Api::all_with(admin.clone(), &resource),
         };
-        let object = DynamicObject::new(name, resource).data(data);
-        api.create(&PostParams::default(), &object)
-            .await
-            .with_context(|| format!("creating {} {name}", resource.kind))?;
+        let object = DynamicObject::new(name, &resource).data(data);
+        let created = api.create(&PostParams::default(), &object).await;
+        created.with_context(|| format!("creating {kind} {name}"))?;
     }
     Ok(())
 }
@@ -53,14 +47,11 @@ pub fn expect_refused<T: Debug>(
     (code, reason): (u16, &str),
     fragment: &str,
 ) -> anyhow::Result<()> {
-    match result {
-        Err(kube::Error::Api(status))
-            if status.code == code
-                && status.reason == reason
-                && status.message.contains(fragment) =>
-        {
-            Ok(())
-        }
-        other => bail!("expected {code} {reason} with {fragment:?}, got {other:?}"),
-    }
+    let refused = matches!(&result, Err(kube::Error::Api(s))
+        if s.code == code && s.reason == reason && s.message.contains(fragment));
+    anyhow::ensure!(
+        refused,
+        "expected {code} {reason} with {fragment:?}, got {result:?}"
+    );
+    Ok(())
 }

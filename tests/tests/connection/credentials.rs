@@ -9,10 +9,8 @@ async fn each_secret_problem_is_a_condition_and_one_warning_until_fixed() -> any
         connect_with(consumer, &name, None, SchemaPolicy::default()).await?;
         let seen = wait_not_ready(consumer, &name, "SecretValid=False", "SecretNotFound").await?;
         let message = message(&seen, "SecretValid")?;
-        assert!(
-            message.contains(&name) && message.contains("kubeconfig"),
-            "message tells what to create: {message}"
-        );
+        let tells = message.contains(&name) && message.contains("kubeconfig");
+        assert!(tells, "message tells what to create: {message}");
         assert!(seen.finalizers().contains(&CLEANUP_FINALIZER.to_string()));
         let missing = published_once(consumer, &name, "Warning", "SecretNotFound").await?;
         let note = missing.note.unwrap_or_default();
@@ -42,23 +40,18 @@ async fn secret_outside_designated_namespace_is_refused() -> anyhow::Result<()> 
         let name = unique("elsewhere");
         ensure_namespace(consumer, "default").await?;
         let secrets: Api<Secret> = Api::namespaced(consumer.clone(), "default");
-        let secret: Secret = serde_json::from_value(json!({
-            "metadata": {"name": name},
-            "stringData": {"kubeconfig": pair.provider.admin().kubeconfig_yaml()?},
-        }))?;
+        let kubeconfig = pair.provider.admin().kubeconfig_yaml()?;
+        let secret = json!({"metadata": {"name": name}, "stringData": {"kubeconfig": kubeconfig}});
+        let secret: Secret = serde_json::from_value(secret)?;
         secrets.create(&PostParams::default(), &secret).await?;
         let mut conn = connection(&name, &name, SchemaPolicy::default(), false);
         conn.spec.kubeconfig_secret_ref.namespace = "default".into();
-        Api::<Connection>::all(consumer.clone())
-            .create(&PostParams::default(), &conn)
-            .await?;
+        let connections: Api<Connection> = Api::all(consumer.clone());
+        connections.create(&PostParams::default(), &conn).await?;
         let reason = "SecretNamespaceNotAllowed";
         wait_reason(consumer, &name, "SecretValid=False", reason).await?;
         let finalizers = secrets.get(&name).await?.metadata.finalizers;
-        assert_eq!(
-            finalizers, None,
-            "a Secret outside the namespace gets no finalizer"
-        );
+        assert_eq!(finalizers, None, "no finalizer outside the namespace");
         anyhow::Ok(())
     })
     .await
@@ -76,10 +69,9 @@ async fn ready_connection_pins_both_identities_and_guards_its_secret() -> anyhow
         assert!(permitted, "PermissionDenied=False");
         let status = seen.status.clone().context("status")?;
         let provider_uid = cluster_uid(&pair.provider.client().await?).await?;
-        assert_eq!(
-            (status.remote_cluster_uid, status.local_cluster_uid),
-            (Some(provider_uid), Some(cluster_uid(consumer).await?))
-        );
+        let consumer_uid = cluster_uid(consumer).await?;
+        let pinned = (status.remote_cluster_uid, status.local_cluster_uid);
+        assert_eq!(pinned, (Some(provider_uid), Some(consumer_uid)));
         assert_eq!(status.observed_generation, seen.metadata.generation);
         assert_eq!(status.active_schema_source.as_deref(), Some("CRD"));
         assert!(secret_guarded(consumer, &name).await?, "Secret guarded");
@@ -87,10 +79,7 @@ async fn ready_connection_pins_both_identities_and_guards_its_secret() -> anyhow
         tokio::time::sleep(Duration::from_secs(3)).await;
         let after = Api::<Connection>::all(consumer.clone()).get(&name).await?;
         let unchanged = after.resource_version() == seen.resource_version();
-        assert!(
-            unchanged,
-            "no status write per requeue when nothing changed"
-        );
+        assert!(unchanged, "no status write when nothing changed");
         anyhow::Ok(())
     })
     .await
@@ -108,14 +97,12 @@ async fn kubeconfig_for_another_cluster_is_an_identity_failure_and_nothing_is_wr
         let provider_uid = cluster_uid(&pair.provider.client().await?).await?;
         let pinned = seen.status.and_then(|s| s.remote_cluster_uid);
         assert_eq!(pinned, Some(provider_uid), "the pin never moves");
-        assert!(not_engaged(pair, &name)?);
+        let engaged = shared_konnector(pair)?.engagements.get(&name).is_some();
+        assert!(!engaged, "not engaged with the other cluster");
         tokio::time::sleep(Duration::from_secs(3)).await;
         let lease = heartbeat_lease_name(&name, &cluster_uid(consumer).await?);
         let untouched = no_heartbeat(third_client, "kbind", &lease).await?;
-        assert!(
-            untouched,
-            "no heartbeat namespace or Lease on the other cluster"
-        );
+        assert!(untouched, "nothing written to the other cluster");
         anyhow::Ok(())
     })
     .await
@@ -134,7 +121,7 @@ async fn restricted_identity_without_kube_system_access_is_permission_denied() -
         let note = warning.note.unwrap_or_default();
         assert!(
             note.contains("kube-system"),
-            "says what it was refused: {note}"
+            "names what was refused: {note}"
         );
         anyhow::Ok(())
     })
@@ -142,8 +129,25 @@ async fn restricted_identity_without_kube_system_access_is_permission_denied() -
 }
 
 #[tokio::test]
+async fn an_unreachable_provider_is_one_warning() -> anyhow::Result<()> {
+    on_consumer(async |pair, consumer| {
+        let name = unique("events-unreachable");
+        // The provider's own kubeconfig, pointing at a port nothing listens on.
+        let nowhere = format!("https://127.0.0.1:{}", free_port()?);
+        let kubeconfig = pair.provider.admin().kubeconfig_yaml()?;
+        let kubeconfig = kubeconfig.replace(&pair.provider.server(), &nowhere);
+        anyhow::ensure!(kubeconfig.contains(&nowhere), "server replaced");
+        connect_with(consumer, &name, Some(&kubeconfig), crd_source()).await?;
+        published_once(consumer, &name, "Warning", "ProviderUnreachable").await?;
+        delete_connection(consumer, &name).await
+    })
+    .await
+}
+
+#[tokio::test]
 async fn kcp_logical_cluster_identity_is_used_where_served() -> anyhow::Result<()> {
     with_private_provider("kcp", async |_, consumer, cluster, provider| {
+        let free_form = json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true});
         let crd: CustomResourceDefinition = serde_json::from_value(json!({
             "metadata": {"name": "logicalclusters.core.kcp.io"},
             "spec": {
@@ -151,7 +155,7 @@ async fn kcp_logical_cluster_identity_is_used_where_served() -> anyhow::Result<(
                 "names": {"plural": "logicalclusters", "kind": "LogicalCluster"},
                 "scope": "Cluster",
                 "versions": [{"name": "v1alpha1", "served": true, "storage": true,
-                    "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]
+                    "schema": {"openAPIV3Schema": free_form}}]
             }
         }))?;
         install_crd(provider, &crd).await?;
@@ -164,8 +168,9 @@ async fn kcp_logical_cluster_identity_is_used_where_served() -> anyhow::Result<(
         })
         .await?;
         let name = unique("kcp");
-                let seen = connect_ready(consumer, cluster, &name).await?;
-        assert_eq!(seen.status.and_then(|s| s.remote_cluster_uid), created.uid());
+        let seen = connect_ready(consumer, cluster, &name).await?;
+        let pinned = seen.status.and_then(|s| s.remote_cluster_uid);
+        assert_eq!(pinned, created.uid());
         assert_ne!(created.uid(), Some(cluster_uid(provider).await?));
         anyhow::Ok(())
     })
@@ -178,23 +183,20 @@ const KUBECONFIG_NAMES: [&str; 3] = ["cluster-x9q", "user-x9q", "context-x9q"];
 
 /// The provider's admin kubeconfig under [`KUBECONFIG_NAMES`], its context namespace
 /// `namespace` (where a heartbeat Lease would go), its cluster entry changed by `edit`.
-fn provider_kubeconfig(
-    pair: &ClusterPair,
-    namespace: &str,
-    edit: &Value,
-) -> anyhow::Result<String> {
+fn provider_kubeconfig(pair: &ClusterPair, namespace: &str, edit: &Value) -> Result<String> {
     let admin: Value = serde_yaml::from_str(&pair.provider.admin().kubeconfig_yaml()?)?;
     let mut entry = admin["clusters"][0]["cluster"].clone();
     for (key, value) in edit.as_object().context("edit")? {
         entry[key] = value.clone();
     }
     let [cluster, user, context] = KUBECONFIG_NAMES;
+    let context_entry = json!({"cluster": cluster, "user": user, "namespace": namespace});
     Ok(serde_yaml::to_string(&json!({
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [{"name": cluster, "cluster": entry}],
         "users": [{"name": user, "user": admin["users"][0]["user"]}],
-        "contexts": [{"name": context, "context": {"cluster": cluster, "user": user, "namespace": namespace}}],
+        "contexts": [{"name": context, "context": context_entry}],
         "current-context": context,
     }))?)
 }
@@ -206,14 +208,13 @@ async fn insecure_provider_kubeconfigs_are_refused_and_nothing_is_written_there(
         let provider = pair.provider.client().await?;
         let consumer_uid = cluster_uid(consumer).await?;
         let server = pair.provider.server();
-        let [cluster, user, context] = KUBECONFIG_NAMES;
         let host_port = server.trim_start_matches("https://");
-        let never_quoted = [cluster, user, context, host_port];
-        let skip_verify =
+        let never_quoted = [KUBECONFIG_NAMES.as_slice(), &[host_port]].concat();
+        let skip_tls =
             json!({"insecure-skip-tls-verify": true, "certificate-authority-data": null});
         let plain_http = json!({"server": server.replacen("https://", "http://", 1)});
         let cases = [
-            ("skip-verify", "insecure-skip-tls-verify", skip_verify),
+            ("skip-verify", "insecure-skip-tls-verify", skip_tls),
             ("plain-http", "plain http://", plain_http),
         ];
         for (case, field, edit) in cases {
@@ -236,7 +237,8 @@ async fn insecure_provider_kubeconfigs_are_refused_and_nothing_is_written_there(
             let warning = published_once(consumer, &name, "Warning", reason).await?;
             let note = warning.note.unwrap_or_default();
             assert!(note.contains(field), "{case}: names {field}: {note}");
-            assert!(not_engaged(pair, &name)?, "{case}: not engaged");
+            let engaged = shared_konnector(pair)?.engagements.get(&name).is_some();
+            assert!(!engaged, "{case}: not engaged");
             let lease_name = heartbeat_lease_name(&name, &consumer_uid);
             let untouched = no_heartbeat(&provider, &lease_namespace, &lease_name).await?;
             assert!(untouched, "{case}: no heartbeat namespace or Lease");

@@ -19,47 +19,12 @@ async fn crd_source_exports_exactly_the_labelled_crds_as_labels_change() -> anyh
         let widgets = TestApi::namespaced(&group).exported();
         assert_eq!(ours, [&widgets], "unlabelled CRDs are not exported");
         // A label added later is picked up on a periodic requeue.
-        let label = json!({"metadata": {"labels": {EXPORTED_LABEL: "true"}}});
-        let gadgets = format!("gadgets.{group}");
-        Api::<CustomResourceDefinition>::all(provider.clone())
-            .patch(&gadgets, &PatchParams::default(), &Patch::Merge(&label))
-            .await?;
-        wait_connection(consumer, &name, "the new export", |c| {
-            exported_names(c).contains(&gadgets)
-        })
-        .await?;
-        anyhow::Ok(())
-    })
-    .await
-}
-
-#[tokio::test]
-async fn openapi_source_exports_served_apis_without_labels() -> anyhow::Result<()> {
-    on_consumer(async |pair, consumer| {
-        let provider = pair.provider.client().await?;
-        let group = format!("{}.openapi.example.org", unique("g"));
-        install_crd(&provider, &widget_crd(&group, "Gizmo", false)?).await?;
-        let name = unique("openapi-source");
-        connect(
-            consumer,
-            &pair.provider,
-            &name,
-            schema(SchemaSource::OpenApi),
-            false,
-        )
-        .await?;
-        let seen = wait_connection(consumer, &name, "exports", |c| {
-            exported_names(c).contains(&format!("gizmos.{group}"))
-        })
-        .await?;
-        assert_eq!(active_source(&seen), Some("OpenAPI"));
-        let built_in = |n: &&String| n.ends_with(".k8s.io") || !n.contains('.');
-        let exported = exported_names(&seen);
-        let built_in: Vec<_> = exported.iter().filter(built_in).collect();
-        assert!(
-            built_in.is_empty(),
-            "built-in groups are never exported: {built_in:?}"
-        );
+        let label = Patch::Merge(json!({"metadata": {"labels": {EXPORTED_LABEL: "true"}}}));
+        let (gadgets, params) = (format!("gadgets.{group}"), PatchParams::default());
+        let crds: Api<CustomResourceDefinition> = Api::all(provider.clone());
+        crds.patch(&gadgets, &params, &label).await?;
+        let new_export = |c: &Connection| exported_names(c).contains(&gadgets);
+        wait_connection(consumer, &name, "the new export", new_export).await?;
         anyhow::Ok(())
     })
     .await
@@ -78,10 +43,9 @@ async fn auto_falls_back_to_openapi_only_after_an_empty_list() -> anyhow::Result
         })
         .await?;
         install_crd(provider, &widget_crd(group, "Cog", true)?).await?;
-        let seen = wait_connection(consumer, &name, "CRD once something is labelled", |c| {
-            active_source(c) == Some("CRD")
-        })
-        .await?;
+        // CRD once something is labelled.
+        let seen =
+            wait_connection(consumer, &name, "CRD", |c| active_source(c) == Some("CRD")).await?;
         assert_eq!(exported_names(&seen), [format!("cogs.{group}")]);
         anyhow::Ok(())
     })
@@ -112,8 +76,7 @@ async fn pull_policy_all_installs_established_crds_and_update_policy_once_pins_t
         install_crd(provider, &widget_crd(plain_group, "Widget", true)?).await?;
         install_crd(provider, &widget_crd(once_group, "Widget", true)?).await?;
         let name = unique("pull-all");
-        let once = (SchemaSource::Crd, UpdatePolicy::Once);
-        pull_all(consumer, cluster, &name, once).await?;
+        pull_all(consumer, cluster, &name, "CRD", "Once").await?;
         let consumer_crds: Api<CustomResourceDefinition> = Api::all(consumer.clone());
         for group in [plain_group, once_group] {
             let installed = consumer_crds.get(&format!("widgets.{group}")).await?;
@@ -124,14 +87,13 @@ async fn pull_policy_all_installs_established_crds_and_update_policy_once_pins_t
         let once_api = format!("widgets.{once_group}");
         install_crd(provider, &reshaped_widget_crd(once_group)?).await?;
         tokio::time::sleep(Duration::from_secs(4)).await;
-        assert!(
-            !reshaped(consumer, &once_api).await?,
-            "updatePolicy Once keeps the first pulled schema"
-        );
+        let followed = reshaped(consumer, &once_api).await?;
+        assert!(!followed, "updatePolicy Once keeps the first pulled schema");
         // Switching the policy to Always makes the consumer follow the provider.
-        let patch = json!({"spec": {"schema": {"updatePolicy": "Always"}}});
-        Api::<Connection>::all(consumer.clone())
-            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        let always = Patch::Merge(json!({"spec": {"schema": {"updatePolicy": "Always"}}}));
+        let connections: Api<Connection> = Api::all(consumer.clone());
+        connections
+            .patch(&name, &PatchParams::default(), &always)
             .await?;
         wait_reshaped(consumer, &once_api).await
     })
@@ -139,39 +101,34 @@ async fn pull_policy_all_installs_established_crds_and_update_policy_once_pins_t
 }
 
 /// A provider CRD with the constructs schema synthesis must carry over.
-fn rich_crd() -> anyhow::Result<CustomResourceDefinition> {
+fn rich_crd() -> Result<CustomResourceDefinition> {
+    let string = json!({"type": "string"});
+    let tooth = json!({"type": "object", "required": ["name"],
+        "properties": {"name": string, "angle": {"type": "number"}}});
+    let inner = json!({"type": "object", "properties": {"flag": {"type": "boolean"}}});
+    let spec = json!({"type": "object", "required": ["size"], "properties": {
+        "size": {"type": "integer", "minimum": 1},
+        "mode": {"type": "string", "enum": ["fast", "slow"]},
+        "port": {"x-kubernetes-int-or-string": true},
+        "labels": {"type": "object", "additionalProperties": string},
+        "teeth": {"type": "array", "items": tooth,
+            "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+        "tags": {"type": "array", "x-kubernetes-list-type": "set", "items": string},
+        "extra": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+        "nested": {"type": "object", "properties": {"inner": inner}}
+    }});
+    let status = json!({"type": "object",
+        "properties": {"phase": string, "observed": {"type": "integer"}}});
+    let schema = json!({"type": "object", "properties": {"spec": spec, "status": status}});
     Ok(serde_json::from_value(json!({
         "metadata": {"name": "gears.rich.example.org"},
         "spec": {
             "group": "rich.example.org",
-            "names": {"plural": "gears", "singular": "gear", "kind": "Gear", "listKind": "GearList", "shortNames": ["gr"], "categories": ["machines"]},
+            "names": {"plural": "gears", "singular": "gear", "kind": "Gear", "listKind": "GearList",
+                "shortNames": ["gr"], "categories": ["machines"]},
             "scope": "Namespaced",
-            "versions": [{
-                "name": "v1",
-                "served": true,
-                "storage": true,
-                "subresources": {"status": {}},
-                "schema": {"openAPIV3Schema": {
-                    "type": "object",
-                    "properties": {
-                        "spec": {"type": "object", "required": ["size"], "properties": {
-                            "size": {"type": "integer", "minimum": 1},
-                            "mode": {"type": "string", "enum": ["fast", "slow"]},
-                            "port": {"x-kubernetes-int-or-string": true},
-                            "labels": {"type": "object", "additionalProperties": {"type": "string"}},
-                            "teeth": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"],
-                                "items": {"type": "object", "required": ["name"], "properties": {
-                                    "name": {"type": "string"},
-                                    "angle": {"type": "number"}
-                                }}},
-                            "tags": {"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "string"}},
-                            "extra": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
-                            "nested": {"type": "object", "properties": {"inner": {"type": "object", "properties": {"flag": {"type": "boolean"}}}}}
-                        }},
-                        "status": {"type": "object", "properties": {"phase": {"type": "string"}, "observed": {"type": "integer"}}}
-                    }
-                }}
-            }]
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "subresources": {"status": {}}, "schema": {"openAPIV3Schema": schema}}]
         }
     }))?)
 }
@@ -182,8 +139,16 @@ async fn openapi_source_with_pull_all_synthesizes_a_crd_that_round_trips_every_f
     with_private_provider("synth", async |_, consumer, cluster, provider| {
         install_crd(provider, &rich_crd()?).await?;
         let name = unique("synth");
-        let always = (SchemaSource::OpenApi, UpdatePolicy::Always);
-        pull_all(consumer, cluster, &name, always).await?;
+        pull_all(consumer, cluster, &name, "OpenAPI", "Always").await?;
+        // Discovered from OpenAPI, without labels, and never a built-in group.
+        let seen = wait_ready(consumer, &name).await?;
+        let built_in = |n: &&String| n.ends_with(".k8s.io") || !n.contains('.');
+        let exported = exported_names(&seen);
+        let built_in: Vec<_> = exported.iter().filter(built_in).collect();
+        assert!(
+            built_in.is_empty(),
+            "built-in groups are never exported: {built_in:?}"
+        );
 
         let crds: Api<CustomResourceDefinition> = Api::all(consumer.clone());
         let installed = serde_json::to_value(crds.get("gears.rich.example.org").await?)?;
@@ -193,15 +158,18 @@ async fn openapi_source_with_pull_all_synthesizes_a_crd_that_round_trips_every_f
             installed["spec"]["versions"][0]["subresources"],
         ]);
         let expected = json!([name, ["gr"], {"status": {}}]);
-        assert_eq!(carried, expected, "owner, short names, status subresource carried over");
+        assert_eq!(
+            carried, expected,
+            "owner, short names, status subresource carried over"
+        );
 
         let gvk = GroupVersionKind::gvk("rich.example.org", "v1", "Gear");
         let resource = ApiResource::from_gvk_with_plural(&gvk, "gears");
         ensure_namespace(consumer, &name).await?;
         let gears: Api<DynamicObject> = Api::namespaced_with(consumer.clone(), &name, &resource);
         let spec = json!({
-            "size": 3, "mode": "fast", "port": "http", "labels": {"a": "b"},
-            "teeth": [{"name": "t1", "angle": 1.5}, {"name": "t2", "angle": 2.5}], "tags": ["x", "y"],
+            "size": 3, "mode": "fast", "port": "http", "labels": {"a": "b"}, "tags": ["x", "y"],
+            "teeth": [{"name": "t1", "angle": 1.5}, {"name": "t2", "angle": 2.5}],
             "extra": {"anything": {"goes": [1, 2]}}, "nested": {"inner": {"flag": true}}
         });
         let gear = DynamicObject::new("g1", &resource).data(json!({ "spec": spec }));
@@ -223,11 +191,8 @@ async fn openapi_source_with_pull_all_synthesizes_a_crd_that_round_trips_every_f
 
 /// How often the konnector applied the consumer CRD of `api`.
 fn applies(api: &str) -> u64 {
-    let api = api.to_string();
-    metrics()
-        .schema_applies
-        .get_or_create(&ApiLabels { api })
-        .get()
+    let labels = ApiLabels { api: api.into() };
+    metrics().schema_applies.get_or_create(&labels).get()
 }
 
 #[tokio::test]
@@ -239,8 +204,7 @@ async fn unchanged_provider_schema_is_not_applied_again() -> anyhow::Result<()> 
         let api = format!("widgets.{group}");
         install_crd(provider, &widget_crd(group, "Widget", true)?).await?;
         let name = unique("refresh");
-        let always = (SchemaSource::Crd, UpdatePolicy::Always);
-        pull_all(consumer, cluster, &name, always).await?;
+        pull_all(consumer, cluster, &name, "CRD", "Always").await?;
         let first = applies(&api);
         assert!(first >= 1, "the first reconcile applies the CRD");
         // The test konnector reconciles Connections every second: several periods pass.
