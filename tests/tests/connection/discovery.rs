@@ -142,6 +142,7 @@ async fn openapi_source_with_pull_all_synthesizes_a_crd_that_round_trips_every_f
         pull_all(consumer, cluster, &name, "OpenAPI", "Always").await?;
         // Discovered from OpenAPI, without labels, and never a built-in group.
         let seen = wait_ready(consumer, &name).await?;
+        assert_eq!(active_source(&seen), Some("OpenAPI"));
         let built_in = |n: &&String| n.ends_with(".k8s.io") || !n.contains('.');
         let exported = exported_names(&seen);
         let built_in: Vec<_> = exported.iter().filter(built_in).collect();
