@@ -5,6 +5,7 @@
 //! Nothing here is a mock of Kubernetes: every test that crosses a cluster talks to a real
 //! kube-apiserver with RBAC, admission and CEL validation exactly as a user's cluster has them.
 
+pub mod access;
 pub mod demo;
 pub mod faults;
 pub mod fixtures;

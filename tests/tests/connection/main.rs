@@ -1,53 +1,49 @@
 //! The Connection controller against real kube-apiservers, one test per branch of its
 //! reconciliation: credentials, identity pinning, discovery, schema installation, autoBind,
-//! heartbeat and deletion.
+//! heartbeat, deletion and Events.
 //!
-//! One test binary (one shared cluster pair and konnector), four files: credentials and
-//! identity, discovery and schemas, what exports cannot reach on the consumer, lifecycle
-//! (autoBind, heartbeat, deletion).
+//! One test binary (one shared cluster pair and konnector), three files: credentials and
+//! identity, discovery and schemas, lifecycle (autoBind, heartbeat, deletion, and what exports
+//! cannot reach on the consumer). Each failure's Warning Event is checked with its
+//! condition: one when the Connection enters it, not one per periodic reconcile.
 
 mod credentials;
 mod discovery;
-mod events;
-mod exports;
 mod lifecycle;
-mod schema_refresh;
 
+use std::fmt::Debug;
 use std::time::Duration;
 
-use anyhow::Context as _;
+use anyhow::{Context as _, Result};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject};
+use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, DynamicObject, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
-use serde_json::json;
+use kube::{Client, ResourceExt};
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
 
+use kbind_tests::access::grant;
 use kbind_tests::eventually;
 use kbind_tests::fixtures::*;
+use kbind_tests::syncenv::{cluster_uid, delete, events_for, holds_syncer_finalizer, wait_for};
 use kbind_tests::testenv::{Cluster, ClusterPair, shared_pair};
 use konnector::api::names::{
-    CLEANUP_FINALIZER, CONNECTION_ANNOTATION, EXPORTED_LABEL, MANAGED_LABEL, SYNCER_FINALIZER,
+    CLEANUP_FINALIZER, CONNECTION_ANNOTATION, EXPORTED_LABEL, MANAGED_LABEL, heartbeat_lease_name,
 };
 use konnector::api::{
-    ApiReference, Binding, BindingSpec, ClusterBinding, Connection, ConnectionReference,
-    PullPolicy, SchemaPolicy, SchemaSource, UpdatePolicy,
+    Binding, BindingSpec, ClusterBinding, Connection, ExportedApi, SchemaPolicy, SchemaSource,
 };
-
-fn setup() -> anyhow::Result<&'static ClusterPair> {
-    let pair = shared_pair()?;
-    shared_konnector(pair)?;
-    Ok(pair)
-}
 
 /// Runs `body` against the shared pair (its konnector running) with the consumer's admin
 /// client; a failure carries the apiservers' log tails.
 async fn on_consumer(
-    body: impl AsyncFnOnce(&'static ClusterPair, &kube::Client) -> anyhow::Result<()>,
-) -> anyhow::Result<()> {
-    let pair = setup()?;
+    body: impl AsyncFnOnce(&'static ClusterPair, &Client) -> Result<()>,
+) -> Result<()> {
+    let pair = shared_pair()?;
+    shared_konnector(pair)?;
     pair.diagnose(async {
         let consumer = pair.consumer.client().await?;
         body(pair, &consumer).await
@@ -55,19 +51,14 @@ async fn on_consumer(
     .await
 }
 
-/// Runs `body` against the shared pair's consumer and a provider cluster of its own named
-/// `name` (started first, stopped after): the pair, the consumer's admin client, the private
-/// cluster and its admin client; a failure carries the pair's apiserver log tails.
+/// Runs `body` with the shared pair, its consumer's admin client, and a provider cluster of its
+/// own named `name` with its admin client; a failure carries the pair's apiserver log tails.
 async fn with_private_provider(
     name: &'static str,
-    body: impl AsyncFnOnce(
-        &'static ClusterPair,
-        &kube::Client,
-        &Cluster,
-        &kube::Client,
-    ) -> anyhow::Result<()>,
-) -> anyhow::Result<()> {
-    let pair = setup()?;
+    body: impl AsyncFnOnce(&'static ClusterPair, &Client, &Cluster, &Client) -> Result<()>,
+) -> Result<()> {
+    let pair = shared_pair()?;
+    shared_konnector(pair)?;
     let cluster = tokio::task::spawn_blocking(move || private_cluster(name)).await??;
     pair.diagnose(async {
         let consumer = pair.consumer.client().await?;
@@ -77,62 +68,50 @@ async fn with_private_provider(
     .await
 }
 
-/// A ClusterBinding `name` of the consumer's own, for the Connection `<prefix>-elsewhere` and the
-/// API `things.<prefix>.example.org`: one that has nothing to do with the Connection under test.
-fn elsewhere_cluster_binding(name: &str, prefix: &str) -> ClusterBinding {
-    ClusterBinding::new(
-        name,
-        BindingSpec {
-            connection_ref: ConnectionReference {
-                name: format!("{prefix}-elsewhere"),
-            },
-            apis: vec![ApiReference {
-                name: format!("things.{prefix}.example.org"),
-            }],
-            conflict_policy: Default::default(),
-            related_resources: Vec::new(),
-        }
-        .into(),
-    )
-}
-
-/// Creates `connection` on the consumer.
-async fn create_connection(
-    consumer: &kube::Client,
-    connection: &Connection,
-) -> anyhow::Result<Connection> {
-    Ok(Api::<Connection>::all(consumer.clone())
-        .create(&PostParams::default(), connection)
-        .await?)
-}
-
-/// Connects `name` to `provider` with `pullPolicy: All`, schemas from `source` updated under
-/// `update`, and waits until its schemas are in sync.
-async fn pull_all(
-    consumer: &kube::Client,
-    provider: &Cluster,
+/// Creates Connection `name` reading the Secret `name`, written with `kubeconfig` if given.
+async fn connect_with(
+    consumer: &Client,
     name: &str,
-    source: SchemaSource,
-    update: UpdatePolicy,
-) -> anyhow::Result<()> {
-    let schema = SchemaPolicy {
-        source,
-        pull_policy: PullPolicy::All,
-        update_policy: update,
-    };
-    connect(consumer, provider, name, schema, false).await?;
-    wait_connection(consumer, name, "SchemaInSync", |c| {
-        has_condition(c, "SchemaInSync", "True", "AsExpected")
-    })
-    .await?;
+    kubeconfig: Option<&str>,
+    schema: SchemaPolicy,
+) -> Result<()> {
+    if let Some(kubeconfig) = kubeconfig {
+        put_kubeconfig_secret(consumer, name, kubeconfig).await?;
+    }
+    let connection = connection(name, name, schema, false);
+    let connections: Api<Connection> = Api::all(consumer.clone());
+    connections.create(&Default::default(), &connection).await?;
     Ok(())
 }
 
-/// The message of `connection`'s condition `type_`; an error if it has none.
-fn message<'a>(connection: &'a Connection, type_: &str) -> anyhow::Result<&'a String> {
-    Ok(&condition(connection, type_)
-        .with_context(|| type_.to_string())?
-        .message)
+/// Connects `name` as a new provider user granted exactly `rules` (a list of RBAC rules).
+async fn connect_as(
+    pair: &ClusterPair,
+    consumer: &Client,
+    name: &str,
+    rules: Value,
+    schema: SchemaPolicy,
+) -> Result<()> {
+    let user = pair.provider.mint_user(name, &[])?;
+    let provider = pair.provider.client().await?;
+    grant(&provider, None, name, rules, ("User", name)).await?;
+    connect_with(consumer, name, Some(&user.kubeconfig_yaml()?), schema).await
+}
+
+/// Connects `name` to `provider` with `pullPolicy: All`, the schema `source` and `update`
+/// policy (as a Connection spells them), and waits until its schemas are in sync.
+async fn pull_all(
+    consumer: &Client,
+    provider: &Cluster,
+    name: &str,
+    source: &str,
+    update: &str,
+) -> Result<()> {
+    let schema = json!({"source": source, "pullPolicy": "All", "updatePolicy": update});
+    let schema: SchemaPolicy = serde_json::from_value(schema)?;
+    connect(consumer, provider, name, schema, false).await?;
+    wait_reason(consumer, name, "SchemaInSync=True", "AsExpected").await?;
+    Ok(())
 }
 
 fn crd_source() -> SchemaPolicy {
@@ -142,86 +121,160 @@ fn crd_source() -> SchemaPolicy {
     }
 }
 
-async fn kube_system_uid(client: &kube::Client) -> anyhow::Result<String> {
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    Ok(namespaces
-        .get("kube-system")
-        .await?
-        .uid()
-        .unwrap_or_default())
+/// Connects `name` to `provider` as its admin with CRD discovery; waits until it is Ready.
+async fn connect_ready(consumer: &Client, provider: &Cluster, name: &str) -> Result<Connection> {
+    connect(consumer, provider, name, crd_source(), false).await?;
+    wait_ready(consumer, name).await
 }
 
-/// Grants `user` on the provider exactly `rules`, cluster-wide.
-async fn grant(provider: &kube::Client, user: &str, rules: Vec<PolicyRule>) -> anyhow::Result<()> {
-    let roles: Api<ClusterRole> = Api::all(provider.clone());
-    let bindings: Api<ClusterRoleBinding> = Api::all(provider.clone());
-    let meta = ObjectMeta {
-        name: Some(user.to_string()),
-        ..ObjectMeta::default()
-    };
-    roles
-        .create(
-            &PostParams::default(),
-            &ClusterRole {
-                metadata: meta.clone(),
-                rules: Some(rules),
-                ..ClusterRole::default()
-            },
-        )
-        .await?;
-    bindings
-        .create(
-            &PostParams::default(),
-            &ClusterRoleBinding {
-                metadata: meta,
-                role_ref: RoleRef {
-                    api_group: Some("rbac.authorization.k8s.io".into()),
-                    kind: "ClusterRole".into(),
-                    name: user.into(),
-                },
-                subjects: Some(vec![Subject {
-                    kind: "User".into(),
-                    name: user.into(),
-                    ..Subject::default()
-                }]),
-            },
-        )
-        .await?;
-    Ok(())
+/// Waits until the Connection's condition `state` (`Type=Status`) has `reason`.
+async fn wait_reason(client: &Client, name: &str, state: &str, reason: &str) -> Result<Connection> {
+    let (type_, status) = state.split_once('=').context("Type=Status")?;
+    wait_connection(client, name, &format!("{state} {reason}"), |c| {
+        has_condition(c, type_, status, reason)
+    })
+    .await
 }
 
-fn rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> PolicyRule {
-    let strings = |v: &[&str]| Some(v.iter().map(|s| s.to_string()).collect());
-    PolicyRule {
-        api_groups: strings(groups),
-        resources: strings(resources),
-        verbs: verbs.iter().map(|s| s.to_string()).collect(),
-        ..PolicyRule::default()
-    }
-}
-
-/// A restricted provider user with a kubeconfig Secret on the consumer and a Connection.
-async fn connect_as(
-    pair: &ClusterPair,
-    consumer: &kube::Client,
+/// Waits until the Connection's condition `state` has `reason` and the Connection is not
+/// Ready for that same reason.
+async fn wait_not_ready(
+    client: &Client,
     name: &str,
-    rules: Vec<PolicyRule>,
-    schema: SchemaPolicy,
-) -> anyhow::Result<()> {
-    let provider = pair.provider.client().await?;
-    let user = pair.provider.mint_user(name, &[])?;
-    if !rules.is_empty() {
-        grant(&provider, name, rules).await?;
-    }
-    put_kubeconfig_secret(consumer, name, &user.kubeconfig_yaml()?).await?;
-    create_connection(consumer, &connection(name, name, schema, false)).await?;
-    Ok(())
+    state: &str,
+    reason: &str,
+) -> Result<Connection> {
+    let (type_, status) = state.split_once('=').context("Type=Status")?;
+    let what = format!("{state} and Ready=False {reason}");
+    wait_connection(client, name, &what, |c| {
+        has_condition(c, type_, status, reason) && has_condition(c, "Ready", "False", reason)
+    })
+    .await
+}
+
+/// The message of `connection`'s condition `type_`; an error if it has none.
+fn message<'a>(connection: &'a Connection, type_: &str) -> Result<&'a str> {
+    let condition = condition(connection, type_).context(type_.to_string())?;
+    Ok(&condition.message)
+}
+
+/// The schema source the Connection reports in effect.
+fn active_source(connection: &Connection) -> Option<&str> {
+    connection.status.as_ref()?.active_schema_source.as_deref()
+}
+
+/// The exports the Connection reports.
+fn exported(connection: &Connection) -> impl Iterator<Item = &ExportedApi> {
+    connection.status.iter().flat_map(|s| &s.exported_apis)
 }
 
 fn exported_names(connection: &Connection) -> Vec<String> {
-    connection
-        .status
-        .as_ref()
-        .map(|s| s.exported_apis.iter().map(|a| a.name.clone()).collect())
-        .unwrap_or_default()
+    exported(connection).map(|a| a.name.clone()).collect()
+}
+
+/// Whether the credential Secret `name` carries the Connection cleanup finalizer.
+async fn secret_guarded(consumer: &Client, name: &str) -> Result<bool> {
+    let secrets = Api::<Secret>::namespaced(consumer.clone(), SECRET_NAMESPACE);
+    let secret = secrets.get(name).await?;
+    Ok(secret.finalizers().contains(&CLEANUP_FINALIZER.to_string()))
+}
+
+async fn delete_connection(consumer: &Client, name: &str) -> Result<()> {
+    let connections: Api<Connection> = Api::all(consumer.clone());
+    connections.delete(name, &DeleteParams::default()).await?;
+    Ok(())
+}
+
+/// Waits until `api` holds no object `name` (finalizers done).
+async fn absent<K: Clone + Debug + DeserializeOwned>(api: &Api<K>, name: &str) -> Result<()> {
+    let gone = || async { Ok(api.get_opt(name).await?.is_none().then_some(())) };
+    wait_for(&format!("{name} gone"), CONVERGE, gone).await
+}
+
+/// The spec of a Binding or ClusterBinding of `connection` listing `api`.
+fn binding_spec(connection: &str, api: &str) -> Result<BindingSpec> {
+    let spec = json!({"connectionRef": {"name": connection}, "apis": [{"name": api}]});
+    Ok(serde_json::from_value(spec)?)
+}
+
+/// Creates a ClusterBinding `name` of the consumer's own, for the Connection `<prefix>-elsewhere`
+/// and API `things.<prefix>.example.org`: one unrelated to the Connection under test.
+async fn elsewhere_cluster_binding(consumer: &Client, name: &str, prefix: &str) -> Result<()> {
+    let api = format!("things.{prefix}.example.org");
+    let spec = binding_spec(&format!("{prefix}-elsewhere"), &api)?;
+    let bindings: Api<ClusterBinding> = Api::all(consumer.clone());
+    let binding = ClusterBinding::new(name, spec.into());
+    bindings.create(&PostParams::default(), &binding).await?;
+    Ok(())
+}
+
+/// The API names a ClusterBinding lists.
+fn api_names(binding: &ClusterBinding) -> Vec<&str> {
+    binding.spec.apis.iter().map(|a| a.name.as_str()).collect()
+}
+
+/// Waits until ClusterBinding `name` exists and `check` accepts it, returning it.
+async fn wait_cluster_binding(
+    consumer: &Client,
+    name: &str,
+    check: impl Fn(&ClusterBinding) -> bool,
+) -> Result<ClusterBinding> {
+    let bindings: Api<ClusterBinding> = Api::all(consumer.clone());
+    let accepted = || async { Ok(bindings.get_opt(name).await?.filter(|b| check(b))) };
+    wait_for(&format!("ClusterBinding {name}"), CONVERGE, accepted).await
+}
+
+/// Where a CRD's `spec` fields are, in its JSON.
+const SPEC_FIELDS: &str = "/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties";
+
+/// The exported Widget CRD of `group` with one more spec field, `shape`: a schema change.
+fn reshaped_widget_crd(group: &str) -> Result<CustomResourceDefinition> {
+    let mut crd = serde_json::to_value(widget_crd(group, "Widget", true)?)?;
+    let fields = crd.pointer_mut(SPEC_FIELDS).context("spec fields")?;
+    fields["shape"] = json!({"type": "string"});
+    Ok(serde_json::from_value(crd)?)
+}
+
+/// Whether the consumer's CRD `name` has the `shape` field of [`reshaped_widget_crd`].
+async fn reshaped(consumer: &Client, name: &str) -> Result<bool> {
+    let crds: Api<CustomResourceDefinition> = Api::all(consumer.clone());
+    let crd = serde_json::to_value(crds.get(name).await?)?;
+    Ok(crd.pointer(&format!("{SPEC_FIELDS}/shape")).is_some())
+}
+
+/// Waits until the consumer's CRD `name` has followed [`reshaped_widget_crd`].
+async fn wait_reshaped(consumer: &Client, name: &str) -> Result<()> {
+    let what = format!("the consumer CRD {name} to follow the provider");
+    let followed = || async { Ok(reshaped(consumer, name).await?.then_some(())) };
+    wait_for(&what, CONVERGE, followed).await
+}
+
+/// Events on Connection `name` with `reason`.
+async fn events_with(consumer: &Client, name: &str, reason: &str) -> Result<Vec<Event>> {
+    let mut events = events_for(consumer, None, name).await?;
+    events.retain(|e| e.reason.as_deref() == Some(reason));
+    Ok(events)
+}
+
+/// Waits for an Event with `reason` on Connection `name`; after several periodic reconciles
+/// (1 s apart in tests) it must still be the one, published once, and of `type_`.
+async fn published_once(consumer: &Client, name: &str, type_: &str, reason: &str) -> Result<Event> {
+    let what = format!("a {reason} Event on {name}");
+    let events = || events_with(consumer, name, reason);
+    wait_for(&what, CONVERGE, || async { Ok(events().await?.pop()) }).await?;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let mut all = events().await?;
+    let once = all.len() == 1 && all[0].series.is_none();
+    assert!(once, "one {reason} Event, published once: {all:?}");
+    assert_eq!(all[0].type_.as_deref(), Some(type_), "{all:?}");
+    Ok(all.remove(0))
+}
+
+/// Whether `provider` holds no heartbeat: no namespace `namespace`, no Lease `lease` anywhere.
+async fn no_heartbeat(provider: &Client, namespace: &str, lease: &str) -> Result<bool> {
+    let namespaces: Api<Namespace> = Api::all(provider.clone());
+    let leases: Api<Lease> = Api::all(provider.clone());
+    let written = leases.list(&Default::default()).await?.items;
+    let written = written.iter().any(|l| l.name_any() == lease);
+    Ok(namespaces.get_opt(namespace).await?.is_none() && !written)
 }
