@@ -6,12 +6,11 @@
 use std::time::Duration;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kbind_tests::syncenv::{
-    BINDING, Scenario, WAIT, gone, holds_syncer_finalizer, merge, stays, wait_for,
-};
+use kbind_tests::syncenv::remains::Left::{Gone, Kept, Released};
+use kbind_tests::syncenv::remains::{expect_left, kind, wait_left};
+use kbind_tests::syncenv::{BINDING, Scenario, gone, holds_syncer_finalizer, merge, stays};
 use konnector::api::ConflictPolicy;
 use konnector::api::names::{DELETION_POLICY_ANNOTATION, DELETION_POLICY_ORPHAN};
-use kube::Api;
 use serde_json::json;
 
 #[test]
@@ -22,14 +21,17 @@ fn namespaced_binding_teardown_deletes_owned_copies_keeps_crd_and_instances() ->
         s.copy("w").await?;
         s.unbind().await?;
         gone(&s.copies(), "w").await?;
-        let instance = s.instances().get("w").await?;
-        assert!(
-            !holds_syncer_finalizer(&instance),
-            "syncer finalizer released"
-        );
-        let crds = Api::<CustomResourceDefinition>::all(s.consumer.clone());
-        assert!(crds.get_opt(&s.api.name()).await?.is_some(), "CRD kept");
-        Ok(())
+        expect_left(&[
+            (&s.consumer, s.api.resource(), Some(s.ns()), "w", Released),
+            (
+                &s.consumer,
+                kind::<CustomResourceDefinition>(),
+                None,
+                &s.api.name(),
+                Kept,
+            ),
+        ])
+        .await
     })
 }
 
@@ -43,15 +45,13 @@ fn last_cluster_binding_teardown_deletes_crd_and_instances() -> anyhow::Result<(
         s.copy("w").await?;
         s.unbind().await?;
         gone(&s.copies(), "w").await?;
-        let crds = Api::<CustomResourceDefinition>::all(s.consumer.clone());
-        wait_for("the consumer CRD deleted", WAIT, || async {
-            Ok(crds.get_opt(&s.api.name()).await?.is_none().then_some(()))
-        })
-        .await?;
-        // The provider's CRD is the provider's: untouched.
-        let provider_crds = Api::<CustomResourceDefinition>::all(s.provider.clone());
-        assert!(provider_crds.get_opt(&s.api.name()).await?.is_some());
-        Ok(())
+        let crd = kind::<CustomResourceDefinition>();
+        wait_left(&[
+            (&s.consumer, crd.clone(), None, &s.api.name(), Gone),
+            // The provider's CRD is the provider's: untouched.
+            (&s.provider, crd, None, &s.api.name(), Kept),
+        ])
+        .await
     })
 }
 
@@ -84,8 +84,6 @@ fn orphan_instance_keeps_its_copy_on_binding_teardown() -> anyhow::Result<()> {
     Scenario::bound("td-orphan").run(async |s| {
         for name in ["kept", "dropped"] {
             s.create(name, json!({})).await?;
-        }
-        for name in ["kept", "dropped"] {
             s.copy(name).await?;
         }
         let orphan = json!({"metadata": {"annotations": {
@@ -93,15 +91,16 @@ fn orphan_instance_keeps_its_copy_on_binding_teardown() -> anyhow::Result<()> {
         merge(&s.instances(), "kept", orphan).await?;
         s.unbind().await?;
         gone(&s.copies(), "dropped").await?;
-        anyhow::ensure!(
-            s.copies().get_opt("kept").await?.is_some(),
-            "Orphan copy deleted"
-        );
-        let kept = s.instances().get("kept").await?;
-        anyhow::ensure!(
-            !holds_syncer_finalizer(&kept),
-            "Orphan instance still holds its finalizer"
-        );
-        Ok(())
+        expect_left(&[
+            (&s.provider, s.api.resource(), Some(s.ns()), "kept", Kept),
+            (
+                &s.consumer,
+                s.api.resource(),
+                Some(s.ns()),
+                "kept",
+                Released,
+            ),
+        ])
+        .await
     })
 }

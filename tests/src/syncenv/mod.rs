@@ -38,6 +38,7 @@ use crate::testenv::ClusterPair;
 mod fixtures;
 mod helpers;
 pub mod related;
+pub mod remains;
 mod scenario;
 
 pub use fixtures::TestApi;
