@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use anyhow::Result;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kbind_tests::syncenv::remains::Left::{Gone, Kept, Released};
 use kbind_tests::syncenv::remains::{expect_left, kind, wait_left};
@@ -14,32 +15,24 @@ use konnector::api::names::{DELETION_POLICY_ANNOTATION, DELETION_POLICY_ORPHAN};
 use serde_json::json;
 
 #[test]
-fn namespaced_binding_teardown_deletes_owned_copies_keeps_crd_and_instances() -> anyhow::Result<()>
-{
+fn namespaced_binding_teardown_deletes_owned_copies_keeps_crd_and_instances() -> Result<()> {
     Scenario::bound("td-binding").run(async |s| {
         s.create("w", json!({"size": 1})).await?;
         s.copy("w").await?;
         s.unbind().await?;
         gone(&s.copies(), "w").await?;
+        let crd = kind::<CustomResourceDefinition>();
         expect_left(&[
-            (&s.consumer, s.api.resource(), Some(s.ns()), "w", Released),
-            (
-                &s.consumer,
-                kind::<CustomResourceDefinition>(),
-                None,
-                &s.api.name(),
-                Kept,
-            ),
+            (&s.consumer, s.api.resource(), "td-binding/w", Released),
+            (&s.consumer, crd, &s.api.name(), Kept),
         ])
         .await
     })
 }
 
 #[test]
-fn last_cluster_binding_teardown_deletes_crd_and_instances() -> anyhow::Result<()> {
-    let scenario = Scenario::bound("td-cluster")
-        .namespace("td-cluster-ns")
-        .cluster_binding();
+fn last_cluster_binding_teardown_deletes_crd_and_instances() -> Result<()> {
+    let scenario = Scenario::bound("td-cluster").cluster_binding();
     scenario.run(async |s| {
         s.create("w", json!({})).await?;
         s.copy("w").await?;
@@ -47,40 +40,34 @@ fn last_cluster_binding_teardown_deletes_crd_and_instances() -> anyhow::Result<(
         gone(&s.copies(), "w").await?;
         let crd = kind::<CustomResourceDefinition>();
         wait_left(&[
-            (&s.consumer, crd.clone(), None, &s.api.name(), Gone),
+            (&s.consumer, crd.clone(), &s.api.name(), Gone),
             // The provider's CRD is the provider's: untouched.
-            (&s.provider, crd, None, &s.api.name(), Kept),
+            (&s.provider, crd, &s.api.name(), Kept),
         ])
         .await
     })
 }
 
 #[test]
-fn overlapping_binding_skips_the_api_on_teardown() -> anyhow::Result<()> {
-    Scenario::bound("td-overlap")
-        .namespace("td-overlap-a")
-        .run(async |s| {
-            let other = s.binding("td-overlap-b", BINDING, &[&s.api], ConflictPolicy::Fail);
-            s.create_ready_binding(&other).await?;
-            s.create("w", json!({})).await?;
-            s.copy("w").await?;
-            s.unbind().await?;
-            // The other binding lists the API, so cleanup skips it as a whole, even though that
-            // binding does not cover this namespace.
-            stays(
-                "copy and finalizer kept",
-                Duration::from_secs(3),
-                || async {
-                    let copy = s.copies().get_opt("w").await?;
-                    Ok(copy.is_some() && holds_syncer_finalizer(&s.instances().get("w").await?))
-                },
-            )
-            .await
-        })
+fn overlapping_binding_skips_the_api_on_teardown() -> Result<()> {
+    Scenario::bound("td-overlap").run(async |s| {
+        let other = s.binding("td-overlap-b", BINDING, &[&s.api], ConflictPolicy::Fail);
+        s.create_ready_binding(&other).await?;
+        s.create("w", json!({})).await?;
+        s.copy("w").await?;
+        s.unbind().await?;
+        // The other binding lists the API, so cleanup skips it as a whole, even though that
+        // binding does not cover this namespace.
+        let kept = || async {
+            let copy = s.copies().get_opt("w").await?;
+            Ok(copy.is_some() && holds_syncer_finalizer(&s.instances().get("w").await?))
+        };
+        stays("copy and finalizer kept", Duration::from_secs(3), kept).await
+    })
 }
 
 #[test]
-fn orphan_instance_keeps_its_copy_on_binding_teardown() -> anyhow::Result<()> {
+fn orphan_instance_keeps_its_copy_on_binding_teardown() -> Result<()> {
     Scenario::bound("td-orphan").run(async |s| {
         for name in ["kept", "dropped"] {
             s.create(name, json!({})).await?;
@@ -92,14 +79,8 @@ fn orphan_instance_keeps_its_copy_on_binding_teardown() -> anyhow::Result<()> {
         s.unbind().await?;
         gone(&s.copies(), "dropped").await?;
         expect_left(&[
-            (&s.provider, s.api.resource(), Some(s.ns()), "kept", Kept),
-            (
-                &s.consumer,
-                s.api.resource(),
-                Some(s.ns()),
-                "kept",
-                Released,
-            ),
+            (&s.provider, s.api.resource(), "td-orphan/kept", Kept),
+            (&s.consumer, s.api.resource(), "td-orphan/kept", Released),
         ])
         .await
     })

@@ -7,13 +7,13 @@ use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
-use kbind_tests::fixtures::{SECRET_NAMESPACE, connect, shared_konnector, wait_ready};
+use kbind_tests::fixtures::{connect, shared_konnector, wait_ready};
 use kbind_tests::syncenv::related::{put_plain_secret, wait_secret};
 use kbind_tests::syncenv::remains::Left::{Gone, Kept, Released};
 use kbind_tests::syncenv::remains::{delete_gone, expect_left, kind};
 use kbind_tests::syncenv::{TestApi, cluster_uid, ensure_namespace, wait_for};
 use kbind_tests::testenv::shared_pair;
-use konnector::api::names::{DEFAULT_HEARTBEAT_NAMESPACE, heartbeat_lease_name};
+use konnector::api::names::heartbeat_lease_name;
 use konnector::api::{Binding, Connection, SchemaPolicy};
 use kube::Api;
 use kube::api::PostParams;
@@ -28,7 +28,7 @@ async fn teardown_in_order_deletes_copies_and_releases_credentials_keeping_the_r
 -> anyhow::Result<()> {
     let pair = shared_pair()?;
     shared_konnector(pair)?;
-    let (name, ns) = ("td-full", "td-full-ns");
+    let name = "td-full";
     let api = TestApi::namespaced("td-full.e2e.kbind.io");
     let provider = pair.provider.client().await?;
     let consumer = pair.consumer.client().await?;
@@ -43,9 +43,9 @@ async fn teardown_in_order_deletes_copies_and_releases_credentials_keeping_the_r
         )
         .await?;
         wait_ready(&consumer, name).await?;
-        put_plain_secret(&provider, ns, "creds", &[]).await?;
+        put_plain_secret(&provider, name, "creds", &[]).await?;
         let binding = serde_json::from_value(json!({
-            "metadata": {"name": name, "namespace": ns},
+            "metadata": {"name": name, "namespace": name},
             "spec": {
                 "connectionRef": {"name": name},
                 "apis": [{"name": api.name()}],
@@ -55,44 +55,38 @@ async fn teardown_in_order_deletes_copies_and_releases_credentials_keeping_the_r
                 }],
             },
         }))?;
-        ensure_namespace(&consumer, ns).await?;
-        Api::<Binding>::namespaced(consumer.clone(), ns)
+        ensure_namespace(&consumer, name).await?;
+        Api::<Binding>::namespaced(consumer.clone(), name)
             .create(&PostParams::default(), &binding)
             .await?;
         wait_for("the instance created on the consumer", WAIT, || async {
-            Ok(api.create(&consumer, Some(ns), "g", json!({})).await.ok())
+            Ok(api.create(&consumer, Some(name), "g", json!({})).await.ok())
         })
         .await?;
-        let copies = api.api(&provider, Some(ns));
+        let copies = api.api(&provider, Some(name));
         wait_for("the provider copy", WAIT, || async {
             Ok(copies.get_opt("g").await?)
         })
         .await?;
-        wait_secret(&consumer, ns, "creds").await?;
+        wait_secret(&consumer, name, "creds").await?;
 
-        // kubectl -n ns delete bindings.core.kbind.io <name>; kubectl delete connection
-        // <name>; kubectl -n kbind delete secret <name>: released, so it goes.
-        delete_gone(&consumer, kind::<Binding>(), Some(ns), name).await?;
-        delete_gone(&consumer, kind::<Connection>(), None, name).await?;
-        delete_gone(&consumer, kind::<Secret>(), Some(SECRET_NAMESPACE), name).await?;
+        // kubectl -n td-full delete bindings.core.kbind.io td-full; kubectl delete connection
+        // td-full; kubectl -n kbind delete secret td-full: released, so it goes.
+        delete_gone(&consumer, kind::<Binding>(), "td-full/td-full").await?;
+        delete_gone(&consumer, kind::<Connection>(), "td-full").await?;
+        delete_gone(&consumer, kind::<Secret>(), "kbind/td-full").await?;
 
         // Provider: the instance copy is gone; the namespace, the heartbeat Lease and the
         // related source remain. Consumer: the related copy is gone; the instance remains,
         // released.
         let lease = heartbeat_lease_name(name, &cluster_uid(&consumer).await?);
         expect_left(&[
-            (&provider, api.resource(), Some(ns), "g", Gone),
-            (&provider, kind::<Namespace>(), None, ns, Kept),
-            (
-                &provider,
-                kind::<Lease>(),
-                Some(DEFAULT_HEARTBEAT_NAMESPACE),
-                &lease,
-                Kept,
-            ),
-            (&provider, kind::<Secret>(), Some(ns), "creds", Kept),
-            (&consumer, kind::<Secret>(), Some(ns), "creds", Gone),
-            (&consumer, api.resource(), Some(ns), "g", Released),
+            (&provider, api.resource(), "td-full/g", Gone),
+            (&provider, kind::<Namespace>(), "td-full", Kept),
+            (&provider, kind::<Lease>(), &format!("kbind/{lease}"), Kept),
+            (&provider, kind::<Secret>(), "td-full/creds", Kept),
+            (&consumer, kind::<Secret>(), "td-full/creds", Gone),
+            (&consumer, api.resource(), "td-full/g", Released),
         ])
         .await
     })

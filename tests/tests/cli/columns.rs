@@ -6,27 +6,18 @@
 use std::collections::BTreeMap;
 
 use anyhow::{Context as _, Result, ensure};
-use konnector::api::Connection;
-use kube::Api;
+use kbind_tests::fixtures::wait_ready;
 use serde_json::{Value, json};
 
-use super::Cli;
+use super::{Cli, kubectl};
 
 const TABLE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io";
-const BINDING_COLUMNS: [&str; 7] = [
-    "Name",
-    "Connection",
-    "APIs",
-    "Ready",
-    "Synced",
-    "Conflicts",
-    "Age",
-];
+const BINDING_COLUMNS: &str = "Name Connection APIs Ready Synced Conflicts Age";
 
 /// GETs `path` as a server-side `meta.k8s.io/v1` Table; returns its default (priority 0)
-/// column names and its first row's cells by column name (priority columns included, Age
-/// left out since it changes with time).
-async fn table(client: &kube::Client, path: &str) -> Result<(Vec<String>, Value)> {
+/// column names, space-separated, and its first row's cells by column name (priority columns
+/// included, Age left out since it changes with time).
+async fn table(client: &kube::Client, path: &str) -> Result<(String, Value)> {
     let request = http::Request::get(path).header(http::header::ACCEPT, TABLE);
     let table: Value = client
         .request(request.body(Vec::new())?)
@@ -41,39 +32,33 @@ async fn table(client: &kube::Client, path: &str) -> Result<(Vec<String>, Value)
     let cells = table["rows"][0]["cells"].as_array().into_iter().flatten();
     let row = cells.enumerate().map(|(i, cell)| (name(i), cell.clone()));
     let row = row.filter(|(column, _)| column != "Age").collect();
-    Ok((defaults.map(name).collect(), Value::Object(row)))
+    let defaults: Vec<_> = defaults.map(name).collect();
+    Ok((defaults.join(" "), Value::Object(row)))
 }
 
 #[test]
 fn printer_columns_render_server_side_for_every_kind() -> Result<()> {
     Cli::run("cols", async |c| {
         let api = c.api.name();
-        c.connect(
-            c.pair.provider.admin().kubeconfig_path(),
-            &["--schema-source", "CRD"],
-        )
-        .await?;
-        c.bind(&["-n", c.ns()]).await?;
+        c.connect(c.pair.provider.admin(), &["--schema-source", "CRD"])
+            .await?;
+        c.bind(&["-n", "cols"]).await?;
 
         let connection = "/apis/core.kbind.io/v1alpha1/connections/cols";
         let (columns, cells) = table(&c.consumer, connection).await?;
-        assert_eq!(columns, ["Name", "Ready", "Source", "APIs", "Age"]);
+        assert_eq!(columns, "Name Ready Source APIs Age");
         // The provider is shared, so the Connection exports other tests' APIs too: the
         // column shows the first one its status lists.
-        let status = Api::<Connection>::all(c.consumer.clone())
-            .get("cols")
-            .await?
-            .status
-            .context("no status")?;
-        let exported: Vec<_> = status.exported_apis.iter().map(|a| &a.name).collect();
-        ensure!(exported.contains(&&api), "{api} not exported: {exported:?}");
+        let status = wait_ready(&c.consumer, "cols").await?.status;
+        let exported: Vec<_> = status.iter().flat_map(|s| &s.exported_apis).collect();
+        ensure!(exported.iter().any(|a| a.name == api), "{api} not exported");
         let expected = json!({
-            "Name": "cols", "Ready": "True", "Source": "CRD", "APIs": exported[0],
+            "Name": "cols", "Ready": "True", "Source": "CRD", "APIs": exported[0].name,
             "Secret": "cols-kubeconfig",
         });
         assert_eq!(
             cells, expected,
-            "the Connection's row, with the wide Secret column"
+            "the Connection's row, wide Secret column included"
         );
 
         let binding = "/apis/core.kbind.io/v1alpha1/namespaces/cols/bindings/widgets";
@@ -81,13 +66,11 @@ fn printer_columns_render_server_side_for_every_kind() -> Result<()> {
         assert_eq!(columns, BINDING_COLUMNS);
         // Synced is the binding's Synced condition (none before an instance syncs);
         // Conflicts an integer total, always present.
-        ensure!(
-            matches!(cells["Synced"].as_str(), None | Some("True")),
-            "{cells}"
-        );
+        let synced = cells["Synced"].clone();
+        ensure!(synced.is_null() || synced == "True", "Synced {synced}");
         let expected = json!({
             "Name": "widgets", "Connection": "cols", "APIs": api, "Ready": "True",
-            "Synced": cells["Synced"], "Conflicts": 0,
+            "Synced": synced, "Conflicts": 0,
         });
         assert_eq!(cells, expected, "the Binding's row");
         let cluster_bindings = "/apis/core.kbind.io/v1alpha1/clusterbindings";
@@ -95,18 +78,12 @@ fn printer_columns_render_server_side_for_every_kind() -> Result<()> {
         assert_eq!(columns, BINDING_COLUMNS);
 
         // kubectl itself: short names and the category resolve, the columns print.
-        let kubectl = async |args: &[&str]| c.kubectl(&c.pair.consumer, args, String::new()).await;
-        let kb = kubectl(&["get", "kb", "-n", c.ns()]).await?;
-        let header: Vec<_> = kb
-            .lines()
-            .next()
-            .unwrap_or_default()
-            .split_whitespace()
-            .collect();
+        let kubectl = async |args| kubectl(&c.pair.consumer, args).await;
+        let kb = kubectl(&["get", "kb", "-n", "cols"]).await?;
+        let header = kb.lines().next().unwrap_or_default().split_whitespace();
         assert_eq!(
-            header,
-            BINDING_COLUMNS.map(str::to_uppercase),
-            "kubectl get kb:\n{kb}"
+            header.collect::<Vec<_>>().join(" "),
+            BINDING_COLUMNS.to_uppercase()
         );
         let kconn = kubectl(&["get", "kconn", "cols"]).await?;
         ensure!(kconn.contains("CRD"), "kubectl get kconn:\n{kconn}");
@@ -137,27 +114,22 @@ fn short_names_collide_with_no_built_in_resource() -> Result<()> {
         let (mut ours, mut others) = (BTreeMap::new(), Vec::new());
         for list in &lists {
             for r in list.resources.iter().filter(|r| !r.name.contains('/')) {
-                let short: Vec<_> = r.short_names.iter().flatten().map(String::as_str).collect();
+                let short = r.short_names.clone().unwrap_or_default();
                 if list.group_version == "core.kbind.io/v1alpha1" {
-                    let categories: Vec<_> =
-                        r.categories.iter().flatten().map(String::as_str).collect();
-                    ours.insert(r.name.as_str(), (short, categories));
+                    ours.insert(r.name.clone(), (short, r.categories.clone()));
                 } else {
                     let resource = format!("{}/{}", list.group_version, r.name);
                     others.extend(short.into_iter().map(|s| (s, resource.clone())));
                 }
             }
         }
-        let expected = BTreeMap::from([
-            ("bindings", (vec!["kb", "kbinding"], vec!["kbind"])),
-            (
-                "clusterbindings",
-                (vec!["kcb", "kclusterbinding"], vec!["kbind"]),
-            ),
-            ("connections", (vec!["kconn"], vec!["kbind"])),
-        ]);
-        assert_eq!(ours, expected, "short names and categories");
-        let taken = |s: &&str| ours.values().any(|(names, _)| names.contains(s));
+        let expected = json!({
+            "bindings": [["kb", "kbinding"], ["kbind"]],
+            "clusterbindings": [["kcb", "kclusterbinding"], ["kbind"]],
+            "connections": [["kconn"], ["kbind"]],
+        });
+        assert_eq!(json!(ours), expected, "short names and categories");
+        let taken = |s: &String| ours.values().any(|(names, _)| names.contains(s));
         let clashes: Vec<_> = others.iter().filter(|(s, _)| taken(s)).collect();
         assert!(clashes.is_empty(), "short names collide: {clashes:?}");
         Ok(())

@@ -23,45 +23,33 @@ fn an_unusable_provider_kubeconfig_fails_connect_with_the_reason_and_what_to_do(
         std::fs::write(&path, INSECURE_KUBECONFIG)?;
         let kubeconfig = path.to_str().context("path is not UTF-8")?;
         let connect = ["connect", "insecure", "--provider-kubeconfig", kubeconfig];
-        c.kbind(&[&connect[..], &["--timeout", TIMEOUT]].concat())
-            .await?
-            .expect(1, &["KubeconfigUnusable", "what to do: embed credentials"])?;
+        let refused = c
+            .kbind(&[&connect[..], &["--timeout", TIMEOUT]].concat())
+            .await?;
+        refused.expect(1, &["KubeconfigUnusable", "what to do: embed credentials"])?;
         c.ok(&["disconnect", "insecure"], &[]).await?;
-        expect_left(&[(&c.consumer, kind::<Connection>(), None, "insecure", Gone)]).await
+        expect_left(&[(&c.consumer, kind::<Connection>(), "insecure", Gone)]).await
     })
 }
 
 #[test]
 fn usage_errors_exit_2_and_missing_objects_exit_1() -> Result<()> {
-    let rbac = [
-        "provider-rbac",
-        "--subject-kind",
-        "ServiceAccount",
-        "--subject",
-        "k",
-    ];
-    let cases: [(&[&str], i32); 7] = [
-        (&["bind", "widgets", "--connection", "p"], 2),
+    let cases = [
+        ("bind widgets --connection p", 2),
+        ("bind w.x --connection p -n a --cluster", 2),
         (
-            &["bind", "w.x", "--connection", "p", "-n", "a", "--cluster"],
+            "provider-rbac --subject-kind ServiceAccount --subject k --api w.x",
             2,
         ),
-        (&[&rbac[..], &["--api", "w.x"]].concat(), 2),
-        (&["status", "--no-such-flag"], 2),
-        (
-            &["bind", "w.x", "--connection", "does-not-exist", "-n", "a"],
-            1,
-        ),
-        (&["unbind", "does-not-exist", "-n", "a"], 1),
-        (
-            &["unbind", "does-not-exist", "-n", "a", "--ignore-not-found"],
-            0,
-        ),
+        ("status --no-such-flag", 2),
+        ("bind w.x --connection does-not-exist -n a", 1),
+        ("unbind does-not-exist -n a", 1),
+        ("unbind does-not-exist -n a --ignore-not-found", 0),
     ];
     Cli::run("usage", async |c| {
-        for (args, code) in cases {
-            let run = c.kbind(args).await?;
-            run.expect(code, &[]).with_context(|| format!("{args:?}"))?;
+        for (line, code) in cases {
+            let run = c.kbind(&line.split(' ').collect::<Vec<_>>()).await?;
+            run.expect(code, &[]).context(line)?;
         }
         Ok(())
     })
@@ -86,22 +74,25 @@ fn without_delete(documents: &[Value], group: &str) -> Vec<Value> {
 fn an_unbind_blocked_by_provider_rbac_names_the_failed_step_and_what_to_do() -> Result<()> {
     Cli::run("blocked", async |c| {
         let (identity, rbac) = c.konnector_identity(&[]).await?;
-        c.apply_on_provider(&without_delete(&rbac, &c.api.group))
-            .await?;
-        c.connect(identity.kubeconfig_path(), &["--schema-source", "CRD"])
-            .await?;
-        c.bind(&["-n", c.ns()]).await?;
+        let group = &c.api.group;
+        c.apply_on_provider(&without_delete(&rbac, group)).await?;
+        c.connect(&identity, &["--schema-source", "CRD"]).await?;
+        c.bind(&["-n", "blocked"]).await?;
         c.create_synced("w", json!({"size": 1})).await?;
 
         // The provider refuses the copy's delete: unbind gives up after --timeout and says
         // which step failed and what to do, from the binding's TeardownFailed condition.
         let step =
             "TeardownFailed=True reason Forbidden: teardown blocked: deleting provider copy w";
-        let hint = kubectl_kbind::hints::what_to_do("Forbidden");
+        let hint = format!(
+            "what to do: {}",
+            kubectl_kbind::hints::what_to_do("Forbidden")
+        );
+        let unbind = ["unbind", "widgets", "-n", "blocked"];
         let blocked = c
-            .kbind(&["unbind", "widgets", "-n", c.ns(), "--timeout", "30s"])
-            .await?
-            .expect(1, &[step, &format!("what to do: {hint}")])?;
+            .kbind(&[&unbind[..], &["--timeout", "30s"]].concat())
+            .await?;
+        let blocked = blocked.expect(1, &[step, &hint])?;
         ensure!(!blocked.stderr.contains("konnector log"), "{blocked:?}");
 
         // Granted again, the same unbind finishes, and so does the disconnect. The konnector
@@ -109,28 +100,22 @@ fn an_unbind_blocked_by_provider_rbac_names_the_failed_step_and_what_to_do() -> 
         // binding has it retry at once.
         c.apply_on_provider(&rbac).await?;
         let nudge = json!({"metadata": {"annotations": {"kbind.test/retry": "now"}}});
-        let nudged = Api::<Binding>::namespaced(c.consumer.clone(), c.ns())
-            .patch("widgets", &PatchParams::default(), &Patch::Merge(nudge))
+        let bindings = Api::<Binding>::namespaced(c.consumer.clone(), "blocked");
+        let params = PatchParams::default();
+        let nudged = bindings
+            .patch("widgets", &params, &Patch::Merge(nudge))
             .await;
-        if let Err(e) = nudged
-            && !e.is_not_found()
-        {
-            return Err(e.into());
-        }
-        // The retry may finish before the command starts: then there is nothing to follow.
-        let unbind = ["unbind", "widgets", "-n", c.ns(), "--ignore-not-found"];
-        c.ok(&unbind, &[]).await?;
+        // The retry may finish before the nudge or the command: then there is nothing to
+        // follow.
+        let fine = nudged.as_ref().map_or_else(|e| e.is_not_found(), |_| true);
+        ensure!(fine, "nudging the Binding: {nudged:?}");
+        c.ok(&[&unbind[..], &["--ignore-not-found"]].concat(), &[])
+            .await?;
         gone(&c.copies(), "w").await?;
-        c.ok(&["disconnect", &c.name], &[]).await?;
+        c.ok(&["disconnect", "blocked"], &[]).await?;
         expect_left(&[
-            (
-                &c.consumer,
-                kind::<Binding>(),
-                Some(c.ns()),
-                "widgets",
-                Gone,
-            ),
-            (&c.consumer, kind::<Connection>(), None, &c.name, Gone),
+            (&c.consumer, kind::<Binding>(), "blocked/widgets", Gone),
+            (&c.consumer, kind::<Connection>(), "blocked", Gone),
         ])
         .await
     })

@@ -6,7 +6,6 @@
 use anyhow::{Result, ensure};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Secret;
-use kbind_tests::fixtures::SECRET_NAMESPACE;
 use kbind_tests::syncenv::related::{put_secret, secret_value, wait_secret};
 use kbind_tests::syncenv::remains::Left::{Gone, Kept};
 use kbind_tests::syncenv::remains::{expect_left, kind};
@@ -14,6 +13,7 @@ use kbind_tests::syncenv::{cluster_uid, set_status, wait_for};
 use konnector::api::names::{DEFAULT_HEARTBEAT_NAMESPACE, heartbeat_lease_name};
 use konnector::api::{Binding, ConditionType, Connection};
 use konnector::conditions::is_true;
+use konnector::k8s::ApiErrorExt as _;
 use kube::Api;
 use kube::api::PostParams;
 use serde_json::json;
@@ -23,47 +23,46 @@ use super::{Cli, WAIT};
 #[test]
 fn the_konnector_works_with_exactly_the_printed_provider_rbac() -> Result<()> {
     Cli::run("lp", async |c| {
-        let ns = c.ns();
         // Nothing but what provider-rbac prints.
-        let (identity, rbac) = c
-            .konnector_identity(&["--related", "secrets:FromProvider"])
-            .await?;
+        let related = ["--related", "secrets:FromProvider"];
+        let (identity, rbac) = c.konnector_identity(&related).await?;
         let kinds: Vec<_> = rbac.iter().map(|d| d["kind"].as_str()).collect();
-        let expected = [
+        let printed = [
             "Namespace",
             "ClusterRole",
             "ClusterRoleBinding",
             "Role",
             "RoleBinding",
         ];
-        assert_eq!(kinds, expected.map(Some));
+        assert_eq!(kinds, printed.map(Some));
         c.apply_on_provider(&rbac).await?;
 
         // The identity really is restricted: no Secrets outside what related reads, no writes.
-        let denied = Api::<Secret>::namespaced(identity.client().await?, "lp-system")
-            .create(
-                &PostParams::default(),
-                &serde_json::from_value(json!({"metadata": {"name": "x"}}))?,
-            )
-            .await;
+        let secret: Secret = serde_json::from_value(json!({"metadata": {"name": "x"}}))?;
+        let secrets = Api::<Secret>::namespaced(identity.client().await?, "lp-system");
+        let denied = secrets.create(&PostParams::default(), &secret).await;
         ensure!(
-            matches!(&denied, Err(kube::Error::Api(s)) if s.code == 403),
-            "secret create allowed: {denied:?}"
+            denied.as_ref().is_err_and(|e| e.is_http_forbidden()),
+            "{denied:?}"
         );
 
-        c.connect(identity.kubeconfig_path(), &["--schema-source", "CRD"])
-            .await?;
+        c.connect(&identity, &["--schema-source", "CRD"]).await?;
         put_secret(
             &c.provider,
-            ns,
+            "lp",
             "lp-creds",
             &[],
             &[("password", "s3cret")],
             None,
         )
         .await?;
-        c.bind(&["-n", ns, "--related", "secrets:FromProvider:names=lp-creds"])
-            .await?;
+        c.bind(&[
+            "-n",
+            "lp",
+            "--related",
+            "secrets:FromProvider:names=lp-creds",
+        ])
+        .await?;
 
         // Spec consumer → provider, status back.
         let spec = json!({"size": 3, "color": "blue"});
@@ -76,46 +75,35 @@ fn the_konnector_works_with_exactly_the_printed_provider_rbac() -> Result<()> {
         .await?;
 
         // A related Secret copied provider → consumer.
-        let copied = wait_secret(&c.consumer, ns, "lp-creds").await?;
+        let copied = wait_secret(&c.consumer, "lp", "lp-creds").await?;
         assert_eq!(secret_value(&copied, "password").as_deref(), Some("s3cret"));
 
         // The heartbeat Lease, renewed by the restricted identity.
-        let lease_name = heartbeat_lease_name("lp", &cluster_uid(&c.consumer).await?);
+        let lease = heartbeat_lease_name("lp", &cluster_uid(&c.consumer).await?);
         let leases = Api::<Lease>::namespaced(c.provider.clone(), DEFAULT_HEARTBEAT_NAMESPACE);
-        let lease = wait_for("the heartbeat Lease", WAIT, || async {
-            Ok(leases.get_opt(&lease_name).await?)
+        wait_for("the heartbeat Lease, with a holder", WAIT, || async {
+            let lease = leases.get_opt(&lease).await?;
+            Ok(lease.and_then(|l| l.spec?.holder_identity))
         })
         .await?;
-        ensure!(
-            lease.spec.and_then(|s| s.holder_identity).is_some(),
-            "the Lease has a holder"
-        );
 
         // Never refused along the way.
         let connection = Api::<Connection>::all(c.consumer.clone()).get("lp").await?;
         let conditions = connection.status.map(|s| s.conditions).unwrap_or_default();
-        ensure!(
-            !is_true(&conditions, ConditionType::PermissionDenied),
-            "PermissionDenied: {conditions:?}"
-        );
+        let refused = is_true(&conditions, ConditionType::PermissionDenied);
+        ensure!(!refused, "PermissionDenied: {conditions:?}");
         let counts = "instances: 1 synced, 0 conflicting, 0 failing, 0 pending";
         c.kbind(&["status", "lp"]).await?.expect(0, &[counts])?;
 
         // Teardown with the same identity: the copies go, the sources stay.
         c.ok(&["disconnect", "lp", "--cascade"], &[]).await?;
         expect_left(&[
-            (&c.provider, c.api.resource(), Some(ns), "w", Gone),
-            (&c.consumer, kind::<Secret>(), Some(ns), "lp-creds", Gone),
-            (&c.provider, kind::<Secret>(), Some(ns), "lp-creds", Kept),
-            (&c.consumer, kind::<Binding>(), Some(ns), "widgets", Gone),
-            (&c.consumer, kind::<Connection>(), None, "lp", Gone),
-            (
-                &c.consumer,
-                kind::<Secret>(),
-                Some(SECRET_NAMESPACE),
-                "lp-kubeconfig",
-                Gone,
-            ),
+            (&c.provider, c.api.resource(), "lp/w", Gone),
+            (&c.consumer, kind::<Secret>(), "lp/lp-creds", Gone),
+            (&c.provider, kind::<Secret>(), "lp/lp-creds", Kept),
+            (&c.consumer, kind::<Binding>(), "lp/widgets", Gone),
+            (&c.consumer, kind::<Connection>(), "lp", Gone),
+            (&c.consumer, kind::<Secret>(), "kbind/lp-kubeconfig", Gone),
         ])
         .await
     })

@@ -12,9 +12,7 @@ mod exit_codes;
 mod least_privilege;
 mod lifecycle;
 
-use std::io::Write as _;
-use std::path::Path;
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -32,14 +30,11 @@ pub const TIMEOUT: &str = "90s";
 /// How long tests wait for effects they check themselves.
 pub const WAIT: Duration = Duration::from_secs(90);
 
-/// What one CLI run gave.
+/// What one CLI run gave: its exit code and both streams.
 #[derive(Debug)]
 pub struct Run {
-    /// Exit code.
     pub code: i32,
-    /// Standard output.
     pub stdout: String,
-    /// Standard error.
     pub stderr: String,
 }
 
@@ -64,25 +59,19 @@ impl Run {
     }
 }
 
-/// The `konnector run` process shared by this binary's tests: started once, killed when the
-/// test binary exits however it exits (a `sh` watchdog reads a pipe from this process and
-/// kills the konnector at end-of-file, since a `static` is never dropped).
-struct SharedKonnector {
-    _watchdog: Child,
-    _pipe: ChildStdin,
-    metrics: u16,
-}
-
-static KONNECTOR: OnceLock<Result<SharedKonnector, String>> = OnceLock::new();
+/// The `konnector run` process shared by this binary's tests and its metrics port: started
+/// once, killed when the test binary exits however it exits (a `sh` watchdog reads a pipe from
+/// this process and kills the konnector at end-of-file, since a `static` is never dropped).
+static KONNECTOR: OnceLock<Result<(Child, u16), String>> = OnceLock::new();
 
 /// Starts (once) the shared konnector against the pair's consumer and returns its metrics
 /// port once it answers.
-pub async fn shared_konnector(pair: &'static ClusterPair) -> Result<u16> {
+async fn shared_konnector(pair: &'static ClusterPair) -> Result<u16> {
     let consumer = pair.consumer.client().await?;
     kbind_tests::fixtures::install_core_crds(&consumer).await?;
     ensure_namespace(&consumer, SECRET_NAMESPACE).await?;
     let metrics = match KONNECTOR.get_or_init(|| start(pair).map_err(|e| format!("{e:#}"))) {
-        Ok(k) => k.metrics,
+        Ok((_, metrics)) => *metrics,
         Err(e) => anyhow::bail!("starting the konnector: {e}"),
     };
     kbind_tests::eventually(WAIT, || async {
@@ -94,10 +83,11 @@ pub async fn shared_konnector(pair: &'static ClusterPair) -> Result<u16> {
     Ok(metrics)
 }
 
-fn start(pair: &ClusterPair) -> Result<SharedKonnector> {
+fn start(pair: &ClusterPair) -> Result<(Child, u16)> {
     let (metrics, health) = (free_port()?, free_port()?);
+    let address = |port| format!("127.0.0.1:{port}");
     let log = std::fs::File::create(pair.root().join("cli-konnector.log"))?;
-    let mut watchdog = Command::new("/bin/sh")
+    let watchdog = Command::new("/bin/sh")
         .arg("-c")
         .arg(r#""$@" </dev/null & child=$!; cat >/dev/null; kill -9 "$child" 2>/dev/null"#)
         .arg("sh")
@@ -106,40 +96,27 @@ fn start(pair: &ClusterPair) -> Result<SharedKonnector> {
         .arg("--kubeconfig")
         .arg(pair.consumer.admin().kubeconfig_path())
         .args(["--connection-resync", "1s", "--binding-resync", "1s"])
-        .args(["--metrics-bind-address", &format!("127.0.0.1:{metrics}")])
-        .args([
-            "--health-probe-bind-address",
-            &format!("127.0.0.1:{health}"),
-        ])
+        .args(["--metrics-bind-address", &address(metrics)])
+        .args(["--health-probe-bind-address", &address(health)])
         .env("NO_COLOR", "1")
         .stdin(Stdio::piped())
         .stdout(Stdio::from(log.try_clone()?))
         .stderr(Stdio::from(log))
         .spawn()
         .context("starting konnector run")?;
-    let mut pipe = watchdog.stdin.take().context("no watchdog pipe")?;
-    pipe.flush()?;
-    Ok(SharedKonnector {
-        _watchdog: watchdog,
-        _pipe: pipe,
-        metrics,
-    })
+    Ok((watchdog, metrics))
 }
 
 /// One CLI test's frame, so that a test body holds only the commands and effects it checks:
 /// the shared pair with the shared konnector running, both admin clients, and the test's API
 /// `widgets.<name>.e2e.kbind.io` exported on the provider. `name` also names the test's
-/// Connection and namespace.
+/// Connection and namespace; `metrics` is the konnector's metrics port.
 pub struct Cli {
-    /// The shared pair.
     pub pair: &'static ClusterPair,
-    /// Provider admin client.
+    pub metrics: u16,
     pub provider: Client,
-    /// Consumer admin client.
     pub consumer: Client,
-    /// The test's API.
     pub api: TestApi,
-    /// The test's Connection and namespace.
     pub name: String,
 }
 
@@ -153,9 +130,9 @@ impl Cli {
             .build()?;
         runtime.block_on(async {
             let pair = shared_pair()?;
-            shared_konnector(pair).await?;
             let cli = Cli {
                 pair,
+                metrics: shared_konnector(pair).await?,
                 provider: pair.provider.client().await?,
                 consumer: pair.consumer.client().await?,
                 api: TestApi::namespaced(&format!("{name}.e2e.kbind.io")),
@@ -175,11 +152,6 @@ impl Cli {
         })
     }
 
-    /// The test's namespace.
-    pub fn ns(&self) -> &str {
-        &self.name
-    }
-
     /// Runs `kubectl-kbind --kubeconfig <consumer admin> <args>` to completion.
     pub async fn kbind(&self, args: &[&str]) -> Result<Run> {
         let mut command = Command::new(kbind_tests::kubectl_kbind_binary!());
@@ -188,19 +160,7 @@ impl Cli {
             .arg(self.pair.consumer.admin().kubeconfig_path())
             .args(args)
             .env_remove("KUBECONFIG");
-        run(command, String::new()).await
-    }
-
-    /// Runs the test environment's `kubectl` as `cluster`'s admin, `stdin` on its standard
-    /// input; fails unless it exits 0, and returns its standard output.
-    pub async fn kubectl(&self, cluster: &Cluster, args: &[&str], stdin: String) -> Result<String> {
-        let mut command = Command::new(kube_binary()?);
-        command
-            .arg("kubectl")
-            .arg("--kubeconfig")
-            .arg(cluster.admin().kubeconfig_path())
-            .args(args);
-        Ok(run(command, stdin).await?.expect(0, &[])?.stdout)
+        run(command).await
     }
 
     /// Runs `kubectl-kbind <args> --timeout` (a command that waits for the konnector) and
@@ -210,9 +170,9 @@ impl Cli {
         self.kbind(&args).await?.expect(0, says)
     }
 
-    /// Connects the test's Connection to the provider with `kubeconfig`, waiting for Ready.
-    pub async fn connect(&self, kubeconfig: &Path, extra: &[&str]) -> Result<Run> {
-        let kubeconfig = kubeconfig.to_str().context("path is not UTF-8")?;
+    /// Connects the test's Connection to the provider as `identity`, waiting for Ready.
+    pub async fn connect(&self, identity: &Identity, extra: &[&str]) -> Result<Run> {
+        let kubeconfig = identity.kubeconfig_path().to_str().context("not UTF-8")?;
         let args = ["connect", &self.name, "--provider-kubeconfig", kubeconfig];
         self.ok(&[&args, extra].concat(), &[]).await
     }
@@ -228,7 +188,7 @@ impl Cli {
     /// copy.
     pub async fn create_synced(&self, name: &str, spec: Value) -> Result<DynamicObject> {
         self.api
-            .create(&self.consumer, Some(self.ns()), name, spec)
+            .create(&self.consumer, Some(&self.name), name, spec)
             .await?;
         let copies = self.copies();
         wait_for(&format!("the provider copy of {name}"), WAIT, || async {
@@ -239,12 +199,12 @@ impl Cli {
 
     /// The test's API's instances on the consumer, in its namespace.
     pub fn instances(&self) -> kube::Api<DynamicObject> {
-        self.api.api(&self.consumer, Some(self.ns()))
+        self.api.api(&self.consumer, Some(&self.name))
     }
 
     /// The test's API's copies on the provider, in its namespace.
     pub fn copies(&self) -> kube::Api<DynamicObject> {
-        self.api.api(&self.provider, Some(self.ns()))
+        self.api.api(&self.provider, Some(&self.name))
     }
 
     /// The provider side of a least-privilege connection: the ServiceAccount `konnector` in
@@ -253,52 +213,56 @@ impl Cli {
     pub async fn konnector_identity(&self, extra: &[&str]) -> Result<(Identity, Vec<Value>)> {
         let namespace = format!("{}-system", self.name);
         ensure_namespace(&self.provider, &namespace).await?;
-        let identity = self
-            .pair
-            .provider
+        let provider = &self.pair.provider;
+        let identity = provider
             .mint_service_account(&namespace, "konnector")
             .await?;
-        let (api, rbac_name) = (self.api.name(), format!("kbind-{}", self.name));
-        let subject = ["--subject-kind", "ServiceAccount", "--subject", "konnector"];
-        let rest = ["-n", &namespace, "--api", &api, "--schema-source", "CRD"];
-        let args = [
-            &["provider-rbac"],
-            &subject[..],
-            &rest,
-            extra,
-            &["--name", &rbac_name],
-        ];
-        let rbac = self.kbind(&args.concat()).await?.expect(0, &[])?;
+        let (api, name) = (self.api.name(), self.name.as_str());
+        let rbac = format!(
+            "provider-rbac --subject-kind ServiceAccount --subject konnector -n {namespace} \
+             --api {api} --schema-source CRD --name kbind-{name}"
+        );
+        let args: Vec<_> = rbac
+            .split_whitespace()
+            .chain(extra.iter().copied())
+            .collect();
+        let rbac = self.kbind(&args).await?.expect(0, &[])?;
         let documents = serde_yaml::Deserializer::from_str(&rbac.stdout)
             .map(Value::deserialize)
             .filter(|doc| !matches!(doc, Ok(Value::Null)));
         Ok((identity, documents.collect::<Result<_, _>>()?))
     }
 
-    /// Applies RBAC documents on the provider as `kubectl apply -f -` does.
+    /// Applies RBAC documents on the provider as `kubectl apply -f` does.
     pub async fn apply_on_provider(&self, documents: &[Value]) -> Result<()> {
+        let path = self.pair.root().join(format!("{}-rbac.yaml", self.name));
         let stream: String = documents.iter().map(|d| format!("---\n{d}\n")).collect();
-        let args = ["apply", "--server-side", "--force-conflicts", "-f", "-"];
-        self.kubectl(&self.pair.provider, &args, stream).await?;
+        std::fs::write(&path, stream)?;
+        let path = path.to_str().context("not UTF-8")?;
+        let apply = ["apply", "--server-side", "--force-conflicts", "-f", path];
+        kubectl(&self.pair.provider, &apply).await?;
         Ok(())
     }
 }
 
-/// Runs a command to completion with `stdin` on its standard input.
-async fn run(mut command: Command, stdin: String) -> Result<Run> {
+/// Runs the test environment's `kubectl` as `cluster`'s admin; fails unless it exits 0, and
+/// returns its standard output.
+pub async fn kubectl(cluster: &Cluster, args: &[&str]) -> Result<String> {
+    let mut command = Command::new(kube_binary()?);
+    let kubeconfig = cluster.admin().kubeconfig_path();
     command
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let output = tokio::task::spawn_blocking(move || {
-        let mut child = command.spawn()?;
-        let mut input = child.stdin.take().context("no stdin")?;
-        input.write_all(stdin.as_bytes())?;
-        drop(input);
-        anyhow::Ok(child.wait_with_output()?)
-    })
-    .await?
-    .context("running a command")?;
+        .arg("kubectl")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args);
+    Ok(run(command).await?.expect(0, &[])?.stdout)
+}
+
+/// Runs a command to completion.
+async fn run(mut command: Command) -> Result<Run> {
+    let output = tokio::task::spawn_blocking(move || command.output())
+        .await?
+        .context("running a command")?;
     Ok(Run {
         code: output.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
