@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use anyhow::Result;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition as Crd;
 use kbind_tests::syncenv::remains::Left::{Gone, Kept, Released};
 use kbind_tests::syncenv::remains::{expect_left, kind, wait_left};
 use kbind_tests::syncenv::{BINDING, Scenario, gone, holds_syncer_finalizer, merge, stays};
@@ -21,10 +21,9 @@ fn namespaced_binding_teardown_deletes_owned_copies_keeps_crd_and_instances() ->
         s.copy("w").await?;
         s.unbind().await?;
         gone(&s.copies(), "w").await?;
-        let crd = kind::<CustomResourceDefinition>();
         expect_left(&[
             (&s.consumer, s.api.resource(), "td-binding/w", Released),
-            (&s.consumer, crd, &s.api.name(), Kept),
+            (&s.consumer, kind::<Crd>(), &s.api.name(), Kept),
         ])
         .await
     })
@@ -38,11 +37,10 @@ fn last_cluster_binding_teardown_deletes_crd_and_instances() -> Result<()> {
         s.copy("w").await?;
         s.unbind().await?;
         gone(&s.copies(), "w").await?;
-        let crd = kind::<CustomResourceDefinition>();
         wait_left(&[
-            (&s.consumer, crd.clone(), &s.api.name(), Gone),
+            (&s.consumer, kind::<Crd>(), &s.api.name(), Gone),
             // The provider's CRD is the provider's: untouched.
-            (&s.provider, crd, &s.api.name(), Kept),
+            (&s.provider, kind::<Crd>(), &s.api.name(), Kept),
         ])
         .await
     })

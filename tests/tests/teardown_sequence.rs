@@ -3,23 +3,19 @@
 //! syncers), in its own test binary so that its konnector handles every binding of the pair
 //! without meeting the per-test stacks of `teardown.rs`.
 
-use std::time::Duration;
-
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kbind_tests::fixtures::{connect, shared_konnector, wait_ready};
 use kbind_tests::syncenv::related::{put_plain_secret, wait_secret};
 use kbind_tests::syncenv::remains::Left::{Gone, Kept, Released};
-use kbind_tests::syncenv::remains::{delete_gone, expect_left, kind};
-use kbind_tests::syncenv::{TestApi, cluster_uid, ensure_namespace, wait_for};
+use kbind_tests::syncenv::remains::{delete_gone, expect_left, kind, wait_left};
+use kbind_tests::syncenv::{TestApi, WAIT, cluster_uid, ensure_namespace, wait_for};
 use kbind_tests::testenv::shared_pair;
 use konnector::api::names::heartbeat_lease_name;
 use konnector::api::{Binding, Connection, SchemaPolicy};
 use kube::Api;
 use kube::api::PostParams;
 use serde_json::json;
-
-const WAIT: Duration = Duration::from_secs(60);
 
 /// The teardown sequence against the real manager (Connection controller included):
 /// `delete binding` → `delete connection` → `delete secret`.
@@ -34,26 +30,15 @@ async fn teardown_in_order_deletes_copies_and_releases_credentials_keeping_the_r
     let consumer = pair.consumer.client().await?;
     pair.diagnose(async {
         api.install_on_provider(&provider).await?;
-        connect(
-            &consumer,
-            &pair.provider,
-            name,
-            SchemaPolicy::default(),
-            false,
-        )
-        .await?;
+        let schema = SchemaPolicy::default();
+        connect(&consumer, &pair.provider, name, schema, false).await?;
         wait_ready(&consumer, name).await?;
         put_plain_secret(&provider, name, "creds", &[]).await?;
         let binding = serde_json::from_value(json!({
             "metadata": {"name": name, "namespace": name},
-            "spec": {
-                "connectionRef": {"name": name},
-                "apis": [{"name": api.name()}],
-                "relatedResources": [{
-                    "resource": "secrets", "direction": "FromProvider",
-                    "selector": {"names": ["creds"]},
-                }],
-            },
+            "spec": {"connectionRef": {"name": name}, "apis": [{"name": api.name()}],
+                "relatedResources": [{"resource": "secrets", "direction": "FromProvider",
+                    "selector": {"names": ["creds"]}}]},
         }))?;
         ensure_namespace(&consumer, name).await?;
         Api::<Binding>::namespaced(consumer.clone(), name)
@@ -63,11 +48,7 @@ async fn teardown_in_order_deletes_copies_and_releases_credentials_keeping_the_r
             Ok(api.create(&consumer, Some(name), "g", json!({})).await.ok())
         })
         .await?;
-        let copies = api.api(&provider, Some(name));
-        wait_for("the provider copy", WAIT, || async {
-            Ok(copies.get_opt("g").await?)
-        })
-        .await?;
+        wait_left(&[(&provider, api.resource(), "td-full/g", Kept)]).await?;
         wait_secret(&consumer, name, "creds").await?;
 
         // kubectl -n td-full delete bindings.core.kbind.io td-full; kubectl delete connection

@@ -5,7 +5,7 @@
 use kube::api::{ApiResource, DeleteParams, DynamicObject};
 use kube::{Api, Client, Resource};
 
-use super::{WAIT, holds_syncer_finalizer, wait_for};
+use super::{WAIT, holds_syncer_finalizer};
 
 /// What a teardown should have left of an object.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -14,8 +14,7 @@ pub enum Left {
     Gone,
     /// The object, not being deleted.
     Kept,
-    /// The object, not being deleted and without the syncer's finalizer: an instance kbind
-    /// let go of.
+    /// The object, not being deleted, without the syncer's finalizer: a released instance.
     Released,
 }
 
@@ -28,10 +27,11 @@ pub fn kind<K: Resource<DynamicType = ()>>() -> ApiResource {
     ApiResource::erase::<K>(&())
 }
 
-fn dynamic(client: &Client, kind: &ApiResource, namespace: Option<&str>) -> Api<DynamicObject> {
-    match namespace {
-        Some(ns) => Api::namespaced_with(client.clone(), ns, kind),
-        None => Api::all_with(client.clone(), kind),
+/// The API holding the object at `path`, and the object's name.
+fn at<'p>(client: &Client, kind: &ApiResource, path: &'p str) -> (Api<DynamicObject>, &'p str) {
+    match path.split_once('/') {
+        Some((namespace, name)) => (Api::namespaced_with(client.clone(), namespace, kind), name),
+        None => (Api::all_with(client.clone(), kind), path),
     }
 }
 
@@ -39,8 +39,8 @@ fn dynamic(client: &Client, kind: &ApiResource, namespace: Option<&str>) -> Api<
 pub async fn expect_left(rows: &[Remains<'_>]) -> anyhow::Result<()> {
     let mut wrong = Vec::new();
     for (client, kind, path, left) in rows {
-        let (namespace, name) = split(path);
-        let found = dynamic(client, kind, namespace).get_opt(name).await?;
+        let (api, name) = at(client, kind, path);
+        let found = api.get_opt(name).await?;
         let live = |o: &DynamicObject| o.metadata.deletion_timestamp.is_none();
         let holds = match (left, &found) {
             (Left::Gone, found) => found.is_none(),
@@ -65,19 +65,7 @@ pub async fn wait_left(rows: &[Remains<'_>]) -> anyhow::Result<()> {
 /// Deletes the object of `kind` at `path` and waits until it is gone, its finalizers done: one
 /// step of a teardown.
 pub async fn delete_gone(client: &Client, kind: ApiResource, path: &str) -> anyhow::Result<()> {
-    let (namespace, name) = split(path);
-    let api = dynamic(client, &kind, namespace);
+    let (api, name) = at(client, &kind, path);
     api.delete(name, &DeleteParams::default()).await?;
-    wait_for(&format!("{} {path} gone", kind.kind), WAIT, || async {
-        Ok(api.get_opt(name).await?.is_none().then_some(()))
-    })
-    .await
-}
-
-/// `namespace/name` split, or `name` alone for a cluster-scoped object.
-fn split(path: &str) -> (Option<&str>, &str) {
-    match path.split_once('/') {
-        Some((namespace, name)) => (Some(namespace), name),
-        None => (None, path),
-    }
+    wait_left(&[(client, kind, path, Left::Gone)]).await
 }

@@ -54,12 +54,9 @@ fn printer_columns_render_server_side_for_every_kind() -> Result<()> {
         ensure!(exported.iter().any(|a| a.name == api), "{api} not exported");
         let expected = json!({
             "Name": "cols", "Ready": "True", "Source": "CRD", "APIs": exported[0].name,
-            "Secret": "cols-kubeconfig",
+            "Secret": "cols-kubeconfig", // the wide column
         });
-        assert_eq!(
-            cells, expected,
-            "the Connection's row, wide Secret column included"
-        );
+        assert_eq!(cells, expected, "the Connection's row");
 
         let binding = "/apis/core.kbind.io/v1alpha1/namespaces/cols/bindings/widgets";
         let (columns, cells) = table(&c.consumer, binding).await?;
@@ -80,20 +77,14 @@ fn printer_columns_render_server_side_for_every_kind() -> Result<()> {
         // kubectl itself: short names and the category resolve, the columns print.
         let kubectl = async |args| kubectl(&c.pair.consumer, args).await;
         let kb = kubectl(&["get", "kb", "-n", "cols"]).await?;
-        let header = kb.lines().next().unwrap_or_default().split_whitespace();
-        assert_eq!(
-            header.collect::<Vec<_>>().join(" "),
-            BINDING_COLUMNS.to_uppercase()
-        );
+        let (header, upper) = (kb.lines().next(), BINDING_COLUMNS.to_uppercase());
+        let same = header.is_some_and(|h| h.split_whitespace().eq(upper.split(' ')));
+        assert!(same, "kubectl get kb:\n{kb}");
         let kconn = kubectl(&["get", "kconn", "cols"]).await?;
         ensure!(kconn.contains("CRD"), "kubectl get kconn:\n{kconn}");
         let all = kubectl(&["get", "kbind", "-A"]).await?;
-        for object in [
-            "connection.core.kbind.io/cols",
-            "binding.core.kbind.io/widgets",
-        ] {
-            ensure!(all.contains(object), "kubectl get kbind -A:\n{all}");
-        }
+        ensure!(all.contains("connection.core.kbind.io/cols"), "{all}");
+        ensure!(all.contains("binding.core.kbind.io/widgets"), "{all}");
 
         c.ok(&["disconnect", "cols", "--cascade"], &[]).await?;
         Ok(())

@@ -9,6 +9,7 @@ use konnector::api::{Binding, Connection};
 use konnector::k8s::ApiErrorExt as _;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
+use kubectl_kbind::hints::what_to_do;
 use serde_json::{Value, json};
 
 use super::{Cli, TIMEOUT};
@@ -84,33 +85,25 @@ fn an_unbind_blocked_by_provider_rbac_names_the_failed_step_and_what_to_do() -> 
         // which step failed and what to do, from the binding's TeardownFailed condition.
         let step =
             "TeardownFailed=True reason Forbidden: teardown blocked: deleting provider copy w";
-        let hint = format!(
-            "what to do: {}",
-            kubectl_kbind::hints::what_to_do("Forbidden")
-        );
-        let unbind = ["unbind", "widgets", "-n", "blocked"];
-        let blocked = c
-            .kbind(&[&unbind[..], &["--timeout", "30s"]].concat())
-            .await?;
-        let blocked = blocked.expect(1, &[step, &hint])?;
+        let hint = format!("what to do: {}", what_to_do("Forbidden"));
+        let unbind = ["unbind", "widgets", "-n", "blocked", "--timeout", "30s"];
+        let blocked = c.kbind(&unbind).await?.expect(1, &[step, &hint])?;
         ensure!(!blocked.stderr.contains("konnector log"), "{blocked:?}");
 
         // Granted again, the same unbind finishes, and so does the disconnect. The konnector
         // backs a failing teardown off (up to minutes after many attempts); a change to the
         // binding has it retry at once.
         c.apply_on_provider(&rbac).await?;
-        let nudge = json!({"metadata": {"annotations": {"kbind.test/retry": "now"}}});
+        let nudge = Patch::Merge(json!({"metadata": {"annotations": {"kbind.test/retry": "now"}}}));
         let bindings = Api::<Binding>::namespaced(c.consumer.clone(), "blocked");
-        let params = PatchParams::default();
         let nudged = bindings
-            .patch("widgets", &params, &Patch::Merge(nudge))
+            .patch("widgets", &PatchParams::default(), &nudge)
             .await;
-        // The retry may finish before the nudge or the command: then there is nothing to
-        // follow.
+        // The retry may finish first: then there is nothing left to follow.
         let fine = nudged.as_ref().map_or_else(|e| e.is_not_found(), |_| true);
         ensure!(fine, "nudging the Binding: {nudged:?}");
-        c.ok(&[&unbind[..], &["--ignore-not-found"]].concat(), &[])
-            .await?;
+        let unbind = ["unbind", "widgets", "-n", "blocked", "--ignore-not-found"];
+        c.ok(&unbind, &[]).await?;
         gone(&c.copies(), "w").await?;
         c.ok(&["disconnect", "blocked"], &[]).await?;
         expect_left(&[

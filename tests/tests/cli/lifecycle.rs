@@ -47,9 +47,7 @@ fn connect_bind_status_unbind_disconnect_leaves_nothing_behind() -> Result<()> {
         }
         let json = c.kbind(&["status", "lc", "-o", "json"]).await?;
         let report: Value = serde_json::from_str(&json.stdout)?;
-        let apis = report
-            .pointer("/connections/0/apis")
-            .and_then(Value::as_array);
+        let apis = report["connections"][0]["apis"].as_array();
         let ours = apis.into_iter().flatten().find(|a| a["name"] == *api);
         let node = &ours.context("the API not in the report")?["bindings"][0];
         let counts = json!({"synced": 1, "conflicting": 1, "failing": 0, "pending": 0});

@@ -154,13 +154,8 @@ impl Cli {
 
     /// Runs `kubectl-kbind --kubeconfig <consumer admin> <args>` to completion.
     pub async fn kbind(&self, args: &[&str]) -> Result<Run> {
-        let mut command = Command::new(kbind_tests::kubectl_kbind_binary!());
-        command
-            .arg("--kubeconfig")
-            .arg(self.pair.consumer.admin().kubeconfig_path())
-            .args(args)
-            .env_remove("KUBECONFIG");
-        run(command).await
+        let kbind = Command::new(kbind_tests::kubectl_kbind_binary!());
+        run(kbind, &self.pair.consumer, args).await
     }
 
     /// Runs `kubectl-kbind <args> --timeout` (a command that waits for the konnector) and
@@ -222,10 +217,8 @@ impl Cli {
             "provider-rbac --subject-kind ServiceAccount --subject konnector -n {namespace} \
              --api {api} --schema-source CRD --name kbind-{name}"
         );
-        let args: Vec<_> = rbac
-            .split_whitespace()
-            .chain(extra.iter().copied())
-            .collect();
+        let mut args: Vec<_> = rbac.split_whitespace().collect();
+        args.extend(extra);
         let rbac = self.kbind(&args).await?.expect(0, &[])?;
         let documents = serde_yaml::Deserializer::from_str(&rbac.stdout)
             .map(Value::deserialize)
@@ -248,18 +241,16 @@ impl Cli {
 /// Runs the test environment's `kubectl` as `cluster`'s admin; fails unless it exits 0, and
 /// returns its standard output.
 pub async fn kubectl(cluster: &Cluster, args: &[&str]) -> Result<String> {
-    let mut command = Command::new(kube_binary()?);
-    let kubeconfig = cluster.admin().kubeconfig_path();
-    command
-        .arg("kubectl")
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .args(args);
-    Ok(run(command).await?.expect(0, &[])?.stdout)
+    let mut kubectl = Command::new(kube_binary()?);
+    kubectl.arg("kubectl");
+    Ok(run(kubectl, cluster, args).await?.expect(0, &[])?.stdout)
 }
 
-/// Runs a command to completion.
-async fn run(mut command: Command) -> Result<Run> {
+/// Runs `command --kubeconfig <cluster's admin> <args>` to completion.
+async fn run(mut command: Command, cluster: &Cluster, args: &[&str]) -> Result<Run> {
+    let kubeconfig = cluster.admin().kubeconfig_path();
+    command.arg("--kubeconfig").arg(kubeconfig).args(args);
+    command.env_remove("KUBECONFIG");
     let output = tokio::task::spawn_blocking(move || command.output())
         .await?
         .context("running a command")?;
