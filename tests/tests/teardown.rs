@@ -5,87 +5,70 @@
 
 use std::time::Duration;
 
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kbind_tests::syncenv::{
-    BINDING, Scenario, WAIT, gone, holds_syncer_finalizer, merge, stays, wait_for,
-};
+use anyhow::Result;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition as Crd;
+use kbind_tests::syncenv::remains::Left::{Gone, Kept, Released};
+use kbind_tests::syncenv::remains::{expect_left, kind, wait_left};
+use kbind_tests::syncenv::{BINDING, Scenario, gone, holds_syncer_finalizer, merge, stays};
 use konnector::api::ConflictPolicy;
 use konnector::api::names::{DELETION_POLICY_ANNOTATION, DELETION_POLICY_ORPHAN};
-use kube::Api;
 use serde_json::json;
 
 #[test]
-fn namespaced_binding_teardown_deletes_owned_copies_keeps_crd_and_instances() -> anyhow::Result<()>
-{
+fn namespaced_binding_teardown_deletes_owned_copies_keeps_crd_and_instances() -> Result<()> {
     Scenario::bound("td-binding").run(async |s| {
         s.create("w", json!({"size": 1})).await?;
         s.copy("w").await?;
         s.unbind().await?;
         gone(&s.copies(), "w").await?;
-        let instance = s.instances().get("w").await?;
-        assert!(
-            !holds_syncer_finalizer(&instance),
-            "syncer finalizer released"
-        );
-        let crds = Api::<CustomResourceDefinition>::all(s.consumer.clone());
-        assert!(crds.get_opt(&s.api.name()).await?.is_some(), "CRD kept");
-        Ok(())
+        expect_left(&[
+            (&s.consumer, s.api.resource(), "td-binding/w", Released),
+            (&s.consumer, kind::<Crd>(), &s.api.name(), Kept),
+        ])
+        .await
     })
 }
 
 #[test]
-fn last_cluster_binding_teardown_deletes_crd_and_instances() -> anyhow::Result<()> {
-    let scenario = Scenario::bound("td-cluster")
-        .namespace("td-cluster-ns")
-        .cluster_binding();
+fn last_cluster_binding_teardown_deletes_crd_and_instances() -> Result<()> {
+    let scenario = Scenario::bound("td-cluster").cluster_binding();
     scenario.run(async |s| {
         s.create("w", json!({})).await?;
         s.copy("w").await?;
         s.unbind().await?;
         gone(&s.copies(), "w").await?;
-        let crds = Api::<CustomResourceDefinition>::all(s.consumer.clone());
-        wait_for("the consumer CRD deleted", WAIT, || async {
-            Ok(crds.get_opt(&s.api.name()).await?.is_none().then_some(()))
-        })
-        .await?;
-        // The provider's CRD is the provider's: untouched.
-        let provider_crds = Api::<CustomResourceDefinition>::all(s.provider.clone());
-        assert!(provider_crds.get_opt(&s.api.name()).await?.is_some());
-        Ok(())
+        wait_left(&[
+            (&s.consumer, kind::<Crd>(), &s.api.name(), Gone),
+            // The provider's CRD is the provider's: untouched.
+            (&s.provider, kind::<Crd>(), &s.api.name(), Kept),
+        ])
+        .await
     })
 }
 
 #[test]
-fn overlapping_binding_skips_the_api_on_teardown() -> anyhow::Result<()> {
-    Scenario::bound("td-overlap")
-        .namespace("td-overlap-a")
-        .run(async |s| {
-            let other = s.binding("td-overlap-b", BINDING, &[&s.api], ConflictPolicy::Fail);
-            s.create_ready_binding(&other).await?;
-            s.create("w", json!({})).await?;
-            s.copy("w").await?;
-            s.unbind().await?;
-            // The other binding lists the API, so cleanup skips it as a whole, even though that
-            // binding does not cover this namespace.
-            stays(
-                "copy and finalizer kept",
-                Duration::from_secs(3),
-                || async {
-                    let copy = s.copies().get_opt("w").await?;
-                    Ok(copy.is_some() && holds_syncer_finalizer(&s.instances().get("w").await?))
-                },
-            )
-            .await
-        })
+fn overlapping_binding_skips_the_api_on_teardown() -> Result<()> {
+    Scenario::bound("td-overlap").run(async |s| {
+        let other = s.binding("td-overlap-b", BINDING, &[&s.api], ConflictPolicy::Fail);
+        s.create_ready_binding(&other).await?;
+        s.create("w", json!({})).await?;
+        s.copy("w").await?;
+        s.unbind().await?;
+        // The other binding lists the API, so cleanup skips it as a whole, even though that
+        // binding does not cover this namespace.
+        let kept = || async {
+            let copy = s.copies().get_opt("w").await?;
+            Ok(copy.is_some() && holds_syncer_finalizer(&s.instances().get("w").await?))
+        };
+        stays("copy and finalizer kept", Duration::from_secs(3), kept).await
+    })
 }
 
 #[test]
-fn orphan_instance_keeps_its_copy_on_binding_teardown() -> anyhow::Result<()> {
+fn orphan_instance_keeps_its_copy_on_binding_teardown() -> Result<()> {
     Scenario::bound("td-orphan").run(async |s| {
         for name in ["kept", "dropped"] {
             s.create(name, json!({})).await?;
-        }
-        for name in ["kept", "dropped"] {
             s.copy(name).await?;
         }
         let orphan = json!({"metadata": {"annotations": {
@@ -93,15 +76,10 @@ fn orphan_instance_keeps_its_copy_on_binding_teardown() -> anyhow::Result<()> {
         merge(&s.instances(), "kept", orphan).await?;
         s.unbind().await?;
         gone(&s.copies(), "dropped").await?;
-        anyhow::ensure!(
-            s.copies().get_opt("kept").await?.is_some(),
-            "Orphan copy deleted"
-        );
-        let kept = s.instances().get("kept").await?;
-        anyhow::ensure!(
-            !holds_syncer_finalizer(&kept),
-            "Orphan instance still holds its finalizer"
-        );
-        Ok(())
+        expect_left(&[
+            (&s.provider, s.api.resource(), "td-orphan/kept", Kept),
+            (&s.consumer, s.api.resource(), "td-orphan/kept", Released),
+        ])
+        .await
     })
 }

@@ -3,28 +3,19 @@
 //! syncers), in its own test binary so that its konnector handles every binding of the pair
 //! without meeting the per-test stacks of `teardown.rs`.
 
-use std::time::Duration;
-
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
-use kbind_tests::fixtures::{
-    SECRET_NAMESPACE, connect, has_condition, install_crd, shared_konnector, wait_connection,
-    widget_crd,
-};
-use kbind_tests::syncenv::related::{entry, put_secret, wait_secret};
-use kbind_tests::syncenv::{ensure_namespace, wait_for};
+use kbind_tests::fixtures::{connect, shared_konnector, wait_ready};
+use kbind_tests::syncenv::related::{put_plain_secret, wait_secret};
+use kbind_tests::syncenv::remains::Left::{Gone, Kept, Released};
+use kbind_tests::syncenv::remains::{delete_gone, expect_left, kind, wait_left};
+use kbind_tests::syncenv::{TestApi, WAIT, cluster_uid, ensure_namespace, wait_for};
 use kbind_tests::testenv::shared_pair;
-use konnector::api::names::SYNCER_FINALIZER;
-use konnector::api::{
-    ApiReference, Binding, BindingSpec, ConflictPolicy, Connection, ConnectionReference,
-    RelatedDirection, RelatedResourceKind, SchemaPolicy,
-};
-use kube::api::{DeleteParams, DynamicObject, PostParams};
-use kube::core::{ApiResource, GroupVersionKind};
-use kube::{Api, ResourceExt};
+use konnector::api::names::heartbeat_lease_name;
+use konnector::api::{Binding, Connection, SchemaPolicy};
+use kube::Api;
+use kube::api::PostParams;
 use serde_json::json;
-
-const WAIT: Duration = Duration::from_secs(60);
 
 /// The teardown sequence against the real manager (Connection controller included):
 /// `delete binding` → `delete connection` → `delete secret`.
@@ -34,126 +25,51 @@ async fn teardown_in_order_deletes_copies_and_releases_credentials_keeping_the_r
     let pair = shared_pair()?;
     shared_konnector(pair)?;
     let name = "td-full";
-    let ns = "td-full-ns";
-    let group = "td-full.e2e.kbind.io";
+    let api = TestApi::namespaced("td-full.e2e.kbind.io");
     let provider = pair.provider.client().await?;
     let consumer = pair.consumer.client().await?;
     pair.diagnose(async {
-        install_crd(&provider, &widget_crd(group, "Gadget", true)?).await?;
-        connect(
-            &consumer,
-            &pair.provider,
-            name,
-            SchemaPolicy::default(),
-            false,
-        )
-        .await?;
-        wait_connection(&consumer, name, "Ready", |c| {
-            has_condition(c, "Ready", "True", "AsExpected")
-        })
-        .await?;
-        ensure_namespace(&consumer, ns).await?;
-        put_secret(&provider, ns, "creds", &[], &[("k", "v")], None).await?;
-        let binding = Binding::new(
-            name,
-            BindingSpec {
-                connection_ref: ConnectionReference { name: name.into() },
-                apis: vec![ApiReference {
-                    name: format!("gadgets.{group}"),
-                }],
-                conflict_policy: ConflictPolicy::Fail,
-                related_resources: vec![entry(
-                    RelatedResourceKind::Secrets,
-                    RelatedDirection::FromProvider,
-                    &["creds"],
-                    &[],
-                )],
-            },
-        );
-        let bindings = Api::<Binding>::namespaced(consumer.clone(), ns);
-        bindings.create(&PostParams::default(), &binding).await?;
-        let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(group, "v1", "Gadget"));
-        let consumer_gadgets = Api::<DynamicObject>::namespaced_with(consumer.clone(), ns, &ar);
-        let provider_gadgets = Api::<DynamicObject>::namespaced_with(provider.clone(), ns, &ar);
-        let gadget: DynamicObject = serde_json::from_value(json!({
-            "apiVersion": format!("{group}/v1"), "kind": "Gadget",
-            "metadata": {"name": "g", "namespace": ns}, "spec": {},
+        api.install_on_provider(&provider).await?;
+        let schema = SchemaPolicy::default();
+        connect(&consumer, &pair.provider, name, schema, false).await?;
+        wait_ready(&consumer, name).await?;
+        put_plain_secret(&provider, name, "creds", &[]).await?;
+        let binding = serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": name},
+            "spec": {"connectionRef": {"name": name}, "apis": [{"name": api.name()}],
+                "relatedResources": [{"resource": "secrets", "direction": "FromProvider",
+                    "selector": {"names": ["creds"]}}]},
         }))?;
-        wait_for("the Gadget created on the consumer", WAIT, || async {
-            Ok(consumer_gadgets
-                .create(&PostParams::default(), &gadget)
-                .await
-                .ok())
-        })
-        .await?;
-        wait_for("the provider copy", WAIT, || async {
-            Ok(provider_gadgets.get_opt("g").await?)
-        })
-        .await?;
-        wait_secret(&consumer, ns, "creds").await?;
-
-        // 1. kubectl -n ns delete bindings.core.kbind.io <name>
-        bindings.delete(name, &DeleteParams::default()).await?;
-        wait_for("the Binding gone", WAIT, || async {
-            Ok(bindings.get_opt(name).await?.is_none().then_some(()))
-        })
-        .await?;
-        // 2. kubectl delete connection <name>
-        let connections = Api::<Connection>::all(consumer.clone());
-        connections.delete(name, &DeleteParams::default()).await?;
-        wait_for("the Connection gone", WAIT, || async {
-            Ok(connections.get_opt(name).await?.is_none().then_some(()))
-        })
-        .await?;
-        // 3. kubectl -n kbind delete secret <name>: released, so it goes.
-        let secrets = Api::<Secret>::namespaced(consumer.clone(), SECRET_NAMESPACE);
-        secrets.delete(name, &DeleteParams::default()).await?;
-        wait_for("the credential Secret gone", WAIT, || async {
-            Ok(secrets.get_opt(name).await?.is_none().then_some(()))
-        })
-        .await?;
-
-        // Provider: the instance copy is gone; the namespace and the heartbeat Lease remain;
-        // the related source is kept.
-        anyhow::ensure!(provider_gadgets.get_opt("g").await?.is_none(), "copy left");
-        anyhow::ensure!(
-            Api::<Namespace>::all(provider.clone())
-                .get_opt(ns)
-                .await?
-                .is_some(),
-            "provider namespace removed"
-        );
-        let leases = Api::<Lease>::all(provider.clone())
-            .list(&Default::default())
+        ensure_namespace(&consumer, name).await?;
+        Api::<Binding>::namespaced(consumer.clone(), name)
+            .create(&PostParams::default(), &binding)
             .await?;
-        anyhow::ensure!(
-            leases
-                .items
-                .iter()
-                .any(|l| l.name_any().starts_with(&format!("{name}-"))),
-            "heartbeat Lease removed"
-        );
-        anyhow::ensure!(
-            Api::<Secret>::namespaced(provider.clone(), ns)
-                .get_opt("creds")
-                .await?
-                .is_some(),
-            "related source deleted"
-        );
-        // Consumer: the related copy is gone; the CRD and the instance remain, released.
-        anyhow::ensure!(
-            Api::<Secret>::namespaced(consumer.clone(), ns)
-                .get_opt("creds")
-                .await?
-                .is_none(),
-            "related copy left"
-        );
-        let g = consumer_gadgets.get("g").await?;
-        anyhow::ensure!(
-            !g.finalizers().iter().any(|f| f == SYNCER_FINALIZER),
-            "instance finalizer kept"
-        );
-        anyhow::Ok(())
+        wait_for("the instance created on the consumer", WAIT, || async {
+            Ok(api.create(&consumer, Some(name), "g", json!({})).await.ok())
+        })
+        .await?;
+        wait_left(&[(&provider, api.resource(), "td-full/g", Kept)]).await?;
+        wait_secret(&consumer, name, "creds").await?;
+
+        // kubectl -n td-full delete bindings.core.kbind.io td-full; kubectl delete connection
+        // td-full; kubectl -n kbind delete secret td-full: released, so it goes.
+        delete_gone(&consumer, kind::<Binding>(), "td-full/td-full").await?;
+        delete_gone(&consumer, kind::<Connection>(), "td-full").await?;
+        delete_gone(&consumer, kind::<Secret>(), "kbind/td-full").await?;
+
+        // Provider: the instance copy is gone; the namespace, the heartbeat Lease and the
+        // related source remain. Consumer: the related copy is gone; the instance remains,
+        // released.
+        let lease = heartbeat_lease_name(name, &cluster_uid(&consumer).await?);
+        expect_left(&[
+            (&provider, api.resource(), "td-full/g", Gone),
+            (&provider, kind::<Namespace>(), "td-full", Kept),
+            (&provider, kind::<Lease>(), &format!("kbind/{lease}"), Kept),
+            (&provider, kind::<Secret>(), "td-full/creds", Kept),
+            (&consumer, kind::<Secret>(), "td-full/creds", Gone),
+            (&consumer, api.resource(), "td-full/g", Released),
+        ])
+        .await
     })
     .await
 }

@@ -39,6 +39,7 @@ mod expect;
 mod fixtures;
 mod helpers;
 pub mod related;
+pub mod remains;
 mod scenario;
 
 pub use expect::{appears, condition, has, markers, message, says, unwritten};

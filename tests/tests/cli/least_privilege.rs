@@ -3,253 +3,91 @@
 //! connect, spec consumer → provider, status back, a related Secret copy, the heartbeat Lease,
 //! and teardown.
 
-use anyhow::{Context as _, Result, ensure};
+use anyhow::{Result, ensure};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Namespace, Secret};
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
-use kbind_tests::fixtures::SECRET_NAMESPACE;
-use kbind_tests::syncenv::related::put_secret;
-use kbind_tests::syncenv::{cluster_uid, wait_for};
+use k8s_openapi::api::core::v1::Secret;
+use kbind_tests::syncenv::related::{put_secret, secret_value, wait_secret};
+use kbind_tests::syncenv::remains::Left::{Gone, Kept};
+use kbind_tests::syncenv::remains::{expect_left, kind};
+use kbind_tests::syncenv::{cluster_uid, set_status, wait_for};
 use konnector::api::names::{DEFAULT_HEARTBEAT_NAMESPACE, heartbeat_lease_name};
 use konnector::api::{Binding, ConditionType, Connection};
-use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
-use kube::core::{ApiResource, GroupVersionKind};
-use kube::{Api, Client};
-use serde::de::DeserializeOwned;
-use serde_json::{Value, json};
+use konnector::conditions::is_true;
+use konnector::k8s::ApiErrorExt as _;
+use kube::Api;
+use kube::api::PostParams;
+use serde_json::json;
 
-use super::{
-    WAIT, bind, connect, diagnose, disconnect, kbind, konnector_service_account,
-    service_account_rbac, setup, write_file,
-};
+use super::{Cli, WAIT};
 
-/// Server-side applies one document as the typed object `K`.
-async fn apply<K>(api: Api<K>, doc: &Value) -> Result<()>
-where
-    K: kube::Resource + Clone + DeserializeOwned + serde::Serialize + std::fmt::Debug,
-{
-    let obj: K = serde_json::from_value(doc.clone())?;
-    let name = doc["metadata"]["name"].as_str().context("no name")?;
-    api.patch(
-        name,
-        &PatchParams::apply("kbind-e2e").force(),
-        &Patch::Apply(&obj),
-    )
-    .await?;
-    Ok(())
-}
-
-/// Applies `kubectl kbind provider-rbac` output on the provider (`kubectl apply -f -`).
-pub(super) async fn apply_all(provider: &Client, yaml: &str) -> Result<Vec<String>> {
-    let mut kinds = Vec::new();
-    for document in serde_yaml::Deserializer::from_str(yaml) {
-        let doc: Value = serde::Deserialize::deserialize(document)?;
-        if doc.is_null() {
-            continue;
-        }
-        let ns = doc["metadata"]["namespace"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
-        let kind = doc["kind"].as_str().unwrap_or_default().to_string();
-        match kind.as_str() {
-            "Namespace" => apply(Api::<Namespace>::all(provider.clone()), &doc).await?,
-            "ClusterRole" => apply(Api::<ClusterRole>::all(provider.clone()), &doc).await?,
-            "ClusterRoleBinding" => {
-                apply(Api::<ClusterRoleBinding>::all(provider.clone()), &doc).await?
-            }
-            "Role" => apply(Api::<Role>::namespaced(provider.clone(), &ns), &doc).await?,
-            "RoleBinding" => {
-                apply(Api::<RoleBinding>::namespaced(provider.clone(), &ns), &doc).await?
-            }
-            other => anyhow::bail!("provider-rbac printed an unexpected kind {other}"),
-        }
-        kinds.push(kind);
-    }
-    Ok(kinds)
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_konnector_works_with_exactly_the_printed_provider_rbac() -> Result<()> {
-    let pair = setup().await?;
-    let group = "lp.e2e.kbind.io";
-    let api = format!("widgets.{group}");
-    let ns = "lp-ns";
-    diagnose(pair, async {
-        let (provider, identity) = konnector_service_account(pair, group, "lp-system").await?;
-        let consumer = pair.consumer.client().await?;
-
+#[test]
+fn the_konnector_works_with_exactly_the_printed_provider_rbac() -> Result<()> {
+    Cli::run("lp", async |c| {
         // Nothing but what provider-rbac prints.
-        let rbac = service_account_rbac(
-            pair,
-            "lp-system",
-            &api,
-            &["--related", "secrets:FromProvider"],
-            "kbind-lp",
-        )
-        .await?;
-        let kinds = apply_all(&provider, &rbac.stdout).await?;
-        assert_eq!(
-            kinds,
-            [
-                "Namespace",
-                "ClusterRole",
-                "ClusterRoleBinding",
-                "Role",
-                "RoleBinding"
-            ]
-        );
+        let related = ["--related", "secrets:FromProvider"];
+        let (identity, rbac) = c.konnector_identity(&related).await?;
+        let kinds: Vec<_> = rbac
+            .iter()
+            .map(|d| d["kind"].as_str().unwrap_or("?"))
+            .collect();
+        let printed = "Namespace ClusterRole ClusterRoleBinding Role RoleBinding";
+        assert_eq!(kinds.join(" "), printed);
+        c.apply_on_provider(&rbac).await?;
 
         // The identity really is restricted: no Secrets outside what related reads, no writes.
-        let as_konnector = identity.client().await?;
-        let denied = Api::<Secret>::namespaced(as_konnector.clone(), "lp-system")
-            .create(
-                &PostParams::default(),
-                &serde_json::from_value(json!({"metadata": {"name": "x"}}))?,
-            )
-            .await;
-        ensure!(
-            matches!(&denied, Err(kube::Error::Api(s)) if s.code == 403),
-            "secret create allowed: {denied:?}"
-        );
+        let secret: Secret = serde_json::from_value(json!({"metadata": {"name": "x"}}))?;
+        let secrets = Api::<Secret>::namespaced(identity.client().await?, "lp-system");
+        let denied = secrets.create(&PostParams::default(), &secret).await;
+        let forbidden = denied.as_ref().is_err_and(|e| e.is_http_forbidden());
+        ensure!(forbidden, "secret create allowed: {denied:?}");
 
-        let kubeconfig = write_file(pair, "lp-sa.kubeconfig", &identity.kubeconfig_yaml()?)?;
-        connect(pair, "lp", &kubeconfig, &["--schema-source", "CRD"]).await?;
-        put_secret(
-            &provider,
-            ns,
-            "lp-creds",
-            &[],
-            &[("password", "s3cret")],
-            None,
-        )
-        .await?;
-        bind(
-            pair,
-            &api,
-            "lp",
-            &["-n", ns, "--related", "secrets:FromProvider:names=lp-creds"],
-        )
-        .await?;
+        c.connect(&identity, &["--schema-source", "CRD"]).await?;
+        let password = [("password", "s3cret")];
+        put_secret(&c.provider, "lp", "lp-creds", &[], &password, None).await?;
+        let related = "secrets:FromProvider:names=lp-creds";
+        c.bind(&["-n", "lp", "--related", related]).await?;
 
-        // Spec consumer → provider.
-        let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(group, "v1", "Widget"));
-        let consumer_widgets = Api::<DynamicObject>::namespaced_with(consumer.clone(), ns, &ar);
-        let provider_widgets = Api::<DynamicObject>::namespaced_with(provider.clone(), ns, &ar);
-        let widget: DynamicObject = serde_json::from_value(json!({
-            "apiVersion": format!("{group}/v1"), "kind": "Widget",
-            "metadata": {"name": "w", "namespace": ns}, "spec": {"size": 3, "color": "blue"},
-        }))?;
-        consumer_widgets
-            .create(&PostParams::default(), &widget)
-            .await?;
-        let copy = wait_for("the provider copy", WAIT, || async {
-            Ok(provider_widgets.get_opt("w").await?)
-        })
-        .await?;
-        assert_eq!(copy.data["spec"], json!({"size": 3, "color": "blue"}));
-
-        // Status provider → consumer.
-        provider_widgets
-            .patch_status(
-                "w",
-                &PatchParams::default(),
-                &Patch::Merge(json!({"status": {"phase": "Running"}})),
-            )
-            .await?;
+        // Spec consumer → provider, status back.
+        let spec = json!({"size": 3, "color": "blue"});
+        assert_eq!(c.create_synced("w", spec.clone()).await?.data["spec"], spec);
+        set_status(&c.copies(), "w", json!({"phase": "Running"})).await?;
         wait_for("the status back on the consumer", WAIT, || async {
-            let w = consumer_widgets.get("w").await?;
+            let w = c.instances().get("w").await?;
             Ok((w.data["status"]["phase"] == "Running").then_some(()))
         })
         .await?;
 
         // A related Secret copied provider → consumer.
-        let copied = wait_for("the related Secret copy", WAIT, || async {
-            Ok(Api::<Secret>::namespaced(consumer.clone(), ns)
-                .get_opt("lp-creds")
-                .await?)
-        })
-        .await?;
-        ensure!(
-            copied.data.is_some_and(|d| d.contains_key("password")),
-            "payload copied"
-        );
+        let copied = wait_secret(&c.consumer, "lp", "lp-creds").await?;
+        assert_eq!(secret_value(&copied, "password").as_deref(), Some("s3cret"));
 
         // The heartbeat Lease, renewed by the restricted identity.
-        let lease_name = heartbeat_lease_name("lp", &cluster_uid(&consumer).await?);
-        let lease = wait_for("the heartbeat Lease", WAIT, || async {
-            Ok(
-                Api::<Lease>::namespaced(provider.clone(), DEFAULT_HEARTBEAT_NAMESPACE)
-                    .get_opt(&lease_name)
-                    .await?,
-            )
+        let lease = heartbeat_lease_name("lp", &cluster_uid(&c.consumer).await?);
+        let leases = Api::<Lease>::namespaced(c.provider.clone(), DEFAULT_HEARTBEAT_NAMESPACE);
+        wait_for("the heartbeat Lease, with a holder", WAIT, || async {
+            let lease = leases.get_opt(&lease).await?;
+            Ok(lease.and_then(|l| l.spec?.holder_identity))
         })
         .await?;
-        ensure!(
-            lease.spec.and_then(|s| s.holder_identity).is_some(),
-            "the Lease has a holder"
-        );
 
         // Never refused along the way.
-        let connection = Api::<Connection>::all(consumer.clone()).get("lp").await?;
+        let connection = Api::<Connection>::all(c.consumer.clone()).get("lp").await?;
         let conditions = connection.status.map(|s| s.conditions).unwrap_or_default();
-        ensure!(
-            !conditions
-                .iter()
-                .any(|c| c.type_ == ConditionType::PermissionDenied.as_str() && c.status == "True"),
-            "PermissionDenied: {conditions:?}"
-        );
-        let status = kbind(pair, &["status", "lp"]).await?.expect(0)?;
-        ensure!(
-            status
-                .stdout
-                .contains("instances: 1 synced, 0 conflicting, 0 failing, 0 pending"),
-            "{}",
-            status.stdout
-        );
+        let refused = is_true(&conditions, ConditionType::PermissionDenied);
+        ensure!(!refused, "PermissionDenied: {conditions:?}");
+        let counts = "instances: 1 synced, 0 conflicting, 0 failing, 0 pending";
+        c.kbind(&["status", "lp"]).await?.expect(0, &[counts])?;
 
         // Teardown with the same identity: the copies go, the sources stay.
-        disconnect(pair, "lp", &["--cascade"]).await?;
-        ensure!(
-            provider_widgets.get_opt("w").await?.is_none(),
-            "provider copy left"
-        );
-        ensure!(
-            Api::<Secret>::namespaced(consumer.clone(), ns)
-                .get_opt("lp-creds")
-                .await?
-                .is_none(),
-            "related copy left"
-        );
-        ensure!(
-            Api::<Secret>::namespaced(provider.clone(), ns)
-                .get_opt("lp-creds")
-                .await?
-                .is_some(),
-            "related source deleted"
-        );
-        ensure!(
-            Api::<Binding>::namespaced(consumer.clone(), ns)
-                .get_opt("widgets")
-                .await?
-                .is_none(),
-            "Binding left"
-        );
-        ensure!(
-            Api::<Connection>::all(consumer.clone())
-                .get_opt("lp")
-                .await?
-                .is_none(),
-            "Connection left"
-        );
-        ensure!(
-            Api::<Secret>::namespaced(consumer.clone(), SECRET_NAMESPACE)
-                .get_opt("lp-kubeconfig")
-                .await?
-                .is_none(),
-            "credential Secret left"
-        );
-        anyhow::Ok(())
+        c.ok(&["disconnect", "lp", "--cascade"], &[]).await?;
+        expect_left(&[
+            (&c.provider, c.api.resource(), "lp/w", Gone),
+            (&c.consumer, kind::<Secret>(), "lp/lp-creds", Gone),
+            (&c.provider, kind::<Secret>(), "lp/lp-creds", Kept),
+            (&c.consumer, kind::<Binding>(), "lp/widgets", Gone),
+            (&c.consumer, kind::<Connection>(), "lp", Gone),
+            (&c.consumer, kind::<Secret>(), "kbind/lp-kubeconfig", Gone),
+        ])
+        .await
     })
-    .await
 }

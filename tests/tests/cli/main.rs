@@ -12,40 +12,45 @@ mod exit_codes;
 mod least_privilege;
 mod lifecycle;
 
-use std::io::Write as _;
-use std::path::Path;
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result};
-use kbind_tests::fixtures::{
-    SECRET_NAMESPACE, ensure_namespace, free_port, http_get, install_core_crds, install_crd,
-};
-use kbind_tests::testenv::{ClusterPair, shared_pair};
+use kbind_tests::fixtures::{SECRET_NAMESPACE, ensure_namespace, free_port, http_get};
+use kbind_tests::syncenv::{TestApi, wait_for};
+use kbind_tests::testenv::{Cluster, ClusterPair, Identity, kube_binary, shared_pair};
+use kube::Client;
+use kube::api::DynamicObject;
+use serde::Deserialize as _;
+use serde_json::Value;
 
 /// How long the CLI may wait for the konnector in these tests.
 pub const TIMEOUT: &str = "90s";
 /// How long tests wait for effects they check themselves.
 pub const WAIT: Duration = Duration::from_secs(90);
 
-/// What one CLI run gave.
+/// What one CLI run gave: its exit code and both streams.
 #[derive(Debug)]
 pub struct Run {
-    /// Exit code.
     pub code: i32,
-    /// Standard output.
     pub stdout: String,
-    /// Standard error.
     pub stderr: String,
 }
 
 impl Run {
-    /// Fails unless the exit code is `code`; the error shows both streams.
-    pub fn expect(self, code: i32) -> Result<Self> {
+    /// Fails unless the exit code is `code` and the output (stdout on success, stderr
+    /// otherwise, where the reason and what to do go) holds every fragment of `says`.
+    pub fn expect(self, code: i32, says: &[&str]) -> Result<Self> {
+        let output = if code == 0 {
+            &self.stdout
+        } else {
+            &self.stderr
+        };
+        let missing: Vec<_> = says.iter().filter(|s| !output.contains(*s)).collect();
         anyhow::ensure!(
-            self.code == code,
-            "expected exit code {code}, got {}\n--- stdout\n{}\n--- stderr\n{}",
+            self.code == code && missing.is_empty(),
+            "expected exit code {code} saying {missing:?}, got {}\n--- stdout\n{}\n--- stderr\n{}",
             self.code,
             self.stdout,
             self.stderr
@@ -54,47 +59,19 @@ impl Run {
     }
 }
 
-/// Runs `kubectl-kbind --kubeconfig <consumer admin> <args>` to completion.
-pub async fn kbind(pair: &ClusterPair, args: &[&str]) -> Result<Run> {
-    let binary = kbind_tests::kubectl_kbind_binary!();
-    let kubeconfig = pair.consumer.admin().kubeconfig_path().to_path_buf();
-    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-    let output = tokio::task::spawn_blocking(move || {
-        Command::new(binary)
-            .arg("--kubeconfig")
-            .arg(kubeconfig)
-            .args(&args)
-            .env_remove("KUBECONFIG")
-            .output()
-    })
-    .await?
-    .context("running kubectl-kbind")?;
-    Ok(Run {
-        code: output.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-    })
-}
-
-/// The `konnector run` process shared by this binary's tests: started once, killed when the
-/// test binary exits however it exits (a `sh` watchdog reads a pipe from this process and
-/// kills the konnector at end-of-file, since a `static` is never dropped).
-struct SharedKonnector {
-    _watchdog: Child,
-    _pipe: ChildStdin,
-    metrics: u16,
-}
-
-static KONNECTOR: OnceLock<Result<SharedKonnector, String>> = OnceLock::new();
+/// The `konnector run` process shared by this binary's tests and its metrics port: started
+/// once, killed when the test binary exits however it exits (a `sh` watchdog reads a pipe from
+/// this process and kills the konnector at end-of-file, since a `static` is never dropped).
+static KONNECTOR: OnceLock<Result<(Child, u16), String>> = OnceLock::new();
 
 /// Starts (once) the shared konnector against the pair's consumer and returns its metrics
-/// port.
-pub async fn shared_konnector(pair: &'static ClusterPair) -> Result<u16> {
+/// port once it answers.
+async fn shared_konnector(pair: &'static ClusterPair) -> Result<u16> {
     let consumer = pair.consumer.client().await?;
-    install_core_crds(&consumer).await?;
+    kbind_tests::fixtures::install_core_crds(&consumer).await?;
     ensure_namespace(&consumer, SECRET_NAMESPACE).await?;
     let metrics = match KONNECTOR.get_or_init(|| start(pair).map_err(|e| format!("{e:#}"))) {
-        Ok(k) => k.metrics,
+        Ok((_, metrics)) => *metrics,
         Err(e) => anyhow::bail!("starting the konnector: {e}"),
     };
     kbind_tests::eventually(WAIT, || async {
@@ -106,172 +83,180 @@ pub async fn shared_konnector(pair: &'static ClusterPair) -> Result<u16> {
     Ok(metrics)
 }
 
-fn start(pair: &ClusterPair) -> Result<SharedKonnector> {
-    let binary = kbind_tests::konnector_binary!();
+fn start(pair: &ClusterPair) -> Result<(Child, u16)> {
     let (metrics, health) = (free_port()?, free_port()?);
-    let log_path = pair.root().join("cli-konnector.log");
-    let log = std::fs::File::create(&log_path)?;
-    let mut watchdog = Command::new("/bin/sh")
+    let address = |port| format!("127.0.0.1:{port}");
+    let log = std::fs::File::create(pair.root().join("cli-konnector.log"))?;
+    let watchdog = Command::new("/bin/sh")
         .arg("-c")
         .arg(r#""$@" </dev/null & child=$!; cat >/dev/null; kill -9 "$child" 2>/dev/null"#)
         .arg("sh")
-        .arg(&binary)
+        .arg(kbind_tests::konnector_binary!())
         .arg("run")
         .arg("--kubeconfig")
         .arg(pair.consumer.admin().kubeconfig_path())
         .args(["--connection-resync", "1s", "--binding-resync", "1s"])
-        .args(["--metrics-bind-address", &format!("127.0.0.1:{metrics}")])
-        .args([
-            "--health-probe-bind-address",
-            &format!("127.0.0.1:{health}"),
-        ])
+        .args(["--metrics-bind-address", &address(metrics)])
+        .args(["--health-probe-bind-address", &address(health)])
         .env("NO_COLOR", "1")
         .stdin(Stdio::piped())
         .stdout(Stdio::from(log.try_clone()?))
         .stderr(Stdio::from(log))
         .spawn()
         .context("starting konnector run")?;
-    let mut pipe = watchdog.stdin.take().context("no watchdog pipe")?;
-    pipe.flush()?;
-    Ok(SharedKonnector {
-        _watchdog: watchdog,
-        _pipe: pipe,
-        metrics,
-    })
+    Ok((watchdog, metrics))
 }
 
-/// Runs `connect <name> --provider-kubeconfig <kubeconfig> <extra> --timeout` and fails unless
-/// it exits 0.
-pub async fn connect(
-    pair: &ClusterPair,
-    name: &str,
-    kubeconfig: &Path,
-    extra: &[&str],
-) -> Result<Run> {
-    let mut args = vec![
-        "connect",
-        name,
-        "--provider-kubeconfig",
-        path_str(kubeconfig)?,
-    ];
-    args.extend_from_slice(extra);
-    args.extend(["--timeout", TIMEOUT]);
-    kbind(pair, &args).await?.expect(0)
+/// One CLI test's frame, so that a test body holds only the commands and effects it checks:
+/// the shared pair with the shared konnector running, both admin clients, and the test's API
+/// `widgets.<name>.e2e.kbind.io` exported on the provider. `name` also names the test's
+/// Connection and namespace; `metrics` is the konnector's metrics port.
+pub struct Cli {
+    pub pair: &'static ClusterPair,
+    pub metrics: u16,
+    pub provider: Client,
+    pub consumer: Client,
+    pub api: TestApi,
+    pub name: String,
 }
 
-/// Runs `bind <api> --connection <connection> <extra> --timeout` and fails unless it exits 0.
-pub async fn bind(pair: &ClusterPair, api: &str, connection: &str, extra: &[&str]) -> Result<Run> {
-    let mut args = vec!["bind", api, "--connection", connection];
-    args.extend_from_slice(extra);
-    args.extend(["--timeout", TIMEOUT]);
-    kbind(pair, &args).await?.expect(0)
-}
+impl Cli {
+    /// Runs a test body in the frame for `name`, on a runtime of its own; a failure carries
+    /// both clusters' report and the konnector's log tail.
+    pub fn run(name: &str, body: impl AsyncFnOnce(&Cli) -> Result<()>) -> Result<()> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()?;
+        runtime.block_on(async {
+            let pair = shared_pair()?;
+            let cli = Cli {
+                pair,
+                metrics: shared_konnector(pair).await?,
+                provider: pair.provider.client().await?,
+                consumer: pair.consumer.client().await?,
+                api: TestApi::namespaced(&format!("{name}.e2e.kbind.io")),
+                name: name.to_string(),
+            };
+            let result = pair
+                .diagnose(async {
+                    cli.api.install_on_provider(&cli.provider).await?;
+                    body(&cli).await
+                })
+                .await;
+            result.map_err(|e| {
+                let log = pair.root().join("cli-konnector.log");
+                let tail = kbind_tests::testenv::tail(&log, 60);
+                anyhow::anyhow!("{e:?}\n--- konnector log (tail)\n{tail}")
+            })
+        })
+    }
 
-/// Runs `disconnect <name> <extra> --timeout` and fails unless it exits 0.
-pub async fn disconnect(pair: &ClusterPair, name: &str, extra: &[&str]) -> Result<Run> {
-    let mut args = vec!["disconnect", name];
-    args.extend_from_slice(extra);
-    args.extend(["--timeout", TIMEOUT]);
-    kbind(pair, &args).await?.expect(0)
-}
+    /// Runs `kubectl-kbind --kubeconfig <consumer admin> <args>` to completion.
+    pub async fn kbind(&self, args: &[&str]) -> Result<Run> {
+        let kbind = Command::new(kbind_tests::kubectl_kbind_binary!());
+        run(kbind, &self.pair.consumer, args).await
+    }
 
-/// The provider side of a least-privilege connection: `group`'s Widget CRD (with conditions)
-/// installed and the ServiceAccount `konnector` minted in `namespace`. Returns the provider's
-/// admin client and the ServiceAccount's identity.
-pub async fn konnector_service_account(
-    pair: &ClusterPair,
-    group: &str,
-    namespace: &str,
-) -> Result<(kube::Client, kbind_tests::testenv::Identity)> {
-    let provider = pair.provider.client().await?;
-    install_crd(&provider, &crd_with_conditions(group, "Widget")?).await?;
-    ensure_namespace(&provider, namespace).await?;
-    let identity = pair
-        .provider
-        .mint_service_account(namespace, "konnector")
-        .await?;
-    Ok((provider, identity))
-}
+    /// Runs `kubectl-kbind <args> --timeout` (a command that waits for the konnector) and
+    /// fails unless it exits 0 saying `says`.
+    pub async fn ok(&self, args: &[&str], says: &[&str]) -> Result<Run> {
+        let args = [args, &["--timeout", TIMEOUT]].concat();
+        self.kbind(&args).await?.expect(0, says)
+    }
 
-/// Runs `provider-rbac` for the ServiceAccount `konnector` in `namespace`, reading `api`'s
-/// schema from its CRD, with `extra` flags and the objects named `name`; fails unless it exits
-/// 0.
-pub async fn service_account_rbac(
-    pair: &ClusterPair,
-    namespace: &str,
-    api: &str,
-    extra: &[&str],
-    name: &str,
-) -> Result<Run> {
-    let mut args = vec![
-        "provider-rbac",
-        "--subject-kind",
-        "ServiceAccount",
-        "--subject",
-        "konnector",
-        "-n",
-        namespace,
-        "--api",
-        api,
-    ];
-    args.extend_from_slice(extra);
-    args.extend(["--schema-source", "CRD", "--name", name]);
-    kbind(pair, &args).await?.expect(0)
-}
+    /// Connects the test's Connection to the provider as `identity`, waiting for Ready.
+    pub async fn connect(&self, identity: &Identity, extra: &[&str]) -> Result<Run> {
+        let kubeconfig = identity.kubeconfig_path().to_str().context("not UTF-8")?;
+        let args = ["connect", &self.name, "--provider-kubeconfig", kubeconfig];
+        self.ok(&[&args, extra].concat(), &[]).await
+    }
 
-/// The tail of the shared konnector's log, for failure messages.
-pub fn konnector_log(pair: &ClusterPair) -> String {
-    kbind_tests::testenv::tail(&pair.root().join("cli-konnector.log"), 60)
-}
+    /// Binds the test's API through its Connection (`extra`: where and how), waiting for Ready.
+    pub async fn bind(&self, extra: &[&str]) -> Result<Run> {
+        let api = self.api.name();
+        let args = ["bind", &api, "--connection", &self.name];
+        self.ok(&[&args, extra].concat(), &[]).await
+    }
 
-/// Runs a test body against the shared pair; a failure carries the konnector's log tail.
-pub async fn diagnose<T>(
-    pair: &'static ClusterPair,
-    body: impl std::future::Future<Output = Result<T>>,
-) -> Result<T> {
-    match pair.diagnose(body).await {
-        Ok(t) => Ok(t),
-        Err(e) => Err(anyhow::anyhow!(
-            "{e:?}\n--- konnector log (tail)\n{}",
-            konnector_log(pair)
-        )),
+    /// Creates instance `name` of the test's API in its namespace and waits for the provider
+    /// copy.
+    pub async fn create_synced(&self, name: &str, spec: Value) -> Result<DynamicObject> {
+        self.api
+            .create(&self.consumer, Some(&self.name), name, spec)
+            .await?;
+        let copies = self.copies();
+        wait_for(&format!("the provider copy of {name}"), WAIT, || async {
+            Ok(copies.get_opt(name).await?)
+        })
+        .await
+    }
+
+    /// The test's API's instances on the consumer, in its namespace.
+    pub fn instances(&self) -> kube::Api<DynamicObject> {
+        self.api.api(&self.consumer, Some(&self.name))
+    }
+
+    /// The test's API's copies on the provider, in its namespace.
+    pub fn copies(&self) -> kube::Api<DynamicObject> {
+        self.api.api(&self.provider, Some(&self.name))
+    }
+
+    /// The provider side of a least-privilege connection: the ServiceAccount `konnector` in
+    /// `<name>-system` and the documents `provider-rbac` prints for it (`extra`: more flags),
+    /// not yet applied.
+    pub async fn konnector_identity(&self, extra: &[&str]) -> Result<(Identity, Vec<Value>)> {
+        let namespace = format!("{}-system", self.name);
+        ensure_namespace(&self.provider, &namespace).await?;
+        let provider = &self.pair.provider;
+        let identity = provider
+            .mint_service_account(&namespace, "konnector")
+            .await?;
+        let (api, name) = (self.api.name(), self.name.as_str());
+        let rbac = format!(
+            "provider-rbac --subject-kind ServiceAccount --subject konnector -n {namespace} \
+             --api {api} --schema-source CRD --name kbind-{name}"
+        );
+        let mut args: Vec<_> = rbac.split_whitespace().collect();
+        args.extend(extra);
+        let rbac = self.kbind(&args).await?.expect(0, &[])?;
+        let documents = serde_yaml::Deserializer::from_str(&rbac.stdout)
+            .map(Value::deserialize)
+            .filter(|doc| !matches!(doc, Ok(Value::Null)));
+        Ok((identity, documents.collect::<Result<_, _>>()?))
+    }
+
+    /// Applies RBAC documents on the provider as `kubectl apply -f` does.
+    pub async fn apply_on_provider(&self, documents: &[Value]) -> Result<()> {
+        let path = self.pair.root().join(format!("{}-rbac.yaml", self.name));
+        let stream: String = documents.iter().map(|d| format!("---\n{d}\n")).collect();
+        std::fs::write(&path, stream)?;
+        let path = path.to_str().context("not UTF-8")?;
+        let apply = ["apply", "--server-side", "--force-conflicts", "-f", path];
+        kubectl(&self.pair.provider, &apply).await?;
+        Ok(())
     }
 }
 
-/// The shared pair, with the shared konnector running.
-pub async fn setup() -> Result<&'static ClusterPair> {
-    let pair = shared_pair()?;
-    shared_konnector(pair).await?;
-    Ok(pair)
+/// Runs the test environment's `kubectl` as `cluster`'s admin; fails unless it exits 0, and
+/// returns its standard output.
+pub async fn kubectl(cluster: &Cluster, args: &[&str]) -> Result<String> {
+    let mut kubectl = Command::new(kube_binary()?);
+    kubectl.arg("kubectl");
+    Ok(run(kubectl, cluster, args).await?.expect(0, &[])?.stdout)
 }
 
-/// Writes `text` to a file under the pair's directory and returns its path.
-pub fn write_file(pair: &ClusterPair, name: &str, text: &str) -> Result<std::path::PathBuf> {
-    let path = pair.root().join(name);
-    std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
-    Ok(path)
-}
-
-/// A path argument as `&str`.
-pub fn path_str(path: &Path) -> Result<&str> {
-    path.to_str().context("path is not UTF-8")
-}
-
-/// An exported namespaced CRD like the fixtures' `widget_crd`, whose status schema also keeps
-/// `conditions`, so instances can carry kbind's `Synced` condition (`status` counts them as
-/// synced or failing instead of pending).
-pub fn crd_with_conditions(
-    group: &str,
-    kind: &str,
-) -> Result<
-    k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
-> {
-    let crd = kbind_tests::fixtures::widget_crd(group, kind, true)?;
-    let mut value = serde_json::to_value(&crd)?;
-    value["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
-        ["conditions"] = serde_json::json!({
-        "type": "array",
-        "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
-    });
-    Ok(serde_json::from_value(value)?)
+/// Runs `command --kubeconfig <cluster's admin> <args>` to completion.
+async fn run(mut command: Command, cluster: &Cluster, args: &[&str]) -> Result<Run> {
+    let kubeconfig = cluster.admin().kubeconfig_path();
+    command.arg("--kubeconfig").arg(kubeconfig).args(args);
+    command.env_remove("KUBECONFIG");
+    let output = tokio::task::spawn_blocking(move || command.output())
+        .await?
+        .context("running a command")?;
+    Ok(Run {
+        code: output.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    })
 }
