@@ -33,13 +33,9 @@ fn selects(
         for (name, label) in copied.iter().chain(absent) {
             put_plain_secret(&s.provider, s.ns(), name, label.as_slice()).await?;
         }
-        let places = |secrets: &[_]| {
-            secrets
-                .iter()
-                .map(|(n, _)| (s.ns(), *n))
-                .collect::<Vec<_>>()
-        };
-        copied_only(&s.consumer, &places(copied), &places(absent)).await?;
+        let copied: Vec<_> = copied.iter().map(|(n, _)| (s.ns(), *n)).collect();
+        let absent: Vec<_> = absent.iter().map(|(n, _)| (s.ns(), *n)).collect();
+        copied_only(&s.consumer, &copied, &absent).await?;
         Ok(())
     })
 }
