@@ -9,13 +9,16 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use konnector::api::names::RELATED_BINDING_ANNOTATION;
 use konnector::api::{RelatedDirection, RelatedResource, RelatedResourceKind, RelatedSelector};
+use konnector::telemetry::{RelatedLabels, metrics};
 use kube::api::{ObjectMeta, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 
-use super::{TEST_MANAGER, ensure_namespace, wait_for};
+use super::{TEST_MANAGER, ensure_namespace, stays, wait_for};
 
 /// How long related copies may take (the tests' binding period is 2 s).
 pub const RELATED_WAIT: Duration = Duration::from_secs(30);
+/// How long a "not copied" check watches after a positive signal (over two binding periods).
+pub const QUIET: Duration = Duration::from_secs(5);
 
 /// A `relatedResources` entry; empty `names` and `labels` make an empty selector.
 pub fn entry(
@@ -175,4 +178,42 @@ pub async fn secret_exists(client: &Client, namespace: &str, name: &str) -> anyh
         .get_opt(name)
         .await?
         .is_some())
+}
+
+/// Fails if a Secret exists on `client` at any `(namespace, name)` of `absent` within
+/// [`QUIET`]: places a related copy must not reach.
+pub async fn none_of(client: &Client, absent: &[(&str, &str)]) -> anyhow::Result<()> {
+    stays("no Secret copied to a refused place", QUIET, || async {
+        for (ns, name) in absent {
+            let written = secret_exists(client, ns, name).await?;
+            anyhow::ensure!(!written, "Secret {ns}/{name} was written");
+        }
+        Ok(true)
+    })
+    .await
+}
+
+/// Waits for the Secret copies at `copied` on `client`, then checks [`none_of`] `absent`:
+/// what a selection copies and what it leaves. Returns the copies.
+pub async fn copied_only(
+    client: &Client,
+    copied: &[(&str, &str)],
+    absent: &[(&str, &str)],
+) -> anyhow::Result<Vec<Secret>> {
+    let mut copies = Vec::new();
+    for (ns, name) in copied {
+        copies.push(wait_secret(client, ns, name).await?);
+    }
+    none_of(client, absent).await?;
+    Ok(copies)
+}
+
+/// How often provider Secrets were not copied for `reason` (the metric is process-wide).
+pub fn skipped_from_provider(reason: &'static str) -> u64 {
+    let labels = RelatedLabels {
+        resource: "secrets",
+        direction: "FromProvider",
+        reason,
+    };
+    metrics().related_skipped.get_or_create(&labels).get()
 }
