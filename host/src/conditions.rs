@@ -183,7 +183,13 @@ impl Announcement {
 /// Conditions as a fresh status holds them after setting each of `desired` in turn.
 #[cfg(test)]
 pub(crate) fn from_desired(desired: &[Desired]) -> Vec<Condition> {
-    let mut out = Vec::new();
+    with_desired(&[], desired)
+}
+
+/// `conditions` after setting each of `desired` in turn, unobserved.
+#[cfg(test)]
+pub(crate) fn with_desired(conditions: &[Condition], desired: &[Desired]) -> Vec<Condition> {
+    let mut out = conditions.to_vec();
     for d in desired {
         set(&mut out, d.clone(), None);
     }
@@ -193,21 +199,18 @@ pub(crate) fn from_desired(desired: &[Desired]) -> Vec<Condition> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::ConditionType::{Connected, Ready, SchemaInSync};
+
+    fn ready(message: &str) -> Desired {
+        Desired::truthy(Ready, Reason::AsExpected, message)
+    }
 
     #[test]
     fn transition_time_is_kept_while_status_holds() {
         let mut conditions = Vec::new();
-        set(
-            &mut conditions,
-            Desired::truthy(ConditionType::Ready, Reason::AsExpected, "ok"),
-            Some(1),
-        );
+        set(&mut conditions, ready("ok"), Some(1));
         let first = conditions[0].last_transition_time.clone();
-        set(
-            &mut conditions,
-            Desired::truthy(ConditionType::Ready, Reason::AsExpected, "still ok"),
-            Some(2),
-        );
+        set(&mut conditions, ready("still ok"), Some(2));
         assert_eq!(conditions[0].last_transition_time, first);
         assert_eq!(conditions[0].message, "still ok");
         assert_eq!(conditions[0].observed_generation, Some(2));
@@ -215,18 +218,11 @@ mod tests {
 
     #[test]
     fn transition_time_moves_when_status_flips() {
-        let mut conditions = vec![Condition {
-            type_: "Ready".into(),
-            status: "True".into(),
-            reason: "AsExpected".into(),
-            message: String::new(),
-            observed_generation: None,
-            last_transition_time: Time(Timestamp::UNIX_EPOCH),
-        }];
-        set(
-            &mut conditions,
-            Desired::falsy(ConditionType::Ready, Reason::SecretNotFound, "x"),
-            None,
+        let mut conditions = from_desired(&[ready("")]);
+        conditions[0].last_transition_time = Time(Timestamp::UNIX_EPOCH);
+        let conditions = with_desired(
+            &conditions,
+            &[Desired::falsy(Ready, Reason::SecretNotFound, "x")],
         );
         assert_ne!(
             conditions[0].last_transition_time,
@@ -238,33 +234,24 @@ mod tests {
 
     #[test]
     fn transitions_are_status_or_reason_changes_only() {
-        let mut old = Vec::new();
-        set(
-            &mut old,
-            Desired::falsy(ConditionType::Ready, Reason::SecretNotFound, "create it"),
-            None,
+        let old = from_desired(&[
+            Desired::falsy(Ready, Reason::SecretNotFound, "create it"),
+            Desired::truthy(Connected, Reason::AsExpected, "ok"),
+        ]);
+        let reworded = with_desired(
+            &old,
+            &[Desired::falsy(Ready, Reason::SecretNotFound, "other words")],
         );
-        set(
-            &mut old,
-            Desired::truthy(ConditionType::Connected, Reason::AsExpected, "ok"),
-            None,
+        assert!(
+            transitions(&old, &reworded).is_empty(),
+            "a new message only"
         );
-        let mut new = old.clone();
-        set(
-            &mut new,
-            Desired::falsy(ConditionType::Ready, Reason::SecretNotFound, "other words"),
-            None,
-        );
-        assert!(transitions(&old, &new).is_empty(), "a new message only");
-        set(
-            &mut new,
-            Desired::falsy(ConditionType::Ready, Reason::KubeconfigInvalid, "fix it"),
-            None,
-        );
-        set(
-            &mut new,
-            Desired::truthy(ConditionType::SchemaInSync, Reason::AsExpected, "ok"),
-            None,
+        let new = with_desired(
+            &reworded,
+            &[
+                Desired::falsy(Ready, Reason::KubeconfigInvalid, "fix it"),
+                Desired::truthy(SchemaInSync, Reason::AsExpected, "ok"),
+            ],
         );
         let changed: Vec<_> = transitions(&old, &new)
             .iter()
@@ -305,12 +292,7 @@ mod tests {
 
     #[test]
     fn comparison_ignores_only_transition_time() {
-        let mut a = Vec::new();
-        set(
-            &mut a,
-            Desired::truthy(ConditionType::Ready, Reason::AsExpected, "ok"),
-            None,
-        );
+        let a = from_desired(&[ready("ok")]);
         let mut b = a.clone();
         b[0].last_transition_time = Time(Timestamp::UNIX_EPOCH);
         assert!(same_ignoring_time(&a, &b));

@@ -1,6 +1,7 @@
 //! Kubernetes client idioms, written once: what an API error means, the namespaced-or-cluster
 //! `Api` of a dynamic resource, creating a namespace that may already exist, removing one
-//! finalizer without touching anyone else's, and a Warning Event.
+//! finalizer without touching anyone else's, server-side applying a typed object's status,
+//! and a Warning Event.
 //!
 //! Error classification uses kube-rs's own `Status` predicates (they follow client-go's
 //! `apierrors`), so an AlreadyExists is never mistaken for an update conflict although both
@@ -14,8 +15,11 @@ use kube::api::{DynamicObject, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::core::ApiResource;
 use kube::runtime::events::{Event, EventType};
 use kube::{Api, Client, Resource, ResourceExt};
+use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::json;
+
+use crate::api::names::FIELD_MANAGER;
 
 /// What an API error says, in client-go's vocabulary.
 pub trait ApiErrorExt {
@@ -161,6 +165,31 @@ where
         Err(e) if e.is_not_found() => Ok(()),
         Err(e) => Err(e),
     }
+}
+
+/// Server-side applies `status` to the status subresource of `obj` as the konnector's field
+/// manager, forcing ownership of the fields it sets.
+pub async fn apply_status<K>(
+    api: &Api<K>,
+    obj: &K,
+    status: &impl Serialize,
+) -> Result<K, kube::Error>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let mut metadata = json!({ "name": obj.name_any() });
+    if let Some(namespace) = obj.namespace() {
+        metadata["namespace"] = json!(namespace);
+    }
+    let body = json!({
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
+        "metadata": metadata,
+        "status": status,
+    });
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    api.patch_status(&obj.name_any(), &params, &Patch::Apply(&body))
+        .await
 }
 
 /// A Warning Event: `reason` (CamelCase), a note saying what happened and what to do, and the

@@ -80,6 +80,19 @@ impl Deref for ClusterBindingSpec {
     }
 }
 
+/// Either kind's spec, as the fields they share.
+impl AsRef<BindingSpec> for BindingSpec {
+    fn as_ref(&self) -> &BindingSpec {
+        self
+    }
+}
+
+impl AsRef<BindingSpec> for ClusterBindingSpec {
+    fn as_ref(&self) -> &BindingSpec {
+        &self.spec
+    }
+}
+
 impl From<BindingSpec> for ClusterBindingSpec {
     fn from(spec: BindingSpec) -> Self {
         Self { spec }

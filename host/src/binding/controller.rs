@@ -25,7 +25,7 @@ use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use tokio_util::sync::CancellationToken;
@@ -69,12 +69,9 @@ pub async fn run<K: BindingObject>(ctx: Arc<Context>, shutdown: CancellationToke
             watcher::Config::default(),
             move |namespace| {
                 let name = namespace.name_any();
-                by_namespace
-                    .state()
-                    .iter()
-                    .filter(|b| b.namespace().as_deref() == Some(name.as_str()))
-                    .map(|b| ObjectRef::from_obj(&**b))
-                    .collect::<Vec<_>>()
+                bindings_where(&by_namespace, |b| {
+                    b.namespace().as_deref() == Some(name.as_str())
+                })
             },
         )
     } else {
@@ -87,12 +84,9 @@ pub async fn run<K: BindingObject>(ctx: Arc<Context>, shutdown: CancellationToke
             watcher::Config::default(),
             move |connection| {
                 let name = connection.name_any();
-                by_connection
-                    .state()
-                    .iter()
-                    .filter(|b| b.binding_spec().connection_ref.name == name)
-                    .map(|b| ObjectRef::from_obj(&**b))
-                    .collect::<Vec<_>>()
+                bindings_where(&by_connection, |b| {
+                    b.binding_spec().connection_ref.name == name
+                })
             },
         )
         // A consumer CRD appearing or becoming Established concerns the bindings listing it.
@@ -101,12 +95,9 @@ pub async fn run<K: BindingObject>(ctx: Arc<Context>, shutdown: CancellationToke
             watcher::Config::default(),
             move |crd| {
                 let name = crd.name_any();
-                by_api
-                    .state()
-                    .iter()
-                    .filter(|b| b.binding_spec().apis.iter().any(|a| a.name == name))
-                    .map(|b| ObjectRef::from_obj(&**b))
-                    .collect::<Vec<_>>()
+                bindings_where(&by_api, |b| {
+                    b.binding_spec().apis.iter().any(|a| a.name == name)
+                })
             },
         )
         // The sync engine's outcomes for a binding's scope changed: its Synced, Conflicts and
@@ -125,6 +116,20 @@ pub async fn run<K: BindingObject>(ctx: Arc<Context>, shutdown: CancellationToke
             }
         })
         .await;
+}
+
+/// The bindings in `store` for which `concerned` holds: those a change of one watched object
+/// concerns.
+fn bindings_where<K: BindingObject>(
+    store: &Store<K>,
+    concerned: impl Fn(&K) -> bool,
+) -> Vec<ObjectRef<K>> {
+    store
+        .state()
+        .iter()
+        .filter(|b| concerned(b))
+        .map(|b| ObjectRef::from_obj(&**b))
+        .collect()
 }
 
 #[instrument(skip(obj, ctx), fields(kind = %K::kind(&()), namespace = obj.namespace().unwrap_or_default(), name = %obj.name_any()))]

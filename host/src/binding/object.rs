@@ -4,6 +4,7 @@
 
 use std::fmt::Debug;
 
+use kube::core::object::{HasSpec, HasStatus};
 use kube::{Api, Resource};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -13,12 +14,25 @@ use crate::registry::BindingKey;
 
 /// What the binding modules need from either kind.
 pub trait BindingObject:
-    Resource<DynamicType = ()> + Clone + DeserializeOwned + Serialize + Debug + Send + Sync + 'static
+    Resource<DynamicType = ()>
+    + HasSpec<Spec: AsRef<BindingSpec>>
+    + HasStatus<Status = BindingStatus>
+    + Clone
+    + DeserializeOwned
+    + Serialize
+    + Debug
+    + Send
+    + Sync
+    + 'static
 {
     /// The shared spec.
-    fn binding_spec(&self) -> &BindingSpec;
+    fn binding_spec(&self) -> &BindingSpec {
+        self.spec().as_ref()
+    }
     /// The stored status.
-    fn binding_status(&self) -> Option<&BindingStatus>;
+    fn binding_status(&self) -> Option<&BindingStatus> {
+        self.status()
+    }
     /// The index key; `None` for an object without a name.
     fn index_key(&self) -> Option<BindingKey>;
     /// The API to patch this object through.
@@ -29,12 +43,6 @@ pub trait BindingObject:
 }
 
 impl BindingObject for Binding {
-    fn binding_spec(&self) -> &BindingSpec {
-        &self.spec
-    }
-    fn binding_status(&self) -> Option<&BindingStatus> {
-        self.status.as_ref()
-    }
     fn index_key(&self) -> Option<BindingKey> {
         Some(BindingKey::Namespaced {
             namespace: self.metadata.namespace.clone()?,
@@ -53,12 +61,6 @@ impl BindingObject for Binding {
 }
 
 impl BindingObject for ClusterBinding {
-    fn binding_spec(&self) -> &BindingSpec {
-        &self.spec
-    }
-    fn binding_status(&self) -> Option<&BindingStatus> {
-        self.status.as_ref()
-    }
     fn index_key(&self) -> Option<BindingKey> {
         Some(BindingKey::Cluster {
             name: self.metadata.name.clone()?,

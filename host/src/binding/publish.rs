@@ -1,14 +1,12 @@
 //! Writing a binding's status: only when it changed, through the status subresource with
 //! server-side apply, and followed by an Event for each condition that changed state.
 
-use kube::api::{Patch, PatchParams};
-use kube::{Api, ResourceExt};
-use serde_json::json;
+use kube::Api;
 use tracing::{info, warn};
 
 use crate::api::BindingStatus;
-use crate::api::names::FIELD_MANAGER;
 use crate::conditions::{self, Desired};
+use crate::k8s;
 
 use super::events;
 use super::object::BindingObject;
@@ -43,23 +41,9 @@ async fn write_status<K: BindingObject>(
     api: &Api<K>,
     status: &BindingStatus,
 ) -> Result<()> {
-    let mut metadata = json!({ "name": obj.name_any() });
-    if let Some(ns) = obj.namespace() {
-        metadata["namespace"] = json!(ns);
-    }
-    let body = json!({
-        "apiVersion": K::api_version(&()),
-        "kind": K::kind(&()),
-        "metadata": metadata,
-        "status": status,
-    });
-    api.patch_status(
-        &obj.name_any(),
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&body),
-    )
-    .await
-    .map_err(Error::WriteStatus)?;
+    k8s::apply_status(api, obj, status)
+        .await
+        .map_err(Error::WriteStatus)?;
     Ok(())
 }
 

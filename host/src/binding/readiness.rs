@@ -248,6 +248,33 @@ mod tests {
         }
     }
 
+    /// The CRD facts of `facts`, which `established` always has.
+    fn crd(facts: &mut ApiFacts) -> &mut CrdFacts {
+        facts
+            .crd
+            .get_or_insert_with(|| unreachable!("established facts have a CRD"))
+    }
+
+    /// The verdict on binding `W` through Connection `p`, engaged and exporting it, with
+    /// `established(W)` changed by `change`.
+    fn judged(change: impl FnOnce(&mut ApiFacts)) -> Verdict {
+        let mut facts = established(W);
+        change(&mut facts);
+        evaluate("p", &exported(&[W]), &[facts])
+    }
+
+    /// Checks that `v` is not Ready for `reason`, with a message naming each of `mentions`.
+    fn not_ready(v: &Verdict, reason: Reason, mentions: &[&str]) {
+        assert!(!v.is_ready(), "{v:?}");
+        assert_eq!(v.ready.reason, reason, "{v:?}");
+        for mention in mentions {
+            assert!(
+                v.ready.message.contains(mention),
+                "{v:?} does not name {mention:?}"
+            );
+        }
+    }
+
     #[test]
     fn ready_when_connection_engaged_api_exported_and_crd_established() {
         let v = evaluate("p", &exported(&[W]), &[established(W)]);
@@ -287,51 +314,28 @@ mod tests {
 
     #[test]
     fn api_pinned_to_another_connection_by_crd_annotation_is_bound_elsewhere() {
-        let mut facts = established(W);
-        if let Some(crd) = facts.crd.as_mut() {
-            crd.pinned_to = Some("q".into());
-        }
-        let v = evaluate("p", &exported(&[W]), &[facts]);
-        assert_eq!(v.ready.reason, Reason::APIBoundElsewhere);
-        assert!(v.ready.message.contains("Connection q"));
+        let v = judged(|f| crd(f).pinned_to = Some("q".into()));
+        not_ready(&v, Reason::APIBoundElsewhere, &["Connection q"]);
     }
 
     #[test]
     fn api_bound_through_another_connection_by_an_older_binding_is_bound_elsewhere() {
-        let mut facts = established(W);
-        facts.index_pin = Some("q".into());
-        let v = evaluate("p", &exported(&[W]), &[facts]);
-        assert_eq!(v.ready.reason, Reason::APIBoundElsewhere);
+        let v = judged(|f| f.index_pin = Some("q".into()));
+        not_ready(&v, Reason::APIBoundElsewhere, &[]);
     }
 
     #[test]
     fn failed_schema_installation_says_why() {
-        let mut facts = established(W);
-        facts.install_problem = Some((Reason::SchemaInstallFailed, "no provider CRD".into()));
-        let v = evaluate("p", &exported(&[W]), &[facts]);
-        assert_eq!(v.ready.reason, Reason::SchemaInstallFailed);
-        assert!(v.ready.message.contains("no provider CRD"));
+        let problem = (Reason::SchemaInstallFailed, "no provider CRD".into());
+        let v = judged(|f| f.install_problem = Some(problem));
+        not_ready(&v, Reason::SchemaInstallFailed, &["no provider CRD"]);
     }
 
     #[test]
     fn missing_or_unestablished_crd_is_pending() {
-        let mut facts = established(W);
-        facts.crd = None;
-        assert_eq!(
-            evaluate("p", &exported(&[W]), &[facts.clone()])
-                .ready
-                .reason,
-            Reason::Pending
-        );
-        facts.crd = Some(CrdFacts {
-            established: false,
-            pinned_to: Some("p".into()),
-            target: Some(target()),
-        });
-        assert_eq!(
-            evaluate("p", &exported(&[W]), &[facts]).ready.reason,
-            Reason::SchemaNotEstablished
-        );
+        not_ready(&judged(|f| f.crd = None), Reason::Pending, &[]);
+        let v = judged(|f| crd(f).established = false);
+        not_ready(&v, Reason::SchemaNotEstablished, &[]);
     }
 
     #[test]
@@ -353,14 +357,9 @@ mod tests {
 
     #[test]
     fn crd_the_consumer_made_itself_is_not_managed_and_selects_nothing() {
-        let mut facts = established(W);
-        if let Some(crd) = facts.crd.as_mut() {
-            crd.pinned_to = None;
-        }
-        let v = evaluate("p", &exported(&[W]), &[facts]);
-        assert_eq!(v.ready.reason, Reason::CRDNotManaged);
-        assert!(v.ready.message.contains("not installed by kbind"));
-        assert!(v.ready.message.contains("core.kbind.io/connection=p"));
+        let v = judged(|f| crd(f).pinned_to = None);
+        let mentions = ["not installed by kbind", "core.kbind.io/connection=p"];
+        not_ready(&v, Reason::CRDNotManaged, &mentions);
         assert_eq!(v.targets.get(W), Some(&None));
     }
 

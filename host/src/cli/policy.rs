@@ -9,12 +9,11 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, bail};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::policy::{
-    ConflictInput, Policies, PolicyArgs, PolicyError, PolicyRole, RelatedInput, SchemaInput,
-    read_file,
-};
+use crate::policy::{Policies, PolicyArgs, PolicyError, PolicyRole, read_file};
 
 /// `konnector policy ...`
 #[derive(clap::Subcommand, Debug)]
@@ -112,36 +111,30 @@ pub async fn evaluate(
     role: PolicyRole,
     input: Value,
 ) -> anyhow::Result<Result<Value, PolicyError>> {
-    Ok(match role {
+    match role {
         PolicyRole::ConflictPolicy => {
-            let input: ConflictInput =
-                serde_json::from_value(input).context("not a conflict-policy input")?;
-            match policies.decide_conflict(&input).await {
-                Ok(out) => Ok(to_json(out)?),
-                Err(e) => Err(e),
-            }
+            evaluate_as(role, input, async |i| policies.decide_conflict(i).await).await
         }
         PolicyRole::SchemaSynthesis => {
-            let input: SchemaInput =
-                serde_json::from_value(input).context("not a schema-synthesis input")?;
-            match policies.synthesize_schema(&input).await {
-                Ok(out) => Ok(to_json(out)?),
-                Err(e) => Err(e),
-            }
+            evaluate_as(role, input, async |i| policies.synthesize_schema(i).await).await
         }
         PolicyRole::RelatedSelection => {
-            let input: RelatedInput =
-                serde_json::from_value(input).context("not a related-selection input")?;
-            match policies.select_related(&input).await {
-                Ok(out) => Ok(to_json(out)?),
-                Err(e) => Err(e),
-            }
+            evaluate_as(role, input, async |i| policies.select_related(i).await).await
         }
-    })
+    }
 }
 
-fn to_json<T: serde::Serialize>(v: T) -> anyhow::Result<Value> {
-    Ok(serde_json::to_value(v)?)
+/// [`evaluate`] for one role: the input parsed as the role's type, the output as JSON.
+async fn evaluate_as<I: DeserializeOwned, O: Serialize>(
+    role: PolicyRole,
+    input: Value,
+    call: impl AsyncFnOnce(&I) -> Result<O, PolicyError>,
+) -> anyhow::Result<Result<Value, PolicyError>> {
+    let input: I = serde_json::from_value(input).with_context(|| format!("not a {role} input"))?;
+    Ok(match call(&input).await {
+        Ok(out) => Ok(serde_json::to_value(out)?),
+        Err(e) => Err(e),
+    })
 }
 
 /// The outcome of one fixture case.

@@ -50,7 +50,8 @@ mod tests {
     use super::*;
     use crate::api::Reason;
 
-    use crate::conditions::{Desired, from_desired as conditions, set};
+    use crate::conditions::{Desired, from_desired as conditions, with_desired};
+    use crate::connection::autobind;
 
     fn ready(reason: Reason, status: bool, message: &str) -> Desired {
         Desired {
@@ -61,78 +62,63 @@ mod tests {
         }
     }
 
+    /// Ready and connected.
+    fn fine() -> Vec<Condition> {
+        conditions(&[ready(Reason::AsExpected, true, "connected")])
+    }
+
+    /// The one Event a change from `old` to `new` conditions announces.
+    fn the_one_event(old: &[Condition], new: &[Condition]) -> Announcement {
+        let mut events = announcements(old, new);
+        assert_eq!(events.len(), 1, "{events:?}");
+        events.remove(0)
+    }
+
     #[test]
     fn each_failure_reason_is_one_warning_until_it_changes() {
         let missing = conditions(&[ready(Reason::SecretNotFound, false, "create it")]);
-        let events = announcements(&[], &missing);
-        assert_eq!(events.len(), 1);
-        assert!(events[0].warning);
-        assert_eq!(events[0].reason, "SecretNotFound");
-        assert_eq!(events[0].note, "create it");
+        let event = the_one_event(&[], &missing);
+        assert!(event.warning);
+        assert_eq!(event.reason, "SecretNotFound");
+        assert_eq!(event.note, "create it");
         let requeued = conditions(&[ready(Reason::SecretNotFound, false, "create it!")]);
         assert!(announcements(&missing, &requeued).is_empty(), "per requeue");
         let forbidden = conditions(&[ready(Reason::Forbidden, false, "grant it")]);
-        let events = announcements(&requeued, &forbidden);
-        assert_eq!(events.len(), 1);
-        assert_eq!(events[0].reason, "Forbidden");
+        assert_eq!(the_one_event(&requeued, &forbidden).reason, "Forbidden");
     }
 
     #[test]
     fn becoming_ready_is_a_normal_event() {
         let broken = conditions(&[ready(Reason::ProviderUnreachable, false, "retrying")]);
-        let fine = conditions(&[ready(Reason::AsExpected, true, "connected")]);
-        let events = announcements(&broken, &fine);
-        assert_eq!(events.len(), 1);
-        assert!(!events[0].warning);
-        assert_eq!(events[0].reason, "Ready");
-        assert!(announcements(&fine, &fine).is_empty());
+        let event = the_one_event(&broken, &fine());
+        assert!(!event.warning);
+        assert_eq!(event.reason, "Ready");
+        assert!(announcements(&fine(), &fine()).is_empty());
     }
 
     #[test]
     fn schema_refusals_warn_without_touching_ready() {
-        let fine = conditions(&[ready(Reason::AsExpected, true, "connected")]);
-        let mut refused = fine.clone();
-        set(
-            &mut refused,
-            Desired::falsy(
-                ConditionType::SchemaInSync,
-                Reason::CRDNotManaged,
-                "not kbind's",
-            ),
-            None,
+        let not_ours = Desired::falsy(
+            ConditionType::SchemaInSync,
+            Reason::CRDNotManaged,
+            "not kbind's",
         );
-        let events = announcements(&fine, &refused);
-        assert_eq!(events.len(), 1);
-        assert_eq!(events[0].reason, "CRDNotManaged");
+        let refused = with_desired(&fine(), &[not_ours]);
+        assert_eq!(the_one_event(&fine(), &refused).reason, "CRDNotManaged");
     }
 
     #[test]
     fn an_auto_bind_name_clash_is_one_warning_while_it_lasts() {
-        let fine = conditions(&[ready(Reason::AsExpected, true, "connected")]);
-        let mut taken = fine.clone();
-        set(
-            &mut taken,
-            crate::connection::autobind::name_taken("p"),
-            None,
-        );
-        let events = announcements(&fine, &taken);
-        assert_eq!(events.len(), 1);
-        assert!(events[0].warning);
-        assert_eq!(events[0].reason, "AutoBindNameTaken");
-        assert!(
-            events[0].note.contains("ClusterBinding p exists"),
-            "{events:?}"
-        );
+        let taken = with_desired(&fine(), &[autobind::name_taken("p")]);
+        let event = the_one_event(&fine(), &taken);
+        assert!(event.warning);
+        assert_eq!(event.reason, "AutoBindNameTaken");
+        assert!(event.note.contains("ClusterBinding p exists"), "{event:?}");
         assert!(
             announcements(&taken, &taken.clone()).is_empty(),
             "a periodic reconcile finding the same clash announces nothing"
         );
-        let mut freed = taken.clone();
-        set(
-            &mut freed,
-            crate::connection::autobind::in_sync("p", 1),
-            None,
-        );
+        let freed = with_desired(&taken, &[autobind::in_sync("p", 1)]);
         assert!(announcements(&taken, &freed).is_empty());
         assert!(
             !announcements(&freed, &taken).is_empty(),

@@ -24,20 +24,20 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::Event;
 use kube::runtime::finalizer::{self, finalizer};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
-use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, instrument, warn};
 
-use crate::api::names::{CLEANUP_FINALIZER, DEFAULT_SECRET_NAMESPACE, FIELD_MANAGER};
+use crate::api::names::{CLEANUP_FINALIZER, DEFAULT_SECRET_NAMESPACE};
 use crate::api::{Binding, ClusterBinding, Connection, ConnectionStatus};
 use crate::backoff::Backoff;
+use crate::k8s;
 use crate::provider::kubeconfig::Transport;
 use crate::schema::AppliedSchemas;
 use crate::shared::Shared;
@@ -231,18 +231,9 @@ async fn persist_status(
         return Ok(());
     }
     let api: Api<Connection> = Api::all(ctx.shared.consumer.clone());
-    let patch = json!({
-        "apiVersion": Connection::api_version(&()),
-        "kind": Connection::kind(&()),
-        "status": status,
-    });
-    api.patch_status(
-        &connection.name_any(),
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await
-    .map_err(Error::WriteStatus)?;
+    k8s::apply_status(&api, connection, &status)
+        .await
+        .map_err(Error::WriteStatus)?;
     info!(connection = %connection.name_any(), "status updated");
     let before = connection
         .status

@@ -9,35 +9,34 @@ use super::types::{
     SchemaInput, SkipReason, SkippedObject,
 };
 
-/// The `schema-synthesis` world.
-pub(crate) mod schema {
-    wasmtime::component::bindgen!({
-        world: "schema-synthesis",
-        path: "../wit",
-        exports: { default: async },
-    });
-    pub(crate) use exports::kbind::policy::schema as iface;
+/// Declares a module holding the host-side bindings of one `kbind:policy` world, with the
+/// world's exported interface as `iface`.
+macro_rules! world {
+    ($(#[$doc:meta])* $module:ident: $world:tt exports $iface:ident) => {
+        $(#[$doc])*
+        pub(crate) mod $module {
+            wasmtime::component::bindgen!({
+                world: $world,
+                path: "../wit",
+                exports: { default: async },
+            });
+            pub(crate) use exports::kbind::policy::$iface as iface;
+        }
+    };
 }
 
-/// The `conflict-policy` world.
-pub(crate) mod conflict {
-    wasmtime::component::bindgen!({
-        world: "conflict-policy",
-        path: "../wit",
-        exports: { default: async },
-    });
-    pub(crate) use exports::kbind::policy::conflict as iface;
-}
-
-/// The `related-selection` world.
-pub(crate) mod related {
-    wasmtime::component::bindgen!({
-        world: "related-selection",
-        path: "../wit",
-        exports: { default: async },
-    });
-    pub(crate) use exports::kbind::policy::related as iface;
-}
+world!(
+    /// The `schema-synthesis` world.
+    schema: "schema-synthesis" exports schema
+);
+world!(
+    /// The `conflict-policy` world.
+    conflict: "conflict-policy" exports conflict
+);
+world!(
+    /// The `related-selection` world.
+    related: "related-selection" exports related
+);
 
 pub(crate) fn conflict_input(input: &ConflictInput) -> conflict::iface::ConflictInput {
     use conflict::iface as w;

@@ -169,23 +169,24 @@ fn stderr_suffix(stderr: &str) -> String {
 }
 
 impl PolicyError {
-    /// A short stable label for metrics and logs.
+    /// A short stable label for metrics and logs (the `kind` label of
+    /// `kbind_policy_failures_total`).
     pub fn kind(&self) -> &'static str {
         match self {
-            Self::CreateEngine { .. } => "create_engine",
-            Self::ReadModule { .. } => "read_module",
-            Self::CompileModule { .. } => "compile_module",
-            Self::WrongWorld { .. } => "wrong_world",
+            Self::CreateEngine { .. } => "engine",
+            Self::ReadModule { .. } => "read",
+            Self::CompileModule { .. } => "compile",
+            Self::WrongWorld { .. } => "wrong-world",
             Self::PolicyTrap { .. } => "trap",
             Self::PolicyTimeout { .. } => "timeout",
-            Self::PolicyMemoryLimit { .. } => "memory_limit",
-            Self::PolicyResourceLimit { .. } => "resource_limit",
-            Self::InputTooLarge { .. } => "input_too_large",
-            Self::OutputTooLarge { .. } => "output_too_large",
+            Self::PolicyMemoryLimit { .. } => "memory",
+            Self::PolicyResourceLimit { .. } => "resource-limit",
+            Self::InputTooLarge { .. } => "input-too-large",
+            Self::OutputTooLarge { .. } => "output-too-large",
             Self::PolicyRejected { .. } => "rejected",
-            Self::InvalidOutput { .. } => "invalid_output",
-            Self::EncodeInput { .. } => "encode_input",
-            Self::CallAborted { .. } => "call_aborted",
+            Self::InvalidOutput { .. } => "invalid-output",
+            Self::EncodeInput { .. } => "encode-input",
+            Self::CallAborted { .. } => "aborted",
         }
     }
 

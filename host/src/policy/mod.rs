@@ -61,6 +61,7 @@ pub use warm::DEFAULT_REUSE;
 
 use bindings::{conflict, related, schema};
 use load::Slot;
+use role_module::RoleModule;
 use runtime::HostState;
 
 /// The loaded policy modules, one per role.
@@ -183,9 +184,7 @@ impl Policies {
         &self,
         input: &ConflictInput,
     ) -> Result<ConflictDecision, PolicyError> {
-        let inner = &self.inner;
-        let call = call::call(&inner.conflict, inner.limits, inner.reuse, input);
-        timed(PolicyRole::ConflictPolicy, call).await
+        self.call(&self.inner.conflict, input).await
     }
 
     /// Asks the schema-synthesis policy for the consumer CRD of a provider resource.
@@ -193,17 +192,23 @@ impl Policies {
         &self,
         input: &SchemaInput,
     ) -> Result<CustomResourceDefinition, PolicyError> {
-        let inner = &self.inner;
-        let call = call::call(&inner.schema, inner.limits, inner.reuse, input);
-        timed(PolicyRole::SchemaSynthesis, call).await
+        self.call(&self.inner.schema, input).await
     }
 
     /// Asks the related-selection policy what one `relatedResources` entry copies, skips
     /// and deletes.
     pub async fn select_related(&self, input: &RelatedInput) -> Result<RelatedPlan, PolicyError> {
-        let inner = &self.inner;
-        let call = call::call(&inner.related, inner.limits, inner.reuse, input);
-        timed(PolicyRole::RelatedSelection, call).await
+        self.call(&self.inner.related, input).await
+    }
+
+    /// One call of the module in `slot` under these policies' limits, timed as its role.
+    async fn call<P: RoleModule>(
+        &self,
+        slot: &Slot<P>,
+        input: &P::Input,
+    ) -> Result<P::Output, PolicyError> {
+        let call = call::call(slot, self.inner.limits, self.inner.reuse, input);
+        timed(P::ROLE, call).await
     }
 }
 
@@ -225,7 +230,7 @@ async fn timed<T>(
             .policy_failures
             .get_or_create(&PolicyFailureLabels {
                 role,
-                kind: failure_kind(e),
+                kind: e.kind(),
             })
             .inc();
     }
@@ -238,26 +243,6 @@ fn role_label(role: PolicyRole) -> &'static str {
         PolicyRole::SchemaSynthesis => "schema",
         PolicyRole::ConflictPolicy => "conflict",
         PolicyRole::RelatedSelection => "related",
-    }
-}
-
-/// The `kind` metric label of a failed call.
-fn failure_kind(error: &PolicyError) -> &'static str {
-    match error {
-        PolicyError::CreateEngine { .. } => "engine",
-        PolicyError::ReadModule { .. } => "read",
-        PolicyError::CompileModule { .. } => "compile",
-        PolicyError::WrongWorld { .. } => "wrong-world",
-        PolicyError::PolicyTrap { .. } => "trap",
-        PolicyError::PolicyTimeout { .. } => "timeout",
-        PolicyError::PolicyMemoryLimit { .. } => "memory",
-        PolicyError::PolicyResourceLimit { .. } => "resource-limit",
-        PolicyError::InputTooLarge { .. } => "input-too-large",
-        PolicyError::OutputTooLarge { .. } => "output-too-large",
-        PolicyError::PolicyRejected { .. } => "rejected",
-        PolicyError::InvalidOutput { .. } => "invalid-output",
-        PolicyError::EncodeInput { .. } => "encode-input",
-        PolicyError::CallAborted { .. } => "aborted",
     }
 }
 

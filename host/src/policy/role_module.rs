@@ -73,22 +73,25 @@ fn converted_and_checked<W, O, I>(
     Ok(output)
 }
 
-/// Writes a role's [`RoleModule`] impl from what differs between roles: the generated names,
-/// the input conversion, the export and the check of its answer.
+/// Writes a role's [`RoleModule`] impl from what differs between roles: the generated `*Pre`,
+/// the input conversion, the export and the check of its answer. The role, the world's
+/// instance type and the input's WIT record are named as the host names them
+/// (`PolicyRole::ConflictPolicy`, `conflict::ConflictPolicy`, `conflict::iface::ConflictInput`).
+/// A role whose export answers `result<T, string>` finishes `checked by` a conversion and a
+/// check ([`converted_and_checked`]); another says how it finishes.
 macro_rules! role_module {
     (
-        $pre:ident in $world:ident as $role:expr;
-        instance $instance:ident;
-        input $input:ty => $wit_input:ty, by $convert:path;
+        $world:ident::$pre:ident for $role:ident;
+        input $input:ident by $convert:path;
         output $wit_output:ty => $output:ty;
         invoke |$inst:ident, $store:ident, $arg:ident| $invoke:expr;
-        finish |$answer:ident, $checked:ident| $finish:block
+        $($finish:tt)+
     ) => {
         impl RoleModule for $world::$pre<HostState> {
-            const ROLE: PolicyRole = $role;
-            type Instance = $world::$instance;
+            const ROLE: PolicyRole = PolicyRole::$role;
+            type Instance = $world::$role;
             type Input = $input;
-            type WitInput = $wit_input;
+            type WitInput = $world::iface::$input;
             type WitOutput = $wit_output;
             type Output = $output;
 
@@ -115,26 +118,30 @@ macro_rules! role_module {
             ) -> impl Future<Output = wasmtime::Result<Self::WitOutput>> + Send + 'a {
                 $invoke
             }
-            fn finish($answer: Self::WitOutput, $checked: &$input) -> Result<$output, Refusal> $finish
+            role_module!(@finish $input => $output; $($finish)+);
         }
+    };
+    (@finish $input:ty => $output:ty; checked by $convert:path, $check:path;) => {
+        fn finish(answer: Self::WitOutput, input: &$input) -> Result<$output, Refusal> {
+            converted_and_checked(answer, input, $convert, $check)
+        }
+    };
+    (@finish $input:ty => $output:ty; finish |$answer:ident, $checked:ident| $finish:block) => {
+        fn finish($answer: Self::WitOutput, $checked: &$input) -> Result<$output, Refusal> $finish
     };
 }
 
 role_module! {
-    ConflictPolicyPre in conflict as PolicyRole::ConflictPolicy;
-    instance ConflictPolicy;
-    input ConflictInput => conflict::iface::ConflictInput, by bindings::conflict_input;
+    conflict::ConflictPolicyPre for ConflictPolicy;
+    input ConflictInput by bindings::conflict_input;
     output Result<conflict::iface::Decision, String> => ConflictDecision;
     invoke |instance, store, input| instance.kbind_policy_conflict().call_decide(store, input);
-    finish |answer, input| {
-        converted_and_checked(answer, input, bindings::conflict_decision, validate::decision)
-    }
+    checked by bindings::conflict_decision, validate::decision;
 }
 
 role_module! {
-    SchemaSynthesisPre in schema as PolicyRole::SchemaSynthesis;
-    instance SchemaSynthesis;
-    input SchemaInput => schema::iface::SchemaInput, by bindings::schema_input;
+    schema::SchemaSynthesisPre for SchemaSynthesis;
+    input SchemaInput by bindings::schema_input;
     output Result<String, schema::iface::SynthesisError> => CustomResourceDefinition;
     invoke |instance, store, input| instance.kbind_policy_schema().call_synthesize(store, input);
     finish |answer, input| {
@@ -150,12 +157,9 @@ role_module! {
 }
 
 role_module! {
-    RelatedSelectionPre in related as PolicyRole::RelatedSelection;
-    instance RelatedSelection;
-    input RelatedInput => related::iface::RelatedInput, by bindings::related_input;
+    related::RelatedSelectionPre for RelatedSelection;
+    input RelatedInput by bindings::related_input;
     output Result<related::iface::RelatedPlan, String> => RelatedPlan;
     invoke |instance, store, input| instance.kbind_policy_related().call_select(store, input);
-    finish |answer, input| {
-        converted_and_checked(answer, input, bindings::related_plan, validate::plan)
-    }
+    checked by bindings::related_plan, validate::plan;
 }

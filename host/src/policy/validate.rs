@@ -274,10 +274,7 @@ mod tests {
     const OBJECT: &str = "object-1";
 
     /// A conflict question under `policy` about a target carrying `markers` (`None`: absent).
-    fn question(
-        policy: ConflictPolicy,
-        markers: Option<(Option<&str>, Option<&str>)>,
-    ) -> ConflictInput {
+    fn question(policy: ConflictPolicy, markers: Target) -> ConflictInput {
         ConflictInput {
             consumer_cluster_uid: CLUSTER.into(),
             consumer_object_uid: OBJECT.into(),
@@ -289,141 +286,118 @@ mod tests {
         }
     }
 
-    const ABSENT: Option<(Option<&str>, Option<&str>)> = None;
-    const UNMARKED: Option<(Option<&str>, Option<&str>)> = Some((None, None));
-    const OURS: Option<(Option<&str>, Option<&str>)> = Some((Some(CLUSTER), Some(OBJECT)));
-    const OTHER_CLUSTER: Option<(Option<&str>, Option<&str>)> =
-        Some((Some("cluster-2"), Some(OBJECT)));
-    const OTHER_OBJECT: Option<(Option<&str>, Option<&str>)> =
-        Some((Some(CLUSTER), Some("object-2")));
-    const CLUSTER_ONLY: Option<(Option<&str>, Option<&str>)> = Some((Some(CLUSTER), None));
-    const OBJECT_ONLY: Option<(Option<&str>, Option<&str>)> = Some((None, Some(OBJECT)));
+    /// The markers of a provider target: `None` when it is absent, else its cluster and object
+    /// markers.
+    type Target = Option<(Option<&'static str>, Option<&'static str>)>;
 
-    fn both_policies() -> [ConflictPolicy; 2] {
-        [ConflictPolicy::Fail, ConflictPolicy::Adopt]
+    const ABSENT: Target = None;
+    const UNMARKED: Target = Some((None, None));
+    const OURS: Target = Some((Some(CLUSTER), Some(OBJECT)));
+    const OTHER_CLUSTER: Target = Some((Some("cluster-2"), Some(OBJECT)));
+    const OTHER_OBJECT: Target = Some((Some(CLUSTER), Some("object-2")));
+    const CLUSTER_ONLY: Target = Some((Some(CLUSTER), None));
+    const OBJECT_ONLY: Target = Some((None, Some(OBJECT)));
+
+    use ConflictDecision::{Adopt, Create, UpdateOwned};
+
+    const BOTH: &[ConflictPolicy] = &[ConflictPolicy::Fail, ConflictPolicy::Adopt];
+    const ADOPT: &[ConflictPolicy] = &[ConflictPolicy::Adopt];
+    const FAIL: &[ConflictPolicy] = &[ConflictPolicy::Fail];
+
+    /// Checks that `d` is allowed about each of `targets` under each of `policies`.
+    fn allowed(d: ConflictDecision, policies: &[ConflictPolicy], targets: &[Target]) {
+        judged(d, policies, targets, None);
     }
 
-    #[test]
-    fn create_allowed_for_absent_target() {
-        for policy in both_policies() {
-            assert_eq!(
-                decision(&ConflictDecision::Create, &question(policy, ABSENT)),
-                Ok(())
-            );
-        }
+    /// Checks that `d` is refused about each of `targets` under each of `policies`, with a
+    /// message containing `because`.
+    fn refused(
+        d: ConflictDecision,
+        policies: &[ConflictPolicy],
+        targets: &[Target],
+        because: &str,
+    ) {
+        judged(d, policies, targets, Some(because));
     }
 
-    #[test]
-    fn create_refused_for_existing_target() {
-        for target in [UNMARKED, OURS, OTHER_CLUSTER, CLUSTER_ONLY] {
-            let e = decision(
-                &ConflictDecision::Create,
-                &question(ConflictPolicy::Adopt, target),
-            );
-            assert!(e.is_err_and(|e| {
-                e.contains("decided Create, but a provider object already exists")
-            }));
-        }
-    }
-
-    #[test]
-    fn update_owned_allowed_when_both_markers_match() {
-        for policy in both_policies() {
-            assert_eq!(
-                decision(&ConflictDecision::UpdateOwned, &question(policy, OURS)),
-                Ok(())
-            );
-        }
-    }
-
-    #[test]
-    fn update_owned_refused_for_foreign_markers() {
-        for target in [OTHER_CLUSTER, OTHER_OBJECT] {
-            for policy in both_policies() {
-                let e = decision(&ConflictDecision::UpdateOwned, &question(policy, target));
-                assert!(e.is_err_and(|e| e.contains("do not both name this consumer object")));
+    fn judged(
+        d: ConflictDecision,
+        policies: &[ConflictPolicy],
+        targets: &[Target],
+        refusal: Option<&str>,
+    ) {
+        for &policy in policies {
+            for &target in targets {
+                let verdict = decision(&d, &question(policy, target));
+                let case = format!("{d:?} under {policy:?} about {target:?}: {verdict:?}");
+                match refusal {
+                    None => assert!(verdict.is_ok(), "{case}"),
+                    Some(text) => assert!(verdict.is_err_and(|e| e.contains(text)), "{case}"),
+                }
             }
         }
     }
 
     #[test]
-    fn update_owned_refused_with_partial_markers() {
-        for target in [CLUSTER_ONLY, OBJECT_ONLY] {
-            let e = decision(
-                &ConflictDecision::UpdateOwned,
-                &question(ConflictPolicy::Adopt, target),
-            );
-            assert!(e.is_err(), "{target:?}");
-        }
+    fn create_allowed_for_absent_target() {
+        allowed(Create, BOTH, &[ABSENT]);
     }
 
     #[test]
-    fn update_owned_refused_for_unmarked_target() {
-        let e = decision(
-            &ConflictDecision::UpdateOwned,
-            &question(ConflictPolicy::Adopt, UNMARKED),
+    fn create_refused_for_existing_target() {
+        let existing = [UNMARKED, OURS, OTHER_CLUSTER, CLUSTER_ONLY];
+        refused(Create, ADOPT, &existing, "already exists");
+    }
+
+    #[test]
+    fn update_owned_allowed_when_both_markers_match() {
+        allowed(UpdateOwned, BOTH, &[OURS]);
+    }
+
+    #[test]
+    fn update_owned_refused_unless_both_markers_are_ours() {
+        let others = [
+            OTHER_CLUSTER,
+            OTHER_OBJECT,
+            CLUSTER_ONLY,
+            OBJECT_ONLY,
+            UNMARKED,
+        ];
+        refused(
+            UpdateOwned,
+            BOTH,
+            &others,
+            "do not both name this consumer object",
         );
-        assert!(e.is_err());
     }
 
     #[test]
     fn update_owned_and_adopt_refused_for_absent_target() {
-        for d in [ConflictDecision::UpdateOwned, ConflictDecision::Adopt] {
-            let e = decision(&d, &question(ConflictPolicy::Adopt, ABSENT));
-            assert!(e.is_err_and(|e| e.contains("there is no provider object to update")));
+        for d in [UpdateOwned, Adopt] {
+            refused(d, ADOPT, &[ABSENT], "there is no provider object to update");
         }
     }
 
     #[test]
     fn adopt_allowed_for_unmarked_target_under_adopt() {
-        assert_eq!(
-            decision(
-                &ConflictDecision::Adopt,
-                &question(ConflictPolicy::Adopt, UNMARKED)
-            ),
-            Ok(())
-        );
+        allowed(Adopt, ADOPT, &[UNMARKED]);
     }
 
     #[test]
     fn adopt_refused_when_policy_is_fail() {
-        let e = decision(
-            &ConflictDecision::Adopt,
-            &question(ConflictPolicy::Fail, UNMARKED),
+        refused(Adopt, FAIL, &[UNMARKED], "conflictPolicy is Fail");
+    }
+
+    #[test]
+    fn adopt_refused_for_any_marker() {
+        // Our own copy is updated, not adopted, and partial markers count as foreign.
+        let marked = [OURS, OTHER_CLUSTER, OTHER_OBJECT, CLUSTER_ONLY, OBJECT_ONLY];
+        refused(
+            Adopt,
+            ADOPT,
+            &marked,
+            "only an object without any marker may be adopted",
         );
-        assert!(e.is_err_and(|e| e.contains("conflictPolicy is Fail")));
-    }
-
-    #[test]
-    fn adopt_refused_for_foreign_markers() {
-        for target in [OTHER_CLUSTER, OTHER_OBJECT] {
-            let e = decision(
-                &ConflictDecision::Adopt,
-                &question(ConflictPolicy::Adopt, target),
-            );
-            assert!(e.is_err_and(|e| e.contains("carries ownership markers")));
-        }
-    }
-
-    #[test]
-    fn adopt_refused_with_partial_markers() {
-        for target in [CLUSTER_ONLY, OBJECT_ONLY] {
-            let e = decision(
-                &ConflictDecision::Adopt,
-                &question(ConflictPolicy::Adopt, target),
-            );
-            assert!(e.is_err_and(|e| e.contains("partial markers count as foreign")));
-        }
-    }
-
-    #[test]
-    fn adopt_refused_for_own_markers() {
-        // Our own copy is updated, not adopted: Adopt is only for unmarked objects.
-        let e = decision(
-            &ConflictDecision::Adopt,
-            &question(ConflictPolicy::Adopt, OURS),
-        );
-        assert!(e.is_err());
     }
 
     #[test]
@@ -432,18 +406,15 @@ mod tests {
             reason: ConflictReason::OwnedByAnother,
             message: "no".into(),
         };
-        for target in [
+        let every = [
             ABSENT,
             UNMARKED,
             OURS,
             OTHER_CLUSTER,
             CLUSTER_ONLY,
             OBJECT_ONLY,
-        ] {
-            for policy in both_policies() {
-                assert_eq!(decision(&conflict, &question(policy, target)), Ok(()));
-            }
-        }
+        ];
+        allowed(conflict, BOTH, &every);
     }
 
     fn schema_input() -> SchemaInput {

@@ -328,10 +328,19 @@ mod tests {
 
     const W: &str = "widgets.example.org";
 
+    use ConflictPolicy::{Adopt, Fail};
+
+    /// An index holding `bindings`.
+    fn index_of(bindings: impl IntoIterator<Item = (BindingKey, Entry)>) -> BindingIndex {
+        let mut index = BindingIndex::default();
+        index.reset(bindings);
+        index
+    }
+
     #[test]
     fn namespaced_binding_selects_only_its_namespace() {
         let mut index = BindingIndex::default();
-        index.apply(ns("team-a", "b"), entry("p", &[W], ConflictPolicy::Fail, 1));
+        index.apply(ns("team-a", "b"), entry("p", &[W], Fail, 1));
         assert!(index.covering("p", W, Some("team-a")).is_some());
         assert!(index.covering("p", W, Some("team-b")).is_none());
         assert!(
@@ -352,40 +361,34 @@ mod tests {
     #[test]
     fn cluster_binding_selects_every_namespace_and_cluster_scope() {
         let mut index = BindingIndex::default();
-        index.apply(cluster("all"), entry("p", &[W], ConflictPolicy::Fail, 1));
+        index.apply(cluster("all"), entry("p", &[W], Fail, 1));
         assert!(index.covering("p", W, Some("anything")).is_some());
         assert!(index.covering("p", W, None).is_some());
     }
 
     #[test]
     fn cluster_binding_wins_over_binding_for_the_same_api_and_connection() {
-        let mut index = BindingIndex::default();
         // The Binding is older and says Adopt; the ClusterBinding still wins.
-        index.apply(
-            ns("team-a", "b"),
-            entry("p", &[W], ConflictPolicy::Adopt, 1),
-        );
-        index.apply(cluster("c"), entry("p", &[W], ConflictPolicy::Fail, 9));
+        let index = index_of([
+            (ns("team-a", "b"), entry("p", &[W], Adopt, 1)),
+            (cluster("c"), entry("p", &[W], Fail, 9)),
+        ]);
         let cov = index.covering("p", W, Some("team-a")).expect("covered");
         assert_eq!(cov.binding, cluster("c"));
-        assert_eq!(cov.conflict_policy, ConflictPolicy::Fail);
+        assert_eq!(cov.conflict_policy, Fail);
     }
 
     #[test]
     fn binding_policy_applies_when_no_cluster_binding_covers() {
-        let mut index = BindingIndex::default();
-        index.apply(
-            ns("team-a", "b"),
-            entry("p", &[W], ConflictPolicy::Adopt, 1),
-        );
+        let index = index_of([(ns("team-a", "b"), entry("p", &[W], Adopt, 1))]);
         let cov = index.covering("p", W, Some("team-a")).expect("covered");
-        assert_eq!(cov.conflict_policy, ConflictPolicy::Adopt);
+        assert_eq!(cov.conflict_policy, Adopt);
     }
 
     #[test]
     fn unready_binding_selects_nothing() {
         let mut index = BindingIndex::default();
-        let mut e = entry("p", &[W], ConflictPolicy::Fail, 1);
+        let mut e = entry("p", &[W], Fail, 1);
         e.ready = false;
         index.apply(cluster("c"), e);
         assert!(index.covering("p", W, Some("x")).is_none());
@@ -395,10 +398,10 @@ mod tests {
     #[test]
     fn oldest_binding_pins_the_api_and_cluster_bindings_rank_first() {
         let mut index = BindingIndex::default();
-        index.apply(ns("a", "old"), entry("p", &[W], ConflictPolicy::Fail, 1));
-        index.apply(ns("b", "new"), entry("q", &[W], ConflictPolicy::Fail, 5));
+        index.apply(ns("a", "old"), entry("p", &[W], Fail, 1));
+        index.apply(ns("b", "new"), entry("q", &[W], Fail, 5));
         assert_eq!(index.pinned_connection(W, None), Some("p"));
-        let late_cluster = entry("q", &[W], ConflictPolicy::Fail, 9);
+        let late_cluster = entry("q", &[W], Fail, 9);
         let key = cluster("late");
         assert_eq!(
             index.pinned_connection(W, Some((&key, &late_cluster))),
@@ -412,20 +415,20 @@ mod tests {
     fn candidate_replaces_its_own_recorded_entry_when_pinning() {
         let mut index = BindingIndex::default();
         let key = ns("a", "b");
-        index.apply(key.clone(), entry("p", &[W], ConflictPolicy::Fail, 1));
-        let moved = entry("q", &[W], ConflictPolicy::Fail, 1);
+        index.apply(key.clone(), entry("p", &[W], Fail, 1));
+        let moved = entry("q", &[W], Fail, 1);
         assert_eq!(index.pinned_connection(W, Some((&key, &moved))), Some("q"));
     }
 
     #[test]
     fn active_lists_each_connection_api_pair_once_with_resolved_targets() {
         let mut index = BindingIndex::default();
-        index.apply(ns("a", "b"), entry("p", &[W], ConflictPolicy::Fail, 1));
+        index.apply(ns("a", "b"), entry("p", &[W], Fail, 1));
         index.apply(
             cluster("c"),
-            entry("p", &[W, "gadgets.example.org"], ConflictPolicy::Fail, 2),
+            entry("p", &[W, "gadgets.example.org"], Fail, 2),
         );
-        let mut unresolved = entry("p", &["pending.example.org"], ConflictPolicy::Fail, 3);
+        let mut unresolved = entry("p", &["pending.example.org"], Fail, 3);
         unresolved.apis.insert("pending.example.org".into(), None);
         index.apply(cluster("d"), unresolved);
         let active = index.active();
@@ -441,7 +444,7 @@ mod tests {
     #[test]
     fn apply_reports_changes_only() {
         let mut index = BindingIndex::default();
-        let e = entry("p", &[W], ConflictPolicy::Fail, 1);
+        let e = entry("p", &[W], Fail, 1);
         assert!(index.apply(cluster("c"), e.clone()));
         assert!(!index.apply(cluster("c"), e.clone()));
         assert!(index.delete(&cluster("c")));
@@ -454,7 +457,7 @@ mod tests {
     fn shared_index_signals_only_real_changes() {
         let shared = SharedIndex::default();
         let mut rx = shared.subscribe();
-        let e = entry("p", &[W], ConflictPolicy::Fail, 1);
+        let e = entry("p", &[W], Fail, 1);
         assert!(shared.apply(cluster("c"), e.clone()));
         assert!(rx.has_changed().unwrap_or(false));
         rx.mark_unchanged();
@@ -466,50 +469,51 @@ mod tests {
         assert_eq!(rx.borrow().listing(W).len(), 1);
     }
 
+    /// What `change`, made to an index holding Binding `a/b` of `W` through `p` (conflictPolicy
+    /// Fail), reaches of the scopes of `p`'s `W` syncer.
+    fn reach_of(change: impl FnOnce(&mut BindingIndex)) -> Reach {
+        let mut index = BindingIndex::default();
+        index.apply(ns("a", "b"), entry("p", &[W], Fail, 1));
+        let before = index.scopes("p", W);
+        change(&mut index);
+        reach(&before, &index.scopes("p", W))
+    }
+
+    fn only(namespace: &str) -> Reach {
+        Reach::Namespaces([namespace.to_string()].into())
+    }
+
     #[test]
     fn namespaced_binding_change_reaches_only_its_namespace() {
-        let mut index = BindingIndex::default();
-        index.apply(ns("a", "b"), entry("p", &[W], ConflictPolicy::Fail, 1));
-        let before = index.scopes("p", W);
-        index.apply(ns("b", "b"), entry("p", &[W], ConflictPolicy::Fail, 2));
-        let after = index.scopes("p", W);
-        assert_eq!(
-            reach(&before, &after),
-            Reach::Namespaces(["b".to_string()].into())
-        );
+        let reached = reach_of(|index| {
+            index.apply(ns("b", "b"), entry("p", &[W], Fail, 2));
+        });
+        assert_eq!(reached, only("b"));
     }
 
     #[test]
     fn cluster_binding_change_reaches_everything() {
-        let mut index = BindingIndex::default();
-        index.apply(ns("a", "b"), entry("p", &[W], ConflictPolicy::Fail, 1));
-        let before = index.scopes("p", W);
-        index.apply(cluster("all"), entry("p", &[W], ConflictPolicy::Adopt, 2));
-        assert_eq!(reach(&before, &index.scopes("p", W)), Reach::Everything);
+        let reached = reach_of(|index| {
+            index.apply(cluster("all"), entry("p", &[W], Adopt, 2));
+        });
+        assert_eq!(reached, Reach::Everything);
     }
 
     #[test]
     fn change_to_another_api_or_connection_reaches_nothing() {
-        let mut index = BindingIndex::default();
-        index.apply(ns("a", "b"), entry("p", &[W], ConflictPolicy::Fail, 1));
-        let before = index.scopes("p", W);
-        index.apply(
-            ns("a", "g"),
-            entry("p", &["gadgets.example.org"], ConflictPolicy::Fail, 2),
-        );
-        index.apply(ns("c", "b"), entry("q", &[W], ConflictPolicy::Fail, 3));
-        assert_eq!(reach(&before, &index.scopes("p", W)), Reach::Nothing);
+        let reached = reach_of(|index| {
+            let gadgets = entry("p", &["gadgets.example.org"], Fail, 2);
+            index.apply(ns("a", "g"), gadgets);
+            index.apply(ns("c", "b"), entry("q", &[W], Fail, 3));
+        });
+        assert_eq!(reached, Reach::Nothing);
     }
 
     #[test]
     fn conflict_policy_change_reaches_its_namespace() {
-        let mut index = BindingIndex::default();
-        index.apply(ns("a", "b"), entry("p", &[W], ConflictPolicy::Fail, 1));
-        let before = index.scopes("p", W);
-        index.apply(ns("a", "b"), entry("p", &[W], ConflictPolicy::Adopt, 1));
-        assert_eq!(
-            reach(&before, &index.scopes("p", W)),
-            Reach::Namespaces(["a".to_string()].into())
-        );
+        let reached = reach_of(|index| {
+            index.apply(ns("a", "b"), entry("p", &[W], Adopt, 1));
+        });
+        assert_eq!(reached, only("a"));
     }
 }

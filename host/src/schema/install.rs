@@ -64,13 +64,11 @@ pub async fn ensure_installed(
         update,
     } = *target;
     let crds: Api<CustomResourceDefinition> = Api::all(consumer.clone());
-    let existing = crds
-        .get_opt(&api.name)
-        .await
-        .map_err(|source| SchemaError::Apply {
-            crd: api.name.clone(),
-            source,
-        })?;
+    let apply_failed = |source| SchemaError::Apply {
+        crd: api.name.clone(),
+        source,
+    };
+    let existing = crds.get_opt(&api.name).await.map_err(apply_failed)?;
     // The host decides what may be touched, whatever the source: never a protected group,
     // never a CRD kbind did not install for this Connection.
     ownership::check(&api.name, existing.as_ref(), connection)?;
@@ -98,10 +96,7 @@ pub async fn ensure_installed(
         &Patch::Apply(&desired),
     )
     .await
-    .map_err(|source| SchemaError::Apply {
-        crd: api.name.clone(),
-        source,
-    })?;
+    .map_err(apply_failed)?;
     metrics()
         .schema_applies
         .get_or_create(&ApiLabels {

@@ -115,13 +115,13 @@ pub(crate) mod tests {
         }
     }
 
+    /// A served v1, and a served storage v2 with a status subresource.
+    const V1_SERVED_V2_STORED: &[(&str, bool, bool, bool)] =
+        &[("v1", true, false, false), ("v2", true, true, true)];
+
     #[test]
     fn storage_version_is_preferred_when_served_and_exported() {
-        let c = crd(
-            "example.org",
-            "Namespaced",
-            &[("v1", true, false, false), ("v2", true, true, true)],
-        );
+        let c = crd("example.org", "Namespaced", V1_SERVED_V2_STORED);
         let t = ApiTarget::from_crd(&c, &[]).expect("a served version");
         assert_eq!(t.version, "v2");
         assert!(t.namespaced);
@@ -132,11 +132,7 @@ pub(crate) mod tests {
 
     #[test]
     fn version_not_exported_by_the_provider_is_skipped() {
-        let c = crd(
-            "example.org",
-            "Cluster",
-            &[("v1", true, false, false), ("v2", true, true, true)],
-        );
+        let c = crd("example.org", "Cluster", V1_SERVED_V2_STORED);
         let t = ApiTarget::from_crd(&c, &["v1".into()]).expect("v1 is exported");
         assert_eq!(t.version, "v1");
         assert!(!t.namespaced);

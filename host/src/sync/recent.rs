@@ -116,48 +116,44 @@ mod tests {
         }
     }
 
-    fn rv(obj: Option<DynamicObject>) -> Option<String> {
-        obj.and_then(|o| o.metadata.resource_version)
+    /// A registry that remembers writing version `rv` of `ns/w`.
+    fn wrote(rv: &str) -> RecentWrites {
+        let recent = RecentWrites::default();
+        recent.remember(&copy(rv));
+        recent
+    }
+
+    /// The version `newest` gives for `ns/w` while the cache holds version `cached`.
+    fn newest(recent: &RecentWrites, cached: Option<&str>) -> Option<String> {
+        recent
+            .newest(Some("ns"), "w", cached.map(copy))
+            .and_then(|o| o.metadata.resource_version)
     }
 
     #[test]
     fn a_write_stands_in_for_a_cache_that_has_not_seen_it() {
-        let recent = RecentWrites::default();
-        recent.remember(&copy("12"));
-        assert_eq!(rv(recent.newest(Some("ns"), "w", None)), Some("12".into()));
-        assert_eq!(
-            rv(recent.newest(Some("ns"), "w", Some(copy("11")))),
-            Some("12".into()),
-            "the cache still holds the version before the write"
-        );
+        let recent = wrote("12");
+        assert_eq!(newest(&recent, None).as_deref(), Some("12"));
+        let before_the_write = newest(&recent, Some("11"));
+        assert_eq!(before_the_write.as_deref(), Some("12"));
     }
 
     #[test]
     fn the_cache_wins_once_it_caught_up_and_the_write_is_forgotten() {
-        let recent = RecentWrites::default();
-        recent.remember(&copy("12"));
-        assert_eq!(
-            rv(recent.newest(Some("ns"), "w", Some(copy("12")))),
-            Some("12".into())
-        );
-        assert_eq!(rv(recent.newest(Some("ns"), "w", None)), None, "forgotten");
+        let recent = wrote("12");
+        assert_eq!(newest(&recent, Some("12")).as_deref(), Some("12"));
+        assert_eq!(newest(&recent, None), None, "forgotten");
     }
 
     #[test]
     fn uncomparable_versions_trust_the_cache() {
-        let recent = RecentWrites::default();
-        recent.remember(&copy("b"));
-        assert_eq!(
-            rv(recent.newest(Some("ns"), "w", Some(copy("a")))),
-            Some("a".into())
-        );
+        assert_eq!(newest(&wrote("b"), Some("a")).as_deref(), Some("a"));
     }
 
     #[test]
     fn forget_drops_a_write() {
-        let recent = RecentWrites::default();
-        recent.remember(&copy("12"));
+        let recent = wrote("12");
         recent.forget(Some("ns"), "w");
-        assert_eq!(rv(recent.newest(Some("ns"), "w", None)), None);
+        assert_eq!(newest(&recent, None), None);
     }
 }

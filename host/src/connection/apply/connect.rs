@@ -133,38 +133,30 @@ impl Steps<'_> {
 
     fn identity_failed(&mut self, side: &str, error: IdentityError) -> Stop {
         let message = format!("{side}: {error}");
-        match error {
+        let (reason, message) = match error {
             IdentityError::Forbidden { .. } => {
                 self.set(Desired::truthy(
                     ConditionType::PermissionDenied,
                     Reason::Forbidden,
                     message.clone(),
                 ));
-                self.set(Desired::falsy(
-                    ConditionType::Connected,
-                    Reason::Forbidden,
-                    message.clone(),
-                ));
-                self.not_ready(Reason::Forbidden, message)
+                (Reason::Forbidden, message)
             }
-            IdentityError::Missing { .. } => {
-                self.set(Desired::falsy(
-                    ConditionType::Connected,
-                    Reason::IdentityUnavailable,
-                    message.clone(),
-                ));
-                self.not_ready(Reason::IdentityUnavailable, message)
-            }
+            IdentityError::Missing { .. } => (Reason::IdentityUnavailable, message),
             IdentityError::Read { .. } => {
-                let message = format!("{message}; retrying");
-                self.set(Desired::falsy(
-                    ConditionType::Connected,
-                    Reason::ProviderUnreachable,
-                    message.clone(),
-                ));
-                self.not_ready(Reason::ProviderUnreachable, message);
-                Stop::Fail(error.into())
+                (Reason::ProviderUnreachable, format!("{message}; retrying"))
             }
+        };
+        self.set(Desired::falsy(
+            ConditionType::Connected,
+            reason,
+            message.clone(),
+        ));
+        let settle = self.not_ready(reason, message);
+        // A failed read (neither a denial nor a missing identity) is retried with backoff.
+        match error {
+            IdentityError::Read { .. } => Stop::Fail(error.into()),
+            _ => settle,
         }
     }
 }

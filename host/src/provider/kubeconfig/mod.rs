@@ -306,14 +306,36 @@ users:
         "token-secret-value",
     ];
 
-    pub(super) fn parse_err(text: &str) -> KubeconfigError {
-        parse_err_with(text, Transport::VerifiedTls)
+    /// Parses `VALID` with `from` replaced by `to` and checks that it is refused for `reason`
+    /// with a message that names each of `mentions` and quotes none of `hides`, nor any value
+    /// of the kubeconfig.
+    pub(super) fn refused(change: (&str, &str), reason: Reason, mentions: &[&str], hides: &[&str]) {
+        refused_with(Transport::VerifiedTls, change, reason, mentions, hides);
     }
 
-    pub(super) fn parse_err_with(text: &str, transport: Transport) -> KubeconfigError {
-        match parse(&reference(), text.as_bytes(), transport) {
+    /// [`refused`], under `transport`.
+    pub(super) fn refused_with(
+        transport: Transport,
+        (from, to): (&str, &str),
+        reason: Reason,
+        mentions: &[&str],
+        hides: &[&str],
+    ) {
+        let text = VALID.replace(from, to);
+        let err = match parse(&reference(), text.as_bytes(), transport) {
             Ok(_) => panic!("expected the kubeconfig to be refused:\n{text}"),
             Err(e) => e,
+        };
+        assert_eq!(err.reason(), reason, "{err}");
+        let message = err.to_string();
+        for mention in mentions {
+            assert!(
+                message.contains(mention),
+                "{message:?} does not name {mention:?}"
+            );
+        }
+        for value in VALUES.iter().chain(hides) {
+            assert!(!message.contains(value), "{message:?} quotes {value:?}");
         }
     }
 
@@ -339,20 +361,17 @@ mod tests {
 
     #[test]
     fn garbage_is_reported_as_invalid() {
-        let err = parse_err("{{{ not yaml");
-        assert_eq!(err.reason(), Reason::KubeconfigInvalid);
+        refused((VALID, "{{{ not yaml"), Reason::KubeconfigInvalid, &[], &[]);
     }
 
     #[test]
     fn parse_errors_do_not_quote_the_data() {
         // A field of the wrong type: the YAML parser's own message would quote the line.
-        let text = VALID.replace(
+        let change = (
             "current-context: ctx-secret-name",
             "current-context: [token-secret-value]",
         );
-        let err = parse_err(&text);
-        assert_eq!(err.reason(), Reason::KubeconfigInvalid);
-        assert_quotes_no_value(&err);
+        refused(change, Reason::KubeconfigInvalid, &[], &[]);
     }
 
     #[tokio::test]
