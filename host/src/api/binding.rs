@@ -8,12 +8,16 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-/// Gives a binding kind's spec the printer columns Binding and ClusterBinding share, so that
-/// `kubectl get` shows both alike.
-macro_rules! with_binding_columns {
+/// Gives a binding kind's spec what Binding and ClusterBinding share: the group, version,
+/// status type, category and printer columns, so that `kubectl get` shows both alike.
+macro_rules! binding_kind {
     ($(#[$attr:meta])* pub struct $name:ident $body:tt) => {
         $(#[$attr])*
         #[kube(
+            group = "core.kbind.io",
+            version = "v1alpha1",
+            status = "BindingStatus",
+            category = "kbind",
             printcolumn = r#"{"name":"Connection","type":"string","jsonPath":".spec.connectionRef.name","description":"The Connection whose provider serves the APIs"}"#,
             printcolumn = r#"{"name":"APIs","type":"string","jsonPath":".status.boundAPIs[*].name","description":"The first bound API (kubectl kbind status lists all)"}"#,
             printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status","description":"Whether the binding's APIs are installed and syncing"}"#,
@@ -25,19 +29,10 @@ macro_rules! with_binding_columns {
     };
 }
 
-with_binding_columns! {
+binding_kind! {
 /// Binds APIs of a Connection for instances in this namespace.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
-#[kube(
-    group = "core.kbind.io",
-    version = "v1alpha1",
-    kind = "Binding",
-    namespaced,
-    status = "BindingStatus",
-    category = "kbind",
-    shortname = "kb",
-    shortname = "kbinding"
-)]
+#[kube(kind = "Binding", namespaced, shortname = "kb", shortname = "kbinding")]
 #[serde(rename_all = "camelCase")]
 pub struct BindingSpec {
     /// The Connection whose provider serves these APIs.
@@ -54,18 +49,10 @@ pub struct BindingSpec {
 }
 }
 
-with_binding_columns! {
+binding_kind! {
 /// Binds APIs of a Connection for instances in every namespace, and cluster-scoped ones.
 #[derive(CustomResource, JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
-#[kube(
-    group = "core.kbind.io",
-    version = "v1alpha1",
-    kind = "ClusterBinding",
-    status = "BindingStatus",
-    category = "kbind",
-    shortname = "kcb",
-    shortname = "kclusterbinding"
-)]
+#[kube(kind = "ClusterBinding", shortname = "kcb", shortname = "kclusterbinding")]
 pub struct ClusterBindingSpec {
     /// The same fields as a Binding's spec.
     #[serde(flatten)]
