@@ -4,7 +4,6 @@
 
 use std::time::Duration;
 
-use anyhow::Context as _;
 use kbind_tests::syncenv::{
     Scenario, WAIT, delete, gone, holds_syncer_finalizer, markers, merge, stays, wait_for,
 };
@@ -13,8 +12,7 @@ use serde_json::json;
 #[test]
 fn deleting_an_instance_deletes_its_provider_copy() -> anyhow::Result<()> {
     Scenario::bound("delete-owned").run(async |s| {
-        s.create("w", json!({})).await?;
-        s.copy("w").await?;
+        s.create_copied("w", json!({})).await?;
         delete(&s.instances(), "w").await?;
         gone(&s.copies(), "w").await?;
         gone(&s.instances(), "w").await
@@ -24,8 +22,7 @@ fn deleting_an_instance_deletes_its_provider_copy() -> anyhow::Result<()> {
 #[test]
 fn instance_deletion_waits_for_provider_finalizer() -> anyhow::Result<()> {
     Scenario::bound("delete-waits").run(async |s| {
-        s.create("w", json!({})).await?;
-        s.copy("w").await?;
+        s.create_copied("w", json!({})).await?;
         // A provider-side controller holds its own finalizer on the copy.
         let hold = json!({ "metadata": { "finalizers": ["provider.example.org/hold"] } });
         merge(&s.copies(), "w", hold).await?;
@@ -43,8 +40,12 @@ fn instance_deletion_waits_for_provider_finalizer() -> anyhow::Result<()> {
         })
         .await?;
         // The provider controller finishes; only then does the consumer instance go.
-        let release = json!({ "metadata": { "finalizers": null } });
-        merge(&s.copies(), "w", release).await?;
+        merge(
+            &s.copies(),
+            "w",
+            json!({ "metadata": { "finalizers": null } }),
+        )
+        .await?;
         gone(&s.instances(), "w").await?;
         assert!(s.copies().get_opt("w").await?.is_none());
         Ok(())
@@ -57,14 +58,10 @@ fn orphan_keeps_provider_copy() -> anyhow::Result<()> {
         let created = s.create("w", json!({ "keep": "me" })).await?;
         s.copy("w").await?;
         s.orphan("w").await?;
-        let kept = s
-            .copies()
-            .get_opt("w")
-            .await?
-            .context("the provider copy is kept")?;
-        assert!(kept.metadata.deletion_timestamp.is_none());
+        // Kept as it was: its spec and its ownership markers.
+        let kept = s.copies().get("w").await?;
+        assert_eq!(kept.metadata.deletion_timestamp, None);
         assert_eq!(kept.data["spec"], json!({ "keep": "me" }));
-        // Its ownership markers stay as they were.
         assert_eq!(markers(&kept), s.markers_of(&created));
         Ok(())
     })

@@ -5,7 +5,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use kbind_tests::syncenv::{Scenario, delete, gone, holds_syncer_finalizer, merge, stays};
+use kbind_tests::faults::Sides;
+use kbind_tests::syncenv::{Scenario, delete, holds_syncer_finalizer, merge, stays};
 use kube::ResourceExt;
 use serde_json::json;
 
@@ -17,17 +18,12 @@ fn provider_restart_resumes_sync_without_deleting() -> anyhow::Result<()> {
         s.bind().await?;
         let mut uids = BTreeMap::new();
         for name in ["changed", "kept", "deleted"] {
-            s.create(name, json!({ "v": 1 })).await?;
-        }
-        for name in ["changed", "kept", "deleted"] {
-            uids.insert(name, s.copy(name).await?.uid());
+            uids.insert(name, s.create_copied(name, json!({ "v": 1 })).await?.uid());
         }
 
         // The provider goes away; the Connection leaves Ready and is disengaged.
         tokio::task::block_in_place(|| s.pair().provider.stop());
         s.disengage();
-
-        // Meanwhile, on the consumer.
         let consumer = s.instances();
         merge(&consumer, "changed", json!({ "spec": { "v": 2 } })).await?;
         s.create("created", json!({ "v": 1 })).await?;
@@ -54,19 +50,13 @@ fn provider_restart_resumes_sync_without_deleting() -> anyhow::Result<()> {
         let client = s.pair().provider.client().await?;
         let second = s.engage_with(client, &[&s.api], "after-restart");
         assert!(second.epoch > first.epoch, "re-engaged with a new epoch");
-
         s.copy_with_spec("changed", json!({ "v": 2 })).await?;
-        s.copy("created").await?;
-        gone(&s.copies(), "deleted").await?;
-        gone(&consumer, "deleted").await?;
+        // "deleted" gone from both sides, "created" copied, nothing left held.
+        Sides::of(s).converged(3).await?;
         // The copies that were there survived the outage as the same objects.
         for name in ["changed", "kept"] {
             let uid = s.copies().get(name).await?.uid();
-            assert_eq!(
-                uid.as_ref(),
-                uids[name].as_ref(),
-                "{name} deleted and recreated"
-            );
+            assert_eq!(uid, uids[name], "{name} deleted and recreated");
         }
         Ok(())
     })

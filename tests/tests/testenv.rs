@@ -2,21 +2,22 @@
 //! on them (namespace deletion, ownerReference garbage collection, token authentication), and
 //! no kube process outlives the cluster handle or the process that started it.
 
-use std::fmt::Debug;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail, ensure};
+use anyhow::{Context, ensure};
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, ServiceAccount};
+use kbind_tests::access::expect_refused;
 use kbind_tests::eventually;
 use kbind_tests::fixtures::{ensure_namespace, private_cluster};
+use kbind_tests::syncenv::related::put_configmap;
+use kbind_tests::syncenv::remains::{Left::Gone, delete_gone, kind, wait_left};
 use kbind_tests::testenv::{ADMIN_TOKEN_USER, Credential, shared_pair};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
-use kube::{Client, Resource, ResourceExt};
-use serde::de::DeserializeOwned;
+use kube::{Client, ResourceExt};
 use serde_json::json;
 
 #[tokio::test]
@@ -25,30 +26,21 @@ async fn controllers_delete_namespaces_and_collect_garbage() -> anyhow::Result<(
     pair.diagnose(async {
         let client = pair.consumer.client().await?;
         let ns = "controllers";
-        ensure_namespace(&client, ns).await?;
-        let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
-        let post = PostParams::default();
-        let create = async |name: &str, owner_references: serde_json::Value| {
-            let metadata = json!({ "name": name, "ownerReferences": owner_references });
-            let config_map = serde_json::from_value(json!({ "metadata": metadata }))?;
-            anyhow::Ok(config_maps.create(&post, &config_map).await?)
-        };
-        let owner = create("owner", json!([])).await?;
+        let owner = put_configmap(&client, ns, "owner", &[], &[]).await?;
+        put_configmap(&client, ns, "leftover", &[], &[]).await?;
+        let uid = owner.uid();
         let owner_ref =
-            json!({"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner.uid()});
-        create("dependent", json!([owner_ref])).await?;
-        create("leftover", json!([])).await?;
-
-        // The garbage collector removes the dependent of a deleted owner.
-        config_maps
-            .delete("owner", &DeleteParams::background())
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": uid});
+        let dependent = json!({"metadata": {"name": "dependent", "ownerReferences": [owner_ref]}});
+        let maps: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+        maps.create(&PostParams::default(), &serde_json::from_value(dependent)?)
             .await?;
-        eventually(Duration::from_secs(30), || gone(&config_maps, "dependent")).await?;
-
+        // The garbage collector removes the dependent of a deleted owner.
+        maps.delete("owner", &DeleteParams::background()).await?;
+        let dependent = (&client, kind::<ConfigMap>(), "controllers/dependent", Gone);
+        wait_left(&[dependent]).await?;
         // The namespace controller empties and removes a deleted namespace.
-        let namespaces: Api<Namespace> = Api::all(client.clone());
-        namespaces.delete(ns, &DeleteParams::default()).await?;
-        eventually(Duration::from_secs(60), || gone(&namespaces, ns)).await
+        delete_gone(&client, kind::<Namespace>(), ns).await
     })
     .await
 }
@@ -67,20 +59,20 @@ async fn token_identities_authenticate_and_service_account_tokens_revoke() -> an
 
         // A service-account token: authenticated, authorized for nothing, revocable.
         let ns = "tokens";
-        ensure_namespace(&cluster.client().await?, ns).await?;
+        let admin = cluster.client().await?;
+        ensure_namespace(&admin, ns).await?;
         let robot = cluster.mint_service_account(ns, "robot").await?;
         assert_eq!(robot.credential(), Credential::Token);
         let as_robot = robot.client().await?;
         let (user, _) = whoami(&as_robot).await?;
         assert_eq!(user, "system:serviceaccount:tokens:robot");
         let secrets: Api<Secret> = Api::namespaced(as_robot.clone(), ns);
-        expect_status(secrets.list(&ListParams::default()).await, 403)?;
+        let refused = (403, "Forbidden");
+        expect_refused(secrets.list(&ListParams::default()).await, refused, &user)?;
 
-        Api::<ServiceAccount>::namespaced(cluster.client().await?, ns)
-            .delete("robot", &DeleteParams::default())
-            .await?;
+        delete_gone(&admin, kind::<ServiceAccount>(), "tokens/robot").await?;
         eventually(Duration::from_secs(30), || async {
-            expect_status(whoami(&as_robot).await, 401)
+            expect_refused(whoami(&as_robot).await, (401, "Unauthorized"), "")
         })
         .await
     })
@@ -139,17 +131,6 @@ fn a_killed_test_process_leaves_no_kube_process() -> anyhow::Result<()> {
     Ok(std::fs::remove_dir_all(&root)?)
 }
 
-/// Succeeds once the object is gone; otherwise fails showing it.
-async fn gone<K>(api: &Api<K>, name: &str) -> anyhow::Result<()>
-where
-    K: Resource + Clone + DeserializeOwned + Debug,
-{
-    match api.get_opt(name).await? {
-        None => Ok(()),
-        Some(object) => bail!("{name} still there: {object:?}"),
-    }
-}
-
 /// The user and groups the apiserver authenticated `client` as.
 async fn whoami(client: &Client) -> Result<(String, Vec<String>), kube::Error> {
     let review = Api::<SelfSubjectReview>::all(client.clone())
@@ -158,13 +139,6 @@ async fn whoami(client: &Client) -> Result<(String, Vec<String>), kube::Error> {
     let info = review.status.and_then(|s| s.user_info).unwrap_or_default();
     let user = info.username.unwrap_or_default();
     Ok((user, info.groups.unwrap_or_default()))
-}
-
-fn expect_status<T: Debug>(result: Result<T, kube::Error>, code: u16) -> anyhow::Result<()> {
-    match result {
-        Err(kube::Error::Api(status)) if status.code == code => Ok(()),
-        other => bail!("expected HTTP {code}, got {other:?}"),
-    }
 }
 
 /// Live processes whose command line mentions `dir` (kube processes and their wrappers).

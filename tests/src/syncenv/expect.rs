@@ -100,6 +100,13 @@ impl Scenario {
         .await
     }
 
+    /// Creates instance `name` with `spec` and waits until its provider copy has that spec, which
+    /// it returns: how most sync scenarios begin.
+    pub async fn create_copied(&self, name: &str, spec: Value) -> anyhow::Result<DynamicObject> {
+        self.create(name, spec.clone()).await?;
+        self.copy_with_spec(name, spec).await
+    }
+
     /// Waits until instance `name` says `Synced=True` for its current generation.
     pub async fn in_sync(&self, name: &str) -> anyhow::Result<DynamicObject> {
         let instances = self.instances();
