@@ -39,12 +39,9 @@ async fn with_instances(s: &Scenario, api: &TestApi, names: &[&str]) -> anyhow::
 
 /// Lists only the scenario's main API in its Binding.
 async fn list_only_main_api(s: &Scenario) -> anyhow::Result<()> {
+    let bindings = Api::namespaced_with(s.consumer.clone(), s.ns(), &kind::<Binding>());
     let apis = json!({ "spec": { "apis": [{ "name": s.api.name() }] } });
-    let pp = PatchParams::default();
-    s.bindings()
-        .patch(BINDING, &pp, &Patch::Merge(apis))
-        .await?;
-    Ok(())
+    merge(&bindings, BINDING, apis).await.map(drop)
 }
 
 /// Disengages the Connection and waits until the binding says so.
