@@ -19,7 +19,7 @@ use konnector::api::PullPolicy;
 use konnector::api::RelatedDirection::FromProvider;
 use konnector::api::RelatedResourceKind::Secrets;
 use konnector::api::names::EXPORTED_LABEL;
-use serde_json::{Value, json};
+use serde_json::json;
 
 /// An instance `taken` in `ns` whose provider target already exists without markers: a
 /// conflict under `Fail`.
@@ -45,8 +45,10 @@ fn counts(text: &str, count: &str, hint: &str) {
     says(text, &[hint]);
 }
 
-/// Grants provider user `user` the `rules` cluster-wide (ClusterRole `name`).
-async fn allow(s: &Scenario, user: &str, name: &str, rules: Value) -> anyhow::Result<()> {
+/// Grants provider user `user` `verbs` on the main API's `widgets`, cluster-wide (ClusterRole
+/// `name`).
+async fn allow(s: &Scenario, user: &str, name: &str, verbs: &[&str]) -> anyhow::Result<()> {
+    let rules = json!([{ "apiGroups": [s.api.group], "resources": ["widgets"], "verbs": verbs }]);
     grant(&s.provider, None, name, rules, ("User", user)).await
 }
 
@@ -62,9 +64,9 @@ fn strict_provider_crd(s: &Scenario) -> anyhow::Result<CustomResourceDefinition>
 }
 
 /// Exports the API, installs its consumer CRD (the restricted user need not read CRDs) and the
-/// provider namespace (nor create namespaces), and engages the Connection with restricted provider user
-/// `<ns>-user`, granted `verbs` on the API (ClusterRole `<ns>-initial`); then binds. Returns
-/// the user.
+/// provider namespace (nor create one), and engages the Connection with restricted provider
+/// user `<ns>-user`, granted `verbs` on the API (ClusterRole `<ns>-initial`); then binds.
+/// Returns the user.
 async fn bind_restricted(s: &Scenario, verbs: &[&str]) -> anyhow::Result<String> {
     let user = format!("{}-user", s.ns());
     s.api.export(s).await?;
@@ -75,14 +77,9 @@ async fn bind_restricted(s: &Scenario, verbs: &[&str]) -> anyhow::Result<String>
     let client = s.pair().provider.mint_user(&user, &[])?.client().await?;
     s.engage_with(client, &[&s.api], &user);
     let initial = format!("{}-initial", s.ns());
-    allow(s, &user, &initial, widget_rules(s, verbs)).await?;
+    allow(s, &user, &initial, verbs).await?;
     s.bind().await?;
     Ok(user)
-}
-
-/// RBAC rules on the main API's `widgets`.
-fn widget_rules(s: &Scenario, verbs: &[&str]) -> Value {
-    json!([{ "apiGroups": [s.api.group], "resources": ["widgets"], "verbs": verbs }])
 }
 
 #[test]
@@ -213,10 +210,11 @@ fn provider_refusals_are_permission_denied_until_granted() -> anyhow::Result<()>
         let instance = synced_condition(&s.instances().get("w").await?);
         assert_eq!(instance.unwrap_or_default()["reason"], "Forbidden");
 
-        let write = widget_rules(s, &["create", "patch", "update"]);
-        let secrets = json!({ "apiGroups": [""], "resources": ["secrets"], "verbs": read });
-        let rules = json!([write[0], secrets]);
-        allow(s, &user, "opsc-denied-write", rules).await?;
+        let write = ["create", "patch", "update"];
+        allow(s, &user, "opsc-denied-write", &write).await?;
+        let secrets = json!([{ "apiGroups": [""], "resources": ["secrets"], "verbs": read }]);
+        let who = ("User", user.as_str());
+        grant(&s.provider, None, "opsc-denied-secrets", secrets, who).await?;
         let granted = s
             .binding_until("everything granted and in sync", |s| {
                 has(s, "PermissionDenied", "False", "AsExpected")
@@ -253,8 +251,7 @@ fn a_blocked_teardown_says_why_until_it_can_finish() -> anyhow::Result<()> {
         assert_eq!(warning.action.as_deref(), Some("Teardown"));
         counts(&warning.note.unwrap_or_default(), "teardown blocked", "");
 
-        let delete = widget_rules(s, &["delete"]);
-        allow(s, &user, "opsc-teardown-delete", delete).await?;
+        allow(s, &user, "opsc-teardown-delete", &["delete"]).await?;
         s.binding_gone().await?;
         gone(&s.copies(), "w").await
     })
