@@ -77,27 +77,23 @@ fn adopting(name: &str) -> ScenarioBuilder {
 }
 
 #[test]
-fn unmarked_target_under_fail_is_foreign_object_exists() -> anyhow::Result<()> {
+fn unmarked_or_only_labelled_target_under_fail_is_foreign_object_exists() -> anyhow::Result<()> {
     Scenario::bound("conflict-foreign").run(async |s| {
-        conflict(s, "taken", json!({}), "ForeignObjectExists").await?;
+        // The managed label alone is not ownership.
+        let labelled = json!({ "labels": { MANAGED_LABEL: "true" } });
+        for (name, metadata) in [("taken", json!({})), ("labelled", labelled)] {
+            conflict(s, name, metadata, "ForeignObjectExists").await?;
+        }
         // Unrelated objects keep syncing.
         s.create("free", json!({ "mine": true })).await?;
         s.copy("free").await?;
-        // The binding counts it, and stays Ready.
+        // The binding counts them, and stays Ready.
         let status = s
-            .binding_until("conflictCount 1", |s| s.conflict_count == 1)
+            .binding_until("conflictCount 2", |s| s.conflict_count == 2)
             .await?;
         assert!(has(&status, "Conflicts", "True", "ConflictsFound"));
         assert!(has(&status, "Ready", "True", "AsExpected"));
         Ok(())
-    })
-}
-
-#[test]
-fn managed_label_alone_is_not_ownership() -> anyhow::Result<()> {
-    Scenario::bound("conflict-label").run(async |s| {
-        let labels = json!({ "labels": { MANAGED_LABEL: "true" } });
-        conflict(s, "taken", labels, "ForeignObjectExists").await
     })
 }
 
