@@ -7,62 +7,62 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
+use kbind_tests::faults::Sides;
 use kbind_tests::fixtures::{
-    SECRET_NAMESPACE, connect, has_condition, put_kubeconfig_secret, start_konnector,
-    wait_connection,
+    SECRET_NAMESPACE, has_condition, put_kubeconfig_secret, start_konnector, wait_connection,
 };
+use kbind_tests::syncenv::remains::Left::{Gone, Kept, Released};
+use kbind_tests::syncenv::remains::{delete_gone, kind, wait_left};
 use kbind_tests::syncenv::{
-    BINDING, Scenario, TestApi, WAIT, appears, delete, ensure_namespace, gone,
-    holds_syncer_finalizer, merge, stays, wait_for,
+    BINDING, Scenario, ScenarioBuilder, TestApi, appears, ensure_namespace, holds_syncer_finalizer,
+    merge, stays,
 };
 use kbind_tests::testenv::ClusterPair;
 use konnector::api::names::{DELETION_POLICY_ANNOTATION, DELETION_POLICY_ORPHAN};
-use konnector::api::{Binding, Connection, SchemaPolicy, SchemaSource};
+use konnector::api::{Binding, Connection};
 use kube::Api;
-use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams};
 use serde_json::json;
 
 /// How long a "nothing happens" check watches.
 const QUIET: Duration = Duration::from_secs(5);
 
-/// Waits until instance `name` no longer holds the syncer's finalizer.
-async fn released(api: &Api<DynamicObject>, name: &str) -> anyhow::Result<()> {
-    wait_for(&format!("{name} released"), WAIT, || async {
-        Ok((!holds_syncer_finalizer(&api.get(name).await?)).then_some(()))
-    })
-    .await
-}
-
-/// Creates instance `w` of `api` and waits for its provider copy; returns the copies' API.
-async fn with_instance(s: &Scenario, api: &TestApi) -> anyhow::Result<Api<DynamicObject>> {
-    api.create(&s.consumer, Some(s.ns()), "w", json!({}))
-        .await?;
-    let copies = api.api(&s.provider, Some(s.ns()));
-    appears(&copies, "w").await?;
-    Ok(copies)
+/// Creates instances `names` of `api` and waits for their provider copies.
+async fn with_instances(s: &Scenario, api: &TestApi, names: &[&str]) -> anyhow::Result<()> {
+    for name in names {
+        api.create(&s.consumer, Some(s.ns()), name, json!({}))
+            .await?;
+        appears(&api.api(&s.provider, Some(s.ns())), name).await?;
+    }
+    Ok(())
 }
 
 /// Lists only the scenario's main API in its Binding.
 async fn list_only_main_api(s: &Scenario) -> anyhow::Result<()> {
+    let bindings = Api::namespaced_with(s.consumer.clone(), s.ns(), &kind::<Binding>());
     let apis = json!({ "spec": { "apis": [{ "name": s.api.name() }] } });
-    let pp = PatchParams::default();
-    s.bindings()
-        .patch(BINDING, &pp, &Patch::Merge(apis))
+    merge(&bindings, BINDING, apis).await.map(drop)
+}
+
+/// Disengages the Connection and waits until the binding says so.
+async fn disengage(s: &Scenario) -> anyhow::Result<()> {
+    s.disengage();
+    s.binding_has("Ready", "False", "ConnectionNotReady")
         .await?;
     Ok(())
 }
 
-/// Whether the binding has had a Warning Event of `reason`.
-async fn warned(s: &Scenario, reason: &str) -> anyhow::Result<bool> {
-    let events = s.binding_events().await?;
-    Ok(events
-        .iter()
-        .any(|e| e.type_.as_deref() == Some("Warning") && e.reason.as_deref() == Some(reason)))
+/// A bound scenario with a second API (`<name>-b`), for the test to drop from the Binding.
+fn dropping(name: &str) -> ScenarioBuilder {
+    Scenario::bound(name).with_api(TestApi::namespaced(&format!("{name}-b.e2e.kbind.io")))
 }
 
-/// Pins the stack's Connection to the test pair's identities, as a Connection that once
-/// connected has them.
-async fn pin_connection(s: &Scenario) -> anyhow::Result<()> {
+/// Binds with `kubeconfig` in the Connection's Secret and the Connection pinned to the test
+/// pair's identities (as a Connection that once connected has them), copies an instance `w`,
+/// then disengages the Connection, as after a restart while it is deleting, and unbinds.
+async fn unbind_disengaged(s: &Scenario, kubeconfig: &str) -> anyhow::Result<()> {
+    ensure_namespace(&s.consumer, SECRET_NAMESPACE).await?;
+    put_kubeconfig_secret(&s.consumer, &s.name, kubeconfig).await?;
     let uids = json!({ "status": {
         "remoteClusterUID": s.provider_uid,
         "localClusterUID": s.consumer_uid,
@@ -70,134 +70,106 @@ async fn pin_connection(s: &Scenario) -> anyhow::Result<()> {
     Api::<Connection>::all(s.consumer.clone())
         .patch_status(&s.name, &PatchParams::default(), &Patch::Merge(uids))
         .await?;
-    Ok(())
-}
-
-/// Puts `kubeconfig` in the Connection's Secret and pins the Connection, then binds.
-async fn bind_with_credentials(s: &Scenario, kubeconfig: &str) -> anyhow::Result<()> {
-    ensure_namespace(&s.consumer, SECRET_NAMESPACE).await?;
-    put_kubeconfig_secret(&s.consumer, &s.name, kubeconfig).await?;
-    pin_connection(s).await?;
-    s.export_and_bind().await
+    s.export_and_bind().await?;
+    with_instances(s, &s.api, &["w"]).await?;
+    disengage(s).await?;
+    s.unbind().await
 }
 
 #[test]
 fn api_dropped_from_a_binding_is_drained_like_a_teardown() -> anyhow::Result<()> {
-    let dropped = TestApi::namespaced("strand-drop-b.e2e.kbind.io");
-    Scenario::bound("strand-drop")
-        .with_api(dropped)
-        .run(async |s| {
-            let dropped = &s.extra[0];
-            let provider = with_instance(s, dropped).await?;
-            let consumer = dropped.api(&s.consumer, Some(s.ns()));
-            dropped
-                .create(&s.consumer, Some(s.ns()), "orphan", json!({}))
-                .await?;
-            s.create("a", json!({})).await?;
-            appears(&provider, "orphan").await?;
-            s.copy("a").await?;
-            let orphan = json!({ "metadata": { "annotations": {
-                DELETION_POLICY_ANNOTATION: DELETION_POLICY_ORPHAN } } });
-            merge(&consumer, "orphan", orphan).await?;
+    dropping("strand-drop").run(async |s| {
+        let dropped = &s.extra[0];
+        with_instances(s, dropped, &["w", "orphan"]).await?;
+        with_instances(s, &s.api, &["a"]).await?;
+        let orphan = json!({ "metadata": { "annotations": {
+            DELETION_POLICY_ANNOTATION: DELETION_POLICY_ORPHAN } } });
+        merge(&dropped.api(&s.consumer, Some(s.ns())), "orphan", orphan).await?;
 
-            list_only_main_api(s).await?;
+        list_only_main_api(s).await?;
 
-            gone(&provider, "w").await?;
-            released(&consumer, "w").await?;
-            released(&consumer, "orphan").await?;
-            anyhow::ensure!(
-                provider.get_opt("orphan").await?.is_some(),
-                "the Orphan instance's copy was deleted"
-            );
-            s.binding_has("Drained", "True", "AsExpected").await?;
-            // Deleting the released instance completes: nothing holds it any more.
-            delete(&consumer, "w").await?;
-            gone(&consumer, "w").await?;
+        let (c, p, kind) = (&s.consumer, &s.provider, dropped.resource());
+        wait_left(&[
+            (p, kind.clone(), "strand-drop/w", Gone),
+            (c, kind.clone(), "strand-drop/w", Released),
+            (c, kind.clone(), "strand-drop/orphan", Released),
+            (p, kind.clone(), "strand-drop/orphan", Kept),
             // The API still listed keeps syncing.
-            anyhow::ensure!(
-                s.copies().get_opt("a").await?.is_some(),
-                "listed API's copy deleted"
-            );
-            let kept = s.instances().get("a").await?;
-            anyhow::ensure!(
-                holds_syncer_finalizer(&kept),
-                "listed API's instance released"
-            );
-            Ok(())
-        })
+            (p, s.api.resource(), "strand-drop/a", Kept),
+        ])
+        .await?;
+        s.binding_has("Drained", "True", "AsExpected").await?;
+        // Deleting the released instance completes: nothing holds it any more.
+        delete_gone(c, kind, "strand-drop/w").await?;
+        assert!(holds_syncer_finalizer(&s.instances().get("a").await?));
+        Ok(())
+    })
 }
 
 #[test]
 fn dropped_api_without_a_provider_client_is_released_and_reported() -> anyhow::Result<()> {
-    let dropped = TestApi::namespaced("strand-noclient-b.e2e.kbind.io");
-    Scenario::bound("strand-noclient")
-        .with_api(dropped)
-        .run(async |s| {
-            let dropped = &s.extra[0];
-            let provider = with_instance(s, dropped).await?;
-            let consumer = dropped.api(&s.consumer, Some(s.ns()));
-            // The Connection goes not Ready: nothing is drained for that alone.
-            s.disengage();
-            s.binding_has("Ready", "False", "ConnectionNotReady")
-                .await?;
-            stays("the instance and its copy kept", QUIET, || async {
-                Ok(holds_syncer_finalizer(&consumer.get("w").await?)
-                    && provider.get_opt("w").await?.is_some())
-            })
-            .await?;
-
-            // The stack's Connection never connected: no client can be built for the drain.
-            list_only_main_api(s).await?;
-            released(&consumer, "w").await?;
-            s.binding_has("Drained", "False", "NoProviderClient")
-                .await?;
-            s.binding_event("Warning", "NoProviderClient").await?;
-            // Best-effort: the provider copy remains.
-            anyhow::ensure!(provider.get_opt("w").await?.is_some());
-            Ok(())
+    dropping("strand-noclient").run(async |s| {
+        let dropped = &s.extra[0];
+        with_instances(s, dropped, &["w"]).await?;
+        let consumer = dropped.api(&s.consumer, Some(s.ns()));
+        let provider = dropped.api(&s.provider, Some(s.ns()));
+        // The Connection goes not Ready: nothing is drained for that alone.
+        disengage(s).await?;
+        stays("the instance and its copy kept", QUIET, || async {
+            Ok(holds_syncer_finalizer(&consumer.get("w").await?)
+                && provider.get_opt("w").await?.is_some())
         })
+        .await?;
+
+        // The stack's Connection never connected: no client can be built for the drain.
+        list_only_main_api(s).await?;
+        let (c, p, kind) = (&s.consumer, &s.provider, dropped.resource());
+        // Best-effort: the provider copy remains.
+        let rows = [
+            (c, kind.clone(), "strand-noclient/w", Released),
+            (p, kind, "strand-noclient/w", Kept),
+        ];
+        wait_left(&rows).await?;
+        s.binding_has("Drained", "False", "NoProviderClient")
+            .await?;
+        s.binding_event("Warning", "NoProviderClient").await?;
+        Ok(())
+    })
 }
 
 #[test]
 fn teardown_without_engagement_drains_through_the_connection_credentials() -> anyhow::Result<()> {
     Scenario::unbound("strand-creds").run(async |s| {
-        bind_with_credentials(s, &s.pair().provider.admin().kubeconfig_yaml()?).await?;
-        let provider = with_instance(s, &s.api).await?;
-        // Not engaged any more, as after a restart while the Connection is deleting.
-        s.disengage();
-        s.binding_has("Ready", "False", "ConnectionNotReady")
-            .await?;
-        s.unbind().await?;
-        gone(&provider, "w").await?;
-        released(&s.instances(), "w").await
+        unbind_disengaged(s, &s.pair().provider.admin().kubeconfig_yaml()?).await?;
+        let (c, p, kind) = (&s.consumer, &s.provider, s.api.resource());
+        wait_left(&[
+            (p, kind.clone(), "strand-creds/w", Gone),
+            (c, kind, "strand-creds/w", Released),
+        ])
+        .await
     })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn teardown_with_unusable_credentials_reports_it() -> anyhow::Result<()> {
     let s = Scenario::unbound("strand-badcreds").start().await?;
-    let result = s
-        .check(async |s| {
-            bind_with_credentials(s, "not: [a kubeconfig").await?;
-            let provider = with_instance(s, &s.api).await?;
-            s.disengage();
-            s.binding_has("Ready", "False", "ConnectionNotReady")
-                .await?;
-            s.unbind().await?;
-            released(&s.instances(), "w").await?;
-            anyhow::ensure!(
-                warned(s, "NoProviderClient").await?,
-                "no NoProviderClient Warning"
-            );
-            // Best-effort: the copy remains for the operator to remove.
-            anyhow::ensure!(provider.get_opt("w").await?.is_some());
-            Ok(())
-        })
-        .await;
-    let _ = Api::<Secret>::namespaced(s.consumer.clone(), SECRET_NAMESPACE)
-        .delete(&s.name, &DeleteParams::default())
-        .await;
-    s.finish(result).await
+    let body = async |s: &Scenario| {
+        unbind_disengaged(s, "not: [a kubeconfig").await?;
+        let (c, p, kind) = (&s.consumer, &s.provider, s.api.resource());
+        // Best-effort: the copy remains for the operator to remove.
+        wait_left(&[
+            (c, kind.clone(), "strand-badcreds/w", Released),
+            (p, kind, "strand-badcreds/w", Kept),
+        ])
+        .await?;
+        s.binding_event("Warning", "NoProviderClient").await?;
+        Ok(())
+    };
+    let secret = format!("{SECRET_NAMESPACE}/strand-badcreds");
+    let forget_secret = async |s: &Scenario| {
+        let _ = delete_gone(&s.consumer, kind::<Secret>(), &secret).await;
+    };
+    s.run_then(body, forget_secret).await
 }
 
 /// A konnector restarted while a Connection is being deleted still deletes the provider
@@ -207,70 +179,36 @@ async fn restart_mid_teardown_still_deletes_provider_copies() -> anyhow::Result<
     let pair = tokio::task::spawn_blocking(ClusterPair::start_private).await??;
     let konnector = start_konnector(&pair.consumer)?;
     pair.diagnose(async {
-        let consumer = pair.consumer.client().await?;
-        let provider = pair.provider.client().await?;
         let api = TestApi::namespaced("restart.strand.kbind.io");
-        api.install_on_provider(&provider).await?;
         let (name, ns) = ("provider", "restarted");
-        let schema = SchemaPolicy {
-            source: SchemaSource::Crd,
-            ..SchemaPolicy::default()
-        };
-        connect(&consumer, &pair.provider, name, schema, false).await?;
-        wait_connection(&consumer, name, "Ready", |c| {
-            has_condition(c, "Ready", "True", "AsExpected")
-        })
-        .await?;
-        ensure_namespace(&consumer, ns).await?;
-        let binding = json!({
-            "metadata": { "name": "b" },
-            "spec": { "connectionRef": { "name": name }, "apis": [{ "name": api.name() }] },
-        });
-        let bindings = Api::<Binding>::namespaced(consumer.clone(), ns);
-        bindings
-            .create(&PostParams::default(), &serde_json::from_value(binding)?)
-            .await?;
-        let instances = api.api(&consumer, Some(ns));
-        let instance = api.object(Some(ns), "w", json!({}));
-        wait_for("the instance created", WAIT, || async {
-            Ok(instances
-                .create(&PostParams::default(), &instance)
-                .await
-                .ok())
-        })
-        .await?;
-        let copies = api.api(&provider, Some(ns));
-        appears(&copies, "w").await?;
+        let sides = Sides::on(&pair, api, ns).await?;
+        sides.connect(&pair.provider, name).await?;
+        sides.create("w", json!({})).await?;
+        appears(&sides.copies(), "w").await?;
+        let (c, p) = (&sides.consumer, &sides.provider);
 
         // The Connection is deleted and waits for its Binding ...
-        let connections = Api::<Connection>::all(consumer.clone());
-        connections.delete(name, &DeleteParams::default()).await?;
-        wait_connection(&consumer, name, "DrainingBindings", |c| {
+        let dp = DeleteParams::default();
+        Api::<Connection>::all(c.clone()).delete(name, &dp).await?;
+        wait_connection(c, name, "DrainingBindings", |c| {
             has_condition(c, "Ready", "False", "DrainingBindings")
         })
         .await?;
         // ... the konnector stops, the Binding is deleted meanwhile, and a new konnector
         // starts: it never engages the deleting Connection.
         konnector.stop().await?;
-        bindings.delete("b", &DeleteParams::default()).await?;
-        let waiting = bindings
-            .get("b")
-            .await?
-            .metadata
-            .deletion_timestamp
-            .is_some();
-        anyhow::ensure!(waiting, "the Binding should wait for its cleanup");
+        let bindings = Api::<Binding>::namespaced(c.clone(), ns);
+        bindings.delete("widgets", &dp).await?;
+        let waiting = bindings.get("widgets").await?.metadata.deletion_timestamp;
+        anyhow::ensure!(waiting.is_some(), "the Binding should wait for its cleanup");
         let restarted = start_konnector(&pair.consumer)?;
 
-        wait_for("the Binding gone", WAIT, || async {
-            Ok(bindings.get_opt("b").await?.is_none().then_some(()))
-        })
-        .await?;
-        gone(&copies, "w").await?;
-        released(&instances, "w").await?;
-        wait_for("the Connection gone", WAIT, || async {
-            Ok(connections.get_opt(name).await?.is_none().then_some(()))
-        })
+        wait_left(&[
+            (c, kind::<Binding>(), "restarted/widgets", Gone),
+            (p, sides.api.resource(), "restarted/w", Gone),
+            (c, sides.api.resource(), "restarted/w", Released),
+            (c, kind::<Connection>(), name, Gone),
+        ])
         .await?;
         restarted.stop().await
     })
