@@ -1,7 +1,8 @@
 //! Hostile modules: each misbehaviour gives its own clear error, the process stays up, and
 //! the same `Policies` answers the next call correctly.
 //!
-//! The modules themselves are in [`modules`].
+//! The modules themselves are in [`modules`]. Most tests are one frame: load a module, ask
+//! it once, check the error with [`assert_fails!`], then [`assert_still_answers`].
 
 mod modules;
 
@@ -20,6 +21,41 @@ const LIMITS: PolicyLimits = PolicyLimits {
     memory_bytes: 16 * 1024 * 1024,
     ..PolicyLimits::DEFAULT
 };
+
+/// Asserts that `outcome` is an error matching the pattern (its bindings are references)
+/// and that its text, as operators see it, `says` exactly or `opens` with the given text;
+/// gives the error back for further checks.
+macro_rules! assert_fails {
+    ($outcome:expr, $pattern:pat $(if $guard:expr)?, says $text:expr) => {
+        assert_fails!(@check $outcome, $pattern $(if $guard)?, "be", |t: &str| t == $text, $text)
+    };
+    ($outcome:expr, $pattern:pat $(if $guard:expr)?, opens $text:expr) => {
+        assert_fails!(@check $outcome, $pattern $(if $guard)?, "start with",
+            |t: &str| t.starts_with($text), $text)
+    };
+    (@check $outcome:expr, $pattern:pat $(if $guard:expr)?, $how:literal, $text_ok:expr,
+        $expected:expr) => {
+        match $outcome {
+            Err(e) if matches!(&e, $pattern $(if $guard)?) => {
+                let text = e.to_string();
+                assert!(($text_ok)(&text), "expected the message to {}\n  {}\ngot\n  {text}",
+                    $how, $expected);
+                e
+            }
+            other => panic!("expected {}, got {other:?}", stringify!($pattern $(if $guard)?)),
+        }
+    };
+}
+
+/// The frame of most tests: loads `module` as the conflict policy `name`, asks it under
+/// Fail, checks the error as [`assert_fails!`] does, then [`assert_still_answers`].
+macro_rules! assert_conflict_call_fails {
+    ($module:expr, $name:expr, $($check:tt)+) => {{
+        let policies = conflict_policy(&$module, $name);
+        assert_fails!(decide(&policies).await, $($check)+);
+        assert_still_answers(&policies).await;
+    }};
+}
 
 fn input(policy: ConflictPolicy, target: Option<OwnershipMarkers>) -> ConflictInput {
     ConflictInput {
@@ -51,271 +87,276 @@ fn hostile(role: PolicyRole, bytes: &[u8], name: &str) -> Policies {
         .unwrap_or_else(|e| panic!("loading {name}: {e}"))
 }
 
-/// The same `Policies` still answers: its other roles, and the built-in conflict policy.
+/// `module` loaded as the conflict policy `name`.
+fn conflict_policy(module: &[u8], name: &str) -> Policies {
+    hostile(PolicyRole::ConflictPolicy, module, name)
+}
+
+/// Asks the conflict question under Fail, with no provider object.
+async fn decide(policies: &Policies) -> Result<ConflictDecision, PolicyError> {
+    policies
+        .decide_conflict(&input(ConflictPolicy::Fail, None))
+        .await
+}
+
+/// Asks the conflict question under Fail, with a provider object that carries no markers.
+async fn decide_over_foreign(policies: &Policies) -> Result<ConflictDecision, PolicyError> {
+    let target = Some(OwnershipMarkers::default());
+    policies
+        .decide_conflict(&input(ConflictPolicy::Fail, target))
+        .await
+}
+
+/// Asks the conflict question `calls` times; each answer is `Create`.
+async fn assert_creates(policies: &Policies, calls: u32) {
+    for call in 1..=calls {
+        let answered = decide(policies).await;
+        assert!(
+            matches!(answered, Ok(ConflictDecision::Create)),
+            "call {call}: {answered:?}"
+        );
+    }
+}
+
+/// The text of `err` names `detail` somewhere.
+fn assert_mentions(err: &PolicyError, detail: &str) {
+    let text = err.to_string();
+    assert!(text.contains(detail), "expected {detail:?} in: {text}");
+}
+
+/// The same `Policies` still answers with its built-in roles; a fresh built-in `Policies`
+/// stands in for the role the hostile module took.
 async fn assert_still_answers(policies: &Policies) {
-    let plan = policies.select_related(&related_input()).await;
+    let fresh = builtin();
+    let serving = |role| match policies.origin(role) {
+        "built-in" => policies,
+        _ => &fresh,
+    };
+    let plan = serving(PolicyRole::RelatedSelection)
+        .select_related(&related_input())
+        .await;
     assert!(
         plan.is_ok_and(|p| p.copy.len() == 1),
         "related selection after a hostile call"
     );
-    let decision = builtin()
-        .decide_conflict(&input(ConflictPolicy::Fail, None))
-        .await;
-    assert!(
-        matches!(decision, Ok(ConflictDecision::Create)),
-        "{decision:?}"
-    );
+    assert_creates(serving(PolicyRole::ConflictPolicy), 1).await;
 }
 
 #[tokio::test]
 async fn trapping_module_is_a_trap_error() {
-    let policies = hostile(
-        PolicyRole::ConflictPolicy,
-        &conflict_module(TRAP),
-        "trap.wasm",
-    );
-    let err = policies
-        .decide_conflict(&input(ConflictPolicy::Fail, None))
-        .await;
-    let Err(PolicyError::PolicyTrap {
-        role,
-        origin,
-        message,
-        ..
-    }) = &err
-    else {
-        panic!("expected a trap, got {err:?}");
-    };
-    assert_eq!(
-        (*role, origin.as_str()),
-        (PolicyRole::ConflictPolicy, "trap.wasm")
-    );
-    assert!(message.contains("unreachable"), "{message}");
-    let text = err.err().map(|e| e.to_string()).unwrap_or_default();
-    assert!(
-        text.starts_with("the conflict-policy policy trap.wasm trapped"),
-        "{text}"
-    );
-    assert_still_answers(&policies).await;
+    assert_conflict_call_fails! {
+        conflict_module(TRAP), "trap.wasm",
+        PolicyError::PolicyTrap { role: PolicyRole::ConflictPolicy, origin, message, .. }
+            if origin == "trap.wasm" && message.contains("unreachable"),
+        opens "the conflict-policy policy trap.wasm trapped"
+    }
 }
 
 #[tokio::test]
 async fn trapped_instance_does_not_poison_the_next_call() {
-    let policies = hostile(
-        PolicyRole::ConflictPolicy,
-        &conflict_module(TRAP_ON_ADOPT),
-        "m",
-    );
-    let trapped = policies
-        .decide_conflict(&input(ConflictPolicy::Adopt, None))
-        .await;
-    assert!(
-        matches!(trapped, Err(PolicyError::PolicyTrap { .. })),
-        "{trapped:?}"
-    );
-    let answered = policies
-        .decide_conflict(&input(ConflictPolicy::Fail, None))
-        .await;
-    assert!(
-        matches!(answered, Ok(ConflictDecision::Create)),
-        "{answered:?}"
-    );
+    let policies = conflict_policy(&conflict_module(TRAP_ON_ADOPT), "trap-on-adopt.wasm");
+    let adopt = input(ConflictPolicy::Adopt, None);
+    assert_fails!(policies.decide_conflict(&adopt).await, PolicyError::PolicyTrap { .. },
+        opens "the conflict-policy policy trap-on-adopt.wasm trapped");
+    assert_creates(&policies, 1).await;
 }
 
 #[tokio::test]
 async fn looping_module_times_out() {
-    let policies = hostile(
-        PolicyRole::ConflictPolicy,
-        &conflict_module(LOOP),
-        "loop.wasm",
-    );
-    let err = policies
-        .decide_conflict(&input(ConflictPolicy::Fail, None))
-        .await;
-    let Err(PolicyError::PolicyTimeout { limit, .. }) = &err else {
-        panic!("expected a timeout, got {err:?}");
-    };
-    assert_eq!(*limit, LIMITS.timeout);
-    let text = err.err().map(|e| e.to_string()).unwrap_or_default();
-    assert!(
-        text.contains("loop.wasm did not finish within 500ms"),
-        "{text}"
-    );
-    assert_still_answers(&policies).await;
+    assert_conflict_call_fails! {
+        conflict_module(LOOP), "loop.wasm",
+        PolicyError::PolicyTimeout { limit, .. } if *limit == LIMITS.timeout,
+        says "the conflict-policy policy loop.wasm did not finish within 500ms"
+    }
 }
 
 #[tokio::test]
 async fn module_allocating_past_the_cap_hits_the_memory_limit() {
-    let policies = hostile(
-        PolicyRole::ConflictPolicy,
-        &conflict_module(HOG),
-        "hog.wasm",
-    );
-    let err = policies
-        .decide_conflict(&input(ConflictPolicy::Fail, None))
-        .await;
-    let Err(PolicyError::PolicyMemoryLimit { limit_bytes, .. }) = &err else {
-        panic!("expected a memory limit error, got {err:?}");
-    };
-    assert_eq!(*limit_bytes, LIMITS.memory_bytes);
-    let text = err.err().map(|e| e.to_string()).unwrap_or_default();
-    assert!(
-        text.contains("exceeded its memory limit of 16777216 bytes"),
-        "{text}"
-    );
-    assert_still_answers(&policies).await;
+    assert_conflict_call_fails! {
+        conflict_module(HOG), "hog.wasm",
+        PolicyError::PolicyMemoryLimit { limit_bytes, .. } if *limit_bytes == LIMITS.memory_bytes,
+        says "the conflict-policy policy hog.wasm exceeded its memory limit of 16777216 bytes"
+    }
 }
 
 #[tokio::test]
 async fn module_for_another_world_is_refused_at_load() {
-    let err = builtin().with_module(
-        PolicyRole::SchemaSynthesis,
-        &conflict_module(TRAP),
-        "conflict.wasm",
-    );
-    let Err(e @ PolicyError::WrongWorld { .. }) = err else {
-        panic!("expected a world mismatch, got {err:?}");
-    };
-    let text = e.to_string();
-    assert!(
-        text.contains("the schema-synthesis module conflict.wasm does not implement the world kbind:policy/schema-synthesis@0.1.0"),
-        "{text}"
-    );
-    assert!(
-        text.contains("kbind:policy/schema@0.1.0"),
-        "names the missing export: {text}"
-    );
+    let module = conflict_module(TRAP);
+    let loaded = builtin().with_module(PolicyRole::SchemaSynthesis, &module, "conflict.wasm");
+    let err = assert_fails!(loaded, PolicyError::WrongWorld { .. },
+        opens "the schema-synthesis module conflict.wasm does not implement the world kbind:policy/schema-synthesis@0.1.0");
+    assert_mentions(&err, "kbind:policy/schema@0.1.0");
 }
 
 #[tokio::test]
 async fn bytes_that_are_not_wasm_are_refused_at_load() {
-    let err = builtin().with_module(
-        PolicyRole::ConflictPolicy,
-        b"#!/bin/sh\necho hi\n",
-        "script.sh",
-    );
-    let Err(e @ PolicyError::CompileModule { .. }) = err else {
-        panic!("expected a compile error, got {err:?}");
-    };
-    assert!(
-        e.to_string().starts_with(
-            "the conflict-policy module script.sh is not a valid WebAssembly component"
-        ),
-        "{e}"
-    );
+    let script = b"#!/bin/sh\necho hi\n";
+    assert_fails!(builtin().with_module(PolicyRole::ConflictPolicy, script, "script.sh"),
+        PolicyError::CompileModule { .. },
+        opens "the conflict-policy module script.sh is not a valid WebAssembly component");
 }
 
 #[tokio::test]
 async fn core_module_is_not_a_component() {
     let core = wat::parse_str("(module)").unwrap_or_else(|e| panic!("{e}"));
-    let err = builtin().with_module(PolicyRole::ConflictPolicy, &core, "core.wasm");
-    assert!(
-        matches!(err, Err(PolicyError::CompileModule { .. })),
-        "{err:?}"
-    );
+    assert_fails!(builtin().with_module(PolicyRole::ConflictPolicy, &core, "core.wasm"),
+        PolicyError::CompileModule { .. },
+        opens "the conflict-policy module core.wasm is not a valid WebAssembly component");
+}
+
+#[tokio::test]
+async fn missing_module_file_is_a_read_error() {
+    let path = Path::new("/nonexistent/x.wasm");
+    assert_fails!(builtin().with_module_file(PolicyRole::RelatedSelection, path),
+        PolicyError::ReadModule { .. },
+        opens "reading the related-selection module /nonexistent/x.wasm");
 }
 
 #[tokio::test]
 async fn invalid_crd_is_invalid_output() {
-    let policies = hostile(
-        PolicyRole::SchemaSynthesis,
-        &invalid_crd_module(),
-        "bad-crd.wasm",
-    );
+    let module = invalid_crd_module();
+    let policies = hostile(PolicyRole::SchemaSynthesis, &module, "bad-crd.wasm");
     let input = serde_json::from_value(serde_json::json!({
         "group": "example.org", "resource": "widgets", "kind": "Widget", "scope": "Namespaced",
         "versions": [{"name": "v1", "served": true, "storage": true, "openapi": {}}]
     }))
     .unwrap_or_else(|e| panic!("{e}"));
-    let err = policies.synthesize_schema(&input).await;
-    let Err(e @ PolicyError::InvalidOutput { .. }) = err else {
-        panic!("expected invalid output, got {err:?}");
-    };
-    assert!(
-        e.to_string()
-            .contains("expected an apiextensions.k8s.io/v1 CustomResourceDefinition"),
-        "{e}"
+    let err = assert_fails!(policies.synthesize_schema(&input).await,
+        PolicyError::InvalidOutput { .. },
+        opens "the schema-synthesis policy bad-crd.wasm returned invalid output: ");
+    assert_mentions(
+        &err,
+        "expected an apiextensions.k8s.io/v1 CustomResourceDefinition",
     );
     assert_still_answers(&policies).await;
 }
 
 #[tokio::test]
 async fn undecodable_answer_is_invalid_output() {
-    let policies = hostile(
-        PolicyRole::ConflictPolicy,
-        &conflict_module(BAD_DISCRIMINANT),
-        "m",
-    );
-    let err = policies
-        .decide_conflict(&input(ConflictPolicy::Fail, None))
-        .await;
-    assert!(
-        matches!(err, Err(PolicyError::InvalidOutput { .. })),
-        "{err:?}"
-    );
-    assert_still_answers(&policies).await;
+    assert_conflict_call_fails! {
+        conflict_module(BAD_DISCRIMINANT), "undecodable.wasm",
+        PolicyError::InvalidOutput { .. },
+        opens "the conflict-policy policy undecodable.wasm returned invalid output: "
+    }
 }
 
 #[tokio::test]
 async fn impossible_decision_is_invalid_output() {
     // This module always answers Create, even when the provider object exists.
-    let policies = hostile(
-        PolicyRole::ConflictPolicy,
-        &conflict_module("(i32.const 16)"),
-        "m",
-    );
-    let target = Some(OwnershipMarkers::default());
-    let err = policies
-        .decide_conflict(&input(ConflictPolicy::Fail, target))
-        .await;
-    let Err(e @ PolicyError::InvalidOutput { .. }) = err else {
-        panic!("expected invalid output, got {err:?}");
-    };
-    assert!(
-        e.to_string()
-            .contains("decided Create, but a provider object already exists"),
-        "{e}"
-    );
+    let policies = conflict_policy(&conflict_module(CREATE), "always-create.wasm");
+    let err = assert_fails!(decide_over_foreign(&policies).await,
+        PolicyError::InvalidOutput { .. },
+        opens "the conflict-policy policy always-create.wasm returned invalid output: ");
+    assert_mentions(&err, "decided Create, but a provider object already exists");
+    assert_still_answers(&policies).await;
 }
 
 #[tokio::test]
-async fn missing_module_file_is_a_read_error() {
-    let err = builtin().with_module_file(
-        PolicyRole::RelatedSelection,
-        Path::new("/nonexistent/x.wasm"),
-    );
-    let Err(e @ PolicyError::ReadModule { .. }) = err else {
-        panic!("expected a read error, got {err:?}");
+async fn module_sleeping_in_wasi_times_out_at_the_limit() {
+    let policies = conflict_policy(&sleeping_conflict_module(), "sleeper.wasm");
+    for _ in 0..2 {
+        let started = Instant::now();
+        let outcome = decide(&policies).await;
+        let took = started.elapsed();
+        assert!(
+            took >= LIMITS.timeout && took < LIMITS.timeout + Duration::from_secs(2),
+            "cut off at the limit, not after the minute the module asked for: {took:?}"
+        );
+        assert_fails!(outcome,
+            PolicyError::PolicyTimeout { limit, .. } if *limit == LIMITS.timeout,
+            says "the conflict-policy policy sleeper.wasm did not finish within 500ms");
+    }
+    assert_still_answers(&policies).await;
+}
+
+#[tokio::test]
+async fn several_memories_share_one_memory_cap() {
+    // Two extra memories of 10 MiB: each is under the 16 MiB cap, together they are not.
+    assert_conflict_call_fails! {
+        many_memories_module(2, 160), "memories.wasm",
+        PolicyError::PolicyMemoryLimit { limit_bytes, .. } if *limit_bytes == LIMITS.memory_bytes,
+        says "the conflict-policy policy memories.wasm exceeded its memory limit of 16777216 bytes"
+    }
+}
+
+#[tokio::test]
+async fn module_with_too_many_memories_is_refused() {
+    assert_conflict_call_fails! {
+        many_memories_module(MAX_MEMORIES, 1), "memories.wasm",
+        PolicyError::PolicyResourceLimit { resource: SandboxResource::Memories, .. },
+        says format!("the conflict-policy policy memories.wasm exceeded the sandbox's limit of {MAX_MEMORIES} linear memories")
+    }
+}
+
+#[tokio::test]
+async fn module_with_too_many_tables_is_refused() {
+    assert_conflict_call_fails! {
+        many_tables_module(MAX_TABLES + 1), "tables.wasm",
+        PolicyError::PolicyResourceLimit { resource: SandboxResource::Tables, .. },
+        says format!("the conflict-policy policy tables.wasm exceeded the sandbox's limit of {MAX_TABLES} tables")
+    }
+}
+
+#[tokio::test]
+async fn oversized_answer_is_refused() {
+    let limits = PolicyLimits {
+        max_output_bytes: 1024 * 1024,
+        ..LIMITS
     };
+    let chatty =
+        |len| conflict_policy(&oversized_answer_module(len), "chatty.wasm").with_limits(limits);
+    let policies = chatty(2 * 1024 * 1024);
+    assert_fails!(decide_over_foreign(&policies).await,
+        PolicyError::OutputTooLarge { limit_bytes, .. } if *limit_bytes == limits.max_output_bytes,
+        says "the conflict-policy policy chatty.wasm handed the host more than 1048576 bytes at once (its answer, or a WASI call's arguments)");
+    // The same module within the bound is answered as usual.
+    let answer = decide_over_foreign(&chatty(1000)).await;
     assert!(
-        e.to_string()
-            .starts_with("reading the related-selection module /nonexistent/x.wasm"),
-        "{e}"
+        matches!(&answer, Ok(ConflictDecision::Conflict { message, .. }) if message.len() == 1000),
+        "{answer:?}"
     );
+    assert_still_answers(&policies).await;
+}
+
+#[tokio::test]
+async fn answer_repeating_one_string_is_bounded_by_what_the_host_copies() {
+    // 4 000 entries naming one 1 MiB string twice: 8 GB once copied, 80 KB in the module.
+    let amplifier = amplifying_related_module(4000, 1024 * 1024);
+    let policies = hostile(PolicyRole::RelatedSelection, &amplifier, "amplifier.wasm");
+    assert_fails!(policies.select_related(&related_input()).await,
+        PolicyError::OutputTooLarge { .. },
+        opens "the related-selection policy amplifier.wasm handed the host more than");
+    assert_still_answers(&policies).await;
+}
+
+#[tokio::test]
+async fn input_over_the_bound_is_refused_without_calling_the_module() {
+    // The looping module would time out if it were called.
+    let policies = conflict_policy(&conflict_module(LOOP), "loop.wasm").with_limits(PolicyLimits {
+        max_input_bytes: 64,
+        ..LIMITS
+    });
+    let mut big = input(ConflictPolicy::Fail, None);
+    big.consumer_object_uid = "x".repeat(100);
+    let started = Instant::now();
+    assert_fails!(policies.decide_conflict(&big).await,
+        PolicyError::InputTooLarge { limit_bytes: 64, .. },
+        opens "the input for the conflict-policy policy is larger than the limit of 64 bytes of JSON; nothing was asked");
+    assert!(started.elapsed() < LIMITS.timeout, "the module was not run");
 }
 
 #[tokio::test(flavor = "current_thread")]
 async fn looping_module_does_not_block_other_calls_on_the_same_thread() {
-    let looping = hostile(
-        PolicyRole::ConflictPolicy,
-        &conflict_module(LOOP),
-        "loop.wasm",
-    )
-    .with_limits(PolicyLimits {
+    let looping = conflict_policy(&conflict_module(LOOP), "loop.wasm").with_limits(PolicyLimits {
         timeout: Duration::from_millis(1500),
         ..LIMITS
     });
-    let stuck = tokio::spawn(async move {
-        looping
-            .decide_conflict(&input(ConflictPolicy::Fail, None))
-            .await
-    });
+    let stuck = tokio::spawn(async move { decide(&looping).await });
     tokio::task::yield_now().await;
     let policies = builtin();
+    let adopt = input(ConflictPolicy::Adopt, None);
     for _ in 0..5 {
-        let d = policies
-            .decide_conflict(&input(ConflictPolicy::Adopt, None))
-            .await;
+        let d = policies.decide_conflict(&adopt).await;
         assert!(matches!(d, Ok(ConflictDecision::Create)), "{d:?}");
     }
     assert!(
@@ -323,10 +364,8 @@ async fn looping_module_does_not_block_other_calls_on_the_same_thread() {
         "the looping call is still running while others completed"
     );
     let outcome = stuck.await.unwrap_or_else(|e| panic!("{e}"));
-    assert!(
-        matches!(outcome, Err(PolicyError::PolicyTimeout { .. })),
-        "{outcome:?}"
-    );
+    assert_fails!(outcome, PolicyError::PolicyTimeout { .. },
+        says "the conflict-policy policy loop.wasm did not finish within 1.5s");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -336,11 +375,7 @@ async fn many_tasks_share_one_policies() {
     for i in 0..32 {
         let p = policies.clone();
         tasks.push(tokio::spawn(async move {
-            let policy = if i % 2 == 0 {
-                ConflictPolicy::Adopt
-            } else {
-                ConflictPolicy::Fail
-            };
+            let policy = [ConflictPolicy::Adopt, ConflictPolicy::Fail][i % 2];
             let d = p
                 .decide_conflict(&input(policy, Some(OwnershipMarkers::default())))
                 .await;
@@ -361,303 +396,24 @@ async fn many_tasks_share_one_policies() {
 }
 
 #[tokio::test]
-async fn module_sleeping_in_wasi_times_out_at_the_limit() {
-    let policies = hostile(
-        PolicyRole::ConflictPolicy,
-        &sleeping_conflict_module(),
-        "sleeper.wasm",
-    );
-    for _ in 0..2 {
-        let started = Instant::now();
-        let err = policies
-            .decide_conflict(&input(ConflictPolicy::Fail, None))
-            .await;
-        let took = started.elapsed();
-        let Err(PolicyError::PolicyTimeout { limit, .. }) = &err else {
-            panic!("expected a timeout, got {err:?}");
-        };
-        assert_eq!(*limit, LIMITS.timeout);
-        assert!(
-            took >= LIMITS.timeout && took < LIMITS.timeout + Duration::from_secs(2),
-            "cut off at the limit, not after the minute the module asked for: {took:?}"
-        );
-        let text = err.err().map(|e| e.to_string()).unwrap_or_default();
-        assert!(
-            text.contains("sleeper.wasm did not finish within 500ms"),
-            "{text}"
-        );
-    }
-    assert_still_answers(&policies).await;
-}
-
-#[tokio::test]
-async fn several_memories_share_one_memory_cap() {
-    // Two extra memories of 10 MiB: each is under the 16 MiB cap, together they are not.
-    let policies = hostile(
-        PolicyRole::ConflictPolicy,
-        &many_memories_module(2, 160),
-        "memories.wasm",
-    );
-    let err = policies
-        .decide_conflict(&input(ConflictPolicy::Fail, None))
-        .await;
-    let Err(e @ PolicyError::PolicyMemoryLimit { limit_bytes, .. }) = &err else {
-        panic!("expected a memory limit error, got {err:?}");
-    };
-    assert_eq!(*limit_bytes, LIMITS.memory_bytes);
-    assert!(
-        e.to_string()
-            .contains("memories.wasm exceeded its memory limit of 16777216 bytes"),
-        "{e}"
-    );
-    assert_still_answers(&policies).await;
-}
-
-#[tokio::test]
-async fn module_with_too_many_memories_is_refused() {
-    let policies = hostile(
-        PolicyRole::ConflictPolicy,
-        &many_memories_module(MAX_MEMORIES, 1),
-        "memories.wasm",
-    );
-    let err = policies
-        .decide_conflict(&input(ConflictPolicy::Fail, None))
-        .await;
-    let Err(
-        e @ PolicyError::PolicyResourceLimit {
-            resource: SandboxResource::Memories,
-            ..
-        },
-    ) = &err
-    else {
-        panic!("expected the memory count limit, got {err:?}");
-    };
-    assert_eq!(
-        e.to_string(),
-        format!(
-            "the conflict-policy policy memories.wasm exceeded the sandbox's limit of {MAX_MEMORIES} linear memories"
-        )
-    );
-    assert_still_answers(&policies).await;
-}
-
-#[tokio::test]
-async fn module_with_too_many_tables_is_refused() {
-    let policies = hostile(
-        PolicyRole::ConflictPolicy,
-        &many_tables_module(MAX_TABLES + 1),
-        "tables.wasm",
-    );
-    let err = policies
-        .decide_conflict(&input(ConflictPolicy::Fail, None))
-        .await;
-    assert!(
-        matches!(
-            err,
-            Err(PolicyError::PolicyResourceLimit {
-                resource: SandboxResource::Tables,
-                ..
-            })
-        ),
-        "{err:?}"
-    );
-    assert_still_answers(&policies).await;
-}
-
-#[tokio::test]
-async fn oversized_answer_is_refused() {
-    let limits = PolicyLimits {
-        max_output_bytes: 1024 * 1024,
-        ..LIMITS
-    };
-    let policies = hostile(
-        PolicyRole::ConflictPolicy,
-        &oversized_answer_module(2 * 1024 * 1024),
-        "chatty.wasm",
-    )
-    .with_limits(limits);
-    let err = policies
-        .decide_conflict(&input(
-            ConflictPolicy::Fail,
-            Some(OwnershipMarkers::default()),
-        ))
-        .await;
-    let Err(e @ PolicyError::OutputTooLarge { limit_bytes, .. }) = &err else {
-        panic!("expected OutputTooLarge, got {err:?}");
-    };
-    assert_eq!(*limit_bytes, 1024 * 1024);
-    assert!(
-        e.to_string().starts_with(
-            "the conflict-policy policy chatty.wasm handed the host more than 1048576 bytes"
-        ),
-        "{e}"
-    );
-    // The same module within the bound is answered as usual.
-    let small = hostile(
-        PolicyRole::ConflictPolicy,
-        &oversized_answer_module(1000),
-        "chatty.wasm",
-    )
-    .with_limits(limits);
-    let answer = small
-        .decide_conflict(&input(
-            ConflictPolicy::Fail,
-            Some(OwnershipMarkers::default()),
-        ))
-        .await;
-    assert!(
-        matches!(&answer, Ok(ConflictDecision::Conflict { message, .. }) if message.len() == 1000),
-        "{answer:?}"
-    );
-    assert_still_answers(&policies).await;
-}
-
-#[tokio::test]
-async fn answer_repeating_one_string_is_bounded_by_what_the_host_copies() {
-    // 4 000 entries naming one 1 MiB string twice: 8 GB once copied, 80 KB in the module.
-    let policies = hostile(
-        PolicyRole::RelatedSelection,
-        &amplifying_related_module(4000, 1024 * 1024),
-        "amplifier.wasm",
-    );
-    let err = policies.select_related(&related_input()).await;
-    assert!(
-        matches!(err, Err(PolicyError::OutputTooLarge { .. })),
-        "{err:?}"
-    );
-    let decision = policies
-        .decide_conflict(&input(ConflictPolicy::Fail, None))
-        .await;
-    assert!(
-        matches!(decision, Ok(ConflictDecision::Create)),
-        "{decision:?}"
-    );
-}
-
-#[tokio::test]
-async fn input_over_the_bound_is_refused_without_calling_the_module() {
-    // The looping module would time out if it were called.
-    let policies = hostile(
-        PolicyRole::ConflictPolicy,
-        &conflict_module(LOOP),
-        "loop.wasm",
-    )
-    .with_limits(PolicyLimits {
-        max_input_bytes: 64,
-        ..LIMITS
-    });
-    let mut big = input(ConflictPolicy::Fail, None);
-    big.consumer_object_uid = "x".repeat(100);
-    let started = Instant::now();
-    let err = policies.decide_conflict(&big).await;
-    assert!(
-        matches!(
-            err,
-            Err(PolicyError::InputTooLarge {
-                limit_bytes: 64,
-                ..
-            })
-        ),
-        "{err:?}"
-    );
-    assert!(started.elapsed() < LIMITS.timeout, "the module was not run");
-}
-
-/// A conflict module that counts its calls in a global and traps on call `trap_at` of one
-/// instance; otherwise it answers `ok(create)`.
-fn counting_conflict_module(trap_at: u32) -> Vec<u8> {
-    component(
-        "conflict-policy",
-        &format!(
-            r#"(module
-  (memory (export "memory") 1)
-  (global $heap (mut i32) (i32.const 1024))
-  (global $calls (mut i32) (i32.const 0))
-  {REALLOC}
-  {DECIDE}
-    (global.set $calls (i32.add (global.get $calls) (i32.const 1)))
-    (if (i32.eq (global.get $calls) (i32.const {trap_at})) (then unreachable))
-    (i32.const 16)))"#
-        ),
-    )
-}
-
-#[tokio::test]
 async fn warm_instance_that_traps_is_retried_on_a_fresh_one() {
-    let policies = hostile(
-        PolicyRole::ConflictPolicy,
-        &counting_conflict_module(3),
-        "counting.wasm",
-    );
-    for call in 1..=6 {
-        let answered = policies
-            .decide_conflict(&input(ConflictPolicy::Fail, None))
-            .await;
-        assert!(
-            matches!(answered, Ok(ConflictDecision::Create)),
-            "call {call}: {answered:?}"
-        );
-    }
-}
-
-/// A conflict module that answers `ok(create)` on the first call of an instance and an
-/// undecodable variant on every later one: its answer depends on what the instance kept.
-fn forgetful_conflict_module() -> Vec<u8> {
-    component(
-        "conflict-policy",
-        &format!(
-            r#"(module
-  (memory (export "memory") 1)
-  (global $heap (mut i32) (i32.const 1024))
-  (global $calls (mut i32) (i32.const 0))
-  {REALLOC}
-  {DECIDE}
-    (global.set $calls (i32.add (global.get $calls) (i32.const 1)))
-    (if (i32.gt_u (global.get $calls) (i32.const 1))
-      (then (i32.store8 (i32.const 20) (i32.const 9))))
-    (i32.const 16)))"#
-        ),
-    )
+    let policies = conflict_policy(&counting_conflict_module(3), "counting.wasm");
+    assert_creates(&policies, 6).await;
 }
 
 #[tokio::test]
 async fn fresh_instance_per_call_never_sees_earlier_calls() {
-    let policies = hostile(
-        PolicyRole::ConflictPolicy,
-        &forgetful_conflict_module(),
-        "forgetful.wasm",
-    )
-    .with_instance_reuse(1);
-    for call in 1..=4 {
-        let answered = policies
-            .decide_conflict(&input(ConflictPolicy::Fail, None))
-            .await;
-        assert!(
-            matches!(answered, Ok(ConflictDecision::Create)),
-            "call {call}: {answered:?}"
-        );
-    }
+    let policies = conflict_policy(&forgetful_conflict_module(), "forgetful.wasm");
+    assert_creates(&policies.with_instance_reuse(1), 4).await;
 }
 
 #[tokio::test]
 async fn instance_with_an_invalid_answer_is_replaced() {
-    let policies = hostile(
-        PolicyRole::ConflictPolicy,
-        &forgetful_conflict_module(),
-        "forgetful.wasm",
-    );
-    let fail = input(ConflictPolicy::Fail, None);
-    let ask = || policies.decide_conflict(&fail);
-    let first = ask().await;
-    assert!(matches!(first, Ok(ConflictDecision::Create)), "{first:?}");
-    let reused = ask().await;
-    assert!(
-        matches!(reused, Err(PolicyError::InvalidOutput { .. })),
-        "a warm instance keeps its state between calls: {reused:?}"
-    );
-    let replaced = ask().await;
-    assert!(
-        matches!(replaced, Ok(ConflictDecision::Create)),
-        "the failed instance is dropped and the next call starts clean: {replaced:?}"
-    );
+    let policies = conflict_policy(&forgetful_conflict_module(), "forgetful.wasm");
+    assert_creates(&policies, 1).await;
+    // A warm instance keeps its state between calls.
+    assert_fails!(decide(&policies).await, PolicyError::InvalidOutput { .. },
+        opens "the conflict-policy policy forgetful.wasm returned invalid output: ");
+    // The failed instance is dropped and the next call starts clean.
+    assert_creates(&policies, 1).await;
 }

@@ -73,27 +73,28 @@ pub fn encode(
 /// the flattened `conflict-input` (12 i32s; the 5th is the policy) and returns a pointer
 /// to its result. Memory is zeroed at 16, which reads as `ok(create)`.
 pub fn conflict_module(body: &str) -> Vec<u8> {
+    conflict_module_with(1, "", body)
+}
+
+/// [`conflict_module`] with `pages` 64 KiB pages of exported memory and `declarations`
+/// (more memories, tables, globals) beside it.
+pub fn conflict_module_with(pages: usize, declarations: &str, body: &str) -> Vec<u8> {
     component(
         "conflict-policy",
         &format!(
             r#"(module
-  (memory (export "memory") 1)
+  (memory (export "memory") {pages})
+  {declarations}
   (global $heap (mut i32) (i32.const 1024))
-  (func (export "cabi_realloc") (param i32 i32 i32 i32) (result i32)
-    (local $p i32)
-    (local.set $p (i32.and (i32.add (global.get $heap) (i32.sub (local.get 2) (i32.const 1)))
-                           (i32.sub (i32.const 0) (local.get 2))))
-    (global.set $heap (i32.add (local.get $p) (local.get 3)))
-    (local.get $p))
-  (func (export "kbind:policy/conflict@0.1.0#decide")
-    (param i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32) (result i32)
+  {REALLOC}
+  {DECIDE}
     {body}))"#
         ),
     )
 }
 
 /// The conflict module's allocator and `decide` header, for modules that need more than a
-/// body (imports, several memories).
+/// body and declarations (imports, another world).
 pub const REALLOC: &str = r#"(func (export "cabi_realloc") (param i32 i32 i32 i32) (result i32)
     (local $p i32)
     (local.set $p (i32.and (i32.add (global.get $heap) (i32.sub (local.get 2) (i32.const 1)))
@@ -142,17 +143,7 @@ pub fn many_memories_module(extra: usize, pages: u32) -> Vec<u8> {
     let memories: String = (0..extra)
         .map(|i| format!("(memory $m{i} {pages})\n  "))
         .collect();
-    component(
-        "conflict-policy",
-        &format!(
-            r#"(module
-  (memory (export "memory") 1)
-  {memories}(global $heap (mut i32) (i32.const 1024))
-  {REALLOC}
-  {DECIDE}
-    (i32.const 16)))"#
-        ),
-    )
+    conflict_module_with(1, &memories, CREATE)
 }
 
 /// A conflict module that declares `count` tables and answers `ok(create)`.
@@ -160,39 +151,45 @@ pub fn many_tables_module(count: usize) -> Vec<u8> {
     let tables: String = (0..count)
         .map(|i| format!("(table $t{i} 1 funcref)\n  "))
         .collect();
-    component(
-        "conflict-policy",
-        &format!(
-            r#"(module
-  (memory (export "memory") 1)
-  {tables}(global $heap (mut i32) (i32.const 1024))
-  {REALLOC}
-  {DECIDE}
-    (i32.const 16)))"#
-        ),
-    )
+    conflict_module_with(1, &tables, CREATE)
 }
 
 /// A conflict module answering `ok(conflict(foreign-object-exists, M))` where M is `len`
 /// bytes of its (zeroed) memory: `result` at 16, `decision` case 3 at 20, the `conflict`
 /// record at 24 (reason at 24, message pointer and length at 28 and 32).
 pub fn oversized_answer_module(len: usize) -> Vec<u8> {
-    let pages = len / 65536 + 2;
-    component(
-        "conflict-policy",
-        &format!(
-            r#"(module
-  (memory (export "memory") {pages})
-  (global $heap (mut i32) (i32.const 1024))
-  {REALLOC}
-  {DECIDE}
-    (i32.store8 (i32.const 20) (i32.const 3))
+    let body = format!(
+        r#"(i32.store8 (i32.const 20) (i32.const 3))
     (i32.store (i32.const 28) (i32.const 65536))
     (i32.store (i32.const 32) (i32.const {len}))
-    (i32.const 16)))"#
-        ),
-    )
+    (i32.const 16)"#
+    );
+    conflict_module_with(len / 65536 + 2, "", &body)
 }
+
+/// A conflict module that counts its calls in a global and traps on call `trap_at` of one
+/// instance; otherwise it answers `ok(create)`.
+pub fn counting_conflict_module(trap_at: u32) -> Vec<u8> {
+    let body = format!(
+        r#"(global.set $calls (i32.add (global.get $calls) (i32.const 1)))
+    (if (i32.eq (global.get $calls) (i32.const {trap_at})) (then unreachable))
+    (i32.const 16)"#
+    );
+    conflict_module_with(1, CALLS, &body)
+}
+
+/// A conflict module that answers `ok(create)` on the first call of an instance and an
+/// undecodable variant on every later one: its answer depends on what the instance kept.
+pub fn forgetful_conflict_module() -> Vec<u8> {
+    let body = r#"(global.set $calls (i32.add (global.get $calls) (i32.const 1)))
+    (if (i32.gt_u (global.get $calls) (i32.const 1))
+      (then (i32.store8 (i32.const 20) (i32.const 9))))
+    (i32.const 16)"#;
+    conflict_module_with(1, CALLS, body)
+}
+
+/// The call counter of the modules whose answer depends on what an instance kept.
+const CALLS: &str = "(global $calls (mut i32) (i32.const 0))";
 
 /// A related-selection module whose answer is small in its own memory but huge once copied:
 /// `copy` lists `entries` object refs whose namespace and name all point at one `len`-byte
@@ -229,6 +226,8 @@ pub fn amplifying_related_module(entries: usize, len: usize) -> Vec<u8> {
     )
 }
 
+/// Answers `ok(create)`, whatever the input.
+pub const CREATE: &str = "(i32.const 16)";
 /// Traps with `unreachable`.
 pub const TRAP: &str = "unreachable";
 /// Never returns.
@@ -255,12 +254,7 @@ pub fn invalid_crd_module() -> Vec<u8> {
   (global $heap (mut i32) (i32.const 1024))
   (data (i32.const 16) "\00\00\00\00\40\00\00\00{len}\00\00\00")
   (data (i32.const 64) "{escaped}")
-  (func (export "cabi_realloc") (param i32 i32 i32 i32) (result i32)
-    (local $p i32)
-    (local.set $p (i32.and (i32.add (global.get $heap) (i32.sub (local.get 2) (i32.const 1)))
-                           (i32.sub (i32.const 0) (local.get 2))))
-    (global.set $heap (i32.add (local.get $p) (local.get 3)))
-    (local.get $p))
+  {REALLOC}
   (func (export "kbind:policy/schema@0.1.0#synthesize")
     (param i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32) (result i32)
     (i32.const 16)))"#,
