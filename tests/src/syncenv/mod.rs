@@ -23,6 +23,7 @@ use konnector::api::{
     ConnectionReference, ConnectionSpec, PullPolicy, SchemaPolicy, SecretReference,
 };
 use konnector::binding::Settings;
+use konnector::binding::object::BindingObject;
 use konnector::conditions::is_true;
 use konnector::policy::Policies;
 use konnector::registry::{Engagement, Engagements};
@@ -255,22 +256,7 @@ impl Stack {
     /// Established), so that the test can create instances right away.
     pub async fn create_ready_binding(&self, binding: &Binding) -> anyhow::Result<Binding> {
         let created = self.create_binding(binding).await?;
-        let ns = created.namespace().context("binding without namespace")?;
-        let api = Api::<Binding>::namespaced(self.consumer.clone(), &ns);
-        let name = created.name_any();
-        wait_for(
-            &format!("Binding {ns}/{name} Ready"),
-            READY_WAIT,
-            || async {
-                let b = api.get(&name).await?;
-                let ready = b
-                    .status
-                    .as_ref()
-                    .is_some_and(|s| is_true(&s.conditions, ConditionType::Ready));
-                Ok(ready.then_some(b))
-            },
-        )
-        .await
+        ready(created.api_for(self.consumer.clone()), &created).await
     }
 
     /// Creates a ClusterBinding and waits until it is Ready.
@@ -279,21 +265,7 @@ impl Stack {
         binding: &ClusterBinding,
     ) -> anyhow::Result<ClusterBinding> {
         let created = self.create_cluster_binding(binding).await?;
-        let api = Api::<ClusterBinding>::all(self.consumer.clone());
-        let name = created.name_any();
-        wait_for(
-            &format!("ClusterBinding {name} Ready"),
-            READY_WAIT,
-            || async {
-                let b = api.get(&name).await?;
-                let ready = b
-                    .status
-                    .as_ref()
-                    .is_some_and(|s| is_true(&s.conditions, ConditionType::Ready));
-                Ok(ready.then_some(b))
-            },
-        )
-        .await
+        ready(created.api_for(self.consumer.clone()), &created).await
     }
 
     /// Ends a test: stops the stack (so no controller is cut off mid-request by the test's
@@ -358,6 +330,19 @@ impl Stack {
             let _ = tokio::time::timeout(Duration::from_secs(40), task).await;
         }
     }
+}
+
+/// Waits until binding `created` is Ready, and returns it.
+async fn ready<K: BindingObject>(api: Api<K>, created: &K) -> anyhow::Result<K> {
+    let name = created.name_any();
+    wait_for(&format!("binding {name} Ready"), READY_WAIT, || async {
+        let b = api.get(&name).await?;
+        let ready = b
+            .binding_status()
+            .is_some_and(|s| is_true(&s.conditions, ConditionType::Ready));
+        Ok(ready.then_some(b))
+    })
+    .await
 }
 
 /// Creates or updates a Connection object with the given pull policy.
