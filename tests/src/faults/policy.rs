@@ -5,11 +5,21 @@
 //!
 //! Written as core WebAssembly text implementing the canonical ABI of
 //! `kbind:policy/conflict#decide` by hand, then wrapped into a component for the
-//! `conflict-policy` world with `wit-component`, like `host/tests/policy_hostile.rs`.
+//! `conflict-policy` world with `wit-component`, like the host's hostile-module tests.
 
 use std::path::Path;
 
 use anyhow::Context as _;
+
+/// The canonical ABI's `cabi_realloc`, as a bump allocator over the global `$heap`: what every
+/// hand-written module exports so that the host can lower its input.
+pub(crate) const REALLOC: &str = r#"
+  (func (export "cabi_realloc") (param i32 i32 i32 i32) (result i32)
+    (local $p i32)
+    (local.set $p (i32.and (i32.add (global.get $heap) (i32.sub (local.get 2) (i32.const 1)))
+                           (i32.sub (i32.const 0) (local.get 2))))
+    (global.set $heap (i32.add (local.get $p) (local.get 3)))
+    (local.get $p))"#;
 
 /// A conflict-policy component that traps (`unreachable`) when the consumer object UID is
 /// `trap_uid` and loops forever when it is `loop_uid`.
@@ -30,12 +40,7 @@ pub fn poisoned_conflict_policy(trap_uid: &str, loop_uid: &str) -> anyhow::Resul
   (global $heap (mut i32) (i32.const 1024))
   (data (i32.const 256) "{trap_uid}")
   (data (i32.const 512) "{loop_uid}")
-  (func (export "cabi_realloc") (param i32 i32 i32 i32) (result i32)
-    (local $p i32)
-    (local.set $p (i32.and (i32.add (global.get $heap) (i32.sub (local.get 2) (i32.const 1)))
-                           (i32.sub (i32.const 0) (local.get 2))))
-    (global.set $heap (i32.add (local.get $p) (local.get 3)))
-    (local.get $p))
+  {REALLOC}
   (func $eq (param $p i32) (param $n i32) (param $q i32) (param $m i32) (result i32)
     (local $i i32)
     (if (i32.ne (local.get $n) (local.get $m)) (then (return (i32.const 0))))
@@ -68,20 +73,17 @@ pub fn poisoned_conflict_policy(trap_uid: &str, loop_uid: &str) -> anyhow::Resul
 pub fn always_adopt_conflict_policy() -> anyhow::Result<Vec<u8>> {
     // The result<decision, string> is at 16 (ok = 0); the decision discriminant at 20:
     // 0 create, 1 update-owned, 2 adopt, 3 conflict.
-    let core = r#"(module
+    let core = format!(
+        r#"(module
   (memory (export "memory") 1)
   (global $heap (mut i32) (i32.const 1024))
-  (func (export "cabi_realloc") (param i32 i32 i32 i32) (result i32)
-    (local $p i32)
-    (local.set $p (i32.and (i32.add (global.get $heap) (i32.sub (local.get 2) (i32.const 1)))
-                           (i32.sub (i32.const 0) (local.get 2))))
-    (global.set $heap (i32.add (local.get $p) (local.get 3)))
-    (local.get $p))
+  {REALLOC}
   (func (export "kbind:policy/conflict@0.1.0#decide")
     (param i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32) (result i32)
     (i32.store8 (i32.const 20) (i32.const 2))
-    (i32.const 16)))"#;
-    component("conflict-policy", core)
+    (i32.const 16)))"#
+    );
+    component("conflict-policy", &core)
 }
 
 /// Wraps a core module (WAT) into a component for `world` of the repository's `wit/`.

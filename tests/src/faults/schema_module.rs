@@ -6,7 +6,7 @@
 //! by hand: the 15 flattened `schema-input` parameters are ignored, and the returned pointer
 //! addresses `result<string, synthesis-error>` = `ok(<the JSON>)`.
 
-use super::policy::component;
+use super::policy::{REALLOC, component};
 
 /// Linear memory pages (64 KiB each): room for the host to lower a large OpenAPI document.
 const PAGES: u32 = 256;
@@ -29,12 +29,7 @@ pub fn fixed_schema_synthesis(crd_json: &str) -> anyhow::Result<Vec<u8>> {
   (memory (export "memory") {PAGES})
   (global $heap (mut i32) (i32.const {HEAP_AT}))
   (data (i32.const {JSON_AT}) "{escaped}")
-  (func (export "cabi_realloc") (param i32 i32 i32 i32) (result i32)
-    (local $p i32)
-    (local.set $p (i32.and (i32.add (global.get $heap) (i32.sub (local.get 2) (i32.const 1)))
-                           (i32.sub (i32.const 0) (local.get 2))))
-    (global.set $heap (i32.add (local.get $p) (local.get 3)))
-    (local.get $p))
+  {REALLOC}
   (func (export "kbind:policy/schema@0.1.0#synthesize") (param {params}) (result i32)
     (i32.store8 (i32.const 16) (i32.const 0))
     (i32.store (i32.const 20) (i32.const {JSON_AT}))
