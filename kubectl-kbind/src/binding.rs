@@ -20,6 +20,11 @@ pub trait BindingObject:
     fn binding_spec(&self) -> &BindingSpec;
     /// The status, once the konnector wrote one.
     fn binding_status(&self) -> Option<&BindingStatus>;
+    /// The listed APIs, as `<plural>.<group>`.
+    fn api_names(&self) -> Vec<String> {
+        let apis = self.binding_spec().apis.iter();
+        apis.map(|a| a.name.clone()).collect()
+    }
 }
 
 impl BindingObject for Binding {

@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use anyhow::{Context as _, bail};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 
@@ -251,17 +252,19 @@ async fn store_secret(
     Ok(())
 }
 
+/// The Connection's conditions (empty before the konnector wrote a status).
+fn connection_conditions(connection: &Connection) -> &[Condition] {
+    let status = connection.status.as_ref();
+    status.map(|s| s.conditions.as_slice()).unwrap_or_default()
+}
+
 /// One look at the Connection while waiting for Ready.
 async fn check_ready(
     connections: &Api<Connection>,
     name: &str,
 ) -> anyhow::Result<Check<Connection>> {
     let connection = connections.get(name).await?;
-    let conditions = connection
-        .status
-        .as_ref()
-        .map(|s| s.conditions.as_slice())
-        .unwrap_or_default();
+    let conditions = connection_conditions(&connection);
     if conditions.is_empty() {
         return Ok(Check::Waiting(
             "no status yet (is the konnector running? kubectl -n kbind-system get deploy)".into(),
@@ -283,11 +286,7 @@ async fn check_ready(
 /// to do.
 fn not_ready(connection: &Connection, timeout: std::time::Duration) -> NotReady {
     let name = connection.metadata.name.as_deref().unwrap_or_default();
-    let conditions = connection
-        .status
-        .as_ref()
-        .map(|s| s.conditions.as_slice())
-        .unwrap_or_default();
+    let conditions = connection_conditions(connection);
     if conditions.is_empty() {
         return NotReady(format!(
             "Connection {name} has no status after {}: is the konnector running and watching this cluster? (kubectl -n kbind-system get deploy,pods)",

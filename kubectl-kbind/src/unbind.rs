@@ -47,12 +47,7 @@ fn reference<B: BindingObject>(b: &B, kind: Kind) -> BindingRef {
         namespace: b.meta().namespace.clone(),
         name: b.name_any(),
         connection: b.binding_spec().connection_ref.name.clone(),
-        apis: b
-            .binding_spec()
-            .apis
-            .iter()
-            .map(|a| a.name.clone())
-            .collect(),
+        apis: b.api_names(),
         deleting: b.meta().deletion_timestamp.is_some(),
         managed: b.labels().get(MANAGED_LABEL).is_some_and(|v| v == "true"),
     }

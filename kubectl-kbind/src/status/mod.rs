@@ -64,6 +64,21 @@ struct Bound {
     deleting: bool,
 }
 
+impl Bound {
+    /// The binding's line in the report, before its instances or note are added.
+    fn node(&self) -> BindingNode {
+        BindingNode {
+            kind: self.kind.into(),
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+            ready: self.ready.clone(),
+            synced: self.synced.clone(),
+            deleting: self.deleting,
+            ..BindingNode::default()
+        }
+    }
+}
+
 fn bound<B: BindingObject>(b: &B) -> Bound {
     let conds = conditions(b);
     Bound {
@@ -71,12 +86,7 @@ fn bound<B: BindingObject>(b: &B) -> Bound {
         namespace: b.meta().namespace.clone(),
         name: b.meta().name.clone().unwrap_or_default(),
         connection: b.binding_spec().connection_ref.name.clone(),
-        apis: b
-            .binding_spec()
-            .apis
-            .iter()
-            .map(|a| a.name.clone())
-            .collect(),
+        apis: b.api_names(),
         ready: State::of(conds, ConditionType::Ready),
         synced: State::of(conds, ConditionType::Synced),
         deleting: b.meta().deletion_timestamp.is_some(),
@@ -134,14 +144,8 @@ pub async fn collect(
     if name.is_none() {
         for b in all.iter().filter(|b| !known.contains(&b.connection)) {
             report.orphans.push(BindingNode {
-                kind: b.kind.into(),
-                namespace: b.namespace.clone(),
-                name: b.name.clone(),
-                ready: b.ready.clone(),
-                synced: b.synced.clone(),
-                deleting: b.deleting,
                 note: Some(format!("Connection {} does not exist", b.connection)),
-                ..BindingNode::default()
+                ..b.node()
             });
         }
     }
@@ -185,15 +189,7 @@ async fn connection_node(
 }
 
 async fn binding_node(b: &Bound, api: &str, crds: &mut CrdCache) -> BindingNode {
-    let mut node = BindingNode {
-        kind: b.kind.into(),
-        namespace: b.namespace.clone(),
-        name: b.name.clone(),
-        ready: b.ready.clone(),
-        synced: b.synced.clone(),
-        deleting: b.deleting,
-        ..BindingNode::default()
-    };
+    let mut node = b.node();
     match crds.instances(api, b.namespace.as_deref()).await {
         Ok(Some(items)) => {
             for item in items {
