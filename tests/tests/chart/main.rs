@@ -5,9 +5,6 @@
 //!
 //! helm is built from its Go module by `scripts/helm.sh` (once per machine, cached), the
 //! same way users get it through `make tools`. Rendering needs no cluster.
-//!
-//! One test binary, four files: the Deployment and values, policy modules, RBAC and notes,
-//! the Grafana dashboard.
 
 mod dashboard;
 mod deployment;
@@ -44,9 +41,8 @@ fn output(command: &mut Command, stdin: &str) -> Result<String> {
         .context("no stdin")?
         .write_all(stdin.as_bytes())?;
     let output = child.wait_with_output()?;
-    let stdout = String::from_utf8(output.stdout).context("stdout is not UTF-8")?;
+    let (status, stdout) = (output.status, String::from_utf8(output.stdout)?);
     let stderr = String::from_utf8_lossy(&output.stderr);
-    let status = output.status;
     ensure!(
         status.success(),
         "{command:?} failed ({status}):\n{stdout}\n{stderr}"
@@ -77,17 +73,11 @@ fn run_helm(args: &[&str], values: &str) -> Result<String> {
     output(&mut helm, values)
 }
 
-/// `helm template kbind charts/konnector -n kbind-system -f <values>`, as text.
-fn template(values: &str) -> Result<String> {
-    run_helm(
-        &["template", RELEASE, CHART, "-n", NAMESPACE, "-f", "-"],
-        values,
-    )
-}
-
-/// The chart rendered with `values` (a values file's YAML; empty for the defaults).
+/// The chart rendered with `values` (a values file's YAML; empty for the defaults) by
+/// `helm template kbind charts/konnector -n kbind-system -f <values>`.
 fn render(values: &str) -> Result<Rendered> {
-    Rendered::parse(&template(values)?)
+    let template = ["template", RELEASE, CHART, "-n", NAMESPACE, "-f", "-"];
+    Rendered::parse(&run_helm(&template, values)?)
 }
 
 fn yaml(text: &str) -> Result<Value> {
@@ -168,12 +158,8 @@ impl Rendered {
         docs.map(|v| (&v["kind"], &v["metadata"]["name"])).collect()
     }
 
-    fn deployment(&self) -> Result<&Value> {
-        self.get("Deployment", FULLNAME)
-    }
-
     fn pod_spec(&self) -> Result<&Value> {
-        Ok(&self.deployment()?["spec"]["template"]["spec"])
+        Ok(&self.get("Deployment", FULLNAME)?["spec"]["template"]["spec"])
     }
 
     /// The Pod's only container, the konnector.
@@ -194,17 +180,19 @@ impl Rendered {
     }
 
     /// Compares the objects `expected` (YAML) names with the fields it gives for each: keys
-    /// are `Kind/name`, or `pod` and `container` for the konnector's pod spec and container.
+    /// are `Kind/name`, `pod` and `container` for the konnector's pod spec and container, or
+    /// `args` for its arguments joined by spaces.
     fn expect(&self, expected: &str) -> Result<()> {
         let objects: serde_yaml::Mapping = serde_yaml::from_str(expected)?;
         for (key, fields) in &objects {
             let actual = match key.as_str().map(|k| (k, k.split_once('/'))) {
-                Some((_, Some((kind, name)))) => self.get(kind, name)?,
-                Some(("pod", None)) => self.pod_spec()?,
-                Some(("container", None)) => self.container()?,
+                Some((_, Some((kind, name)))) => self.get(kind, name)?.clone(),
+                Some(("pod", None)) => self.pod_spec()?.clone(),
+                Some(("container", None)) => self.container()?.clone(),
+                Some(("args", None)) => self.args()?.into(),
                 _ => bail!("no object {key:?}"),
             };
-            assert_fields(actual, fields).with_context(|| format!("{key:?}"))?;
+            assert_fields(&actual, fields).with_context(|| format!("{key:?}"))?;
         }
         Ok(())
     }
