@@ -10,7 +10,7 @@ use konnector::k8s::ApiErrorExt as _;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use kubectl_kbind::hints::what_to_do;
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::{Cli, TIMEOUT};
 
@@ -56,27 +56,21 @@ fn usage_errors_exit_2_and_missing_objects_exit_1() -> Result<()> {
     })
 }
 
-/// `provider-rbac` documents with `delete` taken off the rules of API group `group`:
-/// everything but deleting provider copies.
-fn without_delete(documents: &[Value], group: &str) -> Vec<Value> {
-    let mut documents = documents.to_vec();
-    let rules = documents.iter_mut().flat_map(|d| d.get_mut("rules"));
-    for rule in rules.flat_map(|r| r.as_array_mut()).flatten() {
-        if rule["apiGroups"] == json!([group])
-            && let Some(verbs) = rule["verbs"].as_array_mut()
-        {
-            verbs.retain(|v| v != "delete");
-        }
-    }
-    documents
-}
-
 #[test]
 fn an_unbind_blocked_by_provider_rbac_names_the_failed_step_and_what_to_do() -> Result<()> {
     Cli::run("blocked", async |c| {
         let (identity, rbac) = c.konnector_identity(&[]).await?;
-        let group = &c.api.group;
-        c.apply_on_provider(&without_delete(&rbac, group)).await?;
+        // Everything but deleting provider copies: `delete` off the rules of the API's group.
+        let mut without_delete = rbac.clone();
+        let rules = without_delete.iter_mut().flat_map(|d| d.get_mut("rules"));
+        for rule in rules.flat_map(|r| r.as_array_mut()).flatten() {
+            if rule["apiGroups"] == json!([c.api.group])
+                && let Some(verbs) = rule["verbs"].as_array_mut()
+            {
+                verbs.retain(|v| v != "delete");
+            }
+        }
+        c.apply_on_provider(&without_delete).await?;
         c.connect(&identity, &["--schema-source", "CRD"]).await?;
         c.bind(&["-n", "blocked"]).await?;
         c.create_synced("w", json!({"size": 1})).await?;
@@ -104,7 +98,7 @@ fn an_unbind_blocked_by_provider_rbac_names_the_failed_step_and_what_to_do() -> 
         ensure!(fine, "nudging the Binding: {nudged:?}");
         let unbind = ["unbind", "widgets", "-n", "blocked", "--ignore-not-found"];
         c.ok(&unbind, &[]).await?;
-        gone(&c.copies(), "w").await?;
+        gone(&c.copies, "w").await?;
         c.ok(&["disconnect", "blocked"], &[]).await?;
         expect_left(&[
             (&c.consumer, kind::<Binding>(), "blocked/widgets", Gone),

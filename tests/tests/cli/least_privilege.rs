@@ -26,12 +26,9 @@ fn the_konnector_works_with_exactly_the_printed_provider_rbac() -> Result<()> {
         // Nothing but what provider-rbac prints.
         let related = ["--related", "secrets:FromProvider"];
         let (identity, rbac) = c.konnector_identity(&related).await?;
-        let kinds: Vec<_> = rbac
-            .iter()
-            .map(|d| d["kind"].as_str().unwrap_or("?"))
-            .collect();
+        let kinds: Vec<_> = rbac.iter().map(|d| &d["kind"]).collect();
         let printed = "Namespace ClusterRole ClusterRoleBinding Role RoleBinding";
-        assert_eq!(kinds.join(" "), printed);
+        assert_eq!(kinds, printed.split(' ').collect::<Vec<_>>());
         c.apply_on_provider(&rbac).await?;
 
         // The identity really is restricted: no Secrets outside what related reads, no writes.
@@ -50,9 +47,9 @@ fn the_konnector_works_with_exactly_the_printed_provider_rbac() -> Result<()> {
         // Spec consumer → provider, status back.
         let spec = json!({"size": 3, "color": "blue"});
         assert_eq!(c.create_synced("w", spec.clone()).await?.data["spec"], spec);
-        set_status(&c.copies(), "w", json!({"phase": "Running"})).await?;
+        set_status(&c.copies, "w", json!({"phase": "Running"})).await?;
         wait_for("the status back on the consumer", WAIT, || async {
-            let w = c.instances().get("w").await?;
+            let w = c.instances.get("w").await?;
             Ok((w.data["status"]["phase"] == "Running").then_some(()))
         })
         .await?;
