@@ -101,7 +101,7 @@ fn default_render_contains_the_committed_crds_verbatim() -> Result<()> {
         let name = format!("{plural}.core.kbind.io");
         let doc = crds.iter().find(|d| d.value["metadata"]["name"] == name);
         let doc = doc.with_context(|| format!("CRD {name} not rendered"))?;
-        assert_eq!(doc.source, "konnector/templates/crds.yaml");
+        assert_eq!(doc.from, "konnector/templates/crds.yaml");
         // Byte for byte (helm only separates documents with blank lines).
         assert_eq!(doc.text.trim_end(), committed.trim_end(), "{name} differs");
     }
@@ -124,9 +124,8 @@ fn default_deployment_runs_one_konnector_without_leader_election() -> Result<()>
     let rendered = render("")?;
     // A single konnector without election must never overlap its successor.
     let spec = "spec: {replicas: 1, strategy: {rollingUpdate: {maxSurge: 0}}}";
-    rendered.expect(&format!(
-        "Deployment/kbind-konnector: {{{spec}}}\nargs: {CHART_ARGS}"
-    ))?;
+    let expected = format!("Deployment/kbind-konnector: {{{spec}}}\nargs: {CHART_ARGS}");
+    rendered.expect(&expected)?;
     let roles = [rendered.of_kind("Role"), rendered.of_kind("RoleBinding")];
     assert!(roles.iter().all(Vec::is_empty), "no lease Role");
     Ok(())
@@ -201,12 +200,9 @@ Service/kbind-konnector-metrics:
   spec: {{ports: [{{port: {metrics}, targetPort: metrics}}]}}
 "#
         ))?;
-        let service = rendered.get("Service", &format!("{FULLNAME}-metrics"))?;
+        let service = &rendered.get("Service", &format!("{FULLNAME}-metrics"))?["spec"]["selector"];
         let pods = &rendered.get("Deployment", FULLNAME)?["spec"]["selector"]["matchLabels"];
-        assert_eq!(
-            &service["spec"]["selector"], pods,
-            "the Service selects the Pods"
-        );
+        assert_eq!(service, pods, "the Service selects the Pods");
     }
     Ok(())
 }
@@ -262,7 +258,7 @@ fn namespaced_objects_land_in_the_release_namespace() -> Result<()> {
         assert!(!docs.is_empty(), "no {kind} rendered");
         for doc in docs {
             let namespace = &doc.value["metadata"]["namespace"];
-            assert_eq!(namespace, NAMESPACE, "{kind} from {}", doc.source);
+            assert_eq!(namespace, NAMESPACE, "{kind} from {}", doc.from);
         }
     }
     Ok(())

@@ -65,21 +65,16 @@ fn notes_give_the_teardown_order_and_say_probes_are_process_checks() -> Result<(
     let (_, notes) = out.split_once("NOTES:").context("helm printed no NOTES")?;
     assert!(notes.contains("process checks"), "{notes}");
     assert!(notes.contains("DrainingBindings"), "{notes}");
-    let positions = [
+    // In teardown order: bindings, Connections, credential Secrets, then the release.
+    let mut rest = notes;
+    for step in [
         "Delete Bindings and ClusterBindings",
         "Delete Connections",
         "Delete the credential Secrets",
         "uninstall the release",
-    ]
-    .map(|step| {
-        notes
-            .find(step)
-            .with_context(|| format!("NOTES lack {step:?}:\n{notes}"))
-    });
-    let positions = positions.into_iter().collect::<Result<Vec<_>>>()?;
-    assert!(
-        positions.is_sorted(),
-        "teardown order is bindings, Connection, Secret, then the release:\n{notes}"
-    );
+    ] {
+        let after = rest.split_once(step).map(|(_, after)| after);
+        rest = after.with_context(|| format!("no {step:?} after the steps before:\n{notes}"))?;
+    }
     Ok(())
 }
