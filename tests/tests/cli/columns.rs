@@ -19,13 +19,10 @@ const BINDING_COLUMNS: &str = "Name Connection APIs Ready Synced Conflicts Age";
 /// included, Age left out since it changes with time).
 async fn table(client: &kube::Client, path: &str) -> Result<(String, Value)> {
     let request = http::Request::get(path).header(http::header::ACCEPT, TABLE);
-    let table: Value = client
-        .request(request.body(Vec::new())?)
-        .await
-        .with_context(|| format!("GET {path} as Table"))?;
-    let columns = table["columnDefinitions"]
-        .as_array()
-        .context("not a Table")?;
+    let response = client.request::<Value>(request.body(Vec::new())?);
+    let table = response.await.with_context(|| format!("GET {path}"))?;
+    let columns = &table["columnDefinitions"];
+    let columns = columns.as_array().context("not a Table")?;
     let name = |i: usize| columns[i]["name"].as_str().unwrap_or_default().to_string();
     let defaults =
         (0..columns.len()).filter(|&i| columns[i]["priority"].as_i64().unwrap_or(0) == 0);

@@ -61,10 +61,9 @@ static KONNECTOR: OnceLock<Result<(Child, u16), String>> = OnceLock::new();
 
 /// Starts (once) the shared konnector against the pair's consumer and returns its metrics
 /// port once it answers.
-async fn shared_konnector(pair: &'static ClusterPair) -> Result<u16> {
-    let consumer = pair.consumer.client().await?;
-    kbind_tests::fixtures::install_core_crds(&consumer).await?;
-    ensure_namespace(&consumer, SECRET_NAMESPACE).await?;
+async fn shared_konnector(pair: &'static ClusterPair, consumer: &Client) -> Result<u16> {
+    kbind_tests::fixtures::install_core_crds(consumer).await?;
+    ensure_namespace(consumer, SECRET_NAMESPACE).await?;
     let metrics = match KONNECTOR.get_or_init(|| start(pair).map_err(|e| format!("{e:#}"))) {
         Ok((_, metrics)) => *metrics,
         Err(e) => anyhow::bail!("starting the konnector: {e}"),
@@ -131,7 +130,7 @@ impl Cli {
             let api = TestApi::namespaced(&format!("{name}.e2e.kbind.io"));
             let cli = Cli {
                 pair,
-                metrics: shared_konnector(pair).await?,
+                metrics: shared_konnector(pair, &consumer).await?,
                 instances: api.api(&consumer, Some(name)),
                 copies: api.api(&provider, Some(name)),
                 provider,
