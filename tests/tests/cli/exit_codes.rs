@@ -24,9 +24,8 @@ fn an_unusable_provider_kubeconfig_fails_connect_with_the_reason_and_what_to_do(
         std::fs::write(&path, INSECURE_KUBECONFIG)?;
         let kubeconfig = path.to_str().context("path is not UTF-8")?;
         let connect = ["connect", "insecure", "--provider-kubeconfig", kubeconfig];
-        let refused = c
-            .kbind(&[&connect[..], &["--timeout", TIMEOUT]].concat())
-            .await?;
+        let connect = [&connect[..], &["--timeout", TIMEOUT]].concat();
+        let refused = c.kbind(&connect).await?;
         refused.expect(1, &["KubeconfigUnusable", "what to do: embed credentials"])?;
         c.ok(&["disconnect", "insecure"], &[]).await?;
         expect_left(&[(&c.consumer, kind::<Connection>(), "insecure", Gone)]).await
@@ -90,9 +89,8 @@ fn an_unbind_blocked_by_provider_rbac_names_the_failed_step_and_what_to_do() -> 
         c.apply_on_provider(&rbac).await?;
         let nudge = Patch::Merge(json!({"metadata": {"annotations": {"kbind.test/retry": "now"}}}));
         let bindings = Api::<Binding>::namespaced(c.consumer.clone(), "blocked");
-        let nudged = bindings
-            .patch("widgets", &PatchParams::default(), &nudge)
-            .await;
+        let params = PatchParams::default();
+        let nudged = bindings.patch("widgets", &params, &nudge).await;
         // The retry may finish first: then there is nothing left to follow.
         let fine = nudged.as_ref().map_or_else(|e| e.is_not_found(), |_| true);
         ensure!(fine, "nudging the Binding: {nudged:?}");

@@ -138,15 +138,9 @@ impl Cli {
                 api,
                 name: name.to_string(),
             };
-            let result = pair
-                .diagnose(async {
-                    cli.api.install_on_provider(&cli.provider).await?;
-                    body(&cli).await
-                })
-                .await;
-            result.map_err(|e| {
-                let log = pair.root().join("cli-konnector.log");
-                let tail = kbind_tests::testenv::tail(&log, 60);
+            cli.api.install_on_provider(&cli.provider).await?;
+            pair.diagnose(body(&cli)).await.map_err(|e| {
+                let tail = kbind_tests::testenv::tail(&pair.root().join("cli-konnector.log"), 60);
                 anyhow::anyhow!("{e:?}\n--- konnector log (tail)\n{tail}")
             })
         })
@@ -196,9 +190,8 @@ impl Cli {
         let namespace = format!("{}-system", self.name);
         ensure_namespace(&self.provider, &namespace).await?;
         let provider = &self.pair.provider;
-        let identity = provider
-            .mint_service_account(&namespace, "konnector")
-            .await?;
+        let minted = provider.mint_service_account(&namespace, "konnector");
+        let identity = minted.await?;
         let (api, name) = (self.api.name(), self.name.as_str());
         let rbac = format!(
             "provider-rbac --subject-kind ServiceAccount --subject konnector -n {namespace} \
