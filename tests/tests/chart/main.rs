@@ -5,9 +5,6 @@
 //!
 //! helm is built from its Go module by `scripts/helm.sh` (once per machine, cached), the
 //! same way users get it through `make tools`. Rendering needs no cluster.
-//!
-//! One test binary, four files: the Deployment and values, policy modules, RBAC and notes,
-//! the Grafana dashboard.
 
 mod dashboard;
 mod deployment;
@@ -38,38 +35,29 @@ fn output(command: &mut Command, stdin: &str) -> Result<String> {
         .stderr(Stdio::piped())
         .spawn()
         .with_context(|| format!("running {command:?}"))?;
-    child
-        .stdin
-        .take()
-        .context("no stdin")?
-        .write_all(stdin.as_bytes())?;
+    let mut input = child.stdin.take().context("no stdin")?;
+    input.write_all(stdin.as_bytes())?;
+    drop(input); // end of input
     let output = child.wait_with_output()?;
-    let stdout = String::from_utf8(output.stdout).context("stdout is not UTF-8")?;
+    let (status, stdout) = (output.status, String::from_utf8(output.stdout)?);
     let stderr = String::from_utf8_lossy(&output.stderr);
-    let status = output.status;
-    ensure!(
-        status.success(),
-        "{command:?} failed ({status}):\n{stdout}\n{stderr}"
-    );
+    let failed = format!("{command:?} failed ({status}):\n{stdout}\n{stderr}");
+    ensure!(status.success(), failed);
     Ok(stdout)
 }
 
-/// Path of the helm binary, built by the project's script once per test binary run.
-fn helm() -> Result<&'static str> {
+/// Runs helm (built by the project's script once per test binary run) with its state
+/// directories inside the target dir, so that tests never read or write the user's helm
+/// configuration. `values` is a values file's YAML, read with `-f -`.
+fn run_helm(args: &[&str], values: &str) -> Result<String> {
     static HELM: OnceLock<Result<String, String>> = OnceLock::new();
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/helm.sh");
     let built = HELM.get_or_init(|| {
         let path = output(&mut Command::new(script), "").map_err(|e| format!("{e:#}"))?;
         Ok(path.trim().to_string())
     });
-    built.as_deref().map_err(|e| anyhow!("getting helm: {e}"))
-}
-
-/// Runs helm with its state directories inside the target dir, so that tests never read or
-/// write the user's helm configuration. `values` is a values file's YAML, read with `-f -`.
-fn run_helm(args: &[&str], values: &str) -> Result<String> {
     let home = concat!(env!("CARGO_TARGET_TMPDIR"), "/helm-home");
-    let mut helm = Command::new(helm()?);
+    let mut helm = Command::new(built.as_deref().map_err(|e| anyhow!("getting helm: {e}"))?);
     helm.args(args)
         .env("HELM_CACHE_HOME", format!("{home}/cache"))
         .env("HELM_CONFIG_HOME", format!("{home}/config"))
@@ -77,17 +65,11 @@ fn run_helm(args: &[&str], values: &str) -> Result<String> {
     output(&mut helm, values)
 }
 
-/// `helm template kbind charts/konnector -n kbind-system -f <values>`, as text.
-fn template(values: &str) -> Result<String> {
-    run_helm(
-        &["template", RELEASE, CHART, "-n", NAMESPACE, "-f", "-"],
-        values,
-    )
-}
-
-/// The chart rendered with `values` (a values file's YAML; empty for the defaults).
+/// The chart rendered with `values` (a values file's YAML; empty for the defaults) by
+/// `helm template kbind charts/konnector -n kbind-system -f <values>`.
 fn render(values: &str) -> Result<Rendered> {
-    Rendered::parse(&template(values)?)
+    let template = ["template", RELEASE, CHART, "-n", NAMESPACE, "-f", "-"];
+    Rendered::parse(&run_helm(&template, values)?)
 }
 
 fn yaml(text: &str) -> Result<Value> {
@@ -116,16 +98,14 @@ fn assert_fields(actual: &Value, expected: &Value) -> Result<()> {
     }
 }
 
-/// One rendered manifest: the template it came from, its text and its parsed value.
-#[derive(Debug)]
+/// One rendered manifest: the template it came `from`, its text and its parsed value.
 struct Doc {
-    source: String,
+    from: String,
     text: String,
     value: Value,
 }
 
 /// The output of `helm template`, split into its documents.
-#[derive(Debug)]
 struct Rendered(Vec<Doc>);
 
 impl Rendered {
@@ -134,19 +114,13 @@ impl Rendered {
     fn parse(stream: &str) -> Result<Self> {
         let (mut docs, marker) = (Vec::new(), "# Source: ");
         for chunk in format!("\n{stream}").split("\n---\n") {
-            let (source, text) = match chunk.split_once('\n') {
+            let (from, text) = match chunk.split_once('\n') {
                 Some((first, rest)) if first.starts_with(marker) => (&first[marker.len()..], rest),
                 _ => ("", chunk),
             };
-            let value = yaml(text).with_context(|| format!("rendered by {source}"))?;
-            let (source, text) = (source.to_string(), text.to_string());
-            if !value.is_null() {
-                docs.push(Doc {
-                    source,
-                    text,
-                    value,
-                });
-            }
+            let value = yaml(text).with_context(|| format!("rendered by {from}"))?;
+            let (from, text) = (from.to_string(), text.to_string());
+            docs.extend((!value.is_null()).then_some(Doc { from, text, value }));
         }
         Ok(Self(docs))
     }
@@ -156,10 +130,9 @@ impl Rendered {
     }
 
     fn get(&self, kind: &str, name: &str) -> Result<&Value> {
-        let mut of_kind = self.of_kind(kind).into_iter().map(|d| &d.value);
-        of_kind
-            .find(|v| v["metadata"]["name"] == name)
-            .with_context(|| format!("no {kind} {name} rendered; got {:?}", self.summary()))
+        let mut values = self.0.iter().map(|d| &d.value);
+        let found = values.find(|v| v["kind"] == kind && v["metadata"]["name"] == name);
+        found.with_context(|| format!("no {kind} {name} rendered; got {:?}", self.summary()))
     }
 
     /// Kind and name of every document, for failure messages.
@@ -168,43 +141,37 @@ impl Rendered {
         docs.map(|v| (&v["kind"], &v["metadata"]["name"])).collect()
     }
 
-    fn deployment(&self) -> Result<&Value> {
-        self.get("Deployment", FULLNAME)
-    }
-
     fn pod_spec(&self) -> Result<&Value> {
-        Ok(&self.deployment()?["spec"]["template"]["spec"])
+        Ok(&self.get("Deployment", FULLNAME)?["spec"]["template"]["spec"])
     }
 
     /// The Pod's only container, the konnector.
     fn container(&self) -> Result<&Value> {
-        let containers = self.pod_spec()?["containers"]
-            .as_sequence()
-            .context("no containers")?;
-        match containers.as_slice() {
+        let containers = self.pod_spec()?["containers"].as_sequence();
+        match containers.map(Vec::as_slice).unwrap_or_default() {
             [only] if only["name"] == "konnector" => Ok(only),
             other => bail!("expected only the konnector container, got {other:?}"),
         }
     }
 
-    /// The konnector's arguments, joined by spaces.
-    fn args(&self) -> Result<String> {
-        let args: Vec<String> = serde_yaml::from_value(self.container()?["args"].clone())?;
-        Ok(args.join(" "))
-    }
-
     /// Compares the objects `expected` (YAML) names with the fields it gives for each: keys
-    /// are `Kind/name`, or `pod` and `container` for the konnector's pod spec and container.
+    /// are `Kind/name`, `pod` and `container` for the konnector's pod spec and container, or
+    /// `args` for its arguments joined by spaces.
     fn expect(&self, expected: &str) -> Result<()> {
         let objects: serde_yaml::Mapping = serde_yaml::from_str(expected)?;
         for (key, fields) in &objects {
             let actual = match key.as_str().map(|k| (k, k.split_once('/'))) {
-                Some((_, Some((kind, name)))) => self.get(kind, name)?,
-                Some(("pod", None)) => self.pod_spec()?,
-                Some(("container", None)) => self.container()?,
+                Some((_, Some((kind, name)))) => self.get(kind, name)?.clone(),
+                Some(("pod", None)) => self.pod_spec()?.clone(),
+                Some(("container", None)) => self.container()?.clone(),
+                Some(("args", None)) => {
+                    let args: Vec<String> =
+                        serde_yaml::from_value(self.container()?["args"].clone())?;
+                    args.join(" ").into()
+                }
                 _ => bail!("no object {key:?}"),
             };
-            assert_fields(actual, fields).with_context(|| format!("{key:?}"))?;
+            assert_fields(&actual, fields).with_context(|| format!("{key:?}"))?;
         }
         Ok(())
     }

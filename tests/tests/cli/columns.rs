@@ -14,18 +14,16 @@ use super::{Cli, kubectl};
 const TABLE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io";
 const BINDING_COLUMNS: &str = "Name Connection APIs Ready Synced Conflicts Age";
 
-/// GETs `path` as a server-side `meta.k8s.io/v1` Table; returns its default (priority 0)
-/// column names, space-separated, and its first row's cells by column name (priority columns
-/// included, Age left out since it changes with time).
+/// GETs `path` below `core.kbind.io/v1alpha1` as a server-side `meta.k8s.io/v1` Table;
+/// returns its default (priority 0) column names, space-separated, and its first row's cells
+/// by column name (priority columns included, Age left out since it changes with time).
 async fn table(client: &kube::Client, path: &str) -> Result<(String, Value)> {
-    let request = http::Request::get(path).header(http::header::ACCEPT, TABLE);
-    let table: Value = client
-        .request(request.body(Vec::new())?)
-        .await
-        .with_context(|| format!("GET {path} as Table"))?;
-    let columns = table["columnDefinitions"]
-        .as_array()
-        .context("not a Table")?;
+    let path = format!("/apis/core.kbind.io/v1alpha1/{path}");
+    let request = http::Request::get(&path).header(http::header::ACCEPT, TABLE);
+    let response = client.request::<Value>(request.body(Vec::new())?);
+    let table = response.await.with_context(|| format!("GET {path}"))?;
+    let columns = &table["columnDefinitions"];
+    let columns = columns.as_array().context("not a Table")?;
     let name = |i: usize| columns[i]["name"].as_str().unwrap_or_default().to_string();
     let defaults =
         (0..columns.len()).filter(|&i| columns[i]["priority"].as_i64().unwrap_or(0) == 0);
@@ -44,8 +42,7 @@ fn printer_columns_render_server_side_for_every_kind() -> Result<()> {
             .await?;
         c.bind(&["-n", "cols"]).await?;
 
-        let connection = "/apis/core.kbind.io/v1alpha1/connections/cols";
-        let (columns, cells) = table(&c.consumer, connection).await?;
+        let (columns, cells) = table(&c.consumer, "connections/cols").await?;
         assert_eq!(columns, "Name Ready Source APIs Age");
         // The provider is shared, so the Connection exports other tests' APIs too: the
         // column shows the first one its status lists.
@@ -58,7 +55,7 @@ fn printer_columns_render_server_side_for_every_kind() -> Result<()> {
         });
         assert_eq!(cells, expected, "the Connection's row");
 
-        let binding = "/apis/core.kbind.io/v1alpha1/namespaces/cols/bindings/widgets";
+        let binding = "namespaces/cols/bindings/widgets";
         let (columns, cells) = table(&c.consumer, binding).await?;
         assert_eq!(columns, BINDING_COLUMNS);
         // Synced is the binding's Synced condition (none before an instance syncs);
@@ -70,8 +67,7 @@ fn printer_columns_render_server_side_for_every_kind() -> Result<()> {
             "Synced": synced, "Conflicts": 0,
         });
         assert_eq!(cells, expected, "the Binding's row");
-        let cluster_bindings = "/apis/core.kbind.io/v1alpha1/clusterbindings";
-        let (columns, _) = table(&c.consumer, cluster_bindings).await?;
+        let (columns, _) = table(&c.consumer, "clusterbindings").await?;
         assert_eq!(columns, BINDING_COLUMNS);
 
         // kubectl itself: short names and the category resolve, the columns print.

@@ -10,7 +10,7 @@ use konnector::k8s::ApiErrorExt as _;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use kubectl_kbind::hints::what_to_do;
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::{Cli, TIMEOUT};
 
@@ -24,9 +24,8 @@ fn an_unusable_provider_kubeconfig_fails_connect_with_the_reason_and_what_to_do(
         std::fs::write(&path, INSECURE_KUBECONFIG)?;
         let kubeconfig = path.to_str().context("path is not UTF-8")?;
         let connect = ["connect", "insecure", "--provider-kubeconfig", kubeconfig];
-        let refused = c
-            .kbind(&[&connect[..], &["--timeout", TIMEOUT]].concat())
-            .await?;
+        let connect = [&connect[..], &["--timeout", TIMEOUT]].concat();
+        let refused = c.kbind(&connect).await?;
         refused.expect(1, &["KubeconfigUnusable", "what to do: embed credentials"])?;
         c.ok(&["disconnect", "insecure"], &[]).await?;
         expect_left(&[(&c.consumer, kind::<Connection>(), "insecure", Gone)]).await
@@ -56,27 +55,21 @@ fn usage_errors_exit_2_and_missing_objects_exit_1() -> Result<()> {
     })
 }
 
-/// `provider-rbac` documents with `delete` taken off the rules of API group `group`:
-/// everything but deleting provider copies.
-fn without_delete(documents: &[Value], group: &str) -> Vec<Value> {
-    let mut documents = documents.to_vec();
-    let rules = documents.iter_mut().flat_map(|d| d.get_mut("rules"));
-    for rule in rules.flat_map(|r| r.as_array_mut()).flatten() {
-        if rule["apiGroups"] == json!([group])
-            && let Some(verbs) = rule["verbs"].as_array_mut()
-        {
-            verbs.retain(|v| v != "delete");
-        }
-    }
-    documents
-}
-
 #[test]
 fn an_unbind_blocked_by_provider_rbac_names_the_failed_step_and_what_to_do() -> Result<()> {
     Cli::run("blocked", async |c| {
         let (identity, rbac) = c.konnector_identity(&[]).await?;
-        let group = &c.api.group;
-        c.apply_on_provider(&without_delete(&rbac, group)).await?;
+        // Everything but deleting provider copies: `delete` off the rules of the API's group.
+        let mut without_delete = rbac.clone();
+        let rules = without_delete.iter_mut().flat_map(|d| d.get_mut("rules"));
+        for rule in rules.flat_map(|r| r.as_array_mut()).flatten() {
+            if rule["apiGroups"] == json!([c.api.group])
+                && let Some(verbs) = rule["verbs"].as_array_mut()
+            {
+                verbs.retain(|v| v != "delete");
+            }
+        }
+        c.apply_on_provider(&without_delete).await?;
         c.connect(&identity, &["--schema-source", "CRD"]).await?;
         c.bind(&["-n", "blocked"]).await?;
         c.create_synced("w", json!({"size": 1})).await?;
@@ -96,15 +89,14 @@ fn an_unbind_blocked_by_provider_rbac_names_the_failed_step_and_what_to_do() -> 
         c.apply_on_provider(&rbac).await?;
         let nudge = Patch::Merge(json!({"metadata": {"annotations": {"kbind.test/retry": "now"}}}));
         let bindings = Api::<Binding>::namespaced(c.consumer.clone(), "blocked");
-        let nudged = bindings
-            .patch("widgets", &PatchParams::default(), &nudge)
-            .await;
+        let params = PatchParams::default();
+        let nudged = bindings.patch("widgets", &params, &nudge).await;
         // The retry may finish first: then there is nothing left to follow.
         let fine = nudged.as_ref().map_or_else(|e| e.is_not_found(), |_| true);
         ensure!(fine, "nudging the Binding: {nudged:?}");
         let unbind = ["unbind", "widgets", "-n", "blocked", "--ignore-not-found"];
         c.ok(&unbind, &[]).await?;
-        gone(&c.copies(), "w").await?;
+        gone(&c.copies, "w").await?;
         c.ok(&["disconnect", "blocked"], &[]).await?;
         expect_left(&[
             (&c.consumer, kind::<Binding>(), "blocked/widgets", Gone),

@@ -6,13 +6,13 @@
 use anyhow::{Result, ensure};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Secret;
+use kbind_tests::fixtures::condition;
 use kbind_tests::syncenv::related::{put_secret, secret_value, wait_secret};
 use kbind_tests::syncenv::remains::Left::{Gone, Kept};
 use kbind_tests::syncenv::remains::{expect_left, kind};
 use kbind_tests::syncenv::{cluster_uid, set_status, wait_for};
 use konnector::api::names::{DEFAULT_HEARTBEAT_NAMESPACE, heartbeat_lease_name};
-use konnector::api::{Binding, ConditionType, Connection};
-use konnector::conditions::is_true;
+use konnector::api::{Binding, Connection};
 use konnector::k8s::ApiErrorExt as _;
 use kube::Api;
 use kube::api::PostParams;
@@ -26,12 +26,9 @@ fn the_konnector_works_with_exactly_the_printed_provider_rbac() -> Result<()> {
         // Nothing but what provider-rbac prints.
         let related = ["--related", "secrets:FromProvider"];
         let (identity, rbac) = c.konnector_identity(&related).await?;
-        let kinds: Vec<_> = rbac
-            .iter()
-            .map(|d| d["kind"].as_str().unwrap_or("?"))
-            .collect();
+        let kinds: Vec<_> = rbac.iter().map(|d| &d["kind"]).collect();
         let printed = "Namespace ClusterRole ClusterRoleBinding Role RoleBinding";
-        assert_eq!(kinds.join(" "), printed);
+        assert_eq!(kinds, printed.split(' ').collect::<Vec<_>>());
         c.apply_on_provider(&rbac).await?;
 
         // The identity really is restricted: no Secrets outside what related reads, no writes.
@@ -50,9 +47,9 @@ fn the_konnector_works_with_exactly_the_printed_provider_rbac() -> Result<()> {
         // Spec consumer → provider, status back.
         let spec = json!({"size": 3, "color": "blue"});
         assert_eq!(c.create_synced("w", spec.clone()).await?.data["spec"], spec);
-        set_status(&c.copies(), "w", json!({"phase": "Running"})).await?;
+        set_status(&c.copies, "w", json!({"phase": "Running"})).await?;
         wait_for("the status back on the consumer", WAIT, || async {
-            let w = c.instances().get("w").await?;
+            let w = c.instances.get("w").await?;
             Ok((w.data["status"]["phase"] == "Running").then_some(()))
         })
         .await?;
@@ -72,9 +69,8 @@ fn the_konnector_works_with_exactly_the_printed_provider_rbac() -> Result<()> {
 
         // Never refused along the way.
         let connection = Api::<Connection>::all(c.consumer.clone()).get("lp").await?;
-        let conditions = connection.status.map(|s| s.conditions).unwrap_or_default();
-        let refused = is_true(&conditions, ConditionType::PermissionDenied);
-        ensure!(!refused, "PermissionDenied: {conditions:?}");
+        let refused = condition(&connection, "PermissionDenied").filter(|d| d.status == "True");
+        ensure!(refused.is_none(), "{refused:?}");
         let counts = "instances: 1 synced, 0 conflicting, 0 failing, 0 pending";
         c.kbind(&["status", "lp"]).await?.expect(0, &[counts])?;
 

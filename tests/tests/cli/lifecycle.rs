@@ -74,7 +74,7 @@ fn connect_bind_status_unbind_disconnect_leaves_nothing_behind() -> Result<()> {
         }
 
         // Resolving the conflict makes status healthy.
-        delete(&c.instances(), "taken").await?;
+        delete(&c.instances, "taken").await?;
         wait_for("status exit 0", WAIT, || async {
             Ok((c.kbind(&["status", "lc"]).await?.code == 0).then_some(()))
         })

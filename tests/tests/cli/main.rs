@@ -1,11 +1,6 @@
 //! `kubectl kbind` end to end: the CLI binary against the real cluster pair, with the real
 //! `konnector run` process (one per test binary, since controllers watch cluster-wide), plus
 //! the printer columns and short names the core CRDs give `kubectl get`.
-//!
-//! * `columns`: server-side Table columns, short names, the `kbind` category.
-//! * `lifecycle`: connect → bind → status → unbind → disconnect, nothing left behind.
-//! * `exit_codes`: 0 / 1 / 2 as scripts expect, with reasons and remedies on stderr.
-//! * `least_privilege`: the konnector on exactly the RBAC `provider-rbac` prints.
 
 mod columns;
 mod exit_codes;
@@ -18,10 +13,10 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result};
 use kbind_tests::fixtures::{SECRET_NAMESPACE, ensure_namespace, free_port, http_get};
-use kbind_tests::syncenv::{TestApi, wait_for};
+use kbind_tests::syncenv::{TestApi, appears};
 use kbind_tests::testenv::{Cluster, ClusterPair, Identity, kube_binary, shared_pair};
-use kube::Client;
 use kube::api::DynamicObject;
+use kube::{Api, Client};
 use serde::Deserialize as _;
 use serde_json::Value;
 
@@ -66,10 +61,9 @@ static KONNECTOR: OnceLock<Result<(Child, u16), String>> = OnceLock::new();
 
 /// Starts (once) the shared konnector against the pair's consumer and returns its metrics
 /// port once it answers.
-async fn shared_konnector(pair: &'static ClusterPair) -> Result<u16> {
-    let consumer = pair.consumer.client().await?;
-    kbind_tests::fixtures::install_core_crds(&consumer).await?;
-    ensure_namespace(&consumer, SECRET_NAMESPACE).await?;
+async fn shared_konnector(pair: &'static ClusterPair, consumer: &Client) -> Result<u16> {
+    kbind_tests::fixtures::install_core_crds(consumer).await?;
+    ensure_namespace(consumer, SECRET_NAMESPACE).await?;
     let metrics = match KONNECTOR.get_or_init(|| start(pair).map_err(|e| format!("{e:#}"))) {
         Ok((_, metrics)) => *metrics,
         Err(e) => anyhow::bail!("starting the konnector: {e}"),
@@ -87,13 +81,11 @@ fn start(pair: &ClusterPair) -> Result<(Child, u16)> {
     let (metrics, health) = (free_port()?, free_port()?);
     let address = |port| format!("127.0.0.1:{port}");
     let log = std::fs::File::create(pair.root().join("cli-konnector.log"))?;
+    let script = r#""$@" </dev/null & child=$!; cat >/dev/null; kill -9 "$child" 2>/dev/null"#;
     let watchdog = Command::new("/bin/sh")
-        .arg("-c")
-        .arg(r#""$@" </dev/null & child=$!; cat >/dev/null; kill -9 "$child" 2>/dev/null"#)
-        .arg("sh")
+        .args(["-c", script, "sh"])
         .arg(kbind_tests::konnector_binary!())
-        .arg("run")
-        .arg("--kubeconfig")
+        .args(["run", "--kubeconfig"])
         .arg(pair.consumer.admin().kubeconfig_path())
         .args(["--connection-resync", "1s", "--binding-resync", "1s"])
         .args(["--metrics-bind-address", &address(metrics)])
@@ -109,14 +101,17 @@ fn start(pair: &ClusterPair) -> Result<(Child, u16)> {
 
 /// One CLI test's frame, so that a test body holds only the commands and effects it checks:
 /// the shared pair with the shared konnector running, both admin clients, and the test's API
-/// `widgets.<name>.e2e.kbind.io` exported on the provider. `name` also names the test's
-/// Connection and namespace; `metrics` is the konnector's metrics port.
+/// `widgets.<name>.e2e.kbind.io` exported on the provider, its instances on the consumer and
+/// their copies on the provider in namespace `name`. `name` also names the test's Connection;
+/// `metrics` is the konnector's metrics port.
 pub struct Cli {
     pub pair: &'static ClusterPair,
     pub metrics: u16,
     pub provider: Client,
     pub consumer: Client,
     pub api: TestApi,
+    pub instances: Api<DynamicObject>,
+    pub copies: Api<DynamicObject>,
     pub name: String,
 }
 
@@ -130,23 +125,22 @@ impl Cli {
             .build()?;
         runtime.block_on(async {
             let pair = shared_pair()?;
+            let (provider, consumer) =
+                (pair.provider.client().await?, pair.consumer.client().await?);
+            let api = TestApi::namespaced(&format!("{name}.e2e.kbind.io"));
             let cli = Cli {
                 pair,
-                metrics: shared_konnector(pair).await?,
-                provider: pair.provider.client().await?,
-                consumer: pair.consumer.client().await?,
-                api: TestApi::namespaced(&format!("{name}.e2e.kbind.io")),
+                metrics: shared_konnector(pair, &consumer).await?,
+                instances: api.api(&consumer, Some(name)),
+                copies: api.api(&provider, Some(name)),
+                provider,
+                consumer,
+                api,
                 name: name.to_string(),
             };
-            let result = pair
-                .diagnose(async {
-                    cli.api.install_on_provider(&cli.provider).await?;
-                    body(&cli).await
-                })
-                .await;
-            result.map_err(|e| {
-                let log = pair.root().join("cli-konnector.log");
-                let tail = kbind_tests::testenv::tail(&log, 60);
+            cli.api.install_on_provider(&cli.provider).await?;
+            pair.diagnose(body(&cli)).await.map_err(|e| {
+                let tail = kbind_tests::testenv::tail(&pair.root().join("cli-konnector.log"), 60);
                 anyhow::anyhow!("{e:?}\n--- konnector log (tail)\n{tail}")
             })
         })
@@ -182,24 +176,11 @@ impl Cli {
     /// Creates instance `name` of the test's API in its namespace and waits for the provider
     /// copy.
     pub async fn create_synced(&self, name: &str, spec: Value) -> Result<DynamicObject> {
-        self.api
-            .create(&self.consumer, Some(&self.name), name, spec)
-            .await?;
-        let copies = self.copies();
-        wait_for(&format!("the provider copy of {name}"), WAIT, || async {
-            Ok(copies.get_opt(name).await?)
-        })
-        .await
-    }
-
-    /// The test's API's instances on the consumer, in its namespace.
-    pub fn instances(&self) -> kube::Api<DynamicObject> {
-        self.api.api(&self.consumer, Some(&self.name))
-    }
-
-    /// The test's API's copies on the provider, in its namespace.
-    pub fn copies(&self) -> kube::Api<DynamicObject> {
-        self.api.api(&self.provider, Some(&self.name))
+        let instance = self
+            .api
+            .create(&self.consumer, Some(&self.name), name, spec);
+        instance.await?;
+        appears(&self.copies, name).await
     }
 
     /// The provider side of a least-privilege connection: the ServiceAccount `konnector` in
@@ -209,9 +190,8 @@ impl Cli {
         let namespace = format!("{}-system", self.name);
         ensure_namespace(&self.provider, &namespace).await?;
         let provider = &self.pair.provider;
-        let identity = provider
-            .mint_service_account(&namespace, "konnector")
-            .await?;
+        let minted = provider.mint_service_account(&namespace, "konnector");
+        let identity = minted.await?;
         let (api, name) = (self.api.name(), self.name.as_str());
         let rbac = format!(
             "provider-rbac --subject-kind ServiceAccount --subject konnector -n {namespace} \
