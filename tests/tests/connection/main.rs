@@ -1,17 +1,13 @@
-//! The Connection controller against real kube-apiservers, one test per branch of its
-//! reconciliation: credentials, identity pinning, discovery, schema installation, autoBind,
-//! heartbeat, deletion and Events.
-//!
-//! One test binary (one shared cluster pair and konnector), three files: credentials and
-//! identity, discovery and schemas, lifecycle (autoBind, heartbeat, deletion, and what exports
-//! cannot reach on the consumer). Each failure's Warning Event is checked with its
-//! condition: one when the Connection enters it, not one per periodic reconcile.
+//! The Connection controller against real kube-apiservers (one shared cluster pair and
+//! konnector), one test per branch of its reconciliation: credentials and identity, discovery
+//! and schemas, lifecycle (autoBind, heartbeat, deletion, what exports cannot reach). Each
+//! failure's Warning Event is checked with its condition: one when the Connection enters it,
+//! not one per periodic reconcile.
 
 mod credentials;
 mod discovery;
 mod lifecycle;
 
-use std::fmt::Debug;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result};
@@ -22,13 +18,12 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::{Client, ResourceExt};
-use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use kbind_tests::access::grant;
 use kbind_tests::eventually;
 use kbind_tests::fixtures::*;
-use kbind_tests::syncenv::{cluster_uid, delete, events_for, holds_syncer_finalizer, wait_for};
+use kbind_tests::syncenv::{cluster_uid, events_for, says, wait_for};
 use kbind_tests::testenv::{Cluster, ClusterPair, shared_pair};
 use konnector::api::names::{
     CLEANUP_FINALIZER, CONNECTION_ANNOTATION, EXPORTED_LABEL, MANAGED_LABEL, heartbeat_lease_name,
@@ -38,32 +33,28 @@ use konnector::api::{
 };
 
 /// Runs `body` against the shared pair (its konnector running) with the consumer's admin
-/// client; a failure carries the apiservers' log tails.
+/// client and a Connection name of its own starting with `prefix`; a failure carries the
+/// apiservers' log tails.
 async fn on_consumer(
-    body: impl AsyncFnOnce(&'static ClusterPair, &Client) -> Result<()>,
+    prefix: &str,
+    body: impl AsyncFnOnce(&'static ClusterPair, &Client, String) -> Result<()>,
 ) -> Result<()> {
     let pair = shared_pair()?;
     shared_konnector(pair)?;
-    pair.diagnose(async {
-        let consumer = pair.consumer.client().await?;
-        body(pair, &consumer).await
-    })
-    .await
+    let name = unique(prefix);
+    pair.diagnose(async { body(pair, &pair.consumer.client().await?, name).await })
+        .await
 }
 
-/// Runs `body` with the shared pair, its consumer's admin client, and a provider cluster of its
-/// own named `name` with its admin client; a failure carries the pair's apiserver log tails.
+/// [`on_consumer`] with a provider cluster of its own named `name` and its admin client too.
 async fn with_private_provider(
     name: &'static str,
-    body: impl AsyncFnOnce(&'static ClusterPair, &Client, &Cluster, &Client) -> Result<()>,
+    body: impl AsyncFnOnce(&'static ClusterPair, &Client, &Cluster, &Client, String) -> Result<()>,
 ) -> Result<()> {
-    let pair = shared_pair()?;
-    shared_konnector(pair)?;
     let cluster = tokio::task::spawn_blocking(move || private_cluster(name)).await??;
-    pair.diagnose(async {
-        let consumer = pair.consumer.client().await?;
-        let provider = cluster.client().await?;
-        body(pair, &consumer, &cluster, &provider).await
+    let provider = cluster.client().await?;
+    on_consumer(name, async |pair, consumer, connection| {
+        body(pair, consumer, &cluster, &provider, connection).await
     })
     .await
 }
@@ -127,29 +118,17 @@ async fn connect_ready(consumer: &Client, provider: &Cluster, name: &str) -> Res
     wait_ready(consumer, name).await
 }
 
-/// Waits until the Connection's condition `state` (`Type=Status`) has `reason`.
-async fn wait_reason(client: &Client, name: &str, state: &str, reason: &str) -> Result<Connection> {
-    let (type_, status) = state.split_once('=').context("Type=Status")?;
-    wait_connection(client, name, &format!("{state} {reason}"), |c| {
-        has_condition(c, type_, status, reason)
-    })
-    .await
+/// Whether each of the Connection's conditions `states` (`Type=Status`, space-separated) has
+/// `reason`: `"SecretValid=False Ready=False"` for a failure that makes it unready.
+fn holds(connection: &Connection, states: &str, reason: &str) -> bool {
+    let mut states = states.split(' ').map(|state| state.split_once('='));
+    states.all(|state| state.is_some_and(|(t, s)| has_condition(connection, t, s, reason)))
 }
 
-/// Waits until the Connection's condition `state` has `reason` and the Connection is not
-/// Ready for that same reason.
-async fn wait_not_ready(
-    client: &Client,
-    name: &str,
-    state: &str,
-    reason: &str,
-) -> Result<Connection> {
-    let (type_, status) = state.split_once('=').context("Type=Status")?;
-    let what = format!("{state} and Ready=False {reason}");
-    wait_connection(client, name, &what, |c| {
-        has_condition(c, type_, status, reason) && has_condition(c, "Ready", "False", reason)
-    })
-    .await
+/// Waits until the Connection [`holds`] `state` (one or more `Type=Status`) with `reason`.
+async fn wait_reason(client: &Client, name: &str, state: &str, reason: &str) -> Result<Connection> {
+    let what = format!("{state} {reason}");
+    wait_connection(client, name, &what, |c| holds(c, state, reason)).await
 }
 
 /// The message of `connection`'s condition `type_`; an error if it has none.
@@ -172,6 +151,23 @@ fn exported_names(connection: &Connection) -> Vec<String> {
     exported(connection).map(|a| a.name.clone()).collect()
 }
 
+/// Merge-patches the spec of Connection `name` with `spec`: a user changing a policy.
+async fn patch_spec(consumer: &Client, name: &str, spec: Value) -> Result<()> {
+    let patch = Patch::Merge(json!({ "spec": spec }));
+    let connections: Api<Connection> = Api::all(consumer.clone());
+    connections.patch(name, &Default::default(), &patch).await?;
+    Ok(())
+}
+
+/// Labels the provider CRD `name` exported or removes the label: a provider changing exports.
+async fn set_exported(provider: &Client, name: &str, exported: bool) -> Result<()> {
+    let label = exported.then_some("true");
+    let patch = Patch::Merge(json!({"metadata": {"labels": {EXPORTED_LABEL: label}}}));
+    let crds: Api<CustomResourceDefinition> = Api::all(provider.clone());
+    crds.patch(name, &PatchParams::default(), &patch).await?;
+    Ok(())
+}
+
 /// Whether the credential Secret `name` carries the Connection cleanup finalizer.
 async fn secret_guarded(consumer: &Client, name: &str) -> Result<bool> {
     let secrets = Api::<Secret>::namespaced(consumer.clone(), SECRET_NAMESPACE);
@@ -183,12 +179,6 @@ async fn delete_connection(consumer: &Client, name: &str) -> Result<()> {
     let connections: Api<Connection> = Api::all(consumer.clone());
     connections.delete(name, &DeleteParams::default()).await?;
     Ok(())
-}
-
-/// Waits until `api` holds no object `name` (finalizers done).
-async fn absent<K: Clone + Debug + DeserializeOwned>(api: &Api<K>, name: &str) -> Result<()> {
-    let gone = || async { Ok(api.get_opt(name).await?.is_none().then_some(())) };
-    wait_for(&format!("{name} gone"), CONVERGE, gone).await
 }
 
 /// The spec of a Binding or ClusterBinding of `connection` listing `api`.
@@ -224,7 +214,8 @@ async fn wait_cluster_binding(
     wait_for(&format!("ClusterBinding {name}"), CONVERGE, accepted).await
 }
 
-/// Where a CRD's `spec` fields are, in its JSON.
+/// Where a CRD's `spec` schema and its fields are, in its JSON.
+const SPEC_SCHEMA: &str = "/spec/versions/0/schema/openAPIV3Schema/properties/spec";
 const SPEC_FIELDS: &str = "/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties";
 
 /// The exported Widget CRD of `group` with one more spec field, `shape`: a schema change.
@@ -257,8 +248,15 @@ async fn events_with(consumer: &Client, name: &str, reason: &str) -> Result<Vec<
 }
 
 /// Waits for an Event with `reason` on Connection `name`; after several periodic reconciles
-/// (1 s apart in tests) it must still be the one, published once, and of `type_`.
-async fn published_once(consumer: &Client, name: &str, type_: &str, reason: &str) -> Result<Event> {
+/// (1 s apart in tests) it must still be the one, published once, of `type_`, about the
+/// Connection, its note saying each of `note`.
+async fn published_once(
+    consumer: &Client,
+    name: &str,
+    type_: &str,
+    reason: &str,
+    note: &[&str],
+) -> Result<Event> {
     let what = format!("a {reason} Event on {name}");
     let events = || events_with(consumer, name, reason);
     wait_for(&what, CONVERGE, || async { Ok(events().await?.pop()) }).await?;
@@ -266,8 +264,12 @@ async fn published_once(consumer: &Client, name: &str, type_: &str, reason: &str
     let mut all = events().await?;
     let once = all.len() == 1 && all[0].series.is_none();
     assert!(once, "one {reason} Event, published once: {all:?}");
-    assert_eq!(all[0].type_.as_deref(), Some(type_), "{all:?}");
-    Ok(all.remove(0))
+    let event = all.remove(0);
+    let about = event.regarding.as_ref().and_then(|r| r.kind.as_deref());
+    let seen = (event.type_.as_deref(), about);
+    assert_eq!(seen, (Some(type_), Some("Connection")), "{event:?}");
+    says(event.note.as_deref().unwrap_or_default(), note);
+    Ok(event)
 }
 
 /// Whether `provider` holds no heartbeat: no namespace `namespace`, no Lease `lease` anywhere.
