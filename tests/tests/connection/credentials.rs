@@ -159,13 +159,11 @@ fn provider_kubeconfig(pair: &ClusterPair, namespace: &str, edit: &Value) -> Res
     }
     let [cluster, user, context] = KUBECONFIG_NAMES;
     let context_entry = json!({"cluster": cluster, "user": user, "namespace": namespace});
-    Ok(serde_yaml::to_string(
-        &json!({"apiVersion": "v1", "kind": "Config",
-            "clusters": [{"name": cluster, "cluster": entry}],
-            "users": [{"name": user, "user": admin["users"][0]["user"]}],
-            "contexts": [{"name": context, "context": context_entry}], "current-context": context,
-        }),
-    )?)
+    let config = json!({"apiVersion": "v1", "kind": "Config", "current-context": context,
+        "clusters": [{"name": cluster, "cluster": entry}],
+        "users": [{"name": user, "user": admin["users"][0]["user"]}],
+        "contexts": [{"name": context, "context": context_entry}]});
+    Ok(serde_yaml::to_string(&config)?)
 }
 
 #[tokio::test]

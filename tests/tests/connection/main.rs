@@ -29,7 +29,7 @@ use konnector::api::names::{
     CLEANUP_FINALIZER, CONNECTION_ANNOTATION, EXPORTED_LABEL, MANAGED_LABEL, heartbeat_lease_name,
 };
 use konnector::api::{
-    Binding, BindingSpec, ClusterBinding, Connection, ExportedApi, SchemaPolicy, SchemaSource,
+    Binding, BindingSpec, ClusterBinding, Connection, SchemaPolicy, SchemaSource,
 };
 
 /// Runs `body` against the shared pair (its konnector running) with the consumer's admin
@@ -41,8 +41,7 @@ async fn on_consumer(
 ) -> Result<()> {
     let pair = shared_pair()?;
     shared_konnector(pair)?;
-    let name = unique(prefix);
-    pair.diagnose(async { body(pair, &pair.consumer.client().await?, name).await })
+    pair.diagnose(async { body(pair, &pair.consumer.client().await?, unique(prefix)).await })
         .await
 }
 
@@ -97,12 +96,11 @@ async fn pull_all(
     name: &str,
     source: &str,
     update: &str,
-) -> Result<()> {
+) -> Result<Connection> {
     let schema = json!({"source": source, "pullPolicy": "All", "updatePolicy": update});
     let schema: SchemaPolicy = serde_json::from_value(schema)?;
     connect(consumer, provider, name, schema, false).await?;
-    wait_reason(consumer, name, "SchemaInSync=True", "AsExpected").await?;
-    Ok(())
+    wait_reason(consumer, name, "SchemaInSync=True", "AsExpected").await
 }
 
 fn crd_source() -> SchemaPolicy {
@@ -142,13 +140,10 @@ fn active_source(connection: &Connection) -> Option<&str> {
     connection.status.as_ref()?.active_schema_source.as_deref()
 }
 
-/// The exports the Connection reports.
-fn exported(connection: &Connection) -> impl Iterator<Item = &ExportedApi> {
-    connection.status.iter().flat_map(|s| &s.exported_apis)
-}
-
+/// The names of the exports the Connection reports.
 fn exported_names(connection: &Connection) -> Vec<String> {
-    exported(connection).map(|a| a.name.clone()).collect()
+    let exported = connection.status.iter().flat_map(|s| &s.exported_apis);
+    exported.map(|a| a.name.clone()).collect()
 }
 
 /// Merge-patches the spec of Connection `name` with `spec`: a user changing a policy.
@@ -240,13 +235,6 @@ async fn wait_reshaped(consumer: &Client, name: &str) -> Result<()> {
     wait_for(&what, CONVERGE, followed).await
 }
 
-/// Events on Connection `name` with `reason`.
-async fn events_with(consumer: &Client, name: &str, reason: &str) -> Result<Vec<Event>> {
-    let mut events = events_for(consumer, None, name).await?;
-    events.retain(|e| e.reason.as_deref() == Some(reason));
-    Ok(events)
-}
-
 /// Waits for an Event with `reason` on Connection `name`; after several periodic reconciles
 /// (1 s apart in tests) it must still be the one, published once, of `type_`, about the
 /// Connection, its note saying each of `note`.
@@ -258,7 +246,11 @@ async fn published_once(
     note: &[&str],
 ) -> Result<Event> {
     let what = format!("a {reason} Event on {name}");
-    let events = || events_with(consumer, name, reason);
+    let events = || async {
+        let mut events = events_for(consumer, None, name).await?;
+        events.retain(|e| e.reason.as_deref() == Some(reason));
+        anyhow::Ok(events)
+    };
     wait_for(&what, CONVERGE, || async { Ok(events().await?.pop()) }).await?;
     tokio::time::sleep(Duration::from_secs(4)).await;
     let mut all = events().await?;
