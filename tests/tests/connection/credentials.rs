@@ -15,7 +15,6 @@ async fn each_secret_problem_is_a_condition_and_one_warning_until_fixed() -> Res
         put_kubeconfig_secret(consumer, &name, "{{{ this is not a kubeconfig").await?;
         wait_reason(consumer, &name, unready, "KubeconfigInvalid").await?;
         published_once(consumer, &name, "Warning", "KubeconfigInvalid", &[]).await?;
-
         // Fixing the Secret is picked up through the Secret watch.
         put_kubeconfig_secret(consumer, &name, &pair.provider.admin().kubeconfig_yaml()?).await?;
         wait_ready(consumer, &name).await?;
@@ -75,25 +74,25 @@ async fn ready_connection_pins_both_identities_and_guards_its_secret() -> Result
 #[tokio::test]
 async fn kubeconfig_for_another_cluster_is_an_identity_failure_and_nothing_is_written_there()
 -> Result<()> {
-    with_private_provider(
-        "third",
-        async |pair, consumer, third, third_client, name| {
-            connect_ready(consumer, &pair.provider, &name).await?;
-            put_kubeconfig_secret(consumer, &name, &third.admin().kubeconfig_yaml()?).await?;
-            let unready = "Connected=False Ready=False";
-            let seen = wait_reason(consumer, &name, unready, "ClusterIdentityChanged").await?;
-            let provider_uid = cluster_uid(&pair.provider.client().await?).await?;
-            let pinned = seen.status.and_then(|s| s.remote_cluster_uid);
-            assert_eq!(pinned, Some(provider_uid), "the pin never moves");
-            let engaged = shared_konnector(pair)?.engagements.get(&name).is_some();
-            assert!(!engaged, "not engaged with the other cluster");
-            tokio::time::sleep(Duration::from_secs(3)).await;
-            let lease = heartbeat_lease_name(&name, &cluster_uid(consumer).await?);
-            let untouched = no_heartbeat(third_client, "kbind", &lease).await?;
-            assert!(untouched, "nothing written to the other cluster");
-            anyhow::Ok(())
-        },
-    )
+    with_private_provider("third", async |pair, consumer, third, other, name| {
+        connect_ready(consumer, &pair.provider, &name).await?;
+        put_kubeconfig_secret(consumer, &name, &third.admin().kubeconfig_yaml()?).await?;
+        let unready = "Connected=False Ready=False";
+        let seen = wait_reason(consumer, &name, unready, "ClusterIdentityChanged").await?;
+        let provider_uid = cluster_uid(&pair.provider.client().await?).await?;
+        let pinned = seen.status.and_then(|s| s.remote_cluster_uid);
+        assert_eq!(pinned, Some(provider_uid), "the pin never moves");
+        let engaged = shared_konnector(pair)?.engagements.get(&name).is_some();
+        assert!(!engaged, "not engaged with the other cluster");
+        let lease = heartbeat_lease_name(&name, &cluster_uid(consumer).await?);
+        let untouched = || no_heartbeat(other, "kbind", &lease);
+        stays(
+            "nothing written to the other cluster",
+            Duration::from_secs(3),
+            untouched,
+        )
+        .await
+    })
     .await
 }
 
@@ -174,11 +173,10 @@ async fn insecure_provider_kubeconfigs_are_refused_and_nothing_is_written_there(
         let server = pair.provider.server();
         let host_port = server.trim_start_matches("https://");
         let never_quoted = [KUBECONFIG_NAMES.as_slice(), &[host_port]].concat();
-        let skip_tls =
-            json!({"insecure-skip-tls-verify": true, "certificate-authority-data": null});
+        let skip = json!({"insecure-skip-tls-verify": true, "certificate-authority-data": null});
         let plain_http = json!({"server": server.replacen("https://", "http://", 1)});
         for (case, field, edit) in [
-            ("skip-verify", "insecure-skip-tls-verify", skip_tls),
+            ("skip-verify", "insecure-skip-tls-verify", skip),
             ("plain-http", "plain http://", plain_http),
         ] {
             let name = unique(case);
@@ -201,7 +199,6 @@ async fn insecure_provider_kubeconfigs_are_refused_and_nothing_is_written_there(
             let lease_name = heartbeat_lease_name(&name, &consumer_uid);
             let untouched = no_heartbeat(&provider, &lease_namespace, &lease_name).await?;
             assert!(untouched, "{case}: no heartbeat namespace or Lease");
-
             // The same credentials with verified TLS are accepted, and the heartbeat lands
             // where the checks above looked.
             let verified = provider_kubeconfig(pair, &lease_namespace, &json!({}))?;

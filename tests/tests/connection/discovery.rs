@@ -91,8 +91,7 @@ async fn pull_policy_all_installs_established_crds_and_update_policy_once_pins_t
     .await
 }
 
-/// A provider CRD with the constructs schema synthesis must carry over: a Widget-like `Gear`
-/// with short names, a category and a spec schema using each construct.
+/// A provider CRD `Gear` with each construct schema synthesis must carry over.
 fn rich_crd() -> Result<CustomResourceDefinition> {
     let string = json!({"type": "string"});
     let tooth = json!({"type": "object", "required": ["name"],
@@ -131,13 +130,11 @@ async fn openapi_source_with_pull_all_synthesizes_a_crd_that_round_trips_every_f
 
         let crds: Api<CustomResourceDefinition> = Api::all(consumer.clone());
         let installed = serde_json::to_value(crds.get("gears.rich.example.org").await?)?;
-        let carried = json!([
-            installed["metadata"]["annotations"][CONNECTION_ANNOTATION],
-            installed["spec"]["names"]["shortNames"],
-            installed["spec"]["versions"][0]["subresources"],
-        ]);
-        let expected = json!([name, ["gr"], {"status": {}}]);
-        assert_eq!(carried, expected, "owner, short names, status subresource");
+        let carried = json!({"owner": installed["metadata"]["annotations"][CONNECTION_ANNOTATION],
+            "shortNames": installed["spec"]["names"]["shortNames"],
+            "subresources": installed["spec"]["versions"][0]["subresources"]});
+        let expected = json!({"owner": name, "shortNames": ["gr"], "subresources": {"status": {}}});
+        assert_eq!(carried, expected, "carried over");
 
         let resource =
             ApiResource::from_gvk(&GroupVersionKind::gvk("rich.example.org", "v1", "Gear"));
@@ -149,8 +146,7 @@ async fn openapi_source_with_pull_all_synthesizes_a_crd_that_round_trips_every_f
             "extra": {"anything": {"goes": [1, 2]}}, "nested": {"inner": {"flag": true}}
         });
         let gear = DynamicObject::new("g1", &resource).data(json!({ "spec": spec }));
-        gears.create(&PostParams::default(), &gear).await?;
-        let read = gears.get("g1").await?;
+        let read = gears.create(&PostParams::default(), &gear).await?;
         assert_eq!(read.data["spec"], spec, "every field survives");
 
         let bad = json!({"spec": {"size": 3, "mode": "sideways"}});

@@ -17,7 +17,6 @@ async fn auto_bind_keeps_its_cluster_binding_to_the_exports_and_drains_what_leav
         let managed = auto.labels().get(MANAGED_LABEL).map(String::as_str);
         let seen = (managed, &*auto.spec.connection_ref.name, api_names(&auto));
         assert_eq!(seen, (Some("true"), &*name, vec![widgets.as_str()]));
-
         // A new export joins the ClusterBinding, and both sync.
         install_crd(provider, &widget_crd(group, "Gadget", true)?).await?;
         let both = [gadgets.as_str(), widgets.as_str()];
@@ -32,7 +31,6 @@ async fn auto_bind_keeps_its_cluster_binding_to_the_exports_and_drains_what_leav
             eventually(CONVERGE, || consumer_api.create(&params, &object)).await?;
             wait_left(&[(provider, kind.clone(), &x, Left::Kept)]).await?;
         }
-
         // The provider stops exporting Gadgets (the CRD stays): the API leaves the
         // ClusterBinding and its instances are drained; the API still exported keeps its copy.
         set_exported(provider, &gadgets, false).await?;
@@ -41,7 +39,6 @@ async fn auto_bind_keeps_its_cluster_binding_to_the_exports_and_drains_what_leav
         wait_left(&[drained, (consumer, gadget.clone(), &x, Left::Released)]).await?;
         delete_gone(consumer, gadget, &x).await?;
         expect_left(&[(provider, widget.clone(), &x, Left::Kept)]).await?;
-
         // With no export left, the ClusterBinding goes.
         delete_gone(consumer, widget, &x).await?;
         for api in [&widgets, &gadgets] {
@@ -131,11 +128,10 @@ async fn shared_secret_keeps_its_finalizer_until_the_last_connection_is_gone() -
         delete_gone(consumer, kind::<Connection>(), &secret).await?;
         let guarded = secret_guarded(consumer, &secret).await?;
         assert!(guarded, "still guarded for the second Connection");
-        delete_connection(consumer, &second).await?;
-        wait_for("the shared Secret released", CONVERGE, || async {
-            Ok((!secret_guarded(consumer, &secret).await?).then_some(()))
-        })
-        .await
+        delete_gone(consumer, kind::<Connection>(), &second).await?;
+        let guarded = secret_guarded(consumer, &secret).await?;
+        assert!(!guarded, "released with the last Connection");
+        anyhow::Ok(())
     })
     .await
 }
@@ -158,14 +154,12 @@ async fn an_auto_bind_name_clash_is_one_warning_and_a_condition_while_it_lasts()
         let theirs = bindings.get(&name).await?;
         let managed = theirs.labels().contains_key(MANAGED_LABEL);
         assert!(!managed, "autoBind left the other ClusterBinding alone");
-
         // autoBind off: nothing left to report.
         patch_spec(consumer, &name, json!({"autoBind": false})).await?;
         let unreported = |c: &Connection| condition(c, "AutoBindInSync").is_none();
         wait_connection(consumer, &name, "no AutoBindInSync condition", unreported).await?;
         delete_connection(consumer, &name).await?;
-        bindings.delete(&name, &DeleteParams::default()).await?;
-        anyhow::Ok(())
+        delete_gone(consumer, kind::<ClusterBinding>(), &name).await
     })
     .await
 }

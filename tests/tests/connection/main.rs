@@ -23,7 +23,7 @@ use serde_json::{Value, json};
 use kbind_tests::access::grant;
 use kbind_tests::eventually;
 use kbind_tests::fixtures::*;
-use kbind_tests::syncenv::{cluster_uid, events_for, says, wait_for};
+use kbind_tests::syncenv::{cluster_uid, events_for, says, stays, wait_for};
 use kbind_tests::testenv::{Cluster, ClusterPair, shared_pair};
 use konnector::api::names::{
     CLEANUP_FINALIZER, CONNECTION_ANNOTATION, EXPORTED_LABEL, MANAGED_LABEL, heartbeat_lease_name,
@@ -32,9 +32,8 @@ use konnector::api::{
     Binding, BindingSpec, ClusterBinding, Connection, SchemaPolicy, SchemaSource,
 };
 
-/// Runs `body` against the shared pair (its konnector running) with the consumer's admin
-/// client and a Connection name of its own starting with `prefix`; a failure carries the
-/// apiservers' log tails.
+/// Runs `body` against the shared pair (its konnector running) with the consumer's admin client
+/// and a Connection name of its own from `prefix`; a failure carries the apiservers' log tails.
 async fn on_consumer(
     prefix: &str,
     body: impl AsyncFnOnce(&'static ClusterPair, &Client, String) -> Result<()>,
@@ -209,15 +208,14 @@ async fn wait_cluster_binding(
     wait_for(&format!("ClusterBinding {name}"), CONVERGE, accepted).await
 }
 
-/// Where a CRD's `spec` schema and its fields are, in its JSON.
+/// Where a CRD's `spec` schema is, in its JSON.
 const SPEC_SCHEMA: &str = "/spec/versions/0/schema/openAPIV3Schema/properties/spec";
-const SPEC_FIELDS: &str = "/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties";
 
 /// The exported Widget CRD of `group` with one more spec field, `shape`: a schema change.
 fn reshaped_widget_crd(group: &str) -> Result<CustomResourceDefinition> {
     let mut crd = serde_json::to_value(widget_crd(group, "Widget", true)?)?;
-    let fields = crd.pointer_mut(SPEC_FIELDS).context("spec fields")?;
-    fields["shape"] = json!({"type": "string"});
+    let spec = crd.pointer_mut(SPEC_SCHEMA).context("spec schema")?;
+    spec["properties"]["shape"] = json!({"type": "string"});
     Ok(serde_json::from_value(crd)?)
 }
 
@@ -225,7 +223,9 @@ fn reshaped_widget_crd(group: &str) -> Result<CustomResourceDefinition> {
 async fn reshaped(consumer: &Client, name: &str) -> Result<bool> {
     let crds: Api<CustomResourceDefinition> = Api::all(consumer.clone());
     let crd = serde_json::to_value(crds.get(name).await?)?;
-    Ok(crd.pointer(&format!("{SPEC_FIELDS}/shape")).is_some())
+    Ok(crd
+        .pointer(&format!("{SPEC_SCHEMA}/properties/shape"))
+        .is_some())
 }
 
 /// Waits until the consumer's CRD `name` has followed [`reshaped_widget_crd`].
