@@ -58,7 +58,7 @@ async fn auto_does_not_fall_back_after_a_list_error() -> Result<()> {
         let denied = "PermissionDenied=True Ready=False";
         let seen = wait_reason(consumer, &name, denied, "Forbidden").await?;
         assert_ne!(active_source(&seen), Some("OpenAPI"));
-        says(message(&seen, "PermissionDenied")?, &["CRD"]);
+        says(message(&seen, "PermissionDenied"), &["CRD"]);
         anyhow::Ok(())
     })
     .await
