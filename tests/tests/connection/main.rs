@@ -23,7 +23,7 @@ use serde_json::{Value, json};
 use kbind_tests::access::grant;
 use kbind_tests::eventually;
 use kbind_tests::fixtures::*;
-use kbind_tests::syncenv::{cluster_uid, events_for, says, stays, wait_for};
+use kbind_tests::syncenv::{cluster_uid, event_note, events_for, says, stays, wait_for};
 use kbind_tests::testenv::{Cluster, ClusterPair, shared_pair};
 use konnector::api::names::{
     CLEANUP_FINALIZER, CONNECTION_ANNOTATION, EXPORTED_LABEL, MANAGED_LABEL, heartbeat_lease_name,
@@ -234,9 +234,9 @@ async fn wait_reshaped(consumer: &Client, name: &str) -> Result<()> {
     wait_for(&what, CONVERGE, followed).await
 }
 
-/// Waits for an Event with `reason` on Connection `name`; after several periodic reconciles
-/// (1 s apart in tests) it must still be the one, published once, of `type_`, about the
-/// Connection, its note saying each of `note`.
+/// Waits for an Event of `type_` with `reason` on Connection `name`, its note saying each of
+/// `note`; after several periodic reconciles (1 s apart in tests) it must still be the one,
+/// published once.
 async fn published_once(
     consumer: &Client,
     name: &str,
@@ -244,23 +244,16 @@ async fn published_once(
     reason: &str,
     note: &[&str],
 ) -> Result<Event> {
-    let what = format!("a {reason} Event on {name}");
-    let events = || async {
-        let mut events = events_for(consumer, None, name).await?;
-        events.retain(|e| e.reason.as_deref() == Some(reason));
-        anyhow::Ok(events)
-    };
-    wait_for(&what, CONVERGE, || async { Ok(events().await?.pop()) }).await?;
+    let first = event_note(consumer, ("default", name), reason, Some(type_), CONVERGE).await?;
+    says(&first, note);
     tokio::time::sleep(Duration::from_secs(4)).await;
-    let mut all = events().await?;
+    let mut all = events_for(consumer, None, name).await?;
+    all.retain(|e| e.reason.as_deref() == Some(reason));
     let once = all.len() == 1 && all[0].series.is_none();
     assert!(once, "one {reason} Event, published once: {all:?}");
-    let event = all.remove(0);
-    let about = event.regarding.as_ref().and_then(|r| r.kind.as_deref());
-    let seen = (event.type_.as_deref(), about);
-    assert_eq!(seen, (Some(type_), Some("Connection")), "{event:?}");
-    says(event.note.as_deref().unwrap_or_default(), note);
-    Ok(event)
+    let regarding = all[0].regarding.as_ref().and_then(|r| r.kind.as_deref());
+    assert_eq!(regarding, Some("Connection"), "about the Connection");
+    Ok(all.remove(0))
 }
 
 /// Whether `provider` holds no heartbeat: no namespace `namespace`, no Lease `lease` anywhere.
