@@ -19,8 +19,7 @@ async fn auto_bind_keeps_its_cluster_binding_to_the_exports_and_drains_what_leav
         assert_eq!(seen, (Some("true"), &*name, vec![widgets.as_str()]));
         // A new export joins the ClusterBinding, and both sync.
         install_crd(provider, &widget_crd(group, "Gadget", true)?).await?;
-        let both = [gadgets.as_str(), widgets.as_str()];
-        wait_cluster_binding(consumer, &name, |b| api_names(b) == both).await?;
+        wait_cluster_binding(consumer, &name, |b| api_names(b) == [&*gadgets, &*widgets]).await?;
         ensure_namespace(consumer, &name).await?;
         let resource = |kind| ApiResource::from_gvk(&GroupVersionKind::gvk(group, "v1", kind));
         let (widget, gadget, x) = (resource("Widget"), resource("Gadget"), format!("{name}/x"));
@@ -150,8 +149,7 @@ async fn an_auto_bind_name_clash_is_one_warning_and_a_condition_while_it_lasts()
         let taken = wait_reason(consumer, &name, "AutoBindInSync=False", reason).await?;
         let ready = has_condition(&taken, "Ready", "True", "AsExpected");
         assert!(ready, "a name clash does not make the Connection unready");
-        let bindings: Api<ClusterBinding> = Api::all(consumer.clone());
-        let theirs = bindings.get(&name).await?;
+        let theirs = wait_cluster_binding(consumer, &name, |_| true).await?;
         let managed = theirs.labels().contains_key(MANAGED_LABEL);
         assert!(!managed, "autoBind left the other ClusterBinding alone");
         // autoBind off: nothing left to report.

@@ -20,10 +20,10 @@ use kube::core::{ApiResource, GroupVersionKind};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
-use kbind_tests::access::grant;
+use kbind_tests::access::{expect_refused, grant};
 use kbind_tests::eventually;
 use kbind_tests::fixtures::*;
-use kbind_tests::syncenv::{cluster_uid, event_note, events_for, says, stays, wait_for};
+use kbind_tests::syncenv::{TestApi, cluster_uid, event_note, events_for, says, stays, wait_for};
 use kbind_tests::testenv::{Cluster, ClusterPair, shared_pair};
 use konnector::api::names::{
     CLEANUP_FINALIZER, CONNECTION_ANNOTATION, EXPORTED_LABEL, MANAGED_LABEL, heartbeat_lease_name,
@@ -234,9 +234,8 @@ async fn wait_reshaped(consumer: &Client, name: &str) -> Result<()> {
     wait_for(&what, CONVERGE, followed).await
 }
 
-/// Waits for an Event of `type_` with `reason` on Connection `name`, its note saying each of
-/// `note`; after several periodic reconciles (1 s apart in tests) it must still be the one,
-/// published once.
+/// Waits for a `type_` Event with `reason` on Connection `name`, its note saying each of `note`;
+/// several periodic reconciles (1 s apart in tests) later it must still be the one, not a series.
 async fn published_once(
     consumer: &Client,
     name: &str,
