@@ -3,47 +3,38 @@
 use super::*;
 
 #[tokio::test]
-async fn each_secret_problem_is_a_condition_and_one_warning_until_fixed() -> anyhow::Result<()> {
-    on_consumer(async |pair, consumer| {
-        let name = unique("no-secret");
+async fn each_secret_problem_is_a_condition_and_one_warning_until_fixed() -> Result<()> {
+    on_consumer("no-secret", async |pair, consumer, name| {
         connect_with(consumer, &name, None, SchemaPolicy::default()).await?;
-        let seen = wait_not_ready(consumer, &name, "SecretValid=False", "SecretNotFound").await?;
-        let message = message(&seen, "SecretValid")?;
-        let tells = message.contains(&name) && message.contains("kubeconfig");
-        assert!(tells, "message tells what to create: {message}");
+        let unready = "SecretValid=False Ready=False";
+        let seen = wait_reason(consumer, &name, unready, "SecretNotFound").await?;
+        says(message(&seen, "SecretValid"), &[&name, "kubeconfig"]);
         assert!(seen.finalizers().contains(&CLEANUP_FINALIZER.to_string()));
-        let missing = published_once(consumer, &name, "Warning", "SecretNotFound").await?;
-        let note = missing.note.unwrap_or_default();
-        assert!(note.contains(&name), "names the Secret to create: {note}");
-        let regarding = missing.regarding.context("regarding")?;
-        let regarding = (regarding.kind.as_deref(), regarding.name.as_deref());
-        assert_eq!(regarding, (Some("Connection"), Some(name.as_str())));
+        published_once(consumer, &name, "Warning", "SecretNotFound", &[&name]).await?;
 
         put_kubeconfig_secret(consumer, &name, "{{{ this is not a kubeconfig").await?;
-        wait_not_ready(consumer, &name, "SecretValid=False", "KubeconfigInvalid").await?;
-        published_once(consumer, &name, "Warning", "KubeconfigInvalid").await?;
-
+        wait_reason(consumer, &name, unready, "KubeconfigInvalid").await?;
+        published_once(consumer, &name, "Warning", "KubeconfigInvalid", &[]).await?;
         // Fixing the Secret is picked up through the Secret watch.
         put_kubeconfig_secret(consumer, &name, &pair.provider.admin().kubeconfig_yaml()?).await?;
         wait_ready(consumer, &name).await?;
-        let ready = published_once(consumer, &name, "Normal", "Ready").await?;
-        let note = ready.note.unwrap_or_default();
-        assert!(note.contains("connected to provider cluster"), "{note}");
+        let connected = ["connected to provider cluster"];
+        published_once(consumer, &name, "Normal", "Ready", &connected).await?;
         delete_connection(consumer, &name).await
     })
     .await
 }
 
 #[tokio::test]
-async fn secret_outside_designated_namespace_is_refused() -> anyhow::Result<()> {
-    on_consumer(async |pair, consumer| {
-        let name = unique("elsewhere");
+async fn secret_outside_designated_namespace_is_refused() -> Result<()> {
+    on_consumer("elsewhere", async |pair, consumer, name| {
         ensure_namespace(consumer, "default").await?;
         let secrets: Api<Secret> = Api::namespaced(consumer.clone(), "default");
         let kubeconfig = pair.provider.admin().kubeconfig_yaml()?;
         let secret = json!({"metadata": {"name": name}, "stringData": {"kubeconfig": kubeconfig}});
-        let secret: Secret = serde_json::from_value(secret)?;
-        secrets.create(&PostParams::default(), &secret).await?;
+        secrets
+            .create(&PostParams::default(), &serde_json::from_value(secret)?)
+            .await?;
         let mut conn = connection(&name, &name, SchemaPolicy::default(), false);
         conn.spec.kubeconfig_secret_ref.namespace = "default".into();
         let connections: Api<Connection> = Api::all(consumer.clone());
@@ -58,20 +49,15 @@ async fn secret_outside_designated_namespace_is_refused() -> anyhow::Result<()> 
 }
 
 #[tokio::test]
-async fn ready_connection_pins_both_identities_and_guards_its_secret() -> anyhow::Result<()> {
-    on_consumer(async |pair, consumer| {
-        let name = unique("ready");
+async fn ready_connection_pins_both_identities_and_guards_its_secret() -> Result<()> {
+    on_consumer("ready", async |pair, consumer, name| {
         let seen = connect_ready(consumer, &pair.provider, &name).await?;
-        for (type_, status) in [("SecretValid", "True"), ("Connected", "True")] {
-            assert!(has_condition(&seen, type_, status, "AsExpected"), "{type_}");
-        }
-        let permitted = has_condition(&seen, "PermissionDenied", "False", "AsExpected");
-        assert!(permitted, "PermissionDenied=False");
+        let state = "SecretValid=True Connected=True PermissionDenied=False";
+        assert!(holds(&seen, state, "AsExpected"), "{state}");
         let status = seen.status.clone().context("status")?;
         let provider_uid = cluster_uid(&pair.provider.client().await?).await?;
-        let consumer_uid = cluster_uid(consumer).await?;
-        let pinned = (status.remote_cluster_uid, status.local_cluster_uid);
-        assert_eq!(pinned, (Some(provider_uid), Some(consumer_uid)));
+        let uids = (Some(provider_uid), Some(cluster_uid(consumer).await?));
+        assert_eq!((status.remote_cluster_uid, status.local_cluster_uid), uids);
         assert_eq!(status.observed_generation, seen.metadata.generation);
         assert_eq!(status.active_schema_source.as_deref(), Some("CRD"));
         assert!(secret_guarded(consumer, &name).await?, "Secret guarded");
@@ -87,87 +73,66 @@ async fn ready_connection_pins_both_identities_and_guards_its_secret() -> anyhow
 
 #[tokio::test]
 async fn kubeconfig_for_another_cluster_is_an_identity_failure_and_nothing_is_written_there()
--> anyhow::Result<()> {
-    with_private_provider("third", async |pair, consumer, third, third_client| {
-        let name = unique("rotated");
+-> Result<()> {
+    with_private_provider("third", async |pair, consumer, third, other, name| {
         connect_ready(consumer, &pair.provider, &name).await?;
         put_kubeconfig_secret(consumer, &name, &third.admin().kubeconfig_yaml()?).await?;
-        let reason = "ClusterIdentityChanged";
-        let seen = wait_not_ready(consumer, &name, "Connected=False", reason).await?;
+        let unready = "Connected=False Ready=False";
+        let seen = wait_reason(consumer, &name, unready, "ClusterIdentityChanged").await?;
         let provider_uid = cluster_uid(&pair.provider.client().await?).await?;
         let pinned = seen.status.and_then(|s| s.remote_cluster_uid);
         assert_eq!(pinned, Some(provider_uid), "the pin never moves");
         let engaged = shared_konnector(pair)?.engagements.get(&name).is_some();
         assert!(!engaged, "not engaged with the other cluster");
-        tokio::time::sleep(Duration::from_secs(3)).await;
         let lease = heartbeat_lease_name(&name, &cluster_uid(consumer).await?);
-        let untouched = no_heartbeat(third_client, "kbind", &lease).await?;
-        assert!(untouched, "nothing written to the other cluster");
-        anyhow::Ok(())
+        let untouched = || no_heartbeat(other, "kbind", &lease);
+        stays(
+            "nothing written to the other cluster",
+            Duration::from_secs(3),
+            untouched,
+        )
+        .await
     })
     .await
 }
 
 #[tokio::test]
-async fn restricted_identity_without_kube_system_access_is_permission_denied() -> anyhow::Result<()>
-{
-    on_consumer(async |pair, consumer| {
-        let name = unique("nobody");
+async fn restricted_identity_without_kube_system_access_is_permission_denied() -> Result<()> {
+    on_consumer("nobody", async |pair, consumer, name| {
         connect_as(pair, consumer, &name, json!([]), crd_source()).await?;
-        let seen = wait_not_ready(consumer, &name, "PermissionDenied=True", "Forbidden").await?;
-        let message = message(&seen, "PermissionDenied")?;
-        assert!(message.contains("kube-system"), "{message}");
-        let warning = published_once(consumer, &name, "Warning", "Forbidden").await?;
-        let note = warning.note.unwrap_or_default();
-        assert!(
-            note.contains("kube-system"),
-            "names what was refused: {note}"
-        );
+        let denied = "PermissionDenied=True Ready=False";
+        let seen = wait_reason(consumer, &name, denied, "Forbidden").await?;
+        says(message(&seen, "PermissionDenied"), &["kube-system"]);
+        published_once(consumer, &name, "Warning", "Forbidden", &["kube-system"]).await?;
         anyhow::Ok(())
     })
     .await
 }
 
 #[tokio::test]
-async fn an_unreachable_provider_is_one_warning() -> anyhow::Result<()> {
-    on_consumer(async |pair, consumer| {
-        let name = unique("events-unreachable");
-        // The provider's own kubeconfig, pointing at a port nothing listens on.
-        let nowhere = format!("https://127.0.0.1:{}", free_port()?);
-        let kubeconfig = pair.provider.admin().kubeconfig_yaml()?;
-        let kubeconfig = kubeconfig.replace(&pair.provider.server(), &nowhere);
-        anyhow::ensure!(kubeconfig.contains(&nowhere), "server replaced");
+async fn an_unreachable_provider_is_one_warning() -> Result<()> {
+    on_consumer("events-unreachable", async |pair, consumer, name| {
+        let nowhere = json!({"server": format!("https://127.0.0.1:{}", free_port()?)});
+        let kubeconfig = provider_kubeconfig(pair, "kbind", &nowhere)?;
         connect_with(consumer, &name, Some(&kubeconfig), crd_source()).await?;
-        published_once(consumer, &name, "Warning", "ProviderUnreachable").await?;
+        published_once(consumer, &name, "Warning", "ProviderUnreachable", &[]).await?;
         delete_connection(consumer, &name).await
     })
     .await
 }
 
 #[tokio::test]
-async fn kcp_logical_cluster_identity_is_used_where_served() -> anyhow::Result<()> {
-    with_private_provider("kcp", async |_, consumer, cluster, provider| {
-        let free_form = json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true});
-        let crd: CustomResourceDefinition = serde_json::from_value(json!({
-            "metadata": {"name": "logicalclusters.core.kcp.io"},
-            "spec": {
-                "group": "core.kcp.io",
-                "names": {"plural": "logicalclusters", "kind": "LogicalCluster"},
-                "scope": "Cluster",
-                "versions": [{"name": "v1alpha1", "served": true, "storage": true,
-                    "schema": {"openAPIV3Schema": free_form}}]
-            }
-        }))?;
+async fn kcp_logical_cluster_identity_is_used_where_served() -> Result<()> {
+    with_private_provider("kcp", async |_, consumer, cluster, provider, name| {
+        let mut crd = widget_crd("core.kcp.io", "LogicalCluster", false)?;
+        crd.spec.scope = "Cluster".into();
+        crd.spec.versions[0].name = "v1alpha1".into();
         install_crd(provider, &crd).await?;
         let gvk = GroupVersionKind::gvk("core.kcp.io", "v1alpha1", "LogicalCluster");
-        let resource = ApiResource::from_gvk_with_plural(&gvk, "logicalclusters");
+        let resource = ApiResource::from_gvk(&gvk);
         let logical: Api<DynamicObject> = Api::all_with(provider.clone(), &resource);
-        let created = eventually(CONVERGE, || async {
-            let object = DynamicObject::new("cluster", &resource);
-            logical.create(&PostParams::default(), &object).await
-        })
-        .await?;
-        let name = unique("kcp");
+        let (object, params) = (DynamicObject::new("cluster", &resource), Default::default());
+        let created = eventually(CONVERGE, || logical.create(&params, &object)).await?;
         let seen = connect_ready(consumer, cluster, &name).await?;
         let pinned = seen.status.and_then(|s| s.remote_cluster_uid);
         assert_eq!(pinned, created.uid());
@@ -191,58 +156,47 @@ fn provider_kubeconfig(pair: &ClusterPair, namespace: &str, edit: &Value) -> Res
     }
     let [cluster, user, context] = KUBECONFIG_NAMES;
     let context_entry = json!({"cluster": cluster, "user": user, "namespace": namespace});
-    Ok(serde_yaml::to_string(&json!({
-        "apiVersion": "v1",
-        "kind": "Config",
+    let config = json!({"apiVersion": "v1", "kind": "Config", "current-context": context,
         "clusters": [{"name": cluster, "cluster": entry}],
         "users": [{"name": user, "user": admin["users"][0]["user"]}],
-        "contexts": [{"name": context, "context": context_entry}],
-        "current-context": context,
-    }))?)
+        "contexts": [{"name": context, "context": context_entry}]});
+    Ok(serde_yaml::to_string(&config)?)
 }
 
 #[tokio::test]
-async fn insecure_provider_kubeconfigs_are_refused_and_nothing_is_written_there()
--> anyhow::Result<()> {
-    on_consumer(async |pair, consumer| {
+async fn insecure_provider_kubeconfigs_are_refused_and_nothing_is_written_there() -> Result<()> {
+    on_consumer("insecure", async |pair, consumer, _| {
         let provider = pair.provider.client().await?;
         let consumer_uid = cluster_uid(consumer).await?;
         let server = pair.provider.server();
         let host_port = server.trim_start_matches("https://");
         let never_quoted = [KUBECONFIG_NAMES.as_slice(), &[host_port]].concat();
-        let skip_tls =
-            json!({"insecure-skip-tls-verify": true, "certificate-authority-data": null});
+        let skip = json!({"insecure-skip-tls-verify": true, "certificate-authority-data": null});
         let plain_http = json!({"server": server.replacen("https://", "http://", 1)});
-        let cases = [
-            ("skip-verify", "insecure-skip-tls-verify", skip_tls),
+        for (case, field, edit) in [
+            ("skip-verify", "insecure-skip-tls-verify", skip),
             ("plain-http", "plain http://", plain_http),
-        ];
-        for (case, field, edit) in cases {
+        ] {
             let name = unique(case);
             let lease_namespace = unique("heartbeat");
             let insecure = provider_kubeconfig(pair, &lease_namespace, &edit)?;
             connect_with(consumer, &name, Some(&insecure), crd_source()).await?;
-            let reason = "KubeconfigUnusable";
-            let seen = wait_not_ready(consumer, &name, "SecretValid=False", reason).await?;
+            let (unready, reason) = ("SecretValid=False Ready=False", "KubeconfigUnusable");
+            let seen = wait_reason(consumer, &name, unready, reason).await?;
             for type_ in ["SecretValid", "Ready"] {
-                let message = message(&seen, type_)?;
-                let opt_in = "--allow-insecure-provider";
-                let tells = message.contains(field) && message.contains(opt_in);
+                let message = message(&seen, type_);
+                says(message, &[field, "--allow-insecure-provider"]);
                 let quoted = never_quoted.iter().find(|value| message.contains(*value));
-                assert!(tells, "{case}: names {field} and the opt-in: {message}");
                 assert_eq!(quoted, None, "{case}: quotes the kubeconfig: {message}");
             }
             // Several resyncs later, nothing reached the provider: no engagement, no heartbeat
             // namespace or Lease; the refusal was one Warning naming the field.
-            let warning = published_once(consumer, &name, "Warning", reason).await?;
-            let note = warning.note.unwrap_or_default();
-            assert!(note.contains(field), "{case}: names {field}: {note}");
+            published_once(consumer, &name, "Warning", reason, &[field]).await?;
             let engaged = shared_konnector(pair)?.engagements.get(&name).is_some();
             assert!(!engaged, "{case}: not engaged");
             let lease_name = heartbeat_lease_name(&name, &consumer_uid);
             let untouched = no_heartbeat(&provider, &lease_namespace, &lease_name).await?;
             assert!(untouched, "{case}: no heartbeat namespace or Lease");
-
             // The same credentials with verified TLS are accepted, and the heartbeat lands
             // where the checks above looked.
             let verified = provider_kubeconfig(pair, &lease_namespace, &json!({}))?;

@@ -2,27 +2,24 @@
 //! and a consumer CRD applied only when its provider schema changed.
 
 use super::*;
-use kbind_tests::syncenv::TestApi;
 use konnector::schema::is_established;
 use konnector::telemetry::{ApiLabels, metrics};
 
 #[tokio::test]
-async fn crd_source_exports_exactly_the_labelled_crds_as_labels_change() -> anyhow::Result<()> {
-    on_consumer(async |pair, consumer| {
+async fn crd_source_exports_exactly_the_labelled_crds_as_labels_change() -> Result<()> {
+    on_consumer("crd-source", async |pair, consumer, name| {
         let provider = pair.provider.client().await?;
-        let group = format!("{}.crd.example.org", unique("g"));
+        let group = format!("{name}.crd.example.org");
         install_crd(&provider, &widget_crd(&group, "Widget", true)?).await?;
         install_crd(&provider, &widget_crd(&group, "Gadget", false)?).await?;
-        let name = unique("crd-source");
         let seen = connect_ready(consumer, &pair.provider, &name).await?;
-        let ours: Vec<_> = exported(&seen).filter(|a| a.group == group).collect();
+        let all = &seen.status.as_ref().context("status")?.exported_apis;
+        let ours: Vec<_> = all.iter().filter(|a| a.group == group).collect();
         let widgets = TestApi::namespaced(&group).exported();
         assert_eq!(ours, [&widgets], "unlabelled CRDs are not exported");
         // A label added later is picked up on a periodic requeue.
-        let label = Patch::Merge(json!({"metadata": {"labels": {EXPORTED_LABEL: "true"}}}));
-        let (gadgets, params) = (format!("gadgets.{group}"), PatchParams::default());
-        let crds: Api<CustomResourceDefinition> = Api::all(provider.clone());
-        crds.patch(&gadgets, &params, &label).await?;
+        let gadgets = format!("gadgets.{group}");
+        set_exported(&provider, &gadgets, true).await?;
         let new_export = |c: &Connection| exported_names(c).contains(&gadgets);
         wait_connection(consumer, &name, "the new export", new_export).await?;
         anyhow::Ok(())
@@ -31,21 +28,18 @@ async fn crd_source_exports_exactly_the_labelled_crds_as_labels_change() -> anyh
 }
 
 #[tokio::test]
-async fn auto_falls_back_to_openapi_only_after_an_empty_list() -> anyhow::Result<()> {
-    with_private_provider("auto", async |_, consumer, cluster, provider| {
+async fn auto_falls_back_to_openapi_only_after_an_empty_list() -> Result<()> {
+    with_private_provider("auto", async |_, consumer, cluster, provider, name| {
         let group = "auto.example.org";
         install_crd(provider, &widget_crd(group, "Sprocket", false)?).await?;
-        let name = unique("auto");
         connect(consumer, cluster, &name, SchemaPolicy::default(), false).await?;
-        wait_connection(consumer, &name, "OpenAPI after an empty list", |c| {
-            active_source(c) == Some("OpenAPI")
-                && exported_names(c).contains(&format!("sprockets.{group}"))
-        })
-        .await?;
+        // The unlabelled Sprockets are exported only through OpenAPI discovery.
+        let sprockets = |c: &Connection| exported_names(c).contains(&format!("sprockets.{group}"));
+        let seen = wait_connection(consumer, &name, "the Sprocket export", sprockets).await?;
+        assert_eq!(active_source(&seen), Some("OpenAPI"));
         install_crd(provider, &widget_crd(group, "Cog", true)?).await?;
-        // CRD once something is labelled.
-        let seen =
-            wait_connection(consumer, &name, "CRD", |c| active_source(c) == Some("CRD")).await?;
+        let crd = |c: &Connection| active_source(c) == Some("CRD");
+        let seen = wait_connection(consumer, &name, "CRD", crd).await?;
         assert_eq!(exported_names(&seen), [format!("cogs.{group}")]);
         anyhow::Ok(())
     })
@@ -53,29 +47,27 @@ async fn auto_falls_back_to_openapi_only_after_an_empty_list() -> anyhow::Result
 }
 
 #[tokio::test]
-async fn auto_does_not_fall_back_after_a_list_error() -> anyhow::Result<()> {
-    on_consumer(async |pair, consumer| {
-        let name = unique("auto-denied");
+async fn auto_does_not_fall_back_after_a_list_error() -> Result<()> {
+    on_consumer("auto-denied", async |pair, consumer, name| {
         // May identify the cluster, may not list CRDs.
         let rules = json!([{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get"]}]);
         connect_as(pair, consumer, &name, rules, SchemaPolicy::default()).await?;
-        let seen = wait_not_ready(consumer, &name, "PermissionDenied=True", "Forbidden").await?;
+        let denied = "PermissionDenied=True Ready=False";
+        let seen = wait_reason(consumer, &name, denied, "Forbidden").await?;
         assert_ne!(active_source(&seen), Some("OpenAPI"));
-        let message = message(&seen, "PermissionDenied")?;
-        assert!(message.contains("CRD"), "{message}");
+        says(message(&seen, "PermissionDenied"), &["CRD"]);
         anyhow::Ok(())
     })
     .await
 }
 
 #[tokio::test]
-async fn pull_policy_all_installs_established_crds_and_update_policy_once_pins_them()
--> anyhow::Result<()> {
-    with_private_provider("pull-all", async |_, consumer, cluster, provider| {
+async fn pull_policy_all_installs_established_crds_and_update_policy_once_pins_them() -> Result<()>
+{
+    with_private_provider("pull-all", async |_, consumer, cluster, provider, name| {
         let (plain_group, once_group) = ("plain.pull.example.org", "once.pull.example.org");
         install_crd(provider, &widget_crd(plain_group, "Widget", true)?).await?;
         install_crd(provider, &widget_crd(once_group, "Widget", true)?).await?;
-        let name = unique("pull-all");
         pull_all(consumer, cluster, &name, "CRD", "Once").await?;
         let consumer_crds: Api<CustomResourceDefinition> = Api::all(consumer.clone());
         for group in [plain_group, once_group] {
@@ -89,18 +81,14 @@ async fn pull_policy_all_installs_established_crds_and_update_policy_once_pins_t
         tokio::time::sleep(Duration::from_secs(4)).await;
         let followed = reshaped(consumer, &once_api).await?;
         assert!(!followed, "updatePolicy Once keeps the first pulled schema");
-        // Switching the policy to Always makes the consumer follow the provider.
-        let always = Patch::Merge(json!({"spec": {"schema": {"updatePolicy": "Always"}}}));
-        let connections: Api<Connection> = Api::all(consumer.clone());
-        connections
-            .patch(&name, &PatchParams::default(), &always)
-            .await?;
+        let always = json!({"schema": {"updatePolicy": "Always"}});
+        patch_spec(consumer, &name, always).await?;
         wait_reshaped(consumer, &once_api).await
     })
     .await
 }
 
-/// A provider CRD with the constructs schema synthesis must carry over.
+/// A provider CRD `Gear` with each construct schema synthesis must carry over.
 fn rich_crd() -> Result<CustomResourceDefinition> {
     let string = json!({"type": "string"});
     let tooth = json!({"type": "object", "required": ["name"],
@@ -117,55 +105,36 @@ fn rich_crd() -> Result<CustomResourceDefinition> {
         "extra": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
         "nested": {"type": "object", "properties": {"inner": inner}}
     }});
-    let status = json!({"type": "object",
-        "properties": {"phase": string, "observed": {"type": "integer"}}});
-    let schema = json!({"type": "object", "properties": {"spec": spec, "status": status}});
-    Ok(serde_json::from_value(json!({
-        "metadata": {"name": "gears.rich.example.org"},
-        "spec": {
-            "group": "rich.example.org",
-            "names": {"plural": "gears", "singular": "gear", "kind": "Gear", "listKind": "GearList",
-                "shortNames": ["gr"], "categories": ["machines"]},
-            "scope": "Namespaced",
-            "versions": [{"name": "v1", "served": true, "storage": true,
-                "subresources": {"status": {}}, "schema": {"openAPIV3Schema": schema}}]
-        }
-    }))?)
+    let mut crd = serde_json::to_value(widget_crd("rich.example.org", "Gear", false)?)?;
+    crd["spec"]["names"]["shortNames"] = json!(["gr"]);
+    crd["spec"]["names"]["categories"] = json!(["machines"]);
+    *crd.pointer_mut(SPEC_SCHEMA).context("spec schema")? = spec;
+    Ok(serde_json::from_value(crd)?)
 }
 
 #[tokio::test]
-async fn openapi_source_with_pull_all_synthesizes_a_crd_that_round_trips_every_field()
--> anyhow::Result<()> {
-    with_private_provider("synth", async |_, consumer, cluster, provider| {
+async fn openapi_source_with_pull_all_synthesizes_a_crd_that_round_trips_every_field() -> Result<()>
+{
+    with_private_provider("synth", async |_, consumer, cluster, provider, name| {
         install_crd(provider, &rich_crd()?).await?;
-        let name = unique("synth");
         pull_all(consumer, cluster, &name, "OpenAPI", "Always").await?;
         // Discovered from OpenAPI, without labels, and never a built-in group.
         let seen = wait_ready(consumer, &name).await?;
         assert_eq!(active_source(&seen), Some("OpenAPI"));
-        let built_in = |n: &&String| n.ends_with(".k8s.io") || !n.contains('.');
-        let exported = exported_names(&seen);
-        let built_in: Vec<_> = exported.iter().filter(built_in).collect();
-        assert!(
-            built_in.is_empty(),
-            "built-in groups are never exported: {built_in:?}"
-        );
+        let mut built_in = exported_names(&seen).into_iter();
+        let built_in = built_in.find(|n| n.ends_with(".k8s.io") || !n.contains('.'));
+        assert_eq!(built_in, None, "built-in groups are never exported");
 
         let crds: Api<CustomResourceDefinition> = Api::all(consumer.clone());
         let installed = serde_json::to_value(crds.get("gears.rich.example.org").await?)?;
-        let carried = json!([
-            installed["metadata"]["annotations"][CONNECTION_ANNOTATION],
-            installed["spec"]["names"]["shortNames"],
-            installed["spec"]["versions"][0]["subresources"],
-        ]);
-        let expected = json!([name, ["gr"], {"status": {}}]);
-        assert_eq!(
-            carried, expected,
-            "owner, short names, status subresource carried over"
-        );
+        let carried = json!({"owner": installed["metadata"]["annotations"][CONNECTION_ANNOTATION],
+            "shortNames": installed["spec"]["names"]["shortNames"],
+            "subresources": installed["spec"]["versions"][0]["subresources"]});
+        let expected = json!({"owner": name, "shortNames": ["gr"], "subresources": {"status": {}}});
+        assert_eq!(carried, expected, "carried over");
 
-        let gvk = GroupVersionKind::gvk("rich.example.org", "v1", "Gear");
-        let resource = ApiResource::from_gvk_with_plural(&gvk, "gears");
+        let resource =
+            ApiResource::from_gvk(&GroupVersionKind::gvk("rich.example.org", "v1", "Gear"));
         ensure_namespace(consumer, &name).await?;
         let gears: Api<DynamicObject> = Api::namespaced_with(consumer.clone(), &name, &resource);
         let spec = json!({
@@ -174,18 +143,13 @@ async fn openapi_source_with_pull_all_synthesizes_a_crd_that_round_trips_every_f
             "extra": {"anything": {"goes": [1, 2]}}, "nested": {"inner": {"flag": true}}
         });
         let gear = DynamicObject::new("g1", &resource).data(json!({ "spec": spec }));
-        gears.create(&PostParams::default(), &gear).await?;
-        let read = gears.get("g1").await?;
+        let read = gears.create(&PostParams::default(), &gear).await?;
         assert_eq!(read.data["spec"], spec, "every field survives");
 
         let bad = json!({"spec": {"size": 3, "mode": "sideways"}});
         let bad = DynamicObject::new("g2", &resource).data(bad);
         let refused = gears.create(&PostParams::default(), &bad).await;
-        assert!(
-            matches!(refused, Err(kube::Error::Api(ref s)) if s.code == 422),
-            "enum kept: {refused:?}"
-        );
-        anyhow::Ok(())
+        expect_refused(refused, (422, "Invalid"), "spec.mode")
     })
     .await
 }
@@ -197,14 +161,13 @@ fn applies(api: &str) -> u64 {
 }
 
 #[tokio::test]
-async fn unchanged_provider_schema_is_not_applied_again() -> anyhow::Result<()> {
+async fn unchanged_provider_schema_is_not_applied_again() -> Result<()> {
     // A provider of its own: Connections of other tests pulling every exported CRD of the
     // shared provider would pin this one to themselves.
-    with_private_provider("refresh", async |_, consumer, cluster, provider| {
+    with_private_provider("refresh", async |_, consumer, cluster, provider, name| {
         let group = "refresh.schema.example.org";
         let api = format!("widgets.{group}");
         install_crd(provider, &widget_crd(group, "Widget", true)?).await?;
-        let name = unique("refresh");
         pull_all(consumer, cluster, &name, "CRD", "Always").await?;
         let first = applies(&api);
         assert!(first >= 1, "the first reconcile applies the CRD");

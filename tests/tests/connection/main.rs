@@ -1,17 +1,13 @@
-//! The Connection controller against real kube-apiservers, one test per branch of its
-//! reconciliation: credentials, identity pinning, discovery, schema installation, autoBind,
-//! heartbeat, deletion and Events.
-//!
-//! One test binary (one shared cluster pair and konnector), three files: credentials and
-//! identity, discovery and schemas, lifecycle (autoBind, heartbeat, deletion, and what exports
-//! cannot reach on the consumer). Each failure's Warning Event is checked with its
-//! condition: one when the Connection enters it, not one per periodic reconcile.
+//! The Connection controller against real kube-apiservers (one shared cluster pair and
+//! konnector), one test per branch of its reconciliation: credentials and identity, discovery
+//! and schemas, lifecycle (autoBind, heartbeat, deletion, what exports cannot reach). Each
+//! failure's Warning Event is checked with its condition: one when the Connection enters it,
+//! not one per periodic reconcile.
 
 mod credentials;
 mod discovery;
 mod lifecycle;
 
-use std::fmt::Debug;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result};
@@ -22,48 +18,41 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::{Client, ResourceExt};
-use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use kbind_tests::access::grant;
+use kbind_tests::access::{expect_refused, grant};
 use kbind_tests::eventually;
 use kbind_tests::fixtures::*;
-use kbind_tests::syncenv::{cluster_uid, delete, events_for, holds_syncer_finalizer, wait_for};
+use kbind_tests::syncenv::{TestApi, cluster_uid, event_note, events_for, says, stays, wait_for};
 use kbind_tests::testenv::{Cluster, ClusterPair, shared_pair};
 use konnector::api::names::{
     CLEANUP_FINALIZER, CONNECTION_ANNOTATION, EXPORTED_LABEL, MANAGED_LABEL, heartbeat_lease_name,
 };
 use konnector::api::{
-    Binding, BindingSpec, ClusterBinding, Connection, ExportedApi, SchemaPolicy, SchemaSource,
+    Binding, BindingSpec, ClusterBinding, Connection, SchemaPolicy, SchemaSource,
 };
 
-/// Runs `body` against the shared pair (its konnector running) with the consumer's admin
-/// client; a failure carries the apiservers' log tails.
+/// Runs `body` against the shared pair (its konnector running) with the consumer's admin client
+/// and a Connection name of its own from `prefix`; a failure carries the apiservers' log tails.
 async fn on_consumer(
-    body: impl AsyncFnOnce(&'static ClusterPair, &Client) -> Result<()>,
+    prefix: &str,
+    body: impl AsyncFnOnce(&'static ClusterPair, &Client, String) -> Result<()>,
 ) -> Result<()> {
     let pair = shared_pair()?;
     shared_konnector(pair)?;
-    pair.diagnose(async {
-        let consumer = pair.consumer.client().await?;
-        body(pair, &consumer).await
-    })
-    .await
+    pair.diagnose(async { body(pair, &pair.consumer.client().await?, unique(prefix)).await })
+        .await
 }
 
-/// Runs `body` with the shared pair, its consumer's admin client, and a provider cluster of its
-/// own named `name` with its admin client; a failure carries the pair's apiserver log tails.
+/// [`on_consumer`] with a provider cluster of its own named `name` and its admin client too.
 async fn with_private_provider(
     name: &'static str,
-    body: impl AsyncFnOnce(&'static ClusterPair, &Client, &Cluster, &Client) -> Result<()>,
+    body: impl AsyncFnOnce(&'static ClusterPair, &Client, &Cluster, &Client, String) -> Result<()>,
 ) -> Result<()> {
-    let pair = shared_pair()?;
-    shared_konnector(pair)?;
     let cluster = tokio::task::spawn_blocking(move || private_cluster(name)).await??;
-    pair.diagnose(async {
-        let consumer = pair.consumer.client().await?;
-        let provider = cluster.client().await?;
-        body(pair, &consumer, &cluster, &provider).await
+    let provider = cluster.client().await?;
+    on_consumer(name, async |pair, consumer, connection| {
+        body(pair, consumer, &cluster, &provider, connection).await
     })
     .await
 }
@@ -106,12 +95,11 @@ async fn pull_all(
     name: &str,
     source: &str,
     update: &str,
-) -> Result<()> {
+) -> Result<Connection> {
     let schema = json!({"source": source, "pullPolicy": "All", "updatePolicy": update});
     let schema: SchemaPolicy = serde_json::from_value(schema)?;
     connect(consumer, provider, name, schema, false).await?;
-    wait_reason(consumer, name, "SchemaInSync=True", "AsExpected").await?;
-    Ok(())
+    wait_reason(consumer, name, "SchemaInSync=True", "AsExpected").await
 }
 
 fn crd_source() -> SchemaPolicy {
@@ -127,35 +115,22 @@ async fn connect_ready(consumer: &Client, provider: &Cluster, name: &str) -> Res
     wait_ready(consumer, name).await
 }
 
-/// Waits until the Connection's condition `state` (`Type=Status`) has `reason`.
+/// Whether each of the Connection's conditions `states` (`Type=Status`, space-separated) has
+/// `reason`: `"SecretValid=False Ready=False"` for a failure that makes it unready.
+fn holds(connection: &Connection, states: &str, reason: &str) -> bool {
+    let mut states = states.split(' ').map(|state| state.split_once('='));
+    states.all(|state| state.is_some_and(|(t, s)| has_condition(connection, t, s, reason)))
+}
+
+/// Waits until the Connection [`holds`] `state` (one or more `Type=Status`) with `reason`.
 async fn wait_reason(client: &Client, name: &str, state: &str, reason: &str) -> Result<Connection> {
-    let (type_, status) = state.split_once('=').context("Type=Status")?;
-    wait_connection(client, name, &format!("{state} {reason}"), |c| {
-        has_condition(c, type_, status, reason)
-    })
-    .await
+    let what = format!("{state} {reason}");
+    wait_connection(client, name, &what, |c| holds(c, state, reason)).await
 }
 
-/// Waits until the Connection's condition `state` has `reason` and the Connection is not
-/// Ready for that same reason.
-async fn wait_not_ready(
-    client: &Client,
-    name: &str,
-    state: &str,
-    reason: &str,
-) -> Result<Connection> {
-    let (type_, status) = state.split_once('=').context("Type=Status")?;
-    let what = format!("{state} and Ready=False {reason}");
-    wait_connection(client, name, &what, |c| {
-        has_condition(c, type_, status, reason) && has_condition(c, "Ready", "False", reason)
-    })
-    .await
-}
-
-/// The message of `connection`'s condition `type_`; an error if it has none.
-fn message<'a>(connection: &'a Connection, type_: &str) -> Result<&'a str> {
-    let condition = condition(connection, type_).context(type_.to_string())?;
-    Ok(&condition.message)
+/// The message of `connection`'s condition `type_`, empty (failing any check) if it has none.
+fn message<'a>(connection: &'a Connection, type_: &str) -> &'a str {
+    condition(connection, type_).map_or("", |c| c.message.as_str())
 }
 
 /// The schema source the Connection reports in effect.
@@ -163,13 +138,27 @@ fn active_source(connection: &Connection) -> Option<&str> {
     connection.status.as_ref()?.active_schema_source.as_deref()
 }
 
-/// The exports the Connection reports.
-fn exported(connection: &Connection) -> impl Iterator<Item = &ExportedApi> {
-    connection.status.iter().flat_map(|s| &s.exported_apis)
+/// The names of the exports the Connection reports.
+fn exported_names(connection: &Connection) -> Vec<String> {
+    let exported = connection.status.iter().flat_map(|s| &s.exported_apis);
+    exported.map(|a| a.name.clone()).collect()
 }
 
-fn exported_names(connection: &Connection) -> Vec<String> {
-    exported(connection).map(|a| a.name.clone()).collect()
+/// Merge-patches the spec of Connection `name` with `spec`: a user changing a policy.
+async fn patch_spec(consumer: &Client, name: &str, spec: Value) -> Result<()> {
+    let patch = Patch::Merge(json!({ "spec": spec }));
+    let connections: Api<Connection> = Api::all(consumer.clone());
+    connections.patch(name, &Default::default(), &patch).await?;
+    Ok(())
+}
+
+/// Labels the provider CRD `name` exported or removes the label: a provider changing exports.
+async fn set_exported(provider: &Client, name: &str, exported: bool) -> Result<()> {
+    let label = exported.then_some("true");
+    let patch = Patch::Merge(json!({"metadata": {"labels": {EXPORTED_LABEL: label}}}));
+    let crds: Api<CustomResourceDefinition> = Api::all(provider.clone());
+    crds.patch(name, &PatchParams::default(), &patch).await?;
+    Ok(())
 }
 
 /// Whether the credential Secret `name` carries the Connection cleanup finalizer.
@@ -183,12 +172,6 @@ async fn delete_connection(consumer: &Client, name: &str) -> Result<()> {
     let connections: Api<Connection> = Api::all(consumer.clone());
     connections.delete(name, &DeleteParams::default()).await?;
     Ok(())
-}
-
-/// Waits until `api` holds no object `name` (finalizers done).
-async fn absent<K: Clone + Debug + DeserializeOwned>(api: &Api<K>, name: &str) -> Result<()> {
-    let gone = || async { Ok(api.get_opt(name).await?.is_none().then_some(())) };
-    wait_for(&format!("{name} gone"), CONVERGE, gone).await
 }
 
 /// The spec of a Binding or ClusterBinding of `connection` listing `api`.
@@ -224,14 +207,14 @@ async fn wait_cluster_binding(
     wait_for(&format!("ClusterBinding {name}"), CONVERGE, accepted).await
 }
 
-/// Where a CRD's `spec` fields are, in its JSON.
-const SPEC_FIELDS: &str = "/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties";
+/// Where a CRD's `spec` schema is, in its JSON.
+const SPEC_SCHEMA: &str = "/spec/versions/0/schema/openAPIV3Schema/properties/spec";
 
 /// The exported Widget CRD of `group` with one more spec field, `shape`: a schema change.
 fn reshaped_widget_crd(group: &str) -> Result<CustomResourceDefinition> {
     let mut crd = serde_json::to_value(widget_crd(group, "Widget", true)?)?;
-    let fields = crd.pointer_mut(SPEC_FIELDS).context("spec fields")?;
-    fields["shape"] = json!({"type": "string"});
+    let spec = crd.pointer_mut(SPEC_SCHEMA).context("spec schema")?;
+    spec["properties"]["shape"] = json!({"type": "string"});
     Ok(serde_json::from_value(crd)?)
 }
 
@@ -239,7 +222,9 @@ fn reshaped_widget_crd(group: &str) -> Result<CustomResourceDefinition> {
 async fn reshaped(consumer: &Client, name: &str) -> Result<bool> {
     let crds: Api<CustomResourceDefinition> = Api::all(consumer.clone());
     let crd = serde_json::to_value(crds.get(name).await?)?;
-    Ok(crd.pointer(&format!("{SPEC_FIELDS}/shape")).is_some())
+    Ok(crd
+        .pointer(&format!("{SPEC_SCHEMA}/properties/shape"))
+        .is_some())
 }
 
 /// Waits until the consumer's CRD `name` has followed [`reshaped_widget_crd`].
@@ -249,24 +234,24 @@ async fn wait_reshaped(consumer: &Client, name: &str) -> Result<()> {
     wait_for(&what, CONVERGE, followed).await
 }
 
-/// Events on Connection `name` with `reason`.
-async fn events_with(consumer: &Client, name: &str, reason: &str) -> Result<Vec<Event>> {
-    let mut events = events_for(consumer, None, name).await?;
-    events.retain(|e| e.reason.as_deref() == Some(reason));
-    Ok(events)
-}
-
-/// Waits for an Event with `reason` on Connection `name`; after several periodic reconciles
-/// (1 s apart in tests) it must still be the one, published once, and of `type_`.
-async fn published_once(consumer: &Client, name: &str, type_: &str, reason: &str) -> Result<Event> {
-    let what = format!("a {reason} Event on {name}");
-    let events = || events_with(consumer, name, reason);
-    wait_for(&what, CONVERGE, || async { Ok(events().await?.pop()) }).await?;
+/// Waits for a `type_` Event with `reason` on Connection `name`, its note saying each of `note`;
+/// several periodic reconciles (1 s apart in tests) later it must still be the one, not a series.
+async fn published_once(
+    consumer: &Client,
+    name: &str,
+    type_: &str,
+    reason: &str,
+    note: &[&str],
+) -> Result<Event> {
+    let first = event_note(consumer, ("default", name), reason, Some(type_), CONVERGE).await?;
+    says(&first, note);
     tokio::time::sleep(Duration::from_secs(4)).await;
-    let mut all = events().await?;
+    let mut all = events_for(consumer, None, name).await?;
+    all.retain(|e| e.reason.as_deref() == Some(reason));
     let once = all.len() == 1 && all[0].series.is_none();
     assert!(once, "one {reason} Event, published once: {all:?}");
-    assert_eq!(all[0].type_.as_deref(), Some(type_), "{all:?}");
+    let regarding = all[0].regarding.as_ref().and_then(|r| r.kind.as_deref());
+    assert_eq!(regarding, Some("Connection"), "about the Connection");
     Ok(all.remove(0))
 }
 
