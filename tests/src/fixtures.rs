@@ -100,11 +100,7 @@ pub fn start_konnector(consumer: &Cluster) -> anyhow::Result<Konnector> {
     let thread = std::thread::Builder::new()
         .name("konnector".into())
         .spawn(move || {
-            let runtime = match tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-            {
+            let runtime = match crate::runtime() {
                 Ok(runtime) => runtime,
                 Err(e) => {
                     let _ = ready_tx.send(Err(e.into()));

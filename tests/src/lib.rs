@@ -15,6 +15,15 @@ mod wait;
 
 pub use wait::eventually;
 
+/// A runtime shaped like the konnector's (multi-threaded, two workers) for a test or a
+/// konnector run on a thread of its own.
+pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+}
+
 /// The path of the konnector binary built for these tests (`tests/src/bin/konnector-e2e.rs`,
 /// the same `konnector::cli::main` as the product binary). A macro because Cargo sets
 /// `CARGO_BIN_EXE_*` only while compiling integration tests and benches.

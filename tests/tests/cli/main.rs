@@ -119,11 +119,7 @@ impl Cli {
     /// Runs a test body in the frame for `name`, on a runtime of its own; a failure carries
     /// both clusters' report and the konnector's log tail.
     pub fn run(name: &str, body: impl AsyncFnOnce(&Cli) -> Result<()>) -> Result<()> {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()?;
-        runtime.block_on(async {
+        kbind_tests::runtime()?.block_on(async {
             let pair = shared_pair()?;
             let (provider, consumer) =
                 (pair.provider.client().await?, pair.consumer.client().await?);

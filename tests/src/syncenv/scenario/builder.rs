@@ -130,11 +130,7 @@ impl ScenarioBuilder {
         self,
         body: impl AsyncFnOnce(&Scenario) -> anyhow::Result<()>,
     ) -> anyhow::Result<()> {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()?
-            .block_on(async { self.start().await?.run(body).await })
+        crate::runtime()?.block_on(async { self.start().await?.run(body).await })
     }
 
     /// Starts the stack and, for [`Scenario::bound`], exports, engages and binds; a failure
