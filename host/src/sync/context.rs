@@ -199,13 +199,10 @@ impl SyncContext {
 
     /// Leaves what reconciling `obj` came to in the outcome registry.
     pub(crate) fn record_outcome(&self, obj: &DynamicObject, outcome: Outcome) {
-        self.shared.outcomes.record(
-            &self.spec.connection,
-            &self.spec.api,
-            obj.metadata.namespace.as_deref(),
-            &obj.name_any(),
-            outcome,
-        );
+        let (connection, api, ns, name) = self.outcome_key(obj);
+        self.shared
+            .outcomes
+            .record(connection, api, ns, &name, outcome);
     }
 
     /// Tells the outcome registry what the consumer watch saw.
@@ -213,12 +210,10 @@ impl SyncContext {
         let (connection, api) = (&self.spec.connection, &self.spec.api);
         match event {
             watcher::Event::Init => self.shared.outcomes.listing_started(connection, api),
-            watcher::Event::InitApply(obj) => self.shared.outcomes.listed(
-                connection,
-                api,
-                obj.metadata.namespace.as_deref(),
-                &obj.name_any(),
-            ),
+            watcher::Event::InitApply(obj) => {
+                let (connection, api, ns, name) = self.outcome_key(obj);
+                self.shared.outcomes.listed(connection, api, ns, &name);
+            }
             watcher::Event::InitDone => self.shared.outcomes.listing_done(connection, api),
             watcher::Event::Delete(obj) => self.forget_outcome(obj),
             watcher::Event::Apply(_) => {}
@@ -227,22 +222,24 @@ impl SyncContext {
 
     /// A reconcile of `obj` failed before it had an outcome to record.
     pub(crate) fn attempted(&self, obj: &DynamicObject) {
-        self.shared.outcomes.attempted(
-            &self.spec.connection,
-            &self.spec.api,
-            obj.metadata.namespace.as_deref(),
-            &obj.name_any(),
-        );
+        let (connection, api, ns, name) = self.outcome_key(obj);
+        self.shared.outcomes.attempted(connection, api, ns, &name);
     }
 
     /// Removes `obj` from the outcome registry: deleted, or no longer selected.
     pub(crate) fn forget_outcome(&self, obj: &DynamicObject) {
-        self.shared.outcomes.forget(
-            &self.spec.connection,
-            &self.spec.api,
-            obj.metadata.namespace.as_deref(),
-            &obj.name_any(),
-        );
+        let (connection, api, ns, name) = self.outcome_key(obj);
+        self.shared.outcomes.forget(connection, api, ns, &name);
+    }
+
+    /// Where the outcome registry keeps `obj`: this syncer's Connection and API, and the
+    /// instance's namespace and name.
+    fn outcome_key<'a>(
+        &'a self,
+        obj: &'a DynamicObject,
+    ) -> (&'a str, &'a str, Option<&'a str>, String) {
+        let ns = obj.metadata.namespace.as_deref();
+        (&self.spec.connection, &self.spec.api, ns, obj.name_any())
     }
 }
 
