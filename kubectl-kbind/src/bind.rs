@@ -15,7 +15,7 @@ use konnector::api::{
     ConnectionReference, RelatedDirection, RelatedResource, RelatedResourceKind, RelatedSelector,
 };
 
-use crate::binding::{BindingObject, conditions};
+use crate::binding::{BindingObject, conditions, kind};
 use crate::cli::{NotReady, OutputArgs, UsageError, WaitArgs};
 use crate::client::ClientArgs;
 use crate::connect::FIELD_MANAGER;
@@ -239,14 +239,14 @@ async fn create_and_wait<B: BindingObject>(
     args: &BindArgs,
 ) -> anyhow::Result<()> {
     let name = binding.meta().name.clone().unwrap_or_default();
-    let resource = format!("{}.core.kbind.io/{name}", B::KIND.to_lowercase());
+    let resource = format!("{}.core.kbind.io/{name}", kind::<B>().to_lowercase());
     match api.get_opt(&name).await? {
         Some(existing) if existing.binding_spec() == spec => {
             progress(format!("{resource} unchanged"))
         }
         Some(_) => bail!(
             "{} {name} exists with another spec; editing a binding is not a cleanup transaction: unbind it first (kubectl kbind unbind {name}) or use --name",
-            B::KIND
+            kind::<B>()
         ),
         None => {
             let params = PostParams {
@@ -255,7 +255,7 @@ async fn create_and_wait<B: BindingObject>(
             };
             api.create(&params, &binding)
                 .await
-                .with_context(|| format!("creating {} {name}", B::KIND))?;
+                .with_context(|| format!("creating {} {name}", kind::<B>()))?;
             progress(format!("{resource} created"));
         }
     }
@@ -285,9 +285,9 @@ async fn create_and_wait<B: BindingObject>(
             let b = api.get(&name).await?;
             let conds = conditions(&b);
             Err(NotReady(if conds.is_empty() {
-                format!("{} {name} has no status: is the konnector running? (kubectl -n kbind-system get deploy,pods)", B::KIND)
+                format!("{} {name} has no status: is the konnector running? (kubectl -n kbind-system get deploy,pods)", kind::<B>())
             } else {
-                format!("{} {name} is not Ready:\n{}", B::KIND, hints::explain(conds))
+                format!("{} {name} is not Ready:\n{}", kind::<B>(), hints::explain(conds))
             })
             .into())
         }
@@ -307,7 +307,7 @@ fn print_binding<B: BindingObject>(b: &B, output: OutputArgs) -> anyhow::Result<
         .collect();
     println!(
         "{}.core.kbind.io/{name} {}: {} via Connection {}",
-        B::KIND.to_lowercase(),
+        kind::<B>().to_lowercase(),
         output::summary(conditions(b), ConditionType::Ready),
         apis.join(", "),
         b.binding_spec().connection_ref.name

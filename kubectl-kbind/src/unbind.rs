@@ -12,7 +12,7 @@ use kube::{Api, Client, ResourceExt};
 use konnector::api::names::{MANAGED_LABEL, SYNCER_FINALIZER};
 use konnector::api::{Binding, ClusterBinding, ConditionType, Connection};
 
-use crate::binding::{BindingObject, conditions};
+use crate::binding::{BindingObject, api_names, conditions};
 use crate::cli::{NotReady, WaitArgs};
 use crate::client::ClientArgs;
 use crate::drain::{Blocker, DrainState};
@@ -47,7 +47,7 @@ fn reference<B: BindingObject>(b: &B, kind: Kind) -> BindingRef {
         namespace: b.meta().namespace.clone(),
         name: b.name_any(),
         connection: b.binding_spec().connection_ref.name.clone(),
-        apis: b.api_names(),
+        apis: api_names(b),
         deleting: b.meta().deletion_timestamp.is_some(),
         managed: b.labels().get(MANAGED_LABEL).is_some_and(|v| v == "true"),
     }

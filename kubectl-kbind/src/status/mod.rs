@@ -7,6 +7,7 @@
 pub mod model;
 pub mod render;
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
 use anyhow::Context as _;
@@ -16,7 +17,7 @@ use kube::{Api, Client, ResourceExt};
 
 use konnector::api::{Binding, ClusterBinding, ConditionType, Connection};
 
-use crate::binding::{BindingObject, conditions};
+use crate::binding::{BindingObject, api_names, conditions, kind};
 use crate::cli::{NotReady, OutputArgs};
 use crate::client::ClientArgs;
 use crate::output;
@@ -54,7 +55,7 @@ pub async fn run(client: &ClientArgs, args: StatusArgs) -> anyhow::Result<()> {
 
 /// One binding of either kind, reduced to what the report needs.
 struct Bound {
-    kind: &'static str,
+    kind: Cow<'static, str>,
     namespace: Option<String>,
     name: String,
     connection: String,
@@ -68,7 +69,7 @@ impl Bound {
     /// The binding's line in the report, before its instances or note are added.
     fn node(&self) -> BindingNode {
         BindingNode {
-            kind: self.kind.into(),
+            kind: self.kind.to_string(),
             namespace: self.namespace.clone(),
             name: self.name.clone(),
             ready: self.ready.clone(),
@@ -82,11 +83,11 @@ impl Bound {
 fn bound<B: BindingObject>(b: &B) -> Bound {
     let conds = conditions(b);
     Bound {
-        kind: B::KIND,
+        kind: kind::<B>(),
         namespace: b.meta().namespace.clone(),
         name: b.meta().name.clone().unwrap_or_default(),
         connection: b.binding_spec().connection_ref.name.clone(),
-        apis: b.api_names(),
+        apis: api_names(b),
         ready: State::of(conds, ConditionType::Ready),
         synced: State::of(conds, ConditionType::Synced),
         deleting: b.meta().deletion_timestamp.is_some(),
