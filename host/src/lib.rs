@@ -20,6 +20,7 @@ pub mod leader;
 pub mod manager;
 pub mod policy;
 pub mod provider;
+pub mod recent;
 pub mod registry;
 pub mod schema;
 pub mod shared;

@@ -39,6 +39,7 @@ use crate::api::{Binding, ClusterBinding, Connection, ConnectionStatus};
 use crate::backoff::Backoff;
 use crate::k8s;
 use crate::provider::kubeconfig::Transport;
+use crate::recent::RecentWrites;
 use crate::schema::AppliedSchemas;
 use crate::shared::Shared;
 use crate::telemetry::metrics;
@@ -83,6 +84,9 @@ pub struct Context {
     /// Which consumer CRDs were applied from which provider schema (`pullPolicy: All`), so
     /// an unchanged one is not applied again.
     pub applied_schemas: AppliedSchemas,
+    /// Statuses this controller just wrote, standing in for a cache that has not seen them, so
+    /// that a reconcile right after a write neither writes nor announces the change again.
+    recent: RecentWrites<Connection>,
     failures: Backoff<String>,
 }
 
@@ -92,6 +96,7 @@ impl Context {
         Self {
             shared,
             applied_schemas: AppliedSchemas::default(),
+            recent: RecentWrites::default(),
             failures: Backoff::new(Duration::from_secs(1), config.max_backoff),
             config,
         }
@@ -227,15 +232,20 @@ async fn persist_status(
     connection: &Connection,
     status: ConnectionStatus,
 ) -> Result<()> {
-    if connection.status.as_ref() == Some(&status) {
+    let newer = ctx
+        .recent
+        .newer(None, &connection.name_any(), Some(connection));
+    let stored = newer.as_ref().unwrap_or(connection);
+    if stored.status.as_ref() == Some(&status) {
         return Ok(());
     }
     let api: Api<Connection> = Api::all(ctx.shared.consumer.clone());
-    k8s::apply_status(&api, connection, &status)
+    let written = k8s::apply_status(&api, connection, &status)
         .await
         .map_err(Error::WriteStatus)?;
+    ctx.recent.remember(&written);
     info!(connection = %connection.name_any(), "status updated");
-    let before = connection
+    let before = stored
         .status
         .as_ref()
         .map(|s| s.conditions.as_slice())

@@ -21,8 +21,8 @@ use crate::registry::Outcome;
 use crate::schema::ApiTarget;
 use crate::shared::Shared;
 
-use super::recent::RecentWrites;
 use super::{Error, Result, SyncSettings};
+use crate::recent::RecentWrites;
 
 /// Everything one syncer's reconciles share.
 pub struct SyncContext {

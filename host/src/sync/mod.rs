@@ -30,7 +30,6 @@ pub mod delete;
 pub mod desired;
 pub mod fields;
 pub mod instance_status;
-mod recent;
 pub mod reconcile;
 mod report;
 pub mod supervisor;

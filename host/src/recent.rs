@@ -1,11 +1,13 @@
-//! Objects this syncer has just written, until the watch that fills their cache shows them:
-//! provider copies, and consumer instances (finalizer, annotation and status writes).
+//! Objects a controller has just written, until the watch that fills its cache shows them: a
+//! syncer's provider copies and consumer instances (finalizer, annotation and status writes),
+//! and the Connection controller's status writes.
 //!
 //! A write is followed at once by a reconcile of the same object (our own finalizer patch,
 //! or the provider event of the write, races the watch that fills the cache). Without this,
 //! that reconcile would find the cache without the copy, or with the version before the
 //! write, and spend a create, a live read and a policy call learning what we already know;
-//! or find the instance without the status just written, and write it again.
+//! or find the object without the status just written, write it again and announce its
+//! change of state a second time.
 //!
 //! ```text
 //! write ──▶ remember(copy) ──▶ newest(cache, remembered) ──▶ decide
@@ -21,27 +23,36 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use kube::Resource;
 use kube::api::DynamicObject;
 
 /// How long a remembered write may stand in for the cache.
 const TTL: Duration = Duration::from_secs(10);
 
-/// `(namespace, name)` of a provider copy.
+/// `(namespace, name)` of a written object.
 type Key = (Option<String>, String);
 
-/// Objects written by this syncer whose watch event may not have arrived yet.
-#[derive(Debug, Default)]
-pub struct RecentWrites {
-    copies: Mutex<HashMap<Key, (DynamicObject, Instant)>>,
+/// Objects written by one controller whose watch event may not have arrived yet.
+#[derive(Debug)]
+pub struct RecentWrites<K = DynamicObject> {
+    copies: Mutex<HashMap<Key, (K, Instant)>>,
 }
 
-impl RecentWrites {
+impl<K> Default for RecentWrites<K> {
+    fn default() -> Self {
+        Self {
+            copies: Mutex::default(),
+        }
+    }
+}
+
+impl<K: Resource + Clone> RecentWrites<K> {
     /// Records an object an apiserver just returned from a write.
-    pub fn remember(&self, copy: &DynamicObject) {
-        let Some(name) = copy.metadata.name.clone() else {
+    pub fn remember(&self, copy: &K) {
+        let Some(name) = copy.meta().name.clone() else {
             return;
         };
-        let key = (copy.metadata.namespace.clone(), name);
+        let key = (copy.meta().namespace.clone(), name);
         lock(&self.copies).insert(key, (copy.clone(), Instant::now()));
     }
 
@@ -51,23 +62,13 @@ impl RecentWrites {
     }
 
     /// The newer of the cached object and the remembered write for `namespace/name`.
-    pub fn newest(
-        &self,
-        namespace: Option<&str>,
-        name: &str,
-        cached: Option<DynamicObject>,
-    ) -> Option<DynamicObject> {
+    pub fn newest(&self, namespace: Option<&str>, name: &str, cached: Option<K>) -> Option<K> {
         self.newer(namespace, name, cached.as_ref()).or(cached)
     }
 
     /// The remembered write for `namespace/name` when it is newer than `cached` (or there is
     /// no cached object); `None` when the cache is as new, which also forgets the write.
-    pub fn newer(
-        &self,
-        namespace: Option<&str>,
-        name: &str,
-        cached: Option<&DynamicObject>,
-    ) -> Option<DynamicObject> {
+    pub fn newer(&self, namespace: Option<&str>, name: &str, cached: Option<&K>) -> Option<K> {
         let key = (namespace.map(str::to_string), name.to_string());
         let mut copies = lock(&self.copies);
         let (written, at) = copies.get(&key)?;
@@ -89,8 +90,8 @@ impl RecentWrites {
     }
 }
 
-fn version(obj: &DynamicObject) -> Option<u64> {
-    obj.metadata.resource_version.as_deref()?.parse().ok()
+fn version(obj: &impl Resource) -> Option<u64> {
+    obj.meta().resource_version.as_deref()?.parse().ok()
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
