@@ -69,6 +69,7 @@ use crate::schema::AppliedSchemas;
 use crate::shared::Shared;
 use crate::sync::SyncSettings;
 
+use object::StatusWrites;
 use related_guard::RelatedGuard;
 
 /// Why reconciling a binding failed. Each variant names the operation.
@@ -251,6 +252,8 @@ pub struct Context {
     /// Which consumer CRDs were applied from which provider schema, so an unchanged one is
     /// not applied again.
     pub applied_schemas: AppliedSchemas,
+    /// Statuses just written, newer than the cache until it catches up.
+    status_writes: StatusWrites,
     failures: Backoff<String>,
 }
 
@@ -276,6 +279,7 @@ impl Context {
                 settings.konnector_namespace.as_deref(),
             ),
             applied_schemas: AppliedSchemas::default(),
+            status_writes: StatusWrites::default(),
             settings,
         }
     }

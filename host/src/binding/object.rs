@@ -10,6 +10,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::api::{Binding, BindingSpec, BindingStatus, ClusterBinding};
+use crate::recent::RecentWrites;
 use crate::registry::BindingKey;
 
 /// What the binding modules need from either kind.
@@ -40,6 +41,17 @@ pub trait BindingObject:
     /// Whether objects of this kind live in a namespace (and so are subject to a
     /// Connection's `bindingNamespaceSelector`).
     fn is_namespaced() -> bool;
+    /// This kind's share of the statuses the binding controllers just wrote.
+    fn status_writes(writes: &StatusWrites) -> &RecentWrites<Self>;
+}
+
+/// Statuses the binding controllers just wrote, one registry per kind, standing in for a
+/// cache that has not seen them: a reconcile right after a write neither writes the status
+/// again nor announces its change of state a second time.
+#[derive(Debug, Default)]
+pub struct StatusWrites {
+    bindings: RecentWrites<Binding>,
+    cluster_bindings: RecentWrites<ClusterBinding>,
 }
 
 impl BindingObject for Binding {
@@ -58,6 +70,9 @@ impl BindingObject for Binding {
     fn is_namespaced() -> bool {
         true
     }
+    fn status_writes(writes: &StatusWrites) -> &RecentWrites<Self> {
+        &writes.bindings
+    }
 }
 
 impl BindingObject for ClusterBinding {
@@ -71,5 +86,8 @@ impl BindingObject for ClusterBinding {
     }
     fn is_namespaced() -> bool {
         false
+    }
+    fn status_writes(writes: &StatusWrites) -> &RecentWrites<Self> {
+        &writes.cluster_bindings
     }
 }

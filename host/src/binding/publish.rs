@@ -1,7 +1,7 @@
 //! Writing a binding's status: only when it changed, through the status subresource with
 //! server-side apply, and followed by an Event for each condition that changed state.
 
-use kube::Api;
+use kube::{Api, ResourceExt};
 use tracing::{info, warn};
 
 use crate::api::BindingStatus;
@@ -20,11 +20,13 @@ pub(super) async fn publish_status<K: BindingObject>(
     ctx: &Context,
     new_status: BindingStatus,
 ) -> Result<()> {
-    let old = obj.binding_status();
+    let newer = newer_write(obj, ctx);
+    let old = newer.as_ref().unwrap_or(obj).binding_status();
     if old == Some(&new_status) {
         return Ok(());
     }
-    write_status(obj, api, &new_status).await?;
+    let written = write_status(obj, api, &new_status).await?;
+    K::status_writes(&ctx.status_writes).remember(&written);
     let before = old.map(|s| s.conditions.as_slice()).unwrap_or_default();
     events::announce(ctx, obj, before, &new_status.conditions).await;
     let ready = new_status
@@ -40,18 +42,25 @@ async fn write_status<K: BindingObject>(
     obj: &K,
     api: &Api<K>,
     status: &BindingStatus,
-) -> Result<()> {
+) -> Result<K> {
     k8s::apply_status(api, obj, status)
         .await
-        .map_err(Error::WriteStatus)?;
-    Ok(())
+        .map_err(Error::WriteStatus)
+}
+
+/// Our own last status write to `obj`, when it is newer than `obj` (from the cache).
+fn newer_write<K: BindingObject>(obj: &K, ctx: &Context) -> Option<K> {
+    let writes = K::status_writes(&ctx.status_writes);
+    writes.newer(obj.meta().namespace.as_deref(), &obj.name_any(), Some(obj))
 }
 
 /// Sets one condition on a binding's stored status and writes it when that changes anything,
 /// announcing a change of state with an Event; a failure to write is logged (used where the
 /// condition is a report, not a step to retry).
 pub(super) async fn write_condition<K: BindingObject>(obj: &K, ctx: &Context, desired: Desired) {
-    let mut new_status = obj.binding_status().cloned().unwrap_or_default();
+    let newer = newer_write(obj, ctx);
+    let stored = newer.as_ref().unwrap_or(obj);
+    let mut new_status = stored.binding_status().cloned().unwrap_or_default();
     conditions::set(&mut new_status.conditions, desired, obj.meta().generation);
     let api = obj.api_for(ctx.shared.consumer.clone());
     if let Err(error) = publish_status(obj, &api, ctx, new_status).await {
