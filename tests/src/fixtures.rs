@@ -13,17 +13,18 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::eventually;
+pub use crate::syncenv::ensure_namespace;
 use crate::testenv::{Cluster, ClusterPair};
 use konnector::api::names::EXPORTED_LABEL;
-use konnector::api::{Connection, ConnectionSpec, SchemaPolicy, SecretReference};
+use konnector::api::{Connection, ConnectionSpec, SchemaPolicy, SchemaSource, SecretReference};
 use konnector::policy::Policies;
 use konnector::registry::Engagements;
 use konnector::shared::Shared;
@@ -149,23 +150,6 @@ pub fn unique(prefix: &str) -> String {
     format!("{prefix}-{}", NEXT.fetch_add(1, Ordering::Relaxed))
 }
 
-/// Creates a namespace if it does not exist.
-pub async fn ensure_namespace(client: &kube::Client, name: &str) -> anyhow::Result<()> {
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    let namespace = Namespace {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            ..ObjectMeta::default()
-        },
-        ..Namespace::default()
-    };
-    match namespaces.create(&PostParams::default(), &namespace).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
-        Err(e) => Err(e).context(format!("creating namespace {name}")),
-    }
-}
-
 /// Writes (creates or replaces) a kubeconfig Secret in the credential namespace.
 pub async fn put_kubeconfig_secret(
     consumer: &kube::Client,
@@ -263,6 +247,25 @@ pub async fn wait_ready(consumer: &kube::Client, name: &str) -> anyhow::Result<C
         has_condition(c, "Ready", "True", "AsExpected")
     })
     .await
+}
+
+/// Discovery from CRDs labelled for export, the source most tests use.
+pub fn crd_source() -> SchemaPolicy {
+    SchemaPolicy {
+        source: SchemaSource::Crd,
+        ..SchemaPolicy::default()
+    }
+}
+
+/// Connects `name` to `provider`'s admin kubeconfig with [`crd_source`] discovery and waits
+/// until it is Ready.
+pub async fn connect_ready(
+    consumer: &kube::Client,
+    provider: &Cluster,
+    name: &str,
+) -> anyhow::Result<Connection> {
+    connect(consumer, provider, name, crd_source(), false).await?;
+    wait_ready(consumer, name).await
 }
 
 /// Whether a condition has the given status and reason.

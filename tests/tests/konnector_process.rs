@@ -9,7 +9,6 @@ use kbind_tests::eventually;
 use kbind_tests::faults::process::KonnectorProcess;
 use kbind_tests::fixtures::*;
 use kbind_tests::testenv::{ClusterPair, shared_pair};
-use konnector::api::{SchemaPolicy, SchemaSource};
 use kube::api::Api;
 
 /// The sample counting Connection reconciles: non-zero only on a leader.
@@ -48,12 +47,7 @@ async fn holder(consumer: &kube::Client) -> anyhow::Result<String> {
 /// A Connection to the provider, Ready: proof that the leader reconciles.
 async fn ready_connection(pair: &ClusterPair, name: &str) -> anyhow::Result<()> {
     let consumer = pair.consumer.client().await?;
-    let schema = SchemaPolicy {
-        source: SchemaSource::Crd,
-        ..SchemaPolicy::default()
-    };
-    connect(&consumer, &pair.provider, name, schema, false).await?;
-    wait_ready(&consumer, name).await?;
+    connect_ready(&consumer, &pair.provider, name).await?;
     Ok(())
 }
 

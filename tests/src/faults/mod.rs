@@ -20,13 +20,12 @@ use anyhow::Context as _;
 use futures::{StreamExt, TryStreamExt};
 use konnector::api::names::{CONSUMER_OBJECT_UID_ANNOTATION, MANAGED_LABEL, SYNCER_FINALIZER};
 use konnector::api::{ApiReference, Binding, BindingSpec, ConditionType, ConnectionReference};
-use konnector::api::{SchemaPolicy, SchemaSource};
 use konnector::conditions::is_true;
 use kube::api::{DynamicObject, ListParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 
-use crate::fixtures::{connect, wait_ready};
+use crate::fixtures::connect_ready;
 use crate::syncenv::{Scenario, TestApi, event_note, stays, synced_condition, wait_for};
 use crate::testenv::{Cluster, ClusterPair};
 
@@ -127,12 +126,7 @@ impl Sides {
     /// it is Ready, then binds the namespace (Binding `widgets`) and waits until that is Ready.
     pub async fn connect(&self, provider: &Cluster, connection: &str) -> anyhow::Result<()> {
         self.api.install_on_provider(&self.provider).await?;
-        let schema = SchemaPolicy {
-            source: SchemaSource::Crd,
-            ..SchemaPolicy::default()
-        };
-        connect(&self.consumer, provider, connection, schema, false).await?;
-        wait_ready(&self.consumer, connection).await?;
+        connect_ready(&self.consumer, provider, connection).await?;
         create_binding(&self.consumer, &self.namespace, connection, &[&self.api]).await?;
         wait_binding_ready(&self.consumer, &self.namespace, FAULT_WAIT).await
     }

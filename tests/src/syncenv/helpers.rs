@@ -36,7 +36,7 @@ pub async fn ensure_namespace(client: &Client, name: &str) -> anyhow::Result<()>
     {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-        Err(e) => Err(e.into()),
+        Err(e) => Err(e).context(format!("creating namespace {name}")),
     }
 }
 

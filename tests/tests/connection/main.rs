@@ -28,9 +28,7 @@ use kbind_tests::testenv::{Cluster, ClusterPair, shared_pair};
 use konnector::api::names::{
     CLEANUP_FINALIZER, CONNECTION_ANNOTATION, EXPORTED_LABEL, MANAGED_LABEL, heartbeat_lease_name,
 };
-use konnector::api::{
-    Binding, BindingSpec, ClusterBinding, Connection, SchemaPolicy, SchemaSource,
-};
+use konnector::api::{Binding, BindingSpec, ClusterBinding, Connection, SchemaPolicy};
 
 /// Runs `body` against the shared pair (its konnector running) with the consumer's admin client
 /// and a Connection name of its own from `prefix`; a failure carries the apiservers' log tails.
@@ -100,19 +98,6 @@ async fn pull_all(
     let schema: SchemaPolicy = serde_json::from_value(schema)?;
     connect(consumer, provider, name, schema, false).await?;
     wait_reason(consumer, name, "SchemaInSync=True", "AsExpected").await
-}
-
-fn crd_source() -> SchemaPolicy {
-    SchemaPolicy {
-        source: SchemaSource::Crd,
-        ..SchemaPolicy::default()
-    }
-}
-
-/// Connects `name` to `provider` as its admin with CRD discovery; waits until it is Ready.
-async fn connect_ready(consumer: &Client, provider: &Cluster, name: &str) -> Result<Connection> {
-    connect(consumer, provider, name, crd_source(), false).await?;
-    wait_ready(consumer, name).await
 }
 
 /// Whether each of the Connection's conditions `states` (`Type=Status`, space-separated) has

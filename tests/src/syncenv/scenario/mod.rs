@@ -26,7 +26,7 @@ use kube::Api;
 use kube::api::{DeleteParams, DynamicObject};
 use serde_json::{Value, json};
 
-use super::{Stack, TestApi, delete, gone, merge, wait_for};
+use super::{Stack, TestApi, appears, delete, gone, merge, wait_for};
 use crate::testenv::ClusterPair;
 
 mod builder;
@@ -199,11 +199,7 @@ impl Scenario {
 
     /// Waits for the provider copy of instance `name` and returns it.
     pub async fn copy(&self, name: &str) -> anyhow::Result<DynamicObject> {
-        let copies = self.copies();
-        wait_for(&format!("the provider copy of {name}"), WAIT, || async {
-            Ok(copies.get_opt(name).await?)
-        })
-        .await
+        appears(&self.copies(), name).await
     }
 
     /// Deletes instance `name` under `deletion-policy: Orphan` (its provider copy is to be
