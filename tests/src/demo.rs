@@ -213,7 +213,7 @@ pub async fn run(dir: &Path, konnector: &Path, interactive: bool) -> anyhow::Res
             pair.provider.admin().kubeconfig_path().display()
         );
         println!(
-            "  {kubectl} --kubeconfig {} get widgets,connections,bindings -A",
+            "  {kubectl} --kubeconfig {} get widgets,kbind -A",
             pair.consumer.admin().kubeconfig_path().display()
         );
         println!("  konnector log: {}", log_path.display());

@@ -1,4 +1,7 @@
-//! Logging set-up: `tracing` with an env-filter level and text or JSON output.
+//! Logging set-up: `tracing` with an env-filter level and text or JSON output; text is
+//! coloured only on a terminal.
+
+use std::io::IsTerminal;
 
 use tracing_subscriber::EnvFilter;
 
@@ -18,7 +21,11 @@ pub fn init_logging(level: &str, format: LogFormat) -> Result<(), String> {
     let filter = EnvFilter::try_from_default_env()
         .or_else(|_| EnvFilter::try_new(level))
         .map_err(|e| format!("invalid --log-level {level:?}: {e}"))?;
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    // Colour codes only where a person reads them: a Pod's log (what `kubectl logs` and log
+    // shippers see) is a pipe or a file, where ANSI escapes are noise.
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stdout().is_terminal());
     let result = match format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().try_init(),
