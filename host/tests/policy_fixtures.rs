@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use konnector::cli::policy::run_fixtures;
+use konnector::cli::policy::{Passes, run_fixtures};
 use konnector::policy::{Policies, PolicyRole};
 
 async fn assert_fixtures_pass(role: PolicyRole, folder: &str, at_least: usize) {
@@ -12,7 +12,7 @@ async fn assert_fixtures_pass(role: PolicyRole, folder: &str, at_least: usize) {
         .join(folder)
         .join("fixtures");
     let policies = Policies::builtin().unwrap_or_else(|e| panic!("{e}"));
-    let report = run_fixtures(&policies, role, &dir)
+    let report = run_fixtures(&policies, role, &dir, Passes::Reused)
         .await
         .unwrap_or_else(|e| panic!("running {}: {e:#}", dir.display()));
     let failures: Vec<String> = report
@@ -59,7 +59,7 @@ async fn a_failing_fixture_is_reported_as_failed() {
     std::fs::write(dir.join("right.expected.json"), r#"{"decision":"Create"}"#)
         .unwrap_or_else(|e| panic!("{e}"));
     let policies = Policies::builtin().unwrap_or_else(|e| panic!("{e}"));
-    let report = run_fixtures(&policies, PolicyRole::ConflictPolicy, &dir)
+    let report = run_fixtures(&policies, PolicyRole::ConflictPolicy, &dir, Passes::Fresh)
         .await
         .unwrap_or_else(|e| panic!("{e:#}"));
     let _ = std::fs::remove_dir_all(&dir);
@@ -76,7 +76,7 @@ async fn a_failing_fixture_is_reported_as_failed() {
 async fn an_empty_fixture_folder_is_an_error() {
     let policies = Policies::builtin().unwrap_or_else(|e| panic!("{e}"));
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src");
-    let err = run_fixtures(&policies, PolicyRole::ConflictPolicy, &dir)
+    let err = run_fixtures(&policies, PolicyRole::ConflictPolicy, &dir, Passes::Fresh)
         .await
         .err();
     assert!(err.is_some_and(|e| e.to_string().contains("no fixture cases")));

@@ -33,6 +33,11 @@ pub enum PolicyCommand {
         /// The fixture folder.
         #[arg(value_name = "DIR")]
         dir: PathBuf,
+        /// Run every case on one instance reused across the folder, twice (in name order,
+        /// then in reverse), as the konnector reuses warm instances: an answer that depends
+        /// on state left by earlier calls fails. Without it each case gets a fresh instance.
+        #[arg(long)]
+        reused: bool,
     },
 }
 
@@ -82,9 +87,18 @@ pub fn run(command: PolicyCommand) -> anyhow::Result<()> {
             println!("{}", serde_json::to_string_pretty(&output)?);
             Ok(())
         }
-        PolicyCommand::Test { target, dir } => {
+        PolicyCommand::Test {
+            target,
+            dir,
+            reused,
+        } => {
             let policies = target.load()?;
-            let report = rt.block_on(run_fixtures(&policies, target.role, &dir))?;
+            let passes = if reused {
+                Passes::Reused
+            } else {
+                Passes::Fresh
+            };
+            let report = rt.block_on(run_fixtures(&policies, target.role, &dir, passes))?;
             for case in &report.cases {
                 match &case.failure {
                     None => println!("PASS {}", case.name),
@@ -164,12 +178,23 @@ impl FixtureReport {
     }
 }
 
+/// How often and in which order a fixture folder's cases run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Passes {
+    /// Once each, in name order.
+    Fresh,
+    /// Twice: in name order, then in reverse, so each case also runs after every other one;
+    /// a case fails when either run fails.
+    Reused,
+}
+
 /// Runs every case in `dir`. A folder without cases is an error (a typo in the path should
 /// not pass).
 pub async fn run_fixtures(
     policies: &Policies,
     role: PolicyRole,
     dir: &Path,
+    passes: Passes,
 ) -> anyhow::Result<FixtureReport> {
     let folder = cap_std::fs::Dir::open_ambient_dir(dir, cap_std::ambient_authority())
         .with_context(|| format!("opening fixture folder {}", dir.display()))?;
@@ -184,15 +209,36 @@ pub async fn run_fixtures(
     if names.is_empty() {
         bail!("no fixture cases (*.input.json) in {}", dir.display());
     }
-    let mut report = FixtureReport::default();
-    for name in names {
-        let failure = run_case(policies, role, &folder, &name).await.err();
-        report.cases.push(CaseResult {
-            name,
-            failure: failure.map(|e| format!("{e:#}")),
+    // Fresh: one call per instance. Reused: one instance for the whole run (the calls are
+    // sequential, so the pool hands the same instance back each time).
+    let policies = &policies.with_instance_reuse(match passes {
+        Passes::Fresh => 1,
+        Passes::Reused => u32::MAX,
+    });
+    let total = names.len();
+    // Reused: the second pass runs in reverse, so each case also runs after every other one.
+    let order: Vec<usize> = match passes {
+        Passes::Fresh => (0..total).collect(),
+        Passes::Reused => (0..total).chain((0..total).rev()).collect(),
+    };
+    let mut failures: Vec<Option<String>> = vec![None; total];
+    for (earlier, &i) in order.iter().enumerate() {
+        let Err(e) = run_case(policies, role, &folder, &names[i]).await else {
+            continue;
+        };
+        failures[i].get_or_insert(match passes {
+            Passes::Reused if earlier > 0 => format!(
+                "on a reused instance, after {earlier} earlier calls of this run (does it keep state between calls?): {e:#}"
+            ),
+            _ => format!("{e:#}"),
         });
     }
-    Ok(report)
+    let cases = names
+        .into_iter()
+        .zip(failures)
+        .map(|(name, failure)| CaseResult { name, failure })
+        .collect();
+    Ok(FixtureReport { cases })
 }
 
 async fn run_case(

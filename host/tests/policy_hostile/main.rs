@@ -10,6 +10,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use konnector::api::ConflictPolicy;
+use konnector::cli::policy::{Passes, run_fixtures};
 use konnector::policy::{
     ConflictDecision, ConflictInput, MAX_MEMORIES, MAX_TABLES, OwnershipMarkers, Policies,
     PolicyError, PolicyLimits, PolicyRole, RelatedInput, SandboxResource,
@@ -405,6 +406,42 @@ async fn warm_instance_that_traps_is_retried_on_a_fresh_one() {
 async fn fresh_instance_per_call_never_sees_earlier_calls() {
     let policies = conflict_policy(&forgetful_conflict_module(), "forgetful.wasm");
     assert_creates(&policies.with_instance_reuse(1), 4).await;
+}
+
+#[tokio::test]
+async fn reused_fixture_run_shows_state_kept_between_calls() {
+    let dir = std::env::temp_dir().join(format!("kbind-reused-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+    let input = r#"{"consumerClusterUid":"c","consumerObjectUid":"o","conflictPolicy":"Fail"}"#;
+    for case in ["a", "b"] {
+        std::fs::write(dir.join(format!("{case}.input.json")), input)
+            .unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(
+            dir.join(format!("{case}.expected.json")),
+            r#"{"decision":"Create"}"#,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+    }
+    let policies = conflict_policy(&forgetful_conflict_module(), "forgetful.wasm");
+    let role = PolicyRole::ConflictPolicy;
+    let fresh = run_fixtures(&policies, role, &dir, Passes::Fresh).await;
+    let reused = run_fixtures(&policies, role, &dir, Passes::Reused).await;
+    let _ = std::fs::remove_dir_all(&dir);
+    let fresh = fresh.unwrap_or_else(|e| panic!("{e:#}"));
+    assert_eq!((fresh.passed(), fresh.failed()), (2, 0));
+    let reused = reused.unwrap_or_else(|e| panic!("{e:#}"));
+    // Each case passes on the instance's first call and fails once the instance has served
+    // another: the first pass fails "b", the reverse pass "a".
+    assert_eq!((reused.passed(), reused.failed()), (0, 2));
+    for case in &reused.cases {
+        let failure = case.failure.as_deref().unwrap_or_default();
+        assert!(
+            failure.starts_with("on a reused instance, after ")
+                && failure.contains("returned invalid output"),
+            "{}: {failure}",
+            case.name
+        );
+    }
 }
 
 #[tokio::test]
