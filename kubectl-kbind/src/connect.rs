@@ -28,6 +28,20 @@ use crate::wait::{self, Check, Outcome};
 /// Field manager of the CLI's writes.
 pub const FIELD_MANAGER: &str = "kubectl-kbind";
 
+/// The label `connect` puts on a credential Secret it creates (value [`FIELD_MANAGER`]):
+/// `disconnect` deletes only a Secret so marked, never one somebody else made.
+pub const CREATED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+
+/// Whether `connect` created this Secret.
+pub fn created_by_connect(secret: &Secret) -> bool {
+    secret
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(CREATED_BY_LABEL))
+        .is_some_and(|v| v == FIELD_MANAGER)
+}
+
 /// Flags of `connect`.
 #[derive(clap::Args, Debug)]
 pub struct ConnectArgs {
@@ -150,6 +164,9 @@ pub async fn run(client: &ClientArgs, args: ConnectArgs) -> anyhow::Result<()> {
         crate::kubeconfig::prepare(&args.provider_kubeconfig, args.provider_context.as_deref())?;
     let target = client.connect().await?;
     let consumer = target.client;
+    if let Some(admin) = crate::admin_check::check(&kubeconfig).await {
+        progress(crate::admin_check::warning(&admin, &args.name));
+    }
     store_secret(&consumer, &args, kubeconfig.into_bytes()).await?;
     let connections = Api::<Connection>::all(consumer.clone());
     let spec = args.spec();
@@ -233,7 +250,7 @@ async fn store_secret(
                     name: Some(name.clone()),
                     namespace: Some(ns.clone()),
                     labels: Some(BTreeMap::from([(
-                        "app.kubernetes.io/managed-by".to_string(),
+                        CREATED_BY_LABEL.to_string(),
                         FIELD_MANAGER.to_string(),
                     )])),
                     ..ObjectMeta::default()

@@ -3,7 +3,7 @@
 //! `DrainingBindings`): without `--cascade` their unbind commands are printed and nothing is
 //! deleted; with it they are unbound in order. Then the Connection is deleted and followed
 //! until its finalizer is released, then its credential Secret, unless another Connection
-//! still uses it.
+//! still uses it or `connect` did not create it (a Secret somebody made by hand is theirs).
 
 use anyhow::{Context as _, bail};
 use k8s_openapi::api::core::v1::Secret;
@@ -15,6 +15,7 @@ use konnector::api::{ConditionType, Connection};
 
 use crate::cli::{NotReady, WaitArgs};
 use crate::client::ClientArgs;
+use crate::connect::{CREATED_BY_LABEL, FIELD_MANAGER, created_by_connect};
 use crate::hints;
 use crate::output::{self, progress};
 use crate::teardown::{DisconnectInput, Step, crds_removed_by, plan_disconnect};
@@ -177,6 +178,16 @@ async fn delete_secret(
     wait: WaitArgs,
 ) -> anyhow::Result<()> {
     let api = Api::<Secret>::namespaced(consumer.clone(), namespace);
+    match api.get_opt(name).await? {
+        None => return Ok(()),
+        Some(secret) if !created_by_connect(&secret) => {
+            progress(format!(
+                "secret/{name} (namespace {namespace}) kept: `kubectl kbind connect` did not create it (no label {CREATED_BY_LABEL}={FIELD_MANAGER}); delete it yourself once no Connection uses it"
+            ));
+            return Ok(());
+        }
+        Some(_) => {}
+    }
     match api.delete(name, &DeleteParams::default()).await {
         Ok(_) => {}
         Err(e) if konnector::k8s::ApiErrorExt::is_not_found(&e) => return Ok(()),

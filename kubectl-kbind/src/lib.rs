@@ -17,6 +17,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod admin_check;
 pub mod bind;
 pub mod binding;
 pub mod cli;

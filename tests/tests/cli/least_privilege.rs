@@ -38,7 +38,9 @@ fn the_konnector_works_with_exactly_the_printed_provider_rbac() -> Result<()> {
         let forbidden = denied.as_ref().is_err_and(|e| e.is_http_forbidden());
         ensure!(forbidden, "secret create allowed: {denied:?}");
 
-        c.connect(&identity, &["--schema-source", "CRD"]).await?;
+        let connected = c.connect(&identity, &["--schema-source", "CRD"]).await?;
+        let admin = "cluster administrator";
+        ensure!(!connected.stderr.contains(admin), "{connected:?}");
         let password = [("password", "s3cret")];
         put_secret(&c.provider, "lp", "lp-creds", &[], &password, None).await?;
         let related = "secrets:FromProvider:names=lp-creds";

@@ -8,10 +8,11 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kbind_tests::fixtures::http_get;
 use kbind_tests::syncenv::related::{secret_value, wait_secret};
 use kbind_tests::syncenv::remains::Left::{self, Gone, Kept, Released};
-use kbind_tests::syncenv::remains::{expect_left, kind, wait_left};
+use kbind_tests::syncenv::remains::{delete_gone, expect_left, kind, wait_left};
 use kbind_tests::syncenv::{delete, wait_for};
 use konnector::api::{Binding, ClusterBinding, Connection};
 use kube::Api;
+use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
 
 use super::{Cli, WAIT};
@@ -25,7 +26,14 @@ fn connect_bind_status_unbind_disconnect_leaves_nothing_behind() -> Result<()> {
         taken(&c.provider).await?;
 
         let connected = c.connect(c.pair.provider.admin(), &[]).await?;
-        connected.expect(0, &["Ready=True", &api])?;
+        let connected = connected.expect(0, &["Ready=True", &api])?;
+        // The provider admin's credentials are stored, with a warning saying what to use.
+        let warning = "is a cluster administrator on the provider";
+        ensure!(connected.stderr.contains(warning), "{connected:?}");
+        ensure!(
+            connected.stderr.contains("kubectl kbind provider-rbac"),
+            "{connected:?}"
+        );
         let secret = wait_secret(&c.consumer, "kbind", "lc-kubeconfig").await?;
         assert!(secret_value(&secret, "kubeconfig").is_some());
 
@@ -122,5 +130,32 @@ fn unbinding_the_last_cluster_binding_of_an_api_needs_yes_and_removes_its_crd() 
         wait_left(&[crd(Gone)]).await?;
         c.ok(&["disconnect", "lastcb"], &[]).await?;
         Ok(())
+    })
+}
+
+#[test]
+fn disconnect_keeps_a_credential_secret_connect_did_not_create() -> Result<()> {
+    Cli::run("handmade", async |c| {
+        c.connect(c.pair.provider.admin(), &[]).await?;
+        // The Secret now looks like one an operator made by hand: no created-by label.
+        let secrets = Api::<Secret>::namespaced(c.consumer.clone(), "kbind");
+        let unmark = json!({"metadata": {"labels": {"app.kubernetes.io/managed-by": null}}});
+        let (name, params) = ("handmade-kubeconfig", PatchParams::default());
+        secrets.patch(name, &params, &Patch::Merge(&unmark)).await?;
+
+        let run = c.ok(&["disconnect", "handmade"], &[]).await?;
+        let kept = "kept: `kubectl kbind connect` did not create it";
+        ensure!(run.stderr.contains(kept), "{run:?}");
+        expect_left(&[
+            (&c.consumer, kind::<Connection>(), "handmade", Gone),
+            (
+                &c.consumer,
+                kind::<Secret>(),
+                "kbind/handmade-kubeconfig",
+                Released,
+            ),
+        ])
+        .await?;
+        delete_gone(&c.consumer, kind::<Secret>(), "kbind/handmade-kubeconfig").await
     })
 }
