@@ -31,7 +31,10 @@ async fn consumer_versions(s: &Scenario, name: &str) -> anyhow::Result<Vec<(Stri
 
 /// Versions written as `(name, served, storage)`.
 fn expected(versions: &[(&str, bool, bool)]) -> Vec<(String, bool, bool)> {
-    versions.iter().map(|(n, a, b)| ((*n).to_string(), *a, *b)).collect()
+    versions
+        .iter()
+        .map(|(n, a, b)| ((*n).to_string(), *a, *b))
+        .collect()
 }
 
 #[test]
@@ -39,12 +42,17 @@ fn webhook_converted_api_serves_only_the_synced_version() -> anyhow::Result<()> 
     Scenario::unbound("versions-webhook").run(async |s| {
         // v1beta1 has a field v1 lacks; the provider converts with a webhook.
         let beta = json!({"type": "object", "properties": {"legacy": {"type": "string"}}});
-        s.export_crd(&two_version_crd(&s.api, beta, unreachable_webhook())?).await?;
+        s.export_crd(&two_version_crd(&s.api, beta, unreachable_webhook())?)
+            .await?;
         s.bind().await?;
 
         let name = s.api.name();
         let served = consumer_versions(s, &name).await?;
-        assert_eq!(served, expected(&[("v1", true, true)]), "the synced version only");
+        assert_eq!(
+            served,
+            expected(&[("v1", true, true)]),
+            "the synced version only"
+        );
         let status = s.binding_status().await?.unwrap_or_default();
         says(
             message(&status, "Ready"),
@@ -65,7 +73,11 @@ fn webhook_converted_api_serves_only_the_synced_version() -> anyhow::Result<()> 
             kube::Error::Api(status) => Some(status.code),
             _ => None,
         });
-        assert_eq!(code, Some(404), "writing v1beta1 on the consumer: {refused:?}");
+        assert_eq!(
+            code,
+            Some(404),
+            "writing v1beta1 on the consumer: {refused:?}"
+        );
 
         // The synced version round-trips to the provider.
         s.create("w", json!({"size": 3, "color": "red"})).await?;
@@ -84,17 +96,22 @@ fn a_left_out_version_still_stored_on_the_consumer_stays_unserved() -> anyhow::R
         let mut earlier = two_version_crd(&s.api, beta.clone(), json!({"strategy": "None"}))?;
         earlier.spec.versions[0].storage = true;
         earlier.spec.versions[1].storage = false;
-        earlier.metadata.annotations = Some([(CONNECTION_ANNOTATION.into(), s.stack.name.clone())].into());
+        earlier.metadata.annotations =
+            Some([(CONNECTION_ANNOTATION.into(), s.stack.name.clone())].into());
         kbind_tests::fixtures::install_crd(&s.consumer, &earlier).await?;
 
-        s.export_crd(&two_version_crd(&s.api, beta, unreachable_webhook())?).await?;
+        s.export_crd(&two_version_crd(&s.api, beta, unreachable_webhook())?)
+            .await?;
         s.bind().await?;
         let name = s.api.name();
         let served = consumer_versions(s, &name).await?;
         let kept = expected(&[("v1beta1", false, false), ("v1", true, true)]);
         assert_eq!(served, kept, "v1beta1 kept unserved, v1 served and storage");
         let status = s.binding_status().await?.unwrap_or_default();
-        says(message(&status, "Ready"), &["v1beta1 left out", "storedVersions"]);
+        says(
+            message(&status, "Ready"),
+            &["v1beta1 left out", "storedVersions"],
+        );
 
         s.create("w", json!({"size": 1})).await?;
         s.copy("w").await?;
@@ -145,7 +162,12 @@ fn crd_plural_colliding_with_a_consumer_resource_is_refused() -> anyhow::Result<
         let status = s.binding_has("Ready", "False", "NameCollision").await?;
         says(
             message(&status, "Ready"),
-            &[&name, "plural \"configmaps\"", "(configmaps)", "kubectl get configmaps"],
+            &[
+                &name,
+                "plural \"configmaps\"",
+                "(configmaps)",
+                "kubectl get configmaps",
+            ],
         );
         let crds: Api<CustomResourceDefinition> = Api::all(s.consumer.clone());
         assert!(crds.get_opt(&name).await?.is_none(), "{name} installed");
@@ -168,7 +190,9 @@ fn crd_plural_colliding_with_a_consumer_resource_is_refused() -> anyhow::Result<
         assert_eq!(holders, ["configmaps."], "resources named configmaps");
 
         let crds_on_provider: Api<CustomResourceDefinition> = Api::all(s.provider.clone());
-        crds_on_provider.delete(&name, &DeleteParams::default()).await?;
+        crds_on_provider
+            .delete(&name, &DeleteParams::default())
+            .await?;
         Ok(())
     })
 }

@@ -193,10 +193,12 @@ pub fn evaluate(connection: &str, state: &ConnectionState, apis: &[ApiFacts]) ->
         None => Desired::truthy(
             ConditionType::Ready,
             Reason::AsExpected,
-            std::iter::once(format!("all APIs are bound through Connection {connection}"))
-                .chain(notes)
-                .collect::<Vec<_>>()
-                .join("; "),
+            std::iter::once(format!(
+                "all APIs are bound through Connection {connection}"
+            ))
+            .chain(notes)
+            .collect::<Vec<_>>()
+            .join("; "),
         ),
         Some((reason, _)) => Desired::falsy(
             ConditionType::Ready,

@@ -170,13 +170,12 @@ async fn desired_crd(
 ) -> Result<CustomResourceDefinition, SchemaError> {
     let (raw, conversion) = match source {
         Source::OpenApi(input) => {
-            let raw = policies
-                .synthesize_schema(&input)
-                .await
-                .map_err(|source| SchemaError::Synthesis {
+            let raw = policies.synthesize_schema(&input).await.map_err(|source| {
+                SchemaError::Synthesis {
                     api: api.name.clone(),
                     source,
-                })?;
+                }
+            })?;
             // Whatever conversion the module's answer declares, OpenAPI does not say how the
             // provider converts between versions.
             (raw, Conversion::Unknown)

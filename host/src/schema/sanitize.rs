@@ -81,11 +81,14 @@ pub fn consumer_crd(
         ));
     }
     let cut: Vec<CustomResourceDefinitionVersion> = spec.versions.iter().map(version).collect();
-    let plan = versions::plan(&cut, versioning.conversion, &api.versions, versioning.stored)?;
-    let mut annotations = BTreeMap::from([(
-        CONNECTION_ANNOTATION.to_string(),
-        connection.to_string(),
-    )]);
+    let plan = versions::plan(
+        &cut,
+        versioning.conversion,
+        &api.versions,
+        versioning.stored,
+    )?;
+    let mut annotations =
+        BTreeMap::from([(CONNECTION_ANNOTATION.to_string(), connection.to_string())]);
     if let Some(left_out) = plan.left_out {
         annotations.insert(VERSIONS_LEFT_OUT_ANNOTATION.to_string(), left_out);
     }
@@ -239,7 +242,8 @@ mod tests {
 
     #[test]
     fn foreign_metadata_is_dropped_and_only_the_connection_pin_remains() {
-        let crd = consumer_crd(&hostile_crd(), &api(), "p", &pods_taken(), NONE).unwrap_or_default();
+        let crd =
+            consumer_crd(&hostile_crd(), &api(), "p", &pods_taken(), NONE).unwrap_or_default();
         let meta = &crd.metadata;
         assert_eq!(meta.name.as_deref(), Some("widgets.example.org"));
         assert!(meta.uid.is_none() && meta.resource_version.is_none());
@@ -259,7 +263,8 @@ mod tests {
 
     #[test]
     fn conversion_webhooks_are_replaced_by_strategy_none() {
-        let crd = consumer_crd(&hostile_crd(), &api(), "p", &pods_taken(), NONE).unwrap_or_default();
+        let crd =
+            consumer_crd(&hostile_crd(), &api(), "p", &pods_taken(), NONE).unwrap_or_default();
         let conversion = crd.spec.conversion.unwrap_or_default();
         assert_eq!(conversion.strategy, "None");
         assert!(conversion.webhook.is_none());
@@ -267,7 +272,8 @@ mod tests {
 
     #[test]
     fn short_names_and_categories_of_other_resources_and_all_are_dropped() {
-        let crd = consumer_crd(&hostile_crd(), &api(), "p", &pods_taken(), NONE).unwrap_or_default();
+        let crd =
+            consumer_crd(&hostile_crd(), &api(), "p", &pods_taken(), NONE).unwrap_or_default();
         assert_eq!(crd.spec.names.short_names, Some(vec!["wd".to_string()]));
         assert_eq!(crd.spec.names.categories, Some(vec!["gadgets".to_string()]));
         assert_eq!(crd.spec.names.kind, "Widget");
@@ -287,7 +293,8 @@ mod tests {
 
     #[test]
     fn versions_keep_schema_subresources_columns_and_selectable_fields_only() {
-        let crd = consumer_crd(&hostile_crd(), &api(), "p", &pods_taken(), NONE).unwrap_or_default();
+        let crd =
+            consumer_crd(&hostile_crd(), &api(), "p", &pods_taken(), NONE).unwrap_or_default();
         let v = &crd.spec.versions[..];
         assert_eq!(v.len(), 1);
         assert!(v[0].served && v[0].storage);
@@ -319,8 +326,7 @@ mod tests {
             (other_plural, "spec.names.plural"),
             (other_scope, "spec.scope"),
         ] {
-            let error =
-                consumer_crd(&source, &api(), "p", &TakenNames::default(), NONE).err();
+            let error = consumer_crd(&source, &api(), "p", &TakenNames::default(), NONE).err();
             assert!(
                 error.as_deref().is_some_and(|e| e.contains(expected)),
                 "{error:?}"

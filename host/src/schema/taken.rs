@@ -199,9 +199,17 @@ pub(crate) mod tests {
     fn a_plural_singular_or_kind_of_a_built_in_resource_collides_and_names_it() {
         let taken = taken_for(&api("collide.example.org", "configmaps"));
         let cases = [
-            (names("configmaps", "thing", "Thing"), "plural", "configmaps"),
+            (
+                names("configmaps", "thing", "Thing"),
+                "plural",
+                "configmaps",
+            ),
             (names("things", "pod", "Thing"), "singular", "pods"),
-            (names("things", "thing", "Deployment"), "kind", "deployments.apps"),
+            (
+                names("things", "thing", "Deployment"),
+                "kind",
+                "deployments.apps",
+            ),
             (names("po", "thing", "Thing"), "plural", "pods"),
         ];
         for (names, field, holder) in cases {
@@ -218,8 +226,14 @@ pub(crate) mod tests {
     fn names_of_other_crds_and_of_the_api_itself_do_not_collide() {
         // Two providers may both export `gadgets`; the group keeps them apart.
         let taken = taken_for(&api("mine.org", "gadgets"));
-        assert_eq!(collision(&names("gadgets", "gadget", "Gadget"), &taken), None);
-        assert!(taken.contains("gd"), "other CRDs' short names are still taken");
+        assert_eq!(
+            collision(&names("gadgets", "gadget", "Gadget"), &taken),
+            None
+        );
+        assert!(
+            taken.contains("gd"),
+            "other CRDs' short names are still taken"
+        );
         // On an update, discovery lists the API's own installed CRD.
         let own = taken_for(&api("example.org", "widgets"));
         assert_eq!(collision(&names("widgets", "widget", "Widget"), &own), None);

@@ -191,14 +191,17 @@ mod tests {
         assert_eq!(served(&plan), [("v1", true, true)]);
         let note = plan.left_out.unwrap_or_default();
         assert!(note.starts_with("versions v1beta1 left out: "), "{note}");
-        assert!(note.contains("webhook") && note.ends_with("only v1 is served"), "{note}");
+        assert!(
+            note.contains("webhook") && note.ends_with("only v1 is served"),
+            "{note}"
+        );
     }
 
     #[test]
     fn the_planned_version_is_the_one_the_sync_engine_picks() {
         for exported in [vec![], vec!["v1beta1".to_string()], vec!["v1".to_string()]] {
-            let plan =
-                plan(&both(), Conversion::Webhook, &exported, &[]).unwrap_or_else(|e| panic!("{e}"));
+            let plan = plan(&both(), Conversion::Webhook, &exported, &[])
+                .unwrap_or_else(|e| panic!("{e}"));
             let on_consumer = synced_version(&plan.versions, &exported).map(|v| &v.name);
             let source = both();
             let on_source = synced_version(&source, &exported).map(|v| &v.name);
@@ -210,8 +213,7 @@ mod tests {
     #[test]
     fn an_unserved_storage_version_gives_way_to_the_first_served_exported_one() {
         let versions = [v("v1alpha1", true, false), v("v1", false, true)];
-        let plan =
-            plan(&versions, Conversion::Webhook, &[], &[]).unwrap_or_else(|e| panic!("{e}"));
+        let plan = plan(&versions, Conversion::Webhook, &[], &[]).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(served(&plan), [("v1alpha1", true, true)]);
         let none = super::plan(&versions, Conversion::Webhook, &["v2".into()], &[]);
         assert!(none.is_err(), "{none:?}");

@@ -60,7 +60,11 @@ pub fn unreachable_webhook() -> Value {
 
 /// A namespaced one-version CRD `<plural>.<group>` of kind `kind` (singular: `kind`
 /// lowercase), e.g. plural `configmaps` in a custom group.
-pub fn named_crd(group: &str, plural: &str, kind: &str) -> anyhow::Result<CustomResourceDefinition> {
+pub fn named_crd(
+    group: &str,
+    plural: &str,
+    kind: &str,
+) -> anyhow::Result<CustomResourceDefinition> {
     Ok(serde_json::from_value(json!({
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -80,7 +84,9 @@ pub fn named_crd(group: &str, plural: &str, kind: &str) -> anyhow::Result<Custom
 /// `(name, served, storage)` of every version of a CRD, in order.
 pub fn versions_of(crd: &CustomResourceDefinition) -> Vec<(String, bool, bool)> {
     let versions = crd.spec.versions.iter();
-    versions.map(|v| (v.name.clone(), v.served, v.storage)).collect()
+    versions
+        .map(|v| (v.name.clone(), v.served, v.storage))
+        .collect()
 }
 
 impl Scenario {

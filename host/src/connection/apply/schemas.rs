@@ -101,7 +101,11 @@ impl Steps<'_> {
                 .cloned()
                 .collect::<Vec<_>>()
                 .join("; ");
-            self.set(Desired::falsy(ConditionType::SchemaInSync, *reason, message));
+            self.set(Desired::falsy(
+                ConditionType::SchemaInSync,
+                *reason,
+                message,
+            ));
         } else if !refusals.is_empty() {
             self.set(Desired::falsy(
                 ConditionType::SchemaInSync,
