@@ -36,6 +36,7 @@ const REASONS: &[Reason] = &[
     Reason::CopyFailed,
     Reason::DeleteFailed,
     Reason::AutoBindNameTaken,
+    Reason::NameCollision,
 ];
 
 /// The reason stored as `reason`, if the konnector knows it.
@@ -59,6 +60,7 @@ pub fn needs_operator(reason: &str) -> bool {
                 | Reason::CRDNotManaged
                 | Reason::NamespaceNotAllowed
                 | Reason::AutoBindNameTaken
+                | Reason::NameCollision
         )
     )
 }
@@ -150,6 +152,9 @@ pub fn what_to_do(reason: &str) -> &'static str {
         }
         Reason::AutoBindNameTaken => {
             "a ClusterBinding named after the Connection is not autoBind's (no core.kbind.io/managed=true label): delete or rename that ClusterBinding, or turn autoBind off"
+        }
+        Reason::NameCollision => {
+            "the API's plural, singular or kind is a name the consumer already serves (the message names the resource): ask the provider to export it under another name, and remove it from the binding"
         }
     }
 }

@@ -159,6 +159,9 @@ pub enum Reason {
     /// A ClusterBinding named after an autoBind Connection exists without the managed label:
     /// autoBind leaves it alone and binds nothing.
     AutoBindNameTaken,
+    /// A bound API's plural, singular or kind is a name a built-in or aggregated consumer
+    /// resource already answers to: its CRD is not installed.
+    NameCollision,
 }
 
 impl Reason {
@@ -195,6 +198,7 @@ impl Reason {
             Self::CopyFailed => "CopyFailed",
             Self::DeleteFailed => "DeleteFailed",
             Self::AutoBindNameTaken => "AutoBindNameTaken",
+            Self::NameCollision => "NameCollision",
         }
     }
 }

@@ -23,6 +23,9 @@ pub const DELETION_POLICY_ORPHAN: &str = "Orphan";
 pub const RELATED_BINDING_ANNOTATION: &str = "core.kbind.io/related-binding";
 /// Annotation on a consumer CRD installed from a provider: the Connection it is pinned to.
 pub const CONNECTION_ANNOTATION: &str = "core.kbind.io/connection";
+/// Annotation on a consumer CRD that serves fewer versions than the provider: which versions
+/// were left out and why, repeated in binding readiness and the Connection's SchemaInSync.
+pub const VERSIONS_LEFT_OUT_ANNOTATION: &str = "core.kbind.io/versions-left-out";
 
 /// Finalizer on a consumer instance, placed before its first provider write.
 pub const SYNCER_FINALIZER: &str = "core.kbind.io/syncer";

@@ -24,6 +24,7 @@ use crate::api::Connection;
 use crate::api::names::CONNECTION_ANNOTATION;
 use crate::registry::Engagement;
 use crate::schema::schema_hash;
+use crate::schema::versions::left_out_note;
 use crate::schema::{ApiTarget, is_established};
 
 use super::object::BindingObject;
@@ -115,6 +116,7 @@ pub async fn gather<K: BindingObject>(obj: &K, key: &BindingKey, ctx: &Context) 
                 established: is_established(&crd),
                 pinned_to: crd.annotations().get(CONNECTION_ANNOTATION).cloned(),
                 target: ApiTarget::from_crd(&crd, &exported_versions),
+                versions_note: left_out_note(&crd).map(str::to_string),
             }),
             index_pin: pins.get(name).cloned().flatten(),
             install_problem: install_problems.remove(name),

@@ -13,7 +13,8 @@
 //!   installed (pullPolicy Bound)? ── no ──▶ SchemaInstallFailed / SchemaNotEstablished
 //!   consumer CRD there? ── no ──▶ Pending;  Established? ── no ──▶ SchemaNotEstablished
 //!   ▼
-//! Ready=True, with the resolved target of every API
+//! Ready=True, with the resolved target of every API (and, in the message, the versions a
+//! consumer CRD leaves out and why)
 //! ```
 
 use std::collections::BTreeMap;
@@ -53,6 +54,8 @@ pub struct CrdFacts {
     pub pinned_to: Option<String>,
     /// The resolved target, when a served version is also exported.
     pub target: Option<ApiTarget>,
+    /// Which provider versions the CRD leaves out and why (`schema::versions`), if any.
+    pub versions_note: Option<String>,
 }
 
 /// The facts about one listed API.
@@ -121,6 +124,7 @@ pub fn evaluate(connection: &str, state: &ConnectionState, apis: &[ApiFacts]) ->
         ConnectionState::Engaged { exported } => exported,
     };
     let mut problems: Vec<(Reason, String)> = Vec::new();
+    let mut notes = Vec::new();
     let mut targets = BTreeMap::new();
     for api in apis {
         let name = &api.name;
@@ -174,8 +178,13 @@ pub fn evaluate(connection: &str, state: &ConnectionState, apis: &[ApiFacts]) ->
                     format!("no served version of {name} is exported by Connection {connection}"),
                 )),
                 Some(CrdFacts {
-                    target: Some(t), ..
-                }) => target = Some(t.clone()),
+                    target: Some(t),
+                    versions_note,
+                    ..
+                }) => {
+                    target = Some(t.clone());
+                    notes.extend(versions_note.iter().map(|note| format!("{name}: {note}")));
+                }
             }
         }
         targets.insert(name.clone(), target);
@@ -184,7 +193,12 @@ pub fn evaluate(connection: &str, state: &ConnectionState, apis: &[ApiFacts]) ->
         None => Desired::truthy(
             ConditionType::Ready,
             Reason::AsExpected,
-            format!("all APIs are bound through Connection {connection}"),
+            std::iter::once(format!(
+                "all APIs are bound through Connection {connection}"
+            ))
+            .chain(notes)
+            .collect::<Vec<_>>()
+            .join("; "),
         ),
         Some((reason, _)) => Desired::falsy(
             ConditionType::Ready,
@@ -242,6 +256,7 @@ mod tests {
                 established: true,
                 pinned_to: Some("p".into()),
                 target: Some(target()),
+                versions_note: None,
             }),
             index_pin: Some("p".into()),
             install_problem: None,
@@ -281,6 +296,14 @@ mod tests {
         assert!(v.is_ready());
         assert_eq!(v.ready.reason, Reason::AsExpected);
         assert_eq!(v.targets.get(W), Some(&Some(target())));
+    }
+
+    #[test]
+    fn versions_left_out_are_named_in_the_ready_message() {
+        let note = "versions v1beta1 left out: webhook; only v1 is served";
+        let v = judged(|f| crd(f).versions_note = Some(note.into()));
+        assert!(v.is_ready(), "{v:?}");
+        assert!(v.ready.message.contains(&format!("{W}: {note}")), "{v:?}");
     }
 
     #[test]

@@ -131,6 +131,7 @@ fn reason(error: &SchemaError) -> Reason {
             Reason::CRDNotManaged
         }
         SchemaError::NotEstablished { .. } => Reason::SchemaNotEstablished,
+        SchemaError::NameCollision { .. } => Reason::NameCollision,
         SchemaError::ProviderRead { .. }
         | SchemaError::OpenApi { .. }
         | SchemaError::Synthesis { .. }
@@ -213,5 +214,12 @@ mod tests {
             detail: String::new(),
         };
         assert_eq!(reason(&waiting), Reason::SchemaNotEstablished);
+        let collision = SchemaError::NameCollision {
+            api: "configmaps.collide.example.org".into(),
+            field: "plural",
+            name: "configmaps".into(),
+            holder: "configmaps".into(),
+        };
+        assert_eq!(reason(&collision), Reason::NameCollision);
     }
 }

@@ -1,6 +1,6 @@
 //! Why a schema could not be installed, one variant per step of installing it (provider
-//! read, OpenAPI facts, synthesis, consumer discovery, apply, Established), shared by the
-//! install path and the OpenAPI reader.
+//! read, OpenAPI facts, synthesis, consumer discovery, name collision, apply, Established),
+//! shared by the install path and the OpenAPI reader.
 
 use std::time::Duration;
 
@@ -38,8 +38,8 @@ pub enum SchemaError {
         /// What is wrong with it.
         detail: String,
     },
-    /// Reading the consumer's discovery (to keep shortNames and categories from shadowing
-    /// other resources) failed.
+    /// Reading the consumer's discovery (to keep the CRD's names from shadowing other
+    /// resources) failed.
     #[error("reading the consumer's API discovery for {api} failed: {source}")]
     ConsumerDiscovery {
         /// The API.
@@ -62,6 +62,21 @@ pub enum SchemaError {
         crd: String,
         /// The client error.
         source: kube::Error,
+    },
+    /// The CRD's plural, singular or kind is a name a built-in or aggregated consumer resource
+    /// already answers to: installing it would change what `kubectl get <name>` means.
+    #[error(
+        "{api} is not installed: its {field} {name:?} is a name the consumer already serves ({holder}), and a second resource answering to it would change what `kubectl get {name}` means; ask the provider to export it under another name, and remove {api} from the binding's apis"
+    )]
+    NameCollision {
+        /// The API.
+        api: String,
+        /// Which of its names collides (`plural`, `singular`, `kind`).
+        field: &'static str,
+        /// The colliding name.
+        name: String,
+        /// The consumer resource answering to it.
+        holder: String,
     },
     /// The CRD did not become Established in time.
     #[error("CRD {crd} is not Established on the consumer after {waited:?}: {detail}")]

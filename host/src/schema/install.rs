@@ -11,7 +11,9 @@ use super::applied::{AppliedSchemas, source_hash};
 use super::error::SchemaError;
 use super::openapi::fetch_facts;
 use super::ownership;
-use super::sanitize::{TakenNames, consumer_crd};
+use super::sanitize::{Versioning, consumer_crd};
+use super::taken::{TakenNames, collision};
+use super::versions::Conversion;
 use crate::api::names::FIELD_MANAGER;
 use crate::api::{ExportedApi, SchemaSource, UpdatePolicy};
 use crate::policy::{Policies, SchemaInput};
@@ -86,7 +88,12 @@ pub async fn ensure_installed(
             hash: schema_hash(existing),
         });
     }
-    let mut desired = desired_crd(consumer, policies, connection, api, source).await?;
+    let stored = existing
+        .as_ref()
+        .and_then(|crd| crd.status.as_ref())
+        .and_then(|status| status.stored_versions.clone())
+        .unwrap_or_default();
+    let mut desired = desired_crd(consumer, policies, connection, api, source, &stored).await?;
     // Optimistic lock on the CRD just judged: if it changed hands since (annotation removed
     // or re-pinned), the write fails with a conflict and the next reconcile judges again.
     desired.metadata.resource_version = existing.and_then(|crd| crd.metadata.resource_version);
@@ -150,47 +157,56 @@ async fn fetch_source(
 }
 
 /// The CRD the consumer should have for `api`: the source's CRD, cut down to what a
-/// consumer needs (see [`super::sanitize`]).
+/// consumer needs (see [`super::sanitize`]), refused when one of its names is a built-in or
+/// aggregated consumer resource's ([`super::taken`]). `stored` is the existing consumer CRD's
+/// `status.storedVersions`.
 async fn desired_crd(
     consumer: &kube::Client,
     policies: &Policies,
     connection: &str,
     api: &ExportedApi,
     source: Source,
+    stored: &[String],
 ) -> Result<CustomResourceDefinition, SchemaError> {
-    let raw = match source {
+    let (raw, conversion) = match source {
         Source::OpenApi(input) => {
-            policies
-                .synthesize_schema(&input)
-                .await
-                .map_err(|source| SchemaError::Synthesis {
+            let raw = policies.synthesize_schema(&input).await.map_err(|source| {
+                SchemaError::Synthesis {
                     api: api.name.clone(),
                     source,
-                })?
+                }
+            })?;
+            // Whatever conversion the module's answer declares, OpenAPI does not say how the
+            // provider converts between versions.
+            (raw, Conversion::Unknown)
         }
-        Source::Crd(crd) => *crd,
+        Source::Crd(crd) => {
+            let conversion = Conversion::of_crd(&crd);
+            (*crd, conversion)
+        }
     };
-    let names = &raw.spec.names;
-    let has_aliases = [&names.short_names, &names.categories]
-        .iter()
-        .any(|list| list.as_ref().is_some_and(|l| !l.is_empty()));
-    // Consumer discovery is only read when there are aliases to check against it.
-    let taken = if has_aliases {
-        TakenNames::discover(consumer, api)
-            .await
-            .map_err(|source| SchemaError::ConsumerDiscovery {
-                api: api.name.clone(),
-                source,
-            })?
-    } else {
-        TakenNames::default()
-    };
-    let crd = consumer_crd(&raw, api, connection, &taken).map_err(|detail| {
+    // Read whatever the source's names: the host checks them, not the module.
+    let taken = TakenNames::discover(consumer, api)
+        .await
+        .map_err(|source| SchemaError::ConsumerDiscovery {
+            api: api.name.clone(),
+            source,
+        })?;
+    let versioning = Versioning { conversion, stored };
+    let crd = consumer_crd(&raw, api, connection, &taken, versioning).map_err(|detail| {
         SchemaError::Unacceptable {
             api: api.name.clone(),
             detail,
         }
     })?;
+    if let Some(found) = collision(&crd.spec.names, &taken) {
+        return Err(SchemaError::NameCollision {
+            api: api.name.clone(),
+            field: found.field,
+            name: found.name,
+            holder: found.holder,
+        });
+    }
     let kept = &crd.spec.names;
     if kept.short_names != raw.spec.names.short_names
         || kept.categories != raw.spec.names.categories

@@ -7,7 +7,10 @@
 //! rule deciding which consumer CRDs kbind may install, update or delete: never one of a
 //! protected group, never one kbind did not install for the same Connection.
 //! `updatePolicy: Once` leaves an installed CRD as it is; `Always` applies again only when
-//! the provider's schema changed ([`applied`]).
+//! the provider's schema changed ([`applied`]). A consumer CRD never converts by relabelling
+//! what the provider converts for real: a webhook-converted (or synthesized) multi-version API
+//! serves the synced version only ([`versions`]); a plural, singular or kind a built-in or
+//! aggregated consumer resource answers to is refused ([`taken`]).
 
 mod applied;
 mod error;
@@ -15,12 +18,15 @@ mod install;
 mod openapi;
 pub mod ownership;
 pub mod sanitize;
+pub mod taken;
 mod target;
+pub mod versions;
 
 pub use applied::AppliedSchemas;
 pub use error::SchemaError;
 pub use install::{Installed, Target, ensure_installed, established, is_established, schema_hash};
 pub use openapi::{ApiFacts, VersionFacts, fetch_facts};
 pub use ownership::Refusal;
-pub use sanitize::{TakenNames, consumer_crd};
+pub use sanitize::{Versioning, consumer_crd};
+pub use taken::{Collision, TakenNames};
 pub use target::ApiTarget;

@@ -4,13 +4,19 @@
 //! ```text
 //! source CRD ──▶ group, plural and scope must be the exported API's
 //!            ──▶ kept: group, names, scope, versions (name, served, storage, schema,
-//!                      subresources, additionalPrinterColumns, selectableFields)
+//!                      subresources, additionalPrinterColumns, selectableFields); of a
+//!                      source converting with a webhook (or synthesized), the synced
+//!                      version only ([`super::versions`])
 //!            ──▶ dropped: every label, annotation, finalizer and ownerReference of the
 //!                      source, conversion webhooks (strategy None), deprecation texts,
 //!                      shortNames and categories another consumer resource already answers
 //!                      to, and the category `all`
-//!            ──▶ added: core.kbind.io/connection: <Connection>
+//!            ──▶ added: core.kbind.io/connection: <Connection>, and
+//!                      core.kbind.io/versions-left-out when versions were left out
 //! ```
+//!
+//! A plural, singular or kind that a built-in or aggregated consumer resource answers to is
+//! refused before this, by the install path ([`super::taken::collision`]).
 //!
 //! The host enforces this after the module answered, so a swapped schema module cannot plant
 //! a conversion webhook pointing anywhere, hold the CRD with a finalizer, hand it to an owner
@@ -23,70 +29,33 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceDefinitionSpec, CustomResourceDefinitionVersion,
 };
 use kube::api::ObjectMeta;
-use kube::core::discovery::v2::APIGroupDiscoveryList;
 
-use crate::api::names::CONNECTION_ANNOTATION;
+use super::taken::TakenNames;
+use super::versions::{self, Conversion};
+use crate::api::names::{CONNECTION_ANNOTATION, VERSIONS_LEFT_OUT_ANNOTATION};
 use crate::api::{ExportedApi, ResourceScope};
 
 /// The category kubectl expands for `kubectl get all`; no bound API joins it.
 pub const CATEGORY_ALL: &str = "all";
 
-/// Every name (plural, singular, short name) the consumer's other resources answer to, read
-/// from consumer discovery: a bound API's shortNames and categories must not shadow them.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct TakenNames {
-    names: BTreeSet<String>,
-}
-
-impl TakenNames {
-    /// Names taken by every discovered resource except `api` itself (its own installed CRD
-    /// must not make its names collide with themselves).
-    pub fn from_discovery<'a>(
-        lists: impl IntoIterator<Item = &'a APIGroupDiscoveryList>,
-        api: &ExportedApi,
-    ) -> Self {
-        let mut names = BTreeSet::new();
-        for group in lists.into_iter().flat_map(|l| &l.items) {
-            let group_name = group
-                .metadata
-                .as_ref()
-                .and_then(|m| m.name.as_deref())
-                .unwrap_or("");
-            for resource in group.versions.iter().flat_map(|v| &v.resources) {
-                let Some(plural) = resource.resource.as_deref() else {
-                    continue;
-                };
-                if group_name == api.group && plural == api.resource {
-                    continue;
-                }
-                names.insert(plural.to_string());
-                names.extend(resource.singular_resource.iter().cloned());
-                names.extend(resource.short_names.iter().cloned());
-            }
-        }
-        Self { names }
-    }
-
-    /// Reads the consumer's aggregated discovery (`/api` and `/apis`).
-    pub async fn discover(consumer: &kube::Client, api: &ExportedApi) -> Result<Self, kube::Error> {
-        let core = consumer.list_core_api_versions_aggregated().await?;
-        let groups = consumer.list_api_groups_aggregated().await?;
-        Ok(Self::from_discovery([&core, &groups], api))
-    }
-
-    /// Whether another consumer resource answers to `name`.
-    pub fn contains(&self, name: &str) -> bool {
-        self.names.contains(name)
-    }
+/// How the source converts between its versions, and which versions the existing consumer CRD
+/// has stored objects in: what decides the versions the consumer CRD serves ([`versions`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Versioning<'a> {
+    /// The provider's conversion (`Unknown` for a synthesized schema).
+    pub conversion: Conversion,
+    /// The existing consumer CRD's `status.storedVersions`, empty on a first install.
+    pub stored: &'a [String],
 }
 
 /// The consumer's copy of `source` for `api`, pinned to `connection`. `Err` names what makes
-/// the source unacceptable (a CRD for another group, resource or scope).
+/// the source unacceptable (a CRD for another group, resource or scope, or no version to sync).
 pub fn consumer_crd(
     source: &CustomResourceDefinition,
     api: &ExportedApi,
     connection: &str,
     taken: &TakenNames,
+    versioning: Versioning<'_>,
 ) -> Result<CustomResourceDefinition, String> {
     let spec = &source.spec;
     if spec.group != api.group {
@@ -111,22 +80,32 @@ pub fn consumer_crd(
             spec.scope, api.name
         ));
     }
+    let cut: Vec<CustomResourceDefinitionVersion> = spec.versions.iter().map(version).collect();
+    let plan = versions::plan(
+        &cut,
+        versioning.conversion,
+        &api.versions,
+        versioning.stored,
+    )?;
+    let mut annotations =
+        BTreeMap::from([(CONNECTION_ANNOTATION.to_string(), connection.to_string())]);
+    if let Some(left_out) = plan.left_out {
+        annotations.insert(VERSIONS_LEFT_OUT_ANNOTATION.to_string(), left_out);
+    }
     Ok(CustomResourceDefinition {
         metadata: ObjectMeta {
             name: Some(api.name.clone()),
-            annotations: Some(BTreeMap::from([(
-                CONNECTION_ANNOTATION.to_string(),
-                connection.to_string(),
-            )])),
+            annotations: Some(annotations),
             ..ObjectMeta::default()
         },
         spec: CustomResourceDefinitionSpec {
             group: spec.group.clone(),
             names: names(&spec.names, taken),
             scope: spec.scope.clone(),
-            versions: spec.versions.iter().map(version).collect(),
+            versions: plan.versions,
             // Conversion webhooks point at services the consumer does not run (or anywhere a
-            // module chooses): the consumer apiserver converts nothing but apiVersion.
+            // module chooses): the consumer apiserver converts nothing but apiVersion, which is
+            // why versions the provider converts for real are not served ([`versions`]).
             conversion: Some(CustomResourceConversion {
                 strategy: "None".into(),
                 webhook: None,
@@ -182,7 +161,14 @@ mod tests {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
         CustomResourceDefinitionStatus, WebhookConversion,
     };
+    use kube::core::discovery::v2::APIGroupDiscoveryList;
     use serde_json::json;
+
+    /// A source converting with None, over no existing consumer CRD.
+    const NONE: Versioning<'static> = Versioning {
+        conversion: Conversion::None,
+        stored: &[],
+    };
 
     fn api() -> ExportedApi {
         ExportedApi {
@@ -251,12 +237,13 @@ mod tests {
             ]}]
         }]}))
         .unwrap_or_default();
-        TakenNames::from_discovery([&core, &groups], &api())
+        TakenNames::from_discovery([&core, &groups], &api(), &Default::default())
     }
 
     #[test]
     fn foreign_metadata_is_dropped_and_only_the_connection_pin_remains() {
-        let crd = consumer_crd(&hostile_crd(), &api(), "p", &pods_taken()).unwrap_or_default();
+        let crd =
+            consumer_crd(&hostile_crd(), &api(), "p", &pods_taken(), NONE).unwrap_or_default();
         let meta = &crd.metadata;
         assert_eq!(meta.name.as_deref(), Some("widgets.example.org"));
         assert!(meta.uid.is_none() && meta.resource_version.is_none());
@@ -276,7 +263,8 @@ mod tests {
 
     #[test]
     fn conversion_webhooks_are_replaced_by_strategy_none() {
-        let crd = consumer_crd(&hostile_crd(), &api(), "p", &pods_taken()).unwrap_or_default();
+        let crd =
+            consumer_crd(&hostile_crd(), &api(), "p", &pods_taken(), NONE).unwrap_or_default();
         let conversion = crd.spec.conversion.unwrap_or_default();
         assert_eq!(conversion.strategy, "None");
         assert!(conversion.webhook.is_none());
@@ -284,7 +272,8 @@ mod tests {
 
     #[test]
     fn short_names_and_categories_of_other_resources_and_all_are_dropped() {
-        let crd = consumer_crd(&hostile_crd(), &api(), "p", &pods_taken()).unwrap_or_default();
+        let crd =
+            consumer_crd(&hostile_crd(), &api(), "p", &pods_taken(), NONE).unwrap_or_default();
         assert_eq!(crd.spec.names.short_names, Some(vec!["wd".to_string()]));
         assert_eq!(crd.spec.names.categories, Some(vec!["gadgets".to_string()]));
         assert_eq!(crd.spec.names.kind, "Widget");
@@ -297,14 +286,15 @@ mod tests {
         let mut source = hostile_crd();
         source.spec.names.short_names = Some(vec!["po".into()]);
         source.spec.names.categories = Some(vec!["all".into()]);
-        let crd = consumer_crd(&source, &api(), "p", &pods_taken()).unwrap_or_default();
+        let crd = consumer_crd(&source, &api(), "p", &pods_taken(), NONE).unwrap_or_default();
         assert!(crd.spec.names.short_names.is_none());
         assert!(crd.spec.names.categories.is_none());
     }
 
     #[test]
     fn versions_keep_schema_subresources_columns_and_selectable_fields_only() {
-        let crd = consumer_crd(&hostile_crd(), &api(), "p", &pods_taken()).unwrap_or_default();
+        let crd =
+            consumer_crd(&hostile_crd(), &api(), "p", &pods_taken(), NONE).unwrap_or_default();
         let v = &crd.spec.versions[..];
         assert_eq!(v.len(), 1);
         assert!(v[0].served && v[0].storage);
@@ -336,7 +326,7 @@ mod tests {
             (other_plural, "spec.names.plural"),
             (other_scope, "spec.scope"),
         ] {
-            let error = consumer_crd(&source, &api(), "p", &TakenNames::default()).err();
+            let error = consumer_crd(&source, &api(), "p", &TakenNames::default(), NONE).err();
             assert!(
                 error.as_deref().is_some_and(|e| e.contains(expected)),
                 "{error:?}"
@@ -359,12 +349,47 @@ mod tests {
             strategy: "Webhook".into(),
             webhook: Some(WebhookConversion::default()),
         });
-        let crd = consumer_crd(&source, &api(), "p", &TakenNames::default()).unwrap_or_default();
+        let crd =
+            consumer_crd(&source, &api(), "p", &TakenNames::default(), NONE).unwrap_or_default();
         assert_eq!(crd.spec.versions, {
             let mut v = source.spec.versions.clone();
             v[0].deprecated = None;
             v[0].deprecation_warning = None;
             v
         });
+    }
+
+    #[test]
+    fn a_webhook_converted_source_serves_only_the_synced_version_and_says_so() {
+        let mut source = hostile_crd();
+        let mut beta = source.spec.versions[0].clone();
+        beta.name = "v1beta1".into();
+        beta.storage = false;
+        source.spec.versions.insert(0, beta);
+        let served = |versioning| {
+            let crd = consumer_crd(&source, &api(), "p", &TakenNames::default(), versioning)
+                .unwrap_or_default();
+            let names: Vec<String> = crd.spec.versions.iter().map(|v| v.name.clone()).collect();
+            let note = crd
+                .metadata
+                .annotations
+                .unwrap_or_default()
+                .remove(VERSIONS_LEFT_OUT_ANNOTATION);
+            (names, note)
+        };
+        let webhook = Versioning {
+            conversion: Conversion::of_crd(&source),
+            stored: &[],
+        };
+        let (names, note) = served(webhook);
+        assert_eq!(names, ["v1"]);
+        assert!(
+            note.as_deref()
+                .is_some_and(|n| n.contains("v1beta1 left out") && n.contains("webhook")),
+            "{note:?}"
+        );
+        let (names, note) = served(NONE);
+        assert_eq!(names, ["v1beta1", "v1"]);
+        assert_eq!(note, None);
     }
 }

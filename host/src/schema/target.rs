@@ -7,6 +7,8 @@
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::core::{ApiResource, GroupVersionKind};
 
+use super::versions::synced_version;
+
 /// The resource one syncer works on, as resolved from an Established consumer CRD.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ApiTarget {
@@ -29,19 +31,11 @@ pub struct ApiTarget {
 impl ApiTarget {
     /// Resolves the target from a consumer CRD. The version is the storage version when it is
     /// served and exported, else the first served version the provider exports; `exported`
-    /// empty means "no restriction". `None` when no such version exists.
+    /// empty means "no restriction" ([`synced_version`], the rule schema installation plans
+    /// the consumer CRD's versions by). `None` when no such version exists.
     pub fn from_crd(crd: &CustomResourceDefinition, exported: &[String]) -> Option<Self> {
         let spec = &crd.spec;
-        let exported_ok = |name: &str| exported.is_empty() || exported.iter().any(|v| v == name);
-        let version = spec
-            .versions
-            .iter()
-            .find(|v| v.storage && v.served && exported_ok(&v.name))
-            .or_else(|| {
-                spec.versions
-                    .iter()
-                    .find(|v| v.served && exported_ok(&v.name))
-            })?;
+        let version = synced_version(&spec.versions, exported)?;
         Some(Self {
             group: spec.group.clone(),
             version: version.name.clone(),

@@ -39,6 +39,7 @@ use crate::testenv::ClusterPair;
 mod expect;
 mod fixtures;
 mod helpers;
+pub mod provider_crds;
 pub mod related;
 pub mod remains;
 mod scenario;

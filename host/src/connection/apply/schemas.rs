@@ -15,7 +15,8 @@ use crate::conditions::Desired;
 use crate::connection::{Error, Result};
 use crate::provider::discovery::Discovered;
 use crate::provider::kubeconfig::ProviderCredentials;
-use crate::schema::{self, Refusal, Target, ownership};
+use crate::schema::versions::left_out_note;
+use crate::schema::{self, Refusal, SchemaError, Target, ownership};
 
 impl Steps<'_> {
     /// Which exported APIs kbind may not install for this Connection (a consumer CRD it does
@@ -49,6 +50,7 @@ impl Steps<'_> {
         let policy = &self.connection.spec.schema;
         let name = self.connection.name_any();
         let mut failures = Vec::new();
+        let mut notes = Vec::new();
         if policy.pull_policy == PullPolicy::All {
             for api in discovered
                 .apis
@@ -70,8 +72,11 @@ impl Steps<'_> {
                     self.ctx.config.schema_wait,
                 )
                 .await;
-                if let Err(error) = installed {
-                    failures.push(error.to_string());
+                match installed {
+                    Ok(installed) => notes.extend(
+                        left_out_note(&installed.crd).map(|note| format!("{}: {note}", api.name)),
+                    ),
+                    Err(error) => failures.push((failure_reason(&error), error.to_string())),
                 }
             }
         }
@@ -88,16 +93,17 @@ impl Steps<'_> {
             }))
             .collect();
         // Warning Events follow from SchemaInSync changing state (see `super::events`).
-        if !failures.is_empty() {
+        if let Some((reason, _)) = failures.first() {
             let message = failures
                 .iter()
+                .map(|(_, message)| message)
                 .chain(&refusals)
                 .cloned()
                 .collect::<Vec<_>>()
                 .join("; ");
             self.set(Desired::falsy(
                 ConditionType::SchemaInSync,
-                Reason::SchemaInstallFailed,
+                *reason,
                 message,
             ));
         } else if !refusals.is_empty() {
@@ -115,10 +121,13 @@ impl Steps<'_> {
                     "pullPolicy Bound: schemas are installed when a binding lists the API"
                         .to_string()
                 }
-                PullPolicy::All => format!(
+                PullPolicy::All => std::iter::once(format!(
                     "{} exported schema(s) installed and Established",
                     discovered.apis.len()
-                ),
+                ))
+                .chain(notes)
+                .collect::<Vec<_>>()
+                .join("; "),
             };
             self.set(Desired::truthy(
                 ConditionType::SchemaInSync,
@@ -126,6 +135,15 @@ impl Steps<'_> {
                 message,
             ));
         }
+    }
+}
+
+/// The SchemaInSync reason of a failed install: a name collision is its own case (the
+/// provider must rename the API), everything else is a failed install.
+fn failure_reason(error: &SchemaError) -> Reason {
+    match error {
+        SchemaError::NameCollision { .. } => Reason::NameCollision,
+        _ => Reason::SchemaInstallFailed,
     }
 }
 
