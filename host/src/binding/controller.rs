@@ -158,7 +158,15 @@ async fn apply<K: BindingObject>(obj: &K, api: &Api<K>, ctx: &Context) -> Result
     let verdict = readiness::evaluate(&facts.connection, &facts.state, &facts.apis);
     select(ctx, key, &facts, &verdict);
     // After the index stopped listing them: drain the APIs this binding no longer lists.
-    let dropped = teardown::drain_dropped(obj, ctx).await?;
+    let dropped = match teardown::drain_dropped(obj, ctx).await {
+        Ok(dropped) => dropped,
+        Err(error) => {
+            // The instances not drained keep their finalizer; the binding says why, and the
+            // drain is retried with backoff.
+            write_condition(obj, ctx, failure::drain_failed(&error)).await;
+            return Err(error);
+        }
+    };
     let (related, related_error) = sync_related(obj, ctx, &facts, verdict.is_ready()).await;
     let summary = summary::of(obj, &ctx.shared.outcomes);
     let observed = status::Observed {

@@ -14,6 +14,8 @@
 //! Without a provider client, finalizers are released and the instances that wanted their
 //! copy deleted are counted, so the binding can say provider copies may remain.
 
+use std::collections::BTreeSet;
+
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{DeleteParams, DynamicObject, ListParams, Preconditions};
@@ -27,6 +29,7 @@ use crate::registry::Engagement;
 use crate::schema::{ApiTarget, Refusal, ownership};
 use crate::sync::conflict::owned_by;
 
+use super::coverage::Covered;
 use super::{Context, Error, Result};
 
 /// Which binding is being torn down, for which Connection, over which namespace (`None`: a
@@ -40,14 +43,16 @@ pub(super) struct DrainScope<'a> {
     pub(super) namespace: Option<&'a str>,
 }
 
-/// Drains one API in scope; for a ClusterBinding (`namespace` `None`) with `remove_crd` then
-/// deletes the CRD when it is kbind's for this Connection. Returns how many instances were
+/// Drains one API in scope, leaving alone what `others` still cover; for a ClusterBinding
+/// (`namespace` `None`) with `remove_crd` then deletes the CRD when it is kbind's for this
+/// Connection, only after every instance was checked. Returns how many instances were
 /// released without a provider check.
 pub(super) async fn drain_api(
     ctx: &Context,
     engagement: Option<&Engagement>,
     api_name: &str,
     scope: &DrainScope<'_>,
+    others: &Covered,
     remove_crd: bool,
 ) -> Result<usize> {
     let namespace = scope.namespace;
@@ -67,7 +72,8 @@ pub(super) async fn drain_api(
         release_only(ctx, &target, scope, &refusal).await?;
         return Ok(0);
     }
-    let unchecked = drain_instances(ctx, engagement, &target, namespace).await?;
+    let unchecked =
+        drain_instances(ctx, engagement, &target, namespace, &others.namespaces).await?;
     if namespace.is_none() && remove_crd {
         // Spec: "Drain instances across the API, then delete the consumer CRD, which deletes
         // its consumer instances." Only a CRD kbind installed for this Connection, checked
@@ -102,7 +108,7 @@ pub(super) async fn drain_api(
         }
         // A syncer that had not stopped yet may have put a finalizer back; release again so
         // the CRD's own instance deletion is not held open.
-        drain_instances(ctx, None, &target, namespace).await?;
+        drain_instances(ctx, None, &target, namespace, &BTreeSet::new()).await?;
     }
     Ok(unchecked)
 }
@@ -140,7 +146,7 @@ async fn release_only(
         ConditionType::TeardownFailed.action(),
     )
     .await;
-    match drain_instances(ctx, None, target, scope.namespace).await {
+    match drain_instances(ctx, None, target, scope.namespace, &BTreeSet::new()).await {
         Err(Error::ListInstances { source, .. }) if source.is_forbidden() => {
             warn!(api = %target.plural, error = %source, "instances not listable: no finalizer released");
             Ok(())
@@ -150,13 +156,14 @@ async fn release_only(
 }
 
 /// Deletes owned provider copies (unless the instance says Orphan) and releases the syncer
-/// finalizers of every instance in scope. `engagement` `None`: finalizers only. Returns how
+/// finalizers of every instance in scope outside the `covered` namespaces. `engagement` `None`: finalizers only. Returns how
 /// many instances that wanted their copy deleted were released without a provider client.
 async fn drain_instances(
     ctx: &Context,
     engagement: Option<&Engagement>,
     target: &ApiTarget,
     namespace: Option<&str>,
+    covered: &BTreeSet<String>,
 ) -> Result<usize> {
     let ar = target.api_resource();
     let consumer: Api<DynamicObject> = match namespace {
@@ -174,26 +181,58 @@ async fn drain_instances(
         }
     };
     let mut unchecked = 0;
+    let mut failed = 0;
+    let mut first = None;
     for instance in &instances {
         if !instance.finalizers().iter().any(|f| f == SYNCER_FINALIZER) {
+            continue;
+        }
+        if instance
+            .metadata
+            .namespace
+            .as_ref()
+            .is_some_and(|ns| covered.contains(ns))
+        {
+            // Another binding still syncs this namespace: its instances and copies stay.
             continue;
         }
         let orphan = instance
             .annotations()
             .get(DELETION_POLICY_ANNOTATION)
             .is_some_and(|v| v == DELETION_POLICY_ORPHAN);
-        match (engagement, orphan) {
-            (Some(engagement), false) => delete_provider_copy(engagement, target, instance).await?,
-            (None, false) => unchecked += 1,
-            (_, true) => {}
+        let checked = match (engagement, orphan) {
+            (Some(engagement), false) => delete_provider_copy(engagement, target, instance).await,
+            (None, false) => {
+                unchecked += 1;
+                Ok(())
+            }
+            (_, true) => Ok(()),
+        };
+        // The finalizer goes only once the copy is checked; one instance's failure does not
+        // stop the others.
+        let released = match checked {
+            Ok(()) => release_finalizer(&ctx.shared.consumer, target, instance).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = released {
+            warn!(api = %target.plural, namespace = instance.metadata.namespace.as_deref(), name = %instance.name_any(), error = %e, "instance not drained; its finalizer stays and the drain is retried");
+            failed += 1;
+            first.get_or_insert(e);
         }
-        release_finalizer(&ctx.shared.consumer, target, instance).await?;
     }
-    Ok(unchecked)
+    match first {
+        None => Ok(unchecked),
+        Some(first) => Err(Error::DrainIncomplete {
+            api: target.plural.clone(),
+            failed,
+            first: Box::new(first),
+        }),
+    }
 }
 
-/// Deletes the provider copy when both ownership UIDs are this instance's. A failed read is
-/// best-effort (logged); a failed delete blocks.
+/// Deletes the provider copy when both ownership UIDs are this instance's. Only an absent copy
+/// or one that is provably not ours counts as checked: a failed read or delete is an error,
+/// so the instance keeps its finalizer and the drain is retried.
 async fn delete_provider_copy(
     engagement: &Engagement,
     target: &ApiTarget,
@@ -209,10 +248,7 @@ async fn delete_provider_copy(
     let copy = match provider.get_opt(&name).await {
         Ok(Some(copy)) => copy,
         Ok(None) => return Ok(()),
-        Err(e) => {
-            warn!(namespace = ns, name, error = %e, "reading the provider copy failed; it may remain");
-            return Ok(());
-        }
+        Err(source) => return Err(Error::ReadProviderCopy { name, source }),
     };
     let uid = instance.metadata.uid.as_deref().unwrap_or_default();
     if !owned_by(&copy, &engagement.consumer_uid, uid) || copy.metadata.deletion_timestamp.is_some()

@@ -6,8 +6,11 @@
 //! drain ─▶ engaged? ── yes ─▶ the engaged client
 //!            └─ no ─▶ Connection ▶ pinned UIDs ▶ Secret (credential namespace) ▶ kubeconfig
 //!                       ▶ provider identity == pinned remoteClusterUID ─▶ a client for this drain
-//!                     any step fails ─▶ Unavailable(why): the drain releases finalizers only,
-//!                                       and the binding says so (Drained=False, Warning Event)
+//!                     Connection gone, never pinned, credentials unusable, another cluster
+//!                       ─▶ Unavailable(why): the drain releases finalizers only, and the
+//!                          binding says so (Drained=False, Warning Event)
+//!                     identity read failed (timeout, 5xx, 429, 403) ─▶ Err: retried with
+//!                       backoff, finalizers kept
 //! ```
 //!
 //! Why the drain builds its own client rather than the Connection controller re-engaging: a
@@ -15,7 +18,9 @@
 //! its bindings), and engaging it would also restart syncers for a Connection on its way out.
 //! A client used only for deletes, and only after the provider proves to be the pinned
 //! cluster, drains exactly what the engaged client would have. The spec's "best-effort if
-//! credentials cannot be built" remains for when this fails, now with a condition and an Event.
+//! credentials cannot be built" remains for credentials that cannot be built and a provider
+//! that is provably another cluster, with a condition and an Event; unlike the spec, a
+//! provider read that fails is retried, never taken as licence to leave copies unchecked.
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
@@ -89,7 +94,18 @@ pub async fn resolve(
                 "Connection {connection}'s credentials now reach cluster {uid}, not the pinned provider {pinned_provider}"
             ));
         }
-        Err(e) => return unavailable(format!("Connection {connection}: {e}")),
+        // A provider without the object it is identified by is provably not the pinned one.
+        Err(e @ identity::IdentityError::Missing { .. }) => {
+            return unavailable(format!("Connection {connection}: {e}"));
+        }
+        // A timeout, a 5xx, a 429 or a refusal may pass: retry with backoff rather than release
+        // finalizers with the copies unchecked.
+        Err(source) => {
+            return Err(Error::ProviderIdentity {
+                connection: connection.to_string(),
+                source,
+            });
+        }
     }
     info!(%connection, "Connection not engaged: draining through a client built from its credentials");
     Ok(Ok(Engagement {

@@ -83,6 +83,33 @@ pub fn teardown_failed(error: &Error) -> Desired {
     )
 }
 
+/// `Drained=False` for a drain of dropped APIs that failed with `error`: the instances not
+/// drained keep their finalizer and the drain is retried.
+pub fn drain_failed(error: &Error) -> Desired {
+    let (reason, advice) = match classify(error) {
+        Class::Forbidden => (
+            Reason::Forbidden,
+            "grant the refused identity get and delete on that kind (the Connection's provider \
+             identity for provider copies), or set core.kbind.io/deletion-policy=Orphan on \
+             instances whose provider copy should stay",
+        ),
+        Class::Unreachable => (
+            Reason::ProviderUnreachable,
+            "the cluster did not answer; retrying — instances keep their finalizer until their \
+             copies are checked",
+        ),
+        Class::Policy | Class::Other => (
+            Reason::DeleteFailed,
+            "retrying; see the konnector log if it persists",
+        ),
+    };
+    Desired::falsy(
+        ConditionType::Drained,
+        reason,
+        format!("drain not finished: {error}; {advice}"),
+    )
+}
+
 enum Class {
     Forbidden,
     Unreachable,
@@ -91,8 +118,13 @@ enum Class {
 }
 
 fn classify(error: &Error) -> Class {
-    if matches!(error, Error::RelatedPolicy(_)) {
-        return Class::Policy;
+    match error {
+        Error::RelatedPolicy(_) => return Class::Policy,
+        Error::DrainIncomplete { first, .. } => return classify(first),
+        Error::ProviderIdentity { source, .. } if source.is_forbidden() => {
+            return Class::Forbidden;
+        }
+        _ => {}
     }
     match kube_error(error) {
         Some(e) if e.is_forbidden() => Class::Forbidden,
@@ -116,9 +148,12 @@ fn kube_error(error: &Error) -> Option<&kube::Error> {
         | Error::CreateNamespace { source: e, .. }
         | Error::ListInstances { source: e, .. }
         | Error::DeleteProviderCopy { source: e, .. }
+        | Error::ReadProviderCopy { source: e, .. }
         | Error::ReleaseFinalizer { source: e, .. }
         | Error::DeleteCrd { source: e, .. } => Some(e),
+        Error::ProviderIdentity { source, .. } => source.kube_error(),
         Error::MissingName
+        | Error::DrainIncomplete { .. }
         | Error::RelatedPolicy(_)
         | Error::BuildRequest(_)
         | Error::Finalizer(_) => None,

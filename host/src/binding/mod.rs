@@ -37,6 +37,7 @@
 //! the `konnector run` command wires it next to the Connection controller.
 
 pub mod controller;
+pub mod coverage;
 mod drain;
 pub mod drain_provider;
 pub mod events;
@@ -173,6 +174,42 @@ pub enum Error {
         /// What the provider said.
         #[source]
         source: kube::Error,
+    },
+    /// Reading a provider copy during a drain: it may still exist, so the instance keeps its
+    /// finalizer.
+    #[error("reading provider copy {name}: {source}")]
+    ReadProviderCopy {
+        /// The instance name.
+        name: String,
+        /// What the provider said.
+        #[source]
+        source: kube::Error,
+    },
+    /// Reading the provider's identity for a drain through the Connection's credentials
+    /// failed in a way that may pass (network, 5xx, 429, RBAC): retried, never a reason to
+    /// release finalizers without checking the copies.
+    #[error(
+        "checking that Connection {connection}'s credentials still reach the pinned provider: {source}"
+    )]
+    ProviderIdentity {
+        /// The Connection.
+        connection: String,
+        /// Why the identity read failed.
+        #[source]
+        source: crate::provider::identity::IdentityError,
+    },
+    /// Some instances of an API could not be drained: their finalizers stay and the drain is
+    /// retried; the others were drained.
+    #[error(
+        "{failed} instance(s) of {api} not drained yet (their finalizers stay), the first: {first}"
+    )]
+    DrainIncomplete {
+        /// The API's plural.
+        api: String,
+        /// How many instances failed.
+        failed: usize,
+        /// The first failure.
+        first: Box<Error>,
     },
     /// Releasing `core.kbind.io/syncer` from a consumer instance during teardown.
     #[error("releasing the syncer finalizer of {name}: {source}")]

@@ -32,19 +32,18 @@
 
 use std::collections::BTreeSet;
 
-use kube::api::ListParams;
-use kube::{Api, Client, ResourceExt};
+use kube::ResourceExt;
 use tracing::info;
 
-use crate::api::{Binding, ClusterBinding};
 use crate::conditions::Desired;
 
+use super::coverage::{self, Covered};
 use super::drain::{DrainScope, drain_api};
 use super::drain_provider;
 use super::object::BindingObject;
 use super::publish::write_condition;
 use super::related::{self, RelatedScope};
-use super::{Context, Error, Result};
+use super::{Context, Result};
 
 /// Runs the whole teardown of a deleted binding.
 pub async fn run<K: BindingObject>(obj: &K, ctx: &Context) -> Result<()> {
@@ -59,25 +58,29 @@ pub async fn run<K: BindingObject>(obj: &K, ctx: &Context) -> Result<()> {
         binding: &binding,
         namespace: namespace.as_deref(),
     };
-    let others = apis_listed_elsewhere(&ctx.shared.consumer, &uid).await?;
+    let covered = coverage::of_others(&ctx.shared.consumer, &uid, scope.connection).await?;
+    let none = Covered::default();
     let mut unchecked = Vec::new();
     for listed in &spec.apis {
-        if others.contains(&listed.name) {
-            // Spec: "If any other non-deleting binding anywhere lists the same API, cleanup
-            // skips that API as a whole."
-            info!(api = %listed.name, "another binding lists this API; skipping its cleanup");
+        let others = covered.get(&listed.name).unwrap_or(&none);
+        if others.covers_scope(namespace.as_deref()) {
+            // Another binding that can sync still covers every instance in this scope.
+            info!(api = %listed.name, "another binding covers this API in scope; nothing to drain");
             continue;
         }
-        if drain_api(ctx, engagement, &listed.name, &scope, true).await? > 0 {
+        // A ClusterBinding leaves the namespaces Bindings still cover, and deletes the CRD
+        // only when no other counting binding lists the API at all.
+        if drain_api(ctx, engagement, &listed.name, &scope, others, !others.any()).await? > 0 {
             unchecked.push(listed.name.clone());
         }
     }
     // An API dropped from `apis` whose drain was still pending: drained too; its CRD stays.
-    for api in dropped_apis(obj)
-        .into_iter()
-        .filter(|a| !others.contains(*a))
-    {
-        if drain_api(ctx, engagement, api, &scope, false).await? > 0 {
+    for api in dropped_apis(obj) {
+        let others = covered.get(api).unwrap_or(&none);
+        if others.covers_scope(namespace.as_deref()) {
+            continue;
+        }
+        if drain_api(ctx, engagement, api, &scope, others, false).await? > 0 {
             unchecked.push(api.to_string());
         }
     }
@@ -121,11 +124,18 @@ pub async fn drain_dropped<K: BindingObject>(obj: &K, ctx: &Context) -> Result<D
         return Ok(Dropped::default());
     }
     let uid = obj.meta().uid.clone().unwrap_or_default();
-    let others = apis_listed_elsewhere(&ctx.shared.consumer, &uid).await?;
     let connection = spec.connection_ref.name.as_str();
+    let covered = coverage::of_others(&ctx.shared.consumer, &uid, connection).await?;
+    let none = Covered::default();
+    let namespace = obj.namespace();
     let (pending, ready): (Vec<&str>, Vec<&str>) = dropped
         .into_iter()
-        .filter(|api| !others.contains(*api))
+        .filter(|api| {
+            !covered
+                .get(*api)
+                .unwrap_or(&none)
+                .covers_scope(namespace.as_deref())
+        })
         // The syncer could still put a finalizer back or write a copy: drain once it is done.
         .partition(|api| ctx.shared.syncers.contains(connection, api));
     let mut out = Dropped {
@@ -136,7 +146,6 @@ pub async fn drain_dropped<K: BindingObject>(obj: &K, ctx: &Context) -> Result<D
         return Ok(out);
     }
     let provider = drain_provider::resolve(ctx, connection).await?;
-    let namespace = obj.namespace();
     let binding = obj.object_ref(&());
     let scope = DrainScope {
         connection,
@@ -149,7 +158,8 @@ pub async fn drain_dropped<K: BindingObject>(obj: &K, ctx: &Context) -> Result<D
             api,
             "API no longer listed by the binding; draining its instances"
         );
-        if drain_api(ctx, provider.as_ref().ok(), api, &scope, false).await? > 0 {
+        let others = covered.get(*api).unwrap_or(&none);
+        if drain_api(ctx, provider.as_ref().ok(), api, &scope, others, false).await? > 0 {
             unchecked.push(api.to_string());
         }
     }
@@ -179,28 +189,4 @@ fn dropped_apis<K: BindingObject>(obj: &K) -> Vec<&str> {
         .map(|b| b.name.as_str())
         .filter(|name| !listed.contains(name))
         .collect()
-}
-
-/// Names of the APIs listed by every binding other than `uid` that is not being deleted,
-/// whichever konnector handles it ("anywhere").
-async fn apis_listed_elsewhere(consumer: &Client, uid: &str) -> Result<BTreeSet<String>> {
-    let lp = ListParams::default();
-    let bindings = Api::<Binding>::all(consumer.clone())
-        .list(&lp)
-        .await
-        .map_err(Error::ListBindings)?;
-    let cluster_bindings = Api::<ClusterBinding>::all(consumer.clone())
-        .list(&lp)
-        .await
-        .map_err(Error::ListBindings)?;
-    let live =
-        |m: &kube::api::ObjectMeta| m.uid.as_deref() != Some(uid) && m.deletion_timestamp.is_none();
-    let mut out = BTreeSet::new();
-    for b in bindings.items.iter().filter(|b| live(&b.metadata)) {
-        out.extend(b.spec.apis.iter().map(|a| a.name.clone()));
-    }
-    for b in cluster_bindings.items.iter().filter(|b| live(&b.metadata)) {
-        out.extend(b.spec.apis.iter().map(|a| a.name.clone()));
-    }
-    Ok(out)
 }

@@ -56,6 +56,14 @@ impl IdentityError {
     pub fn is_forbidden(&self) -> bool {
         matches!(self, Self::Forbidden { .. })
     }
+
+    /// The client error underneath a failed read, if any (to tell a timeout from a 5xx).
+    pub fn kube_error(&self) -> Option<&kube::Error> {
+        match self {
+            Self::Read { source, .. } => Some(source),
+            Self::Forbidden { .. } | Self::Missing { .. } => None,
+        }
+    }
 }
 
 /// Reads the UID that identifies the cluster behind `client`.
