@@ -36,6 +36,7 @@ const REASONS: &[Reason] = &[
     Reason::CopyFailed,
     Reason::DeleteFailed,
     Reason::AutoBindNameTaken,
+    Reason::APIReleased,
 ];
 
 /// The reason stored as `reason`, if the konnector knows it.
@@ -150,6 +151,9 @@ pub fn what_to_do(reason: &str) -> &'static str {
         }
         Reason::AutoBindNameTaken => {
             "a ClusterBinding named after the Connection is not autoBind's (no core.kbind.io/managed=true label): delete or rename that ClusterBinding, or turn autoBind off"
+        }
+        Reason::APIReleased => {
+            "nothing was deleted: export the API again on the provider to resume sync, or remove it from the binding's apis (or delete the binding) to remove it for good"
         }
     }
 }

@@ -5,6 +5,7 @@
 //! Binding / ClusterBinding ─▶ gather facts (Connection, engagement, consumer CRDs, index pin)
 //!        │                     ─▶ readiness verdict ─▶ binding index (selection for syncers)
 //!        │                     ─▶ drain APIs dropped from `apis` (teardown::drain_dropped)
+//!        │                     ─▶ release APIs no longer exported (release::run)
 //!        │                     ─▶ related Secrets/ConfigMaps (when Ready)
 //!        │                     ─▶ instance outcomes in scope (sync engine's summary)
 //!        │                     ─▶ status, written when changed (publish) ─▶ Events
@@ -42,6 +43,7 @@ use super::publish::{publish_status, write_condition};
 use super::readiness::{self, ConnectionState, Verdict};
 use super::related::{self, RelatedScope};
 use super::status::{self, Related};
+use super::release::{self, Release};
 use super::teardown::{self, Dropped};
 use super::{Context, Error, Result};
 use super::{failure, summary, triggers};
@@ -159,8 +161,10 @@ async fn apply<K: BindingObject>(obj: &K, api: &Api<K>, ctx: &Context) -> Result
     select(ctx, key, &facts, &verdict);
     // After the index stopped listing them: drain the APIs this binding no longer lists.
     let dropped = teardown::drain_dropped(obj, ctx).await?;
+    // An un-export releases (never drains): finalizers go, everything else stays.
+    let released = release::run(obj, ctx, &verdict.released).await?;
     let (related, related_error) = sync_related(obj, ctx, &facts, verdict.is_ready()).await;
-    let summary = summary::of(obj, &ctx.shared.outcomes);
+    let summary = summary::of_active(obj, &ctx.shared.outcomes, &verdict.released);
     let observed = status::Observed {
         verdict: &verdict,
         listed: &listed_apis(obj),
@@ -168,12 +172,14 @@ async fn apply<K: BindingObject>(obj: &K, api: &Api<K>, ctx: &Context) -> Result
         summary: &summary,
         related: &related,
     };
-    let new_status = observed_status(obj, &observed, &dropped);
+    let new_status = observed_status(obj, &observed, &dropped, &released);
     publish_status(obj, api, ctx, new_status).await?;
     if let Some(error) = related_error {
         return Err(error);
     }
-    Ok(Action::requeue(requeue_after(ctx, &verdict, &dropped)))
+    Ok(Action::requeue(requeue_after(
+        ctx, &verdict, &dropped, &released,
+    )))
 }
 
 /// The names in the binding's `apis`.
@@ -186,25 +192,30 @@ fn listed_apis<K: BindingObject>(obj: &K) -> Vec<String> {
 }
 
 /// The status to store: what this reconcile observed, with the APIs still waiting to be
-/// drained kept in `boundAPIs` and the `Drained` condition when a drain ran.
+/// drained kept in `boundAPIs`, the `Drained` condition when a drain ran and the `Released`
+/// condition when an API is (or was) released.
 fn observed_status<K: BindingObject>(
     obj: &K,
     observed: &status::Observed<'_>,
     dropped: &Dropped,
+    released: &Release,
 ) -> BindingStatus {
     let generation = obj.meta().generation;
     let mut new_status = status::build(obj.binding_status(), observed, generation);
     status::keep_pending_drains(&mut new_status, obj.binding_status(), &dropped.pending);
-    if let Some(condition) = dropped.condition.clone() {
+    for condition in [dropped.condition.clone(), released.condition.clone()]
+        .into_iter()
+        .flatten()
+    {
         conditions::set(&mut new_status.conditions, condition, generation);
     }
     new_status
 }
 
-/// Requeue policy: a Ready binding with nothing left to drain comes back at the periodic
-/// status interval, anything still waiting comes back soon.
-fn requeue_after(ctx: &Context, verdict: &Verdict, dropped: &Dropped) -> Duration {
-    if verdict.is_ready() && dropped.pending.is_empty() {
+/// Requeue policy: a Ready binding with nothing left to drain or release comes back at the
+/// periodic status interval, anything still waiting comes back soon.
+fn requeue_after(ctx: &Context, verdict: &Verdict, dropped: &Dropped, released: &Release) -> Duration {
+    if verdict.is_ready() && dropped.pending.is_empty() && released.pending.is_empty() {
         ctx.settings.status_interval
     } else {
         ctx.settings.pending_requeue

@@ -175,7 +175,10 @@ async fn drain_instances(
     };
     let mut unchecked = 0;
     for instance in &instances {
-        if !instance.finalizers().iter().any(|f| f == SYNCER_FINALIZER) {
+        let held = instance.finalizers().iter().any(|f| f == SYNCER_FINALIZER);
+        // An instance of a released API (`super::release`) has no finalizer left but may
+        // still have its owned copy: the consumer's drain deletes that too.
+        if !held && engagement.is_none() {
             continue;
         }
         let orphan = instance
@@ -187,7 +190,9 @@ async fn drain_instances(
             (None, false) => unchecked += 1,
             (_, true) => {}
         }
-        release_finalizer(&ctx.shared.consumer, target, instance).await?;
+        if held {
+            release_finalizer(&ctx.shared.consumer, target, instance).await?;
+        }
     }
     Ok(unchecked)
 }
