@@ -50,7 +50,12 @@ impl Exports<'_> {
     /// for its provider copy; returns the copy's UID.
     pub async fn create_copied(&self, api: &TestApi, name: &str) -> anyhow::Result<String> {
         crate::eventually(WAIT, || {
-            api.create(self.consumer, Some(self.namespace), name, json!({"size": 1}))
+            api.create(
+                self.consumer,
+                Some(self.namespace),
+                name,
+                json!({"size": 1}),
+            )
         })
         .await?;
         let copy = appears(&self.copies(api), name).await?;
@@ -78,11 +83,11 @@ impl Exports<'_> {
     ) -> anyhow::Result<()> {
         merge(&self.instances(api), name, json!({ "spec": spec })).await?;
         let copies = self.copies(api);
-        wait_for(&format!("{name}'s spec {spec} on the provider"), WAIT, || async {
-            Ok(copies.get(name).await?.data["spec"]
-                .eq(&spec)
-                .then_some(()))
-        })
+        wait_for(
+            &format!("{name}'s spec {spec} on the provider"),
+            WAIT,
+            || async { Ok(copies.get(name).await?.data["spec"].eq(&spec).then_some(())) },
+        )
         .await
     }
 
@@ -96,15 +101,19 @@ impl Exports<'_> {
     ) -> anyhow::Result<()> {
         set_status(&self.copies(api), name, status.clone()).await?;
         let instances = self.instances(api);
-        wait_for(&format!("{name}'s status {status} on the consumer"), WAIT, || async {
-            let seen = instances.get(name).await?;
-            let copied = status
-                .as_object()
-                .into_iter()
-                .flatten()
-                .all(|(k, v)| seen.data["status"][k] == *v);
-            Ok(copied.then_some(()))
-        })
+        wait_for(
+            &format!("{name}'s status {status} on the consumer"),
+            WAIT,
+            || async {
+                let seen = instances.get(name).await?;
+                let copied = status
+                    .as_object()
+                    .into_iter()
+                    .flatten()
+                    .all(|(k, v)| seen.data["status"][k] == *v);
+                Ok(copied.then_some(()))
+            },
+        )
         .await
     }
 }

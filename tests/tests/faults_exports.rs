@@ -14,7 +14,9 @@ use kbind_tests::fixtures::{
 };
 use kbind_tests::syncenv::remains::Left::{Gone, Kept, Released};
 use kbind_tests::syncenv::remains::{delete_gone, kind, wait_left};
-use kbind_tests::syncenv::{TestApi, ensure_namespace, events_for, holds_syncer_finalizer, wait_for};
+use kbind_tests::syncenv::{
+    TestApi, ensure_namespace, events_for, holds_syncer_finalizer, wait_for,
+};
 use kbind_tests::testenv::shared_pair;
 use konnector::api::{
     ApiReference, Binding, BindingSpec, ClusterBinding, ConflictPolicy, ConnectionReference,
@@ -71,27 +73,47 @@ fn unexport_every_api_under_autobind_releases_and_keeps_data() -> anyhow::Result
             let what = "both APIs released";
             let auto = binding_until(&cluster_bindings, &name, what, released(&names)).await?;
             let listed: Vec<&str> = auto.spec.apis.iter().map(|a| a.name.as_str()).collect();
-            ensure!(listed == names, "the ClusterBinding still lists both: {listed:?}");
+            ensure!(
+                listed == names,
+                "the ClusterBinding still lists both: {listed:?}"
+            );
             let (x, y) = (format!("{name}/x"), format!("{name}/y"));
             let mut rows = Vec::new();
             for api in &apis {
-                rows.push((&consumer, kind::<CustomResourceDefinition>(), api.name(), Kept));
+                rows.push((
+                    &consumer,
+                    kind::<CustomResourceDefinition>(),
+                    api.name(),
+                    Kept,
+                ));
                 rows.push((&consumer, api.resource(), x.clone(), Released));
                 rows.push((&provider, api.resource(), x.clone(), Kept));
             }
-            let rows: Vec<_> = rows.iter().map(|(c, k, p, l)| (*c, k.clone(), p.as_str(), *l)).collect();
+            let rows: Vec<_> = rows
+                .iter()
+                .map(|(c, k, p, l)| (*c, k.clone(), p.as_str(), *l))
+                .collect();
             wait_left(&rows).await?;
-            ensure!(side.uids(&both, "x").await? == before, "the provider copies are the same");
+            ensure!(
+                side.uids(&both, "x").await? == before,
+                "the provider copies are the same"
+            );
             let events = events_for(&consumer, None, &name).await?;
             let warned = events.iter().any(|e| {
                 e.type_.as_deref() == Some("Warning") && e.reason.as_deref() == Some("APIReleased")
             });
-            ensure!(warned, "a Warning APIReleased Event on the ClusterBinding: {events:?}");
+            ensure!(
+                warned,
+                "a Warning APIReleased Event on the ClusterBinding: {events:?}"
+            );
 
             // Deleting an instance meanwhile is not held by a finalizer; its copy stays.
             delete_gone(&consumer, apis[0].resource(), &y).await?;
             wait_left(&[(&provider, apis[0].resource(), &y, Kept)]).await?;
-            ensure!(side.uids(&both[..1], "y").await? == y_uid, "y's copy is kept as it was");
+            ensure!(
+                side.uids(&both[..1], "y").await? == y_uid,
+                "y's copy is kept as it was"
+            );
 
             // Exported again: sync resumes on the same copies.
             for api in &apis {
@@ -99,14 +121,22 @@ fn unexport_every_api_under_autobind_releases_and_keeps_data() -> anyhow::Result
             }
             binding_until(&cluster_bindings, &name, "nothing released", released(&[])).await?;
             for api in &apis {
-                side.spec_reaches_provider(api, "x", json!({"size": 2})).await?;
+                side.spec_reaches_provider(api, "x", json!({"size": 2}))
+                    .await?;
                 let instances = side.instances(api);
-                wait_for("x holding the syncer finalizer again", kbind_tests::exports::WAIT, || async {
-                    Ok(holds_syncer_finalizer(&instances.get("x").await?).then_some(()))
-                })
+                wait_for(
+                    "x holding the syncer finalizer again",
+                    kbind_tests::exports::WAIT,
+                    || async {
+                        Ok(holds_syncer_finalizer(&instances.get("x").await?).then_some(()))
+                    },
+                )
                 .await?;
             }
-            ensure!(side.uids(&both, "x").await? == before, "nothing was recreated");
+            ensure!(
+                side.uids(&both, "x").await? == before,
+                "nothing was recreated"
+            );
             wait_left(&[
                 (&consumer, apis[0].resource(), &y, Gone),
                 (&provider, apis[0].resource(), &y, Kept),
@@ -164,20 +194,27 @@ fn unexport_one_of_two_keeps_the_other_syncing() -> anyhow::Result<()> {
             ensure!(binding.spec.apis.len() == 2, "the Binding is untouched");
             let x = format!("{name}/x");
             wait_left(&[
-                (&consumer, kind::<CustomResourceDefinition>(), &dropped.name(), Kept),
+                (
+                    &consumer,
+                    kind::<CustomResourceDefinition>(),
+                    &dropped.name(),
+                    Kept,
+                ),
                 (&consumer, dropped.resource(), &x, Released),
                 (&provider, dropped.resource(), &x, Kept),
             ])
             .await?;
             // The other API keeps syncing both ways.
-            side.spec_reaches_provider(&kept, "x", json!({"size": 3})).await?;
+            side.spec_reaches_provider(&kept, "x", json!({"size": 3}))
+                .await?;
             side.status_reaches_consumer(&kept, "x", json!({"phase": "Running"}))
                 .await?;
 
             // Exported again: sync resumes on the same copy.
             dropped.set_exported(&provider, true).await?;
             binding_until(&bindings, "both", "nothing released", released(&[])).await?;
-            side.spec_reaches_provider(&dropped, "x", json!({"size": 4})).await?;
+            side.spec_reaches_provider(&dropped, "x", json!({"size": 4}))
+                .await?;
             ensure!(
                 side.uids(&[&kept, &dropped], "x").await? == before,
                 "nothing was recreated"

@@ -42,8 +42,8 @@ use super::object::BindingObject;
 use super::publish::{publish_status, write_condition};
 use super::readiness::{self, ConnectionState, Verdict};
 use super::related::{self, RelatedScope};
-use super::status::{self, Related};
 use super::release::{self, Release};
+use super::status::{self, Related};
 use super::teardown::{self, Dropped};
 use super::{Context, Error, Result};
 use super::{failure, summary, triggers};
@@ -214,7 +214,12 @@ fn observed_status<K: BindingObject>(
 
 /// Requeue policy: a Ready binding with nothing left to drain or release comes back at the
 /// periodic status interval, anything still waiting comes back soon.
-fn requeue_after(ctx: &Context, verdict: &Verdict, dropped: &Dropped, released: &Release) -> Duration {
+fn requeue_after(
+    ctx: &Context,
+    verdict: &Verdict,
+    dropped: &Dropped,
+    released: &Release,
+) -> Duration {
     if verdict.is_ready() && dropped.pending.is_empty() && released.pending.is_empty() {
         ctx.settings.status_interval
     } else {

@@ -438,7 +438,11 @@ mod tests {
         assert!(v.is_ready(), "{v:?}");
         assert_eq!(v.released, [G]);
         assert_eq!(v.targets.get(W), Some(&Some(target())));
-        assert_eq!(v.targets.get(G), Some(&None), "a released API has no syncer");
+        assert_eq!(
+            v.targets.get(G),
+            Some(&None),
+            "a released API has no syncer"
+        );
         assert!(v.ready.message.contains(G));
     }
 

@@ -198,7 +198,10 @@ mod tests {
     fn released_apis_are_named_in_a_true_condition_with_the_way_out() {
         let c = condition(&["a.x".into(), "b.x".into()], None);
         let c = c.as_ref();
-        assert_eq!(c.map(|c| (c.status, c.reason)), Some((true, Reason::APIReleased)));
+        assert_eq!(
+            c.map(|c| (c.status, c.reason)),
+            Some((true, Reason::APIReleased))
+        );
         let message = c.map(|c| c.message.as_str()).unwrap_or_default();
         for part in ["a.x, b.x", "nothing was deleted", "spec.apis"] {
             assert!(message.contains(part), "{message:?} lacks {part:?}");

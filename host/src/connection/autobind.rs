@@ -171,9 +171,7 @@ mod tests {
     fn listed(names: &[&str]) -> Vec<ApiReference> {
         names
             .iter()
-            .map(|n| ApiReference {
-                name: (*n).into(),
-            })
+            .map(|n| ApiReference { name: (*n).into() })
             .collect()
     }
 

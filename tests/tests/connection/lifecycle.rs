@@ -36,7 +36,10 @@ async fn auto_bind_adds_new_exports_and_keeps_the_ones_that_leave() -> Result<()
         // finalizer and its provider copy stays; the API still exported keeps its copy too.
         set_exported(provider, &gadgets, false).await?;
         let released = |b: &ClusterBinding| {
-            b.status.iter().flat_map(|s| &s.bound_apis).any(|a| a.name == gadgets && a.released)
+            b.status
+                .iter()
+                .flat_map(|s| &s.bound_apis)
+                .any(|a| a.name == gadgets && a.released)
         };
         let auto = wait_cluster_binding(consumer, &name, released).await?;
         assert_eq!(api_names(&auto), both, "the un-exported API stays listed");
@@ -54,7 +57,11 @@ async fn auto_bind_adds_new_exports_and_keeps_the_ones_that_leave() -> Result<()
         let none_exported = |c: &Connection| exported_names(c).is_empty();
         wait_connection(consumer, &name, "no exports", none_exported).await?;
         let kept = wait_cluster_binding(consumer, &name, |_| true).await?;
-        assert_eq!(api_names(&kept), both, "nothing exported, both still listed");
+        assert_eq!(
+            api_names(&kept),
+            both,
+            "nothing exported, both still listed"
+        );
         delete_connection(consumer, &name).await?;
         wait_left(&[(consumer, kind::<ClusterBinding>(), &name, Left::Gone)]).await
     })
