@@ -70,8 +70,12 @@ fn unexport_every_api_under_autobind_releases_and_keeps_data() -> anyhow::Result
             for api in &apis {
                 api.set_exported(&provider, false).await?;
             }
-            let what = "both APIs released";
-            let auto = binding_until(&cluster_bindings, &name, what, released(&names)).await?;
+            // Both released: nothing syncs, which Ready says for a reason no one must fix.
+            let what = "both APIs released, Ready=False APIReleased";
+            let auto = binding_until(&cluster_bindings, &name, what, |s| {
+                released(&names)(s) && kbind_tests::syncenv::has(s, "Ready", "False", "APIReleased")
+            })
+            .await?;
             let listed: Vec<&str> = auto.spec.apis.iter().map(|a| a.name.as_str()).collect();
             ensure!(
                 listed == names,
