@@ -37,6 +37,7 @@ const REASONS: &[Reason] = &[
     Reason::DeleteFailed,
     Reason::AutoBindNameTaken,
     Reason::NameCollision,
+    Reason::APIReleased,
 ];
 
 /// The reason stored as `reason`, if the konnector knows it.
@@ -155,6 +156,9 @@ pub fn what_to_do(reason: &str) -> &'static str {
         }
         Reason::NameCollision => {
             "the API's plural, singular or kind is a name the consumer already serves (the message names the resource): ask the provider to export it under another name, and remove it from the binding"
+        }
+        Reason::APIReleased => {
+            "nothing was deleted: export the API again on the provider to resume sync, or remove it from the binding's apis (or delete the binding) to remove it for good"
         }
     }
 }

@@ -7,6 +7,7 @@
 
 pub mod access;
 pub mod demo;
+pub mod exports;
 pub mod faults;
 pub mod fixtures;
 pub mod syncenv;

@@ -172,7 +172,7 @@ pub struct BindingStatus {
     #[serde(default, rename = "boundAPIs", skip_serializing_if = "Vec::is_empty")]
     pub bound_apis: Vec<BoundApi>,
     /// Ready, Synced, Conflicts, PermissionDenied, RelatedResourcesSynced, Drained,
-    /// TeardownFailed.
+    /// TeardownFailed, Released.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
     /// The generation this status was computed for.
@@ -196,4 +196,8 @@ pub struct BoundApi {
     /// Consumer instances carrying the conflict annotation.
     #[serde(default)]
     pub conflict_count: i64,
+    /// The provider stopped exporting this API: its sync stopped and nothing of it is deleted
+    /// (consumer CRD, instances, provider copies); it resumes when exported again.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub released: bool,
 }

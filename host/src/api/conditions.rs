@@ -27,11 +27,14 @@ pub enum ConditionType {
     /// The autoBind ClusterBinding lists the bindable exported APIs (only on Connections with
     /// `autoBind: true`).
     AutoBindInSync,
+    /// Some listed APIs are released: the provider stopped exporting them, so their sync
+    /// stopped and nothing of theirs is deleted on either side.
+    Released,
 }
 
 impl ConditionType {
     /// Every condition type, for lookups by the string stored in a condition.
-    pub const ALL: [Self; 11] = [
+    pub const ALL: [Self; 12] = [
         Self::SecretValid,
         Self::Connected,
         Self::SchemaInSync,
@@ -43,6 +46,7 @@ impl ConditionType {
         Self::RelatedResourcesSynced,
         Self::TeardownFailed,
         Self::AutoBindInSync,
+        Self::Released,
     ];
 
     /// The condition type stored as `type_`, if it is one of ours.
@@ -68,6 +72,7 @@ impl ConditionType {
             Self::RelatedResourcesSynced => "CopyRelated",
             Self::TeardownFailed => "Teardown",
             Self::AutoBindInSync => "AutoBind",
+            Self::Released => "Release",
         }
     }
 
@@ -85,6 +90,7 @@ impl ConditionType {
             Self::RelatedResourcesSynced => "RelatedResourcesSynced",
             Self::TeardownFailed => "TeardownFailed",
             Self::AutoBindInSync => "AutoBindInSync",
+            Self::Released => "Released",
         }
     }
 }
@@ -162,6 +168,10 @@ pub enum Reason {
     /// A bound API's plural, singular or kind is a name a built-in or aggregated consumer
     /// resource already answers to: its CRD is not installed.
     NameCollision,
+    /// The provider stopped exporting an API a binding had bound: its sync stopped, its
+    /// consumer CRD, instances and provider copies stay, and sync resumes when it is exported
+    /// again.
+    APIReleased,
 }
 
 impl Reason {
@@ -199,6 +209,7 @@ impl Reason {
             Self::DeleteFailed => "DeleteFailed",
             Self::AutoBindNameTaken => "AutoBindNameTaken",
             Self::NameCollision => "NameCollision",
+            Self::APIReleased => "APIReleased",
         }
     }
 }

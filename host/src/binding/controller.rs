@@ -5,6 +5,7 @@
 //! Binding / ClusterBinding ─▶ gather facts (Connection, engagement, consumer CRDs, index pin)
 //!        │                     ─▶ readiness verdict ─▶ binding index (selection for syncers)
 //!        │                     ─▶ drain APIs dropped from `apis` (teardown::drain_dropped)
+//!        │                     ─▶ release APIs no longer exported (release::run)
 //!        │                     ─▶ related Secrets/ConfigMaps (when Ready)
 //!        │                     ─▶ instance outcomes in scope (sync engine's summary)
 //!        │                     ─▶ status, written when changed (publish) ─▶ Events
@@ -41,6 +42,7 @@ use super::object::BindingObject;
 use super::publish::{publish_status, write_condition};
 use super::readiness::{self, ConnectionState, Verdict};
 use super::related::{self, RelatedScope};
+use super::release::{self, Release};
 use super::status::{self, Related};
 use super::teardown::{self, Dropped};
 use super::{Context, Error, Result};
@@ -167,8 +169,10 @@ async fn apply<K: BindingObject>(obj: &K, api: &Api<K>, ctx: &Context) -> Result
             return Err(error);
         }
     };
+    // An un-export releases (never drains): finalizers go, everything else stays.
+    let released = release::run(obj, ctx, &verdict.released).await?;
     let (related, related_error) = sync_related(obj, ctx, &facts, verdict.is_ready()).await;
-    let summary = summary::of(obj, &ctx.shared.outcomes);
+    let summary = summary::of_active(obj, &ctx.shared.outcomes, &verdict.released);
     let observed = status::Observed {
         verdict: &verdict,
         listed: &listed_apis(obj),
@@ -176,12 +180,14 @@ async fn apply<K: BindingObject>(obj: &K, api: &Api<K>, ctx: &Context) -> Result
         summary: &summary,
         related: &related,
     };
-    let new_status = observed_status(obj, &observed, &dropped);
+    let new_status = observed_status(obj, &observed, &dropped, &released);
     publish_status(obj, api, ctx, new_status).await?;
     if let Some(error) = related_error {
         return Err(error);
     }
-    Ok(Action::requeue(requeue_after(ctx, &verdict, &dropped)))
+    Ok(Action::requeue(requeue_after(
+        ctx, &verdict, &dropped, &released,
+    )))
 }
 
 /// The names in the binding's `apis`.
@@ -194,25 +200,35 @@ fn listed_apis<K: BindingObject>(obj: &K) -> Vec<String> {
 }
 
 /// The status to store: what this reconcile observed, with the APIs still waiting to be
-/// drained kept in `boundAPIs` and the `Drained` condition when a drain ran.
+/// drained kept in `boundAPIs`, the `Drained` condition when a drain ran and the `Released`
+/// condition when an API is (or was) released.
 fn observed_status<K: BindingObject>(
     obj: &K,
     observed: &status::Observed<'_>,
     dropped: &Dropped,
+    released: &Release,
 ) -> BindingStatus {
     let generation = obj.meta().generation;
     let mut new_status = status::build(obj.binding_status(), observed, generation);
     status::keep_pending_drains(&mut new_status, obj.binding_status(), &dropped.pending);
-    if let Some(condition) = dropped.condition.clone() {
+    for condition in [dropped.condition.clone(), released.condition.clone()]
+        .into_iter()
+        .flatten()
+    {
         conditions::set(&mut new_status.conditions, condition, generation);
     }
     new_status
 }
 
-/// Requeue policy: a Ready binding with nothing left to drain comes back at the periodic
-/// status interval, anything still waiting comes back soon.
-fn requeue_after(ctx: &Context, verdict: &Verdict, dropped: &Dropped) -> Duration {
-    if verdict.is_ready() && dropped.pending.is_empty() {
+/// Requeue policy: a Ready binding with nothing left to drain or release comes back at the
+/// periodic status interval, anything still waiting comes back soon.
+fn requeue_after(
+    ctx: &Context,
+    verdict: &Verdict,
+    dropped: &Dropped,
+    released: &Release,
+) -> Duration {
+    if verdict.is_ready() && dropped.pending.is_empty() && released.pending.is_empty() {
         ctx.settings.status_interval
     } else {
         ctx.settings.pending_requeue
@@ -223,8 +239,14 @@ fn requeue_after(ctx: &Context, verdict: &Verdict, dropped: &Dropped) -> Duratio
 /// Binding its Connection does not allow lists nothing, so it cannot pin an API to its
 /// Connection ahead of the bindings that may use it.
 fn select(ctx: &Context, key: BindingKey, facts: &Facts, verdict: &Verdict) {
+    // A binding that can never sync as written (its Connection does not exist, its namespace
+    // is not allowed) pins nothing, so a tenant's typo cannot make a real binding
+    // `APIBoundElsewhere`. Decided from those facts, not from Ready: a binding waiting for a
+    // Connection that is not Ready yet keeps its pins.
     let apis = match facts.state {
-        ConnectionState::NamespaceNotAllowed { .. } => Default::default(),
+        ConnectionState::NotFound | ConnectionState::NamespaceNotAllowed { .. } => {
+            Default::default()
+        }
         _ => verdict.targets.clone(),
     };
     ctx.shared.index.apply(

@@ -184,7 +184,10 @@ async fn drain_instances(
     let mut failed = 0;
     let mut first = None;
     for instance in &instances {
-        if !instance.finalizers().iter().any(|f| f == SYNCER_FINALIZER) {
+        let held = instance.finalizers().iter().any(|f| f == SYNCER_FINALIZER);
+        // An instance of a released API (`super::release`) has no finalizer left but may
+        // still have its owned copy: the consumer's drain deletes that too.
+        if !held && engagement.is_none() {
             continue;
         }
         if instance
@@ -211,8 +214,8 @@ async fn drain_instances(
         // The finalizer goes only once the copy is checked; one instance's failure does not
         // stop the others.
         let released = match checked {
-            Ok(()) => release_finalizer(&ctx.shared.consumer, target, instance).await,
-            Err(e) => Err(e),
+            Ok(()) if held => release_finalizer(&ctx.shared.consumer, target, instance).await,
+            other => other,
         };
         if let Err(e) = released {
             warn!(api = %target.plural, namespace = instance.metadata.namespace.as_deref(), name = %instance.name_any(), error = %e, "instance not drained; its finalizer stays and the drain is retried");

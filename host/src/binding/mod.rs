@@ -32,6 +32,8 @@
 //! - [`teardown`]: what deleting a binding, or dropping an API from it, cleans up; `drain`:
 //!   draining one API's instances in the binding's scope.
 //! - [`drain_provider`]: the provider client a drain deletes through, engaged or not.
+//! - [`release`]: an API the provider stopped exporting is released, never drained: its
+//!   syncer stops and its finalizers go, nothing is deleted, sync resumes on re-export.
 //!
 //! [`run`] starts the two binding controllers and the syncer supervisor from one [`Context`];
 //! the `konnector run` command wires it next to the Connection controller.
@@ -49,6 +51,7 @@ mod publish;
 pub mod readiness;
 pub mod related;
 pub mod related_guard;
+pub mod release;
 pub mod schema;
 pub mod status;
 pub mod summary;

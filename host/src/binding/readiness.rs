@@ -7,15 +7,21 @@
 //!   │ engaged (Ready)? ── no ──▶ ConnectionNotReady
 //!   ▼ for every listed API:
 //!   in a group kbind never touches (core.kbind.io, built-in)? ── yes ──▶ CRDNotManaged
-//!   exported by it? ── no ──▶ APINotExported
+//!   exported by it? ── no ──▶ consumer CRD kbind's for this Connection? ── yes ──▶ released
+//!                                                                 └ no ──▶ APINotExported
 //!   served by this Connection (CRD annotation, oldest binding)? ── no ──▶ APIBoundElsewhere
 //!   consumer CRD there without kbind's annotation? ── yes ──▶ CRDNotManaged
 //!   installed (pullPolicy Bound)? ── no ──▶ SchemaInstallFailed / SchemaNotEstablished
 //!   consumer CRD there? ── no ──▶ Pending;  Established? ── no ──▶ SchemaNotEstablished
 //!   ▼
-//! Ready=True, with the resolved target of every API (and, in the message, the versions a
-//! consumer CRD leaves out and why)
+//! Ready=True, with the resolved target of every API that is not released (and, in the
+//! message, the versions a consumer CRD leaves out and why)
 //! ```
+//!
+//! A released API (the provider stopped exporting an API bound here) is not a problem the
+//! binding's author must fix: it has no target (its syncer stops) but stays listed, so it
+//! stays pinned to this Connection, and the binding's other APIs keep syncing. Only when
+//! every listed API is released is the binding `Ready=False` with reason `APIReleased`.
 
 use std::collections::BTreeMap;
 
@@ -76,8 +82,11 @@ pub struct ApiFacts {
 pub struct Verdict {
     /// The `Ready` condition to set.
     pub ready: Desired,
-    /// Every listed API with its target, resolved only when the binding is Ready.
+    /// Every listed API with its target, resolved only when the binding is Ready (a released
+    /// API has none).
     pub targets: BTreeMap<String, Option<ApiTarget>>,
+    /// The listed APIs that are released (see [`released`]), sorted.
+    pub released: Vec<String>,
 }
 
 impl Verdict {
@@ -87,9 +96,23 @@ impl Verdict {
     }
 }
 
+/// Whether `api` is released: the engaged Connection `connection` no longer exports it, yet its
+/// consumer CRD is kbind's for that Connection (it was bound through it). A listed API that
+/// was never exported (a typo, or a CRD of the consumer's own) is not released: that is
+/// `APINotExported`, for the binding's author to fix.
+pub fn released(connection: &str, exported: &[ExportedApi], api: &ApiFacts) -> bool {
+    !is_protected_api(&api.name)
+        && !exported.iter().any(|e| e.name == api.name)
+        && api
+            .crd
+            .as_ref()
+            .is_some_and(|c| c.pinned_to.as_deref() == Some(connection))
+}
+
 /// Judges a binding that references `connection`.
 pub fn evaluate(connection: &str, state: &ConnectionState, apis: &[ApiFacts]) -> Verdict {
     let unresolved = || apis.iter().map(|a| (a.name.clone(), None)).collect();
+    let released_none = Vec::new;
     let exported = match state {
         ConnectionState::NotFound => {
             return Verdict {
@@ -99,6 +122,7 @@ pub fn evaluate(connection: &str, state: &ConnectionState, apis: &[ApiFacts]) ->
                     format!("Connection {connection} does not exist"),
                 ),
                 targets: unresolved(),
+                released: released_none(),
             };
         }
         ConnectionState::NamespaceNotAllowed { message } => {
@@ -109,6 +133,7 @@ pub fn evaluate(connection: &str, state: &ConnectionState, apis: &[ApiFacts]) ->
                     message.clone(),
                 ),
                 targets: unresolved(),
+                released: released_none(),
             };
         }
         ConnectionState::NotReady => {
@@ -119,6 +144,7 @@ pub fn evaluate(connection: &str, state: &ConnectionState, apis: &[ApiFacts]) ->
                     format!("Connection {connection} is not Ready"),
                 ),
                 targets: unresolved(),
+                released: released_none(),
             };
         }
         ConnectionState::Engaged { exported } => exported,
@@ -126,10 +152,13 @@ pub fn evaluate(connection: &str, state: &ConnectionState, apis: &[ApiFacts]) ->
     let mut problems: Vec<(Reason, String)> = Vec::new();
     let mut notes = Vec::new();
     let mut targets = BTreeMap::new();
+    let mut released_apis = Vec::new();
     for api in apis {
         let name = &api.name;
         let mut target = None;
-        if is_protected_api(name) {
+        if released(connection, exported, api) {
+            released_apis.push(name.clone());
+        } else if is_protected_api(name) {
             let refusal = Refusal::ProtectedGroup {
                 api: name.clone(),
                 group: api_group(name).to_string(),
@@ -189,7 +218,25 @@ pub fn evaluate(connection: &str, state: &ConnectionState, apis: &[ApiFacts]) ->
         }
         targets.insert(name.clone(), target);
     }
+    released_apis.sort();
+    released_apis.dedup();
     let ready = match problems.first() {
+        None if !apis.is_empty() && released_apis.len() == targets.len() => Desired::falsy(
+            ConditionType::Ready,
+            Reason::APIReleased,
+            format!(
+                "every listed API is released (no longer exported by Connection {connection}): {}; nothing syncs, nothing is deleted, sync resumes when the provider exports them again",
+                released_apis.join(", ")
+            ),
+        ),
+        None if !released_apis.is_empty() => Desired::truthy(
+            ConditionType::Ready,
+            Reason::AsExpected,
+            format!(
+                "the APIs are bound through Connection {connection}, except the released {}",
+                released_apis.join(", ")
+            ),
+        ),
         None => Desired::truthy(
             ConditionType::Ready,
             Reason::AsExpected,
@@ -213,7 +260,11 @@ pub fn evaluate(connection: &str, state: &ConnectionState, apis: &[ApiFacts]) ->
     if !ready.status {
         targets.values_mut().for_each(|t| *t = None);
     }
-    Verdict { ready, targets }
+    Verdict {
+        ready,
+        targets,
+        released: released_apis,
+    }
 }
 
 #[cfg(test)]
@@ -320,12 +371,20 @@ mod tests {
         assert_eq!(v.ready.reason, Reason::ConnectionNotReady);
     }
 
+    /// Facts of an API never bound through `p`: no consumer CRD yet.
+    fn never_installed(name: &str) -> ApiFacts {
+        ApiFacts {
+            crd: None,
+            ..established(name)
+        }
+    }
+
     #[test]
     fn api_not_exported_names_the_api_and_unresolves_every_target() {
         let v = evaluate(
             "p",
             &exported(&[W]),
-            &[established(W), established("gadgets.example.org")],
+            &[established(W), never_installed("gadgets.example.org")],
         );
         assert_eq!(v.ready.reason, Reason::APINotExported);
         assert!(v.ready.message.contains("gadgets.example.org"));
@@ -368,7 +427,7 @@ mod tests {
         let v = evaluate(
             "p",
             &exported(&["gadgets.example.org"]),
-            &[established(W), pending],
+            &[never_installed(W), pending],
         );
         assert_eq!(v.ready.reason, Reason::APINotExported);
         assert!(
@@ -393,6 +452,53 @@ mod tests {
             assert_eq!(v.ready.reason, Reason::CRDNotManaged, "{api}");
             assert!(v.ready.message.contains("belongs to kbind or Kubernetes"));
         }
+    }
+
+    #[test]
+    fn an_unexported_api_bound_here_is_released_and_the_others_stay_ready() {
+        const G: &str = "gadgets.example.org";
+        let v = evaluate("p", &exported(&[W]), &[established(W), established(G)]);
+        assert!(v.is_ready(), "{v:?}");
+        assert_eq!(v.released, [G]);
+        assert_eq!(v.targets.get(W), Some(&Some(target())));
+        assert_eq!(
+            v.targets.get(G),
+            Some(&None),
+            "a released API has no syncer"
+        );
+        assert!(v.ready.message.contains(G));
+    }
+
+    #[test]
+    fn every_api_released_is_not_ready_for_a_passing_reason() {
+        let v = evaluate("p", &exported(&[]), &[established(W)]);
+        not_ready(&v, Reason::APIReleased, &[W]);
+        assert_eq!(v.released, [W]);
+        assert!(
+            crate::binding::summary::is_waiting(v.ready.reason.as_str()),
+            "its author has nothing to fix"
+        );
+    }
+
+    #[test]
+    fn an_api_never_bound_here_is_not_exported_rather_than_released() {
+        let mut unpinned = established(W);
+        crd(&mut unpinned).pinned_to = None;
+        let mut elsewhere = established(W);
+        crd(&mut elsewhere).pinned_to = Some("q".into());
+        let mut absent = established(W);
+        absent.crd = None;
+        for facts in [unpinned, elsewhere, absent] {
+            let v = evaluate("p", &exported(&[]), &[facts]);
+            assert_eq!(v.ready.reason, Reason::APINotExported, "{v:?}");
+            assert!(v.released.is_empty());
+        }
+    }
+
+    #[test]
+    fn a_connection_not_ready_releases_nothing() {
+        let v = evaluate("p", &ConnectionState::NotReady, &[established(W)]);
+        assert!(v.released.is_empty(), "an outage is not an un-export");
     }
 
     #[test]

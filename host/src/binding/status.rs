@@ -72,6 +72,7 @@ pub fn build(
             name: name.clone(),
             crd_hash: observed.hashes.get(name).cloned(),
             conflict_count: conflicts.get(name).copied().unwrap_or(0),
+            released: observed.verdict.released.contains(name),
         })
         .collect();
     let conflict_count = match (current, old) {

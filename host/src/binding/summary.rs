@@ -33,20 +33,32 @@ const PRIORITY: [Reason; 5] = [
 /// The summary of `obj`'s scope: its APIs through its Connection, in its namespace (a Binding)
 /// or everywhere (a ClusterBinding).
 pub fn of<K: BindingObject>(obj: &K, outcomes: &Outcomes) -> Summary {
+    of_active(obj, outcomes, &[])
+}
+
+/// [`of`] without the `released` APIs: no syncer reports on them, so they would keep the
+/// summary settling for ever.
+pub fn of_active<K: BindingObject>(obj: &K, outcomes: &Outcomes, released: &[String]) -> Summary {
     let spec = obj.binding_spec();
     outcomes.summarise(
         &spec.connection_ref.name,
-        spec.apis.iter().map(|a| a.name.as_str()),
+        spec.apis
+            .iter()
+            .map(|a| a.name.as_str())
+            .filter(|a| !released.iter().any(|r| r == a)),
         obj.namespace().as_deref(),
     )
 }
 
 /// Ready=False reasons that are waits, not faults: the binding gets there by itself (or the
 /// Connection reports the fault on its own object).
-const WAITING: [Reason; 3] = [
+const WAITING: [Reason; 4] = [
     Reason::Pending,
     Reason::SchemaNotEstablished,
     Reason::ConnectionNotReady,
+    // Every API released: the provider's doing, resumed when it exports them again; the
+    // `Released` condition and its Warning Event say so.
+    Reason::APIReleased,
 ];
 
 /// Whether a binding not Ready for `reason` is merely waiting.

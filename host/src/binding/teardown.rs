@@ -13,8 +13,8 @@
 //!                     while it is still annotated for this Connection
 //!   delete this binding's related copies for the declared entries
 //!
-//! API dropped from apis (edited, or autoBind after an un-export), seen as a name in
-//! status.boundAPIs that spec.apis no longer lists:
+//! API dropped from apis (edited; an un-export releases instead: `super::release`), seen as a
+//! name in status.boundAPIs that spec.apis no longer lists:
 //!   no other non-deleting binding lists it ─▶ wait until its syncer has stopped
 //!     ─▶ drain instances in scope as above (the CRD stays) ─▶ status.boundAPIs drops it
 //! ```

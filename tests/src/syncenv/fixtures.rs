@@ -145,6 +145,18 @@ impl TestApi {
         apply_crd(provider, &crd).await
     }
 
+    /// Labels the provider CRD exported, or removes the label: a provider (or a GitOps tool
+    /// re-creating the CRD without it) changing its exports. The CRD and its objects stay.
+    pub async fn set_exported(&self, provider: &Client, exported: bool) -> anyhow::Result<()> {
+        let label = exported.then_some("true");
+        let patch = Patch::Merge(json!({"metadata": {"labels": {EXPORTED_LABEL: label}}}));
+        Api::<CustomResourceDefinition>::all(provider.clone())
+            .patch(&self.name(), &PatchParams::default(), &patch)
+            .await
+            .with_context(|| format!("labelling {} exported={exported}", self.name()))?;
+        Ok(())
+    }
+
     /// Installs the CRD on the consumer as schema installation would (pinned to `connection`)
     /// and waits until Established.
     pub async fn install_on_consumer(

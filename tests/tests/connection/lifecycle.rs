@@ -7,7 +7,7 @@ use konnector::api::names::CONSUMER_CLUSTER_UID_ANNOTATION;
 use konnector::conditions::is_true;
 
 #[tokio::test]
-async fn auto_bind_keeps_its_cluster_binding_to_the_exports_and_drains_what_leaves() -> Result<()> {
+async fn auto_bind_adds_new_exports_and_keeps_the_ones_that_leave() -> Result<()> {
     with_private_provider("autobind", async |_, consumer, cluster, provider, name| {
         let group = "autobind.example.org";
         install_crd(provider, &widget_crd(group, "Widget", true)?).await?;
@@ -19,7 +19,8 @@ async fn auto_bind_keeps_its_cluster_binding_to_the_exports_and_drains_what_leav
         assert_eq!(seen, (Some("true"), &*name, vec![widgets.as_str()]));
         // A new export joins the ClusterBinding, and both sync.
         install_crd(provider, &widget_crd(group, "Gadget", true)?).await?;
-        wait_cluster_binding(consumer, &name, |b| api_names(b) == [&*gadgets, &*widgets]).await?;
+        let both = [&*gadgets, &*widgets];
+        wait_cluster_binding(consumer, &name, |b| api_names(b) == both).await?;
         ensure_namespace(consumer, &name).await?;
         let resource = |kind| ApiResource::from_gvk(&GroupVersionKind::gvk(group, "v1", kind));
         let (widget, gadget, x) = (resource("Widget"), resource("Gadget"), format!("{name}/x"));
@@ -30,19 +31,38 @@ async fn auto_bind_keeps_its_cluster_binding_to_the_exports_and_drains_what_leav
             eventually(CONVERGE, || consumer_api.create(&params, &object)).await?;
             wait_left(&[(provider, kind.clone(), &x, Left::Kept)]).await?;
         }
-        // The provider stops exporting Gadgets (the CRD stays): the API leaves the
-        // ClusterBinding and its instances are drained; the API still exported keeps its copy.
+        // The provider stops exporting Gadgets (the CRD stays): an un-export is not a
+        // deletion, so the API stays listed, released: its instance loses the syncer
+        // finalizer and its provider copy stays; the API still exported keeps its copy too.
         set_exported(provider, &gadgets, false).await?;
-        wait_cluster_binding(consumer, &name, |b| api_names(b) == [widgets.as_str()]).await?;
-        let drained = (provider, gadget.clone(), &*x, Left::Gone);
-        wait_left(&[drained, (consumer, gadget.clone(), &x, Left::Released)]).await?;
-        delete_gone(consumer, gadget, &x).await?;
-        expect_left(&[(provider, widget.clone(), &x, Left::Kept)]).await?;
-        // With no export left, the ClusterBinding goes.
-        delete_gone(consumer, widget, &x).await?;
-        for api in [&widgets, &gadgets] {
-            delete_gone(provider, kind::<CustomResourceDefinition>(), api).await?;
-        }
+        let released = |b: &ClusterBinding| {
+            b.status
+                .iter()
+                .flat_map(|s| &s.bound_apis)
+                .any(|a| a.name == gadgets && a.released)
+        };
+        let auto = wait_cluster_binding(consumer, &name, released).await?;
+        assert_eq!(api_names(&auto), both, "the un-exported API stays listed");
+        let released = (consumer, gadget.clone(), &*x, Left::Released);
+        wait_left(&[(provider, gadget.clone(), &x, Left::Kept), released]).await?;
+        delete_gone(consumer, gadget.clone(), &x).await?;
+        expect_left(&[
+            (provider, gadget, &x, Left::Kept),
+            (provider, widget, &x, Left::Kept),
+        ])
+        .await?;
+        // With no export left the ClusterBinding stays, listing both; deleting the
+        // Connection (a consumer's action) deletes it.
+        set_exported(provider, &widgets, false).await?;
+        let none_exported = |c: &Connection| exported_names(c).is_empty();
+        wait_connection(consumer, &name, "no exports", none_exported).await?;
+        let kept = wait_cluster_binding(consumer, &name, |_| true).await?;
+        assert_eq!(
+            api_names(&kept),
+            both,
+            "nothing exported, both still listed"
+        );
+        delete_connection(consumer, &name).await?;
         wait_left(&[(consumer, kind::<ClusterBinding>(), &name, Left::Gone)]).await
     })
     .await

@@ -15,7 +15,7 @@
 mod connect;
 mod schemas;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
@@ -116,7 +116,8 @@ impl Steps<'_> {
     }
 
     /// autoBind: the managed ClusterBinding lists every exported API whose install was not
-    /// refused (its teardown would otherwise reach a CRD kbind does not own); AutoBindInSync
+    /// refused (its teardown would otherwise reach a CRD kbind does not own), and keeps the
+    /// APIs no longer exported (released, never deleted); AutoBindInSync
     /// says whether it could (only while autoBind is on).
     async fn auto_bind(
         &mut self,
@@ -133,7 +134,8 @@ impl Steps<'_> {
             .filter(|api| !refused.contains_key(&api.name))
             .cloned()
             .collect();
-        let condition = autobind::sync(self.ctx, self.connection, &bindable)
+        let refused: BTreeSet<&str> = refused.keys().map(String::as_str).collect();
+        let condition = autobind::sync(self.ctx, self.connection, &bindable, &refused)
             .await
             .map_err(Stop::Fail)?;
         self.set(condition);
