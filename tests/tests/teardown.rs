@@ -47,15 +47,16 @@ fn last_cluster_binding_teardown_deletes_crd_and_instances() -> Result<()> {
 }
 
 #[test]
-fn overlapping_binding_skips_the_api_on_teardown() -> Result<()> {
+fn binding_still_covering_the_namespace_keeps_its_instances_on_teardown() -> Result<()> {
     Scenario::bound("td-overlap").run(async |s| {
-        let other = s.binding("td-overlap-b", BINDING, &[&s.api], ConflictPolicy::Fail);
+        // A second Binding in the same namespace lists the API on the same Connection.
+        let other = s.binding(s.ns(), "widgets-too", &[&s.api], ConflictPolicy::Fail);
         s.create_ready_binding(&other).await?;
         s.create("w", json!({})).await?;
         s.copy("w").await?;
         s.unbind().await?;
-        // The other binding lists the API, so cleanup skips it as a whole, even though that
-        // binding does not cover this namespace.
+        // Coverage is computed: the other binding still covers this namespace, so the
+        // teardown leaves its instances alone, copies and finalizers included.
         let kept = || async {
             let copy = s.copies().get_opt("w").await?;
             Ok(copy.is_some() && holds_syncer_finalizer(&s.instances().get("w").await?))

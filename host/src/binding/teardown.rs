@@ -137,7 +137,12 @@ pub async fn drain_dropped<K: BindingObject>(obj: &K, ctx: &Context) -> Result<D
                 .covers_scope(namespace.as_deref())
         })
         // The syncer could still put a finalizer back or write a copy: drain once it is done.
-        .partition(|api| ctx.shared.syncers.contains(connection, api));
+        // While other bindings keep the API's syncer running it no longer selects this scope
+        // (the index dropped it before this drain), so the drain goes ahead.
+        .partition(|api| {
+            let others = covered.get(*api).unwrap_or(&none);
+            !others.any() && ctx.shared.syncers.contains(connection, api)
+        });
     let mut out = Dropped {
         pending: pending.iter().map(|a| a.to_string()).collect(),
         condition: None,

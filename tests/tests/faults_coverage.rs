@@ -1,0 +1,132 @@
+//! Tenant mistakes and overlapping bindings: only bindings that can ever sync count, and
+//! coverage is computed per (Connection, API, namespace), so a teardown neither stalls on a
+//! typo elsewhere nor strands what no binding covers any more.
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition as Crd;
+use kbind_tests::syncenv::remains::Left::{Gone, Kept, Released};
+use kbind_tests::syncenv::remains::{kind, wait_left};
+use kbind_tests::syncenv::{BINDING, Scenario, TestApi, appears, merge, wait_for};
+use konnector::api::{Binding, ConflictPolicy};
+use kube::Api;
+use serde_json::json;
+
+/// The `Ready` reason of Binding `ns/name`, once it has one.
+async fn ready_reason(s: &Scenario, ns: &str, name: &str) -> anyhow::Result<String> {
+    let bindings = Api::<Binding>::namespaced(s.consumer.clone(), ns);
+    wait_for(
+        "the binding's Ready condition",
+        kbind_tests::syncenv::WAIT,
+        || async {
+            let b = bindings.get(name).await?;
+            let conditions = b.status.map(|s| s.conditions).unwrap_or_default();
+            Ok(conditions
+                .into_iter()
+                .find(|c| c.type_ == "Ready")
+                .map(|c| c.reason))
+        },
+    )
+    .await
+}
+
+#[test]
+fn broken_tenant_binding_neither_pins_nor_blocks_teardown() -> anyhow::Result<()> {
+    Scenario::unbound("cov-tenant")
+        .cluster_binding()
+        .run(async |s| {
+            s.export().await?;
+            s.engage();
+            // A tenant's typo, older than every real binding: a Connection that does not exist.
+            let tenant_ns = format!("{}-tenant", s.ns());
+            let mut typo = s
+                .stack
+                .binding(&tenant_ns, "typo", &[&s.api], ConflictPolicy::Fail);
+            typo.spec.connection_ref.name = "nope".into();
+            s.stack.create_binding(&typo).await?;
+            assert_eq!(
+                ready_reason(s, &tenant_ns, "typo").await?,
+                "ConnectionNotFound"
+            );
+
+            s.bind().await?;
+            s.create("w", json!({"size": 1})).await?;
+            s.copy("w").await?;
+
+            // The admin's ClusterBinding goes: the typo covers nothing, so the instance is drained
+            // and, as the last counting binding, the CRD goes with it.
+            s.unbind().await?;
+            let api = s.api.name();
+            let path = format!("{}/w", s.ns());
+            wait_left(&[
+                (&s.provider, s.api.resource(), &*path, Gone),
+                (&s.consumer, kind::<Crd>(), &*api, Gone),
+            ])
+            .await?;
+
+            // A real Binding, newer than the typo, is Ready: the typo pinned nothing.
+            let real_ns = format!("{}-real", s.ns());
+            let real = s
+                .stack
+                .binding(&real_ns, BINDING, &[&s.api], ConflictPolicy::Fail);
+            s.stack.create_ready_binding(&real).await?;
+            Ok(())
+        })
+}
+
+#[test]
+fn overlapping_bindings_drain_only_what_nothing_covers() -> anyhow::Result<()> {
+    let other_api = TestApi::namespaced("cov-overlap-b.e2e.kbind.io");
+    Scenario::bound("cov-overlap")
+        .with_api(other_api)
+        .run(async |s| {
+            // Binding B in another namespace lists the same API on the same Connection.
+            let ns_b = format!("{}-b", s.ns());
+            let b = s
+                .stack
+                .binding(&ns_b, BINDING, &[&s.api], ConflictPolicy::Fail);
+            s.stack.create_ready_binding(&b).await?;
+            s.create("a1", json!({"size": 1})).await?;
+            s.copy("a1").await?;
+            s.api
+                .create(&s.consumer, Some(&ns_b), "b1", json!({"size": 1}))
+                .await?;
+            let copies_b = s.api.api(&s.provider, Some(&ns_b));
+            let b1 = appears(&copies_b, "b1").await?;
+
+            // Binding A drops the API: namespace a is drained, namespace b is B's.
+            let bindings = Api::namespaced_with(s.consumer.clone(), s.ns(), &kind::<Binding>());
+            let keep = json!({"spec": {"apis": [{"name": s.extra[0].name()}]}});
+            merge(&bindings, BINDING, keep).await?;
+            let a1 = format!("{}/a1", s.ns());
+            let b1_path = format!("{ns_b}/b1");
+            wait_left(&[
+                (&s.provider, s.api.resource(), &*a1, Gone),
+                (&s.consumer, s.api.resource(), &*a1, Released),
+                (&s.provider, s.api.resource(), &*b1_path, Kept),
+            ])
+            .await?;
+            // B's copy is the same object and keeps syncing.
+            let instances_b = s.api.api(&s.consumer, Some(&ns_b));
+            merge(&instances_b, "b1", json!({"spec": {"size": 2}})).await?;
+            wait_for(
+                "b1's new spec on its provider copy",
+                kbind_tests::syncenv::WAIT,
+                || async {
+                    let copy = copies_b.get("b1").await?;
+                    let same = copy.metadata.uid == b1.metadata.uid;
+                    anyhow::ensure!(same, "b1's copy was recreated");
+                    Ok((copy.data["spec"]["size"] == 2).then_some(()))
+                },
+            )
+            .await?;
+
+            // B goes: its instance is drained too; nothing keeps a finalizer.
+            Api::<Binding>::namespaced(s.consumer.clone(), &ns_b)
+                .delete(BINDING, &Default::default())
+                .await?;
+            wait_left(&[
+                (&s.provider, s.api.resource(), &*b1_path, Gone),
+                (&s.consumer, s.api.resource(), &*b1_path, Released),
+            ])
+            .await
+        })
+}
