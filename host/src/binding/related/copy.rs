@@ -209,11 +209,9 @@ async fn read_source(
     })
 }
 
-/// Creates a copy that was absent at list time: a claim (marker, and a Secret's type, which
-/// cannot change later) is POSTed, so an object someone created meanwhile is never written,
-/// then the payload is applied under the claim's resourceVersion. Applying the payload rather
-/// than posting it keeps its fields owned by our apply, so a key the source drops later is
-/// dropped from the copy too.
+/// Creates a copy that was absent at list time with a POST, so an object someone created
+/// meanwhile is never written (a Secret's payload must be valid for its type from the start,
+/// so the whole copy is posted).
 async fn create(
     scope: &RelatedScope<'_>,
     entry: &RelatedResource,
@@ -225,18 +223,6 @@ async fn create(
         return Ok(());
     };
     let body = payload(entry, &source, scope.binding_uid);
-    let mut claim = json!({
-        "apiVersion": body["apiVersion"],
-        "kind": body["kind"],
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "annotations": { RELATED_BINDING_ANNOTATION: scope.binding_uid },
-        },
-    });
-    if let Some(type_) = body.get("type") {
-        claim["type"] = type_.clone();
-    }
     let target_api = api(&sides.target, entry, Some(namespace));
     let params = PostParams {
         field_manager: Some(RELATED_FIELD_MANAGER.to_string()),
@@ -244,8 +230,11 @@ async fn create(
     };
     let object = format!("{namespace}/{name}");
     let resource = resource_label(entry.resource);
-    let claimed: DynamicObject = match target_api.create(&params, &serde_json::from_value(claim)?).await {
-        Ok(created) => created,
+    match target_api.create(&params, &serde_json::from_value(body.clone())?).await {
+        Ok(_) => {
+            debug!(%namespace, %name, "related copy created");
+            Ok(())
+        }
         Err(e) if e.is_already_exists() => {
             // Someone else's object appeared since the list (or a pass of ours raced this
             // one): look at its marker again and never take an object that is not ours.
@@ -265,9 +254,8 @@ async fn create(
                 }
             }
         }
-        Err(source) => return Err(Error::ApplyRelated { resource, object, source }),
-    };
-    apply_under(entry, sides, namespace, name, body, &claimed.metadata).await
+        Err(source) => Err(Error::ApplyRelated { resource, object, source }),
+    }
 }
 
 /// Refreshes our copy `target` (as listed) from its source: applied under the listed
@@ -298,6 +286,14 @@ async fn refresh(
             .get_opt(name)
             .await
             .map_err(|source| Error::ReadRelated { resource, object: object.clone(), source })?;
+        if let Some(full) = full.as_ref().filter(|f| !is_immutable(f))
+            && full.metadata.uid == target.uid
+            && has_keys_beyond(full, &body)
+        {
+            // A key the source dropped is still on the copy, owned by the create: replace the
+            // payload under the listed resourceVersion, so it goes.
+            return replace_under(entry, sides, full, &body, target).await;
+        }
         if let Some(full) = full.filter(is_immutable) {
             if full.metadata.uid != target.uid {
                 count_skipped(entry, CHANGED_MEANWHILE);
@@ -343,6 +339,68 @@ async fn apply_under(
         }
         Err(source) => Err(Error::ApplyRelated {
             resource,
+            object: format!("{namespace}/{name}"),
+            source,
+        }),
+    }
+}
+
+/// Whether `full` carries a data or binaryData key that `body` does not.
+fn has_keys_beyond(full: &DynamicObject, body: &Value) -> bool {
+    ["data", "binaryData"].iter().any(|field| {
+        full.data
+            .get(*field)
+            .and_then(Value::as_object)
+            .is_some_and(|keys| {
+                keys.keys()
+                    .any(|k| body.get(*field).and_then(|b| b.get(k)).is_none())
+            })
+    })
+}
+
+/// Replaces the copy's payload and our annotations (PUT) under the listed resourceVersion;
+/// an object changed or replaced meanwhile is left for the next pass.
+async fn replace_under(
+    entry: &RelatedResource,
+    sides: &Sides,
+    full: &DynamicObject,
+    body: &Value,
+    target: &ObjectMeta,
+) -> Result<()> {
+    let mut replaced = full.clone();
+    replaced.metadata.resource_version = target.resource_version.clone();
+    replaced.metadata.managed_fields = None;
+    if let Some(ours) = body["metadata"]["annotations"].as_object() {
+        let annotations = replaced.metadata.annotations.get_or_insert_with(Default::default);
+        for (k, v) in ours {
+            annotations.insert(k.clone(), v.as_str().unwrap_or_default().to_string());
+        }
+    }
+    if let Some(fields) = replaced.data.as_object_mut() {
+        for field in PAYLOAD_FIELDS {
+            match body.get(field) {
+                Some(value) => fields.insert(field.to_string(), value.clone()),
+                None => fields.remove(field),
+            };
+        }
+    }
+    let name = full.name_any();
+    let namespace = full.metadata.namespace.clone().unwrap_or_default();
+    let params = PostParams {
+        field_manager: Some(RELATED_FIELD_MANAGER.to_string()),
+        ..PostParams::default()
+    };
+    match api(&sides.target, entry, Some(&namespace))
+        .replace(&name, &params, &replaced)
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(e) if e.is_conflict() || e.is_not_found() => {
+            count_skipped(entry, CHANGED_MEANWHILE);
+            Ok(())
+        }
+        Err(source) => Err(Error::ApplyRelated {
+            resource: resource_label(entry.resource),
             object: format!("{namespace}/{name}"),
             source,
         }),
