@@ -182,9 +182,21 @@ fn related_copy_never_takes_an_object_created_meanwhile() -> anyhow::Result<()> 
         let consumer = Api::<Secret>::namespaced(s.consumer.clone(), ns);
         // A first pass copies `replaced`: a copy of ours exists.
         let mut first = Outcome::default();
-        related::sync_entry(&scope, &entries[0], &s.consumer, &engagement, &policies, &mut first, async || {}).await;
+        related::sync_entry(
+            &scope,
+            &entries[0],
+            &s.consumer,
+            &engagement,
+            &policies,
+            &mut first,
+            async || {},
+        )
+        .await;
         assert_eq!(first.failed, 0, "{:?}", first.first);
-        consumer.delete("raced", &DeleteParams::default()).await.ok();
+        consumer
+            .delete("raced", &DeleteParams::default())
+            .await
+            .ok();
         let copy = consumer.get("replaced").await?;
         assert_eq!(related_marker(&copy).as_deref(), Some("race-binding"));
         // The source of `replaced` changes, so the pass under test has its copy to refresh.
@@ -199,27 +211,56 @@ fn related_copy_never_takes_an_object_created_meanwhile() -> anyhow::Result<()> 
             secret.string_data = Some([("k".to_string(), "theirs".to_string())].into());
             secret
         };
-        related::sync_entry(&scope, &entries[0], &s.consumer, &engagement, &policies, &mut outcome, async || {
-            let params = PostParams::default();
-            let _ = consumer.create(&params, &theirs("raced")).await;
-            let _ = consumer.delete("replaced", &DeleteParams::default()).await;
-            let _ = consumer.create(&params, &theirs("replaced")).await;
-        })
+        related::sync_entry(
+            &scope,
+            &entries[0],
+            &s.consumer,
+            &engagement,
+            &policies,
+            &mut outcome,
+            async || {
+                let params = PostParams::default();
+                let _ = consumer.create(&params, &theirs("raced")).await;
+                let _ = consumer.delete("replaced", &DeleteParams::default()).await;
+                let _ = consumer.create(&params, &theirs("replaced")).await;
+            },
+        )
         .await;
-        assert_eq!(outcome.failed, 0, "never taking an object is not a failure: {:?}", outcome.first);
+        assert_eq!(
+            outcome.failed, 0,
+            "never taking an object is not a failure: {:?}",
+            outcome.first
+        );
         assert!(skipped_from_provider("foreign-target") > foreign_before);
         for name in ["raced", "replaced"] {
             let left = consumer.get(name).await?;
-            assert_eq!(secret_value(&left, "k").as_deref(), Some("theirs"), "{name} was written");
+            assert_eq!(
+                secret_value(&left, "k").as_deref(),
+                Some("theirs"),
+                "{name} was written"
+            );
             assert_eq!(related_marker(&left), None, "{name} was marked");
         }
         // Later passes leave them alone too: an unmarked target is never taken.
-        stays("the raced objects untouched", Duration::from_secs(2), || async {
-            let mut again = Outcome::default();
-            related::sync_entry(&scope, &entries[0], &s.consumer, &engagement, &policies, &mut again, async || {}).await;
-            let raced = consumer.get("raced").await?;
-            Ok(related_marker(&raced).is_none() && again.failed == 0)
-        })
+        stays(
+            "the raced objects untouched",
+            Duration::from_secs(2),
+            || async {
+                let mut again = Outcome::default();
+                related::sync_entry(
+                    &scope,
+                    &entries[0],
+                    &s.consumer,
+                    &engagement,
+                    &policies,
+                    &mut again,
+                    async || {},
+                )
+                .await;
+                let raced = consumer.get("raced").await?;
+                Ok(related_marker(&raced).is_none() && again.failed == 0)
+            },
+        )
         .await?;
         Ok(())
     })
@@ -231,7 +272,8 @@ async fn policy_calls_in_flight_are_bounded() -> anyhow::Result<()> {
     // simultaneous calls overlap for the whole of it.
     const BOUND: usize = 2;
     let module = poisoned_conflict_policy("trap-nobody", "loops")?;
-    let policies = Policies::builtin()?.with_module(PolicyRole::ConflictPolicy, &module, "loop.wasm")?;
+    let policies =
+        Policies::builtin()?.with_module(PolicyRole::ConflictPolicy, &module, "loop.wasm")?;
     let mut limits = policies.limits();
     limits.timeout = Duration::from_millis(300);
     let input = ConflictInput {
@@ -241,11 +283,21 @@ async fn policy_calls_in_flight_are_bounded() -> anyhow::Result<()> {
         target: None,
     };
     for (bound, expected_peak) in [(BOUND, BOUND), (BOUND + 1, BOUND + 1)] {
-        let bounded = policies.with_limits(limits).with_max_concurrent_calls(bound);
+        let bounded = policies
+            .with_limits(limits)
+            .with_max_concurrent_calls(bound);
         let calls = (0..=BOUND).map(|_| bounded.decide_conflict(&input));
         let answers = futures::future::join_all(calls).await;
-        assert!(answers.iter().all(Result::is_err), "each call ran into its deadline");
-        assert_eq!(bounded.peak_concurrent_calls(), expected_peak, "bound {bound}, {} calls", BOUND + 1);
+        assert!(
+            answers.iter().all(Result::is_err),
+            "each call ran into its deadline"
+        );
+        assert_eq!(
+            bounded.peak_concurrent_calls(),
+            expected_peak,
+            "bound {bound}, {} calls",
+            BOUND + 1
+        );
     }
     Ok(())
 }

@@ -169,13 +169,14 @@ async fn read_bounded(
     cap: usize,
 ) -> Result<Value, SchemaError> {
     use futures::AsyncReadExt as _;
-    let body = provider
-        .request_stream(get(url)?)
-        .await
-        .map_err(|source| SchemaError::ProviderRead {
-            api: api.name.clone(),
-            source,
-        })?;
+    let body =
+        provider
+            .request_stream(get(url)?)
+            .await
+            .map_err(|source| SchemaError::ProviderRead {
+                api: api.name.clone(),
+                source,
+            })?;
     let mut bytes = Vec::new();
     let limit = u64::try_from(cap).unwrap_or(u64::MAX).saturating_add(1);
     body.take(limit)

@@ -69,7 +69,11 @@ pub(super) enum Decision {
 }
 
 /// Decides what a selected source's copy needs from the two objects' metadata.
-pub(super) fn decide(binding_uid: &str, source: &ObjectMeta, target: Option<&ObjectMeta>) -> Decision {
+pub(super) fn decide(
+    binding_uid: &str,
+    source: &ObjectMeta,
+    target: Option<&ObjectMeta>,
+) -> Decision {
     let Some(target) = target else {
         return Decision::Create;
     };
@@ -230,7 +234,10 @@ async fn create(
     };
     let object = format!("{namespace}/{name}");
     let resource = resource_label(entry.resource);
-    match target_api.create(&params, &serde_json::from_value(body.clone())?).await {
+    match target_api
+        .create(&params, &serde_json::from_value(body.clone())?)
+        .await
+    {
         Ok(_) => {
             debug!(%namespace, %name, "related copy created");
             Ok(())
@@ -238,10 +245,15 @@ async fn create(
         Err(e) if e.is_already_exists() => {
             // Someone else's object appeared since the list (or a pass of ours raced this
             // one): look at its marker again and never take an object that is not ours.
-            let existing = target_api
-                .get_metadata_opt(name)
-                .await
-                .map_err(|source| Error::ReadRelated { resource, object: object.clone(), source })?;
+            let existing =
+                target_api
+                    .get_metadata_opt(name)
+                    .await
+                    .map_err(|source| Error::ReadRelated {
+                        resource,
+                        object: object.clone(),
+                        source,
+                    })?;
             match existing {
                 Some(existing) if marker(&existing.metadata) == Some(scope.binding_uid) => {
                     return apply_under(entry, sides, namespace, name, body, &existing.metadata)
@@ -254,7 +266,11 @@ async fn create(
                 }
             }
         }
-        Err(source) => Err(Error::ApplyRelated { resource, object, source }),
+        Err(source) => Err(Error::ApplyRelated {
+            resource,
+            object,
+            source,
+        }),
     }
 }
 
@@ -278,14 +294,20 @@ async fn refresh(
     let body = payload(entry, &source, scope.binding_uid);
     let resource = resource_label(entry.resource);
     let object = format!("{namespace}/{name}");
-    if annotation(target, RELATED_DIGEST_ANNOTATION) != body["metadata"]["annotations"][RELATED_DIGEST_ANNOTATION].as_str() {
+    if annotation(target, RELATED_DIGEST_ANNOTATION)
+        != body["metadata"]["annotations"][RELATED_DIGEST_ANNOTATION].as_str()
+    {
         // The payload differs: an immutable copy cannot be updated, so it is recreated. Only
         // a copy whose payload differs is read in full to tell.
         count_read(entry, "get-full");
         let full = api(&sides.target, entry, Some(namespace))
             .get_opt(name)
             .await
-            .map_err(|source| Error::ReadRelated { resource, object: object.clone(), source })?;
+            .map_err(|source| Error::ReadRelated {
+                resource,
+                object: object.clone(),
+                source,
+            })?;
         if let Some(full) = full.as_ref().filter(|f| !is_immutable(f))
             && full.metadata.uid == target.uid
             && has_keys_beyond(full, &body)
@@ -371,7 +393,10 @@ async fn replace_under(
     replaced.metadata.resource_version = target.resource_version.clone();
     replaced.metadata.managed_fields = None;
     if let Some(ours) = body["metadata"]["annotations"].as_object() {
-        let annotations = replaced.metadata.annotations.get_or_insert_with(Default::default);
+        let annotations = replaced
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default);
         for (k, v) in ours {
             annotations.insert(k.clone(), v.as_str().unwrap_or_default().to_string());
         }
@@ -612,7 +637,8 @@ mod tests {
     fn a_target_with_another_or_no_marker_is_never_touched() {
         let source = meta(json!({ "name": "s", "resourceVersion": "7" }));
         let unmarked = meta(json!({ "name": "s" }));
-        let other = meta(json!({ "name": "s", "annotations": { RELATED_BINDING_ANNOTATION: "x" } }));
+        let other =
+            meta(json!({ "name": "s", "annotations": { RELATED_BINDING_ANNOTATION: "x" } }));
         assert_eq!(decide("b", &source, Some(&unmarked)), Decision::Foreign);
         assert_eq!(decide("b", &source, Some(&other)), Decision::Foreign);
     }
@@ -629,19 +655,37 @@ mod tests {
         };
         let ours = json!([{ "manager": RELATED_FIELD_MANAGER, "operation": "Apply",
             "fieldsType": "FieldsV1", "fieldsV1": { "f:data": { "f:k": {} } } }]);
-        assert_eq!(decide("b", &source, Some(&copy("7", ours.clone()))), Decision::UpToDate);
-        assert_eq!(decide("b", &source, Some(&copy("6", ours))), Decision::Refresh, "source changed");
+        assert_eq!(
+            decide("b", &source, Some(&copy("7", ours.clone()))),
+            Decision::UpToDate
+        );
+        assert_eq!(
+            decide("b", &source, Some(&copy("6", ours))),
+            Decision::Refresh,
+            "source changed"
+        );
         let edited = json!([
             { "manager": RELATED_FIELD_MANAGER, "operation": "Apply", "fieldsType": "FieldsV1",
               "fieldsV1": { "f:data": {} } },
             { "manager": "kubectl-edit", "operation": "Update", "fieldsType": "FieldsV1",
               "fieldsV1": { "f:data": { "f:k": {} } } },
         ]);
-        assert_eq!(decide("b", &source, Some(&copy("7", edited))), Decision::Refresh, "edited");
+        assert_eq!(
+            decide("b", &source, Some(&copy("7", edited))),
+            Decision::Refresh,
+            "edited"
+        );
         let labelled = json!([{ "manager": "kubectl-label", "operation": "Update",
             "fieldsType": "FieldsV1", "fieldsV1": { "f:metadata": { "f:labels": {} } } }]);
-        assert_eq!(decide("b", &source, Some(&copy("7", labelled))), Decision::UpToDate);
+        assert_eq!(
+            decide("b", &source, Some(&copy("7", labelled))),
+            Decision::UpToDate
+        );
         let old = meta(json!({ "name": "s", "annotations": { RELATED_BINDING_ANNOTATION: "b" } }));
-        assert_eq!(decide("b", &source, Some(&old)), Decision::Refresh, "no annotations yet");
+        assert_eq!(
+            decide("b", &source, Some(&old)),
+            Decision::Refresh,
+            "no annotations yet"
+        );
     }
 }

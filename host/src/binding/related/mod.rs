@@ -40,8 +40,8 @@ use crate::api::{RelatedDirection, RelatedResource, RelatedResourceKind};
 use crate::registry::Engagement;
 use crate::telemetry::{RelatedLabels, metrics};
 
-use super::{Error, Result};
 use super::related_guard::RelatedGuard;
+use super::{Error, Result};
 use select::Side;
 
 /// The binding being reconciled, as far as related resources care.
@@ -99,7 +99,16 @@ pub async fn sync(
             continue;
         }
         warn_if_every_secret(entry);
-        sync_entry(scope, entry, consumer, engagement, policies, &mut outcome, async || {}).await;
+        sync_entry(
+            scope,
+            entry,
+            consumer,
+            engagement,
+            policies,
+            &mut outcome,
+            async || {},
+        )
+        .await;
     }
     outcome
 }

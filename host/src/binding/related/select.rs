@@ -3,9 +3,9 @@
 //! server), and the related-selection policy's plan over them. Payloads are read only for the
 //! sources that are to be copied (`copy`), so a pass over an unchanged scope reads no data.
 
+use kube::Client;
 use kube::api::ListParams;
 use kube::core::Selector;
-use kube::Client;
 use tracing::warn;
 
 use crate::api::RelatedResource;
@@ -124,7 +124,11 @@ pub(super) async fn plan(
         targets: targets
             .iter()
             .map(|((ns, name), o)| {
-                RelatedTarget::from_annotations(ns, name, &o.annotations.clone().unwrap_or_default())
+                RelatedTarget::from_annotations(
+                    ns,
+                    name,
+                    &o.annotations.clone().unwrap_or_default(),
+                )
             })
             .collect(),
     };
