@@ -138,11 +138,12 @@ pub(super) async fn apply_plan(
         }
         let target = targets.get(&key);
         let decision = decide(scope.binding_uid, source, target);
-        if decision == Decision::Create && namespaces.insert(copy.namespace.clone()) {
-            if let Err(error) = ensure_namespace(&sides.target, &copy.namespace).await {
-                outcome.fail(entry, error);
-                continue;
-            }
+        if decision == Decision::Create
+            && namespaces.insert(copy.namespace.clone())
+            && let Err(error) = ensure_namespace(&sides.target, &copy.namespace).await
+        {
+            outcome.fail(entry, error);
+            continue;
         }
         let copied = match (decision, target) {
             (Decision::UpToDate, _) => Ok(()),
@@ -256,13 +257,12 @@ async fn create(
                     })?;
             match existing {
                 Some(existing) if marker(&existing.metadata) == Some(scope.binding_uid) => {
-                    return apply_under(entry, sides, namespace, name, body, &existing.metadata)
-                        .await;
+                    apply_under(entry, sides, namespace, name, body, &existing.metadata).await
                 }
                 _ => {
                     info!(%namespace, %name, resource, "an object appeared where a related copy was to be created; left untouched");
                     count_skipped(entry, FOREIGN_TARGET);
-                    return Ok(());
+                    Ok(())
                 }
             }
         }
