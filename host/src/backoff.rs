@@ -1,6 +1,7 @@
 //! The error-requeue policy, written down once for every controller (Connection, bindings,
 //! instance syncers): a failure count per object and a delay that doubles with each
-//! consecutive failure, capped; a success forgets the count.
+//! consecutive failure, capped; a success forgets the count, and so does the object's deletion
+//! (or the end of the controller that kept the count), so entries never outlive their objects.
 
 use std::collections::HashMap;
 use std::hash::Hash;
@@ -36,6 +37,27 @@ impl<K: Eq + Hash> Backoff<K> {
     /// Forgets the failures of `key` after a success.
     pub fn succeeded(&self, key: &K) {
         self.lock().remove(key);
+    }
+
+    /// Forgets `key` because its object was deleted: a count of an object that failed and then
+    /// went must not stay behind.
+    pub fn forget(&self, key: &K) {
+        self.lock().remove(key);
+    }
+
+    /// Forgets every count (the controller keeping them stopped).
+    pub fn clear(&self) {
+        self.lock().clear();
+    }
+
+    /// How many objects have failures counted.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Whether no object has failures counted.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<K, u32>> {
@@ -78,5 +100,24 @@ mod tests {
         );
         backoff.succeeded(&"a");
         assert_eq!(backoff.failed("a"), Duration::from_secs(1));
+    }
+
+    #[test]
+    fn entries_go_with_their_objects_and_with_the_controller() {
+        let backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(60));
+        for _ in 0..3 {
+            backoff.failed("deleted-while-failing");
+        }
+        backoff.failed("other");
+        assert_eq!(backoff.len(), 2);
+        backoff.forget(&"deleted-while-failing");
+        assert_eq!(backoff.len(), 1, "the deleted object's entry is gone");
+        assert_eq!(
+            backoff.failed("deleted-while-failing"),
+            Duration::from_secs(1),
+            "a new object of the same name starts afresh"
+        );
+        backoff.clear();
+        assert!(backoff.is_empty(), "a stopped controller keeps nothing");
     }
 }

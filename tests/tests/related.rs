@@ -11,7 +11,10 @@ use kbind_tests::syncenv::related::{
     wait_secret, wait_secret_gone,
 };
 use kbind_tests::syncenv::{BINDING, Scenario, appears, condition, stays, wait_for};
-use konnector::api::names::{RELATED_BINDING_ANNOTATION, RELATED_FIELD_MANAGER};
+use konnector::api::names::{
+    RELATED_BINDING_ANNOTATION, RELATED_DIGEST_ANNOTATION, RELATED_FIELD_MANAGER,
+    RELATED_SOURCE_VERSION_ANNOTATION,
+};
 use konnector::api::{
     ConflictPolicy::Adopt, RelatedDirection, RelatedDirection::*, RelatedResource,
     RelatedResourceKind::*,
@@ -140,15 +143,18 @@ fn copy_carries_only_payload_and_the_marker() -> anyhow::Result<()> {
     Scenario::bound("rel-payload")
         .related(entries)
         .run(async |s| {
-            put_plain_secret(&s.provider, s.ns(), "s", &[label]).await?;
+            let source = put_plain_secret(&s.provider, s.ns(), "s", &[label]).await?;
             let copy = wait_secret(&s.consumer, s.ns(), "s").await?;
             let managers: Vec<_> = copy.managed_fields().iter().map(|m| &m.manager).collect();
             let carried = json!({ "k": secret_value(&copy, "k"), "type": copy.type_,
             "labels": copy.labels(), "annotations": copy.annotations(), "managers": managers });
-            // No source metadata travels: only the marker.
+            // No source metadata travels: only the marker, the payload's digest and the
+            // source version it was copied from.
             let uid = s.bindings().get(BINDING).await?.uid();
             let expected = json!({ "k": "v", "type": "Opaque", "labels": {},
-            "annotations": { RELATED_BINDING_ANNOTATION: uid },
+            "annotations": { RELATED_BINDING_ANNOTATION: uid,
+                RELATED_DIGEST_ANNOTATION: copy.annotations().get(RELATED_DIGEST_ANNOTATION),
+                RELATED_SOURCE_VERSION_ANNOTATION: source.resource_version() },
             "managers": [RELATED_FIELD_MANAGER] });
             assert_eq!(carried, expected);
             Ok(())

@@ -21,6 +21,12 @@ pub const DELETION_POLICY_ANNOTATION: &str = "core.kbind.io/deletion-policy";
 pub const DELETION_POLICY_ORPHAN: &str = "Orphan";
 /// Annotation on a related Secret/ConfigMap copy: the UID of the binding that wrote it.
 pub const RELATED_BINDING_ANNOTATION: &str = "core.kbind.io/related-binding";
+/// Annotation on a related copy: sha256 of the payload fields it was written with, so a
+/// metadata-only list tells whether its source's payload differs.
+pub const RELATED_DIGEST_ANNOTATION: &str = "core.kbind.io/related-digest";
+/// Annotation on a related copy: the resourceVersion of the source it was written from, so an
+/// unchanged source is not read again.
+pub const RELATED_SOURCE_VERSION_ANNOTATION: &str = "core.kbind.io/related-source-version";
 /// Annotation on a consumer CRD installed from a provider: the Connection it is pinned to.
 pub const CONNECTION_ANNOTATION: &str = "core.kbind.io/connection";
 /// Annotation on a consumer CRD that serves fewer versions than the provider: which versions

@@ -260,8 +260,9 @@ fn select(ctx: &Context, key: BindingKey, facts: &Facts, verdict: &Verdict) {
 }
 
 /// Related resources run in binding reconciliation (spec: "normally every 30 seconds, rather
-/// than using the instance watch path"), only for a Ready binding. A failure is reported in
-/// the status and then returned, so the binding backs off like any failed reconcile.
+/// than using the instance watch path"), only for a Ready binding. Failed copies are counted
+/// in the status (the others are copied) and the first is returned, so the binding backs off
+/// like any failed reconcile.
 async fn sync_related<K: BindingObject>(
     obj: &K,
     ctx: &Context,
@@ -283,16 +284,19 @@ async fn sync_related<K: BindingObject>(
         entries,
         guard: &ctx.related_guard,
     };
-    match related::sync(
+    let outcome = related::sync(
         &scope,
         &ctx.shared.consumer,
         engagement,
         &ctx.shared.policies,
     )
-    .await
-    {
-        Ok(()) => (Related::Ran(failure::related_synced(entries.len())), None),
-        Err(error) => (Related::Ran(failure::related_failed(&error)), Some(error)),
+    .await;
+    match outcome.first {
+        None => (Related::Ran(failure::related_synced(entries.len())), None),
+        Some(error) => (
+            Related::Ran(failure::related_partly_failed(outcome.failed, &error)),
+            Some(error),
+        ),
     }
 }
 

@@ -26,6 +26,17 @@ pub fn related_synced(entries: usize) -> Desired {
     )
 }
 
+/// `RelatedResourcesSynced=False` for a related pass in which `failed` copies (or entries)
+/// failed, the first with `error`; the others were copied.
+pub fn related_partly_failed(failed: usize, error: &Error) -> Desired {
+    let mut condition = related_failed(error);
+    condition.message = format!(
+        "{failed} related cop(y/ies) failed, the others were copied; first: {}",
+        condition.message
+    );
+    condition
+}
+
 /// `RelatedResourcesSynced=False` for a related pass that failed with `error`.
 pub fn related_failed(error: &Error) -> Desired {
     let (reason, advice) = match classify(error) {
@@ -144,6 +155,7 @@ fn kube_error(error: &Error) -> Option<&kube::Error> {
         | Error::ReadCrd { source: e, .. }
         | Error::ListRelated { source: e, .. }
         | Error::ApplyRelated { source: e, .. }
+        | Error::ReadRelated { source: e, .. }
         | Error::DeleteRelated { source: e, .. }
         | Error::CreateNamespace { source: e, .. }
         | Error::ListInstances { source: e, .. }
@@ -174,6 +186,7 @@ mod tests {
     fn a_refused_related_copy_is_forbidden_and_says_what_to_grant() {
         let c = related_failed(&Error::ApplyRelated {
             resource: "secrets",
+            object: "ns/s".into(),
             source: api_error(403, "Forbidden"),
         });
         assert!(!c.status);
@@ -192,6 +205,7 @@ mod tests {
         assert_eq!(unreachable.reason, Reason::ProviderUnreachable);
         let invalid = related_failed(&Error::ApplyRelated {
             resource: "configmaps",
+            object: "ns/c".into(),
             source: api_error(422, "Invalid"),
         });
         assert_eq!(invalid.reason, Reason::CopyFailed);

@@ -128,11 +128,24 @@ pub enum Error {
     #[error("related-selection policy: {0}")]
     RelatedPolicy(#[source] crate::policy::PolicyError),
     /// Writing (apply or create) a related copy.
-    #[error("applying related {resource} copy: {source}")]
+    #[error("applying related {resource} copy {object}: {source}")]
     ApplyRelated {
         /// `secrets` or `configmaps`.
         resource: &'static str,
+        /// `namespace/name` of the copy.
+        object: String,
         /// What the target cluster said.
+        #[source]
+        source: kube::Error,
+    },
+    /// Reading a related source (or a changed copy) in full, to copy it.
+    #[error("reading related {resource} {object}: {source}")]
+    ReadRelated {
+        /// `secrets` or `configmaps`.
+        resource: &'static str,
+        /// `namespace/name` of the object.
+        object: String,
+        /// What the cluster said.
         #[source]
         source: kube::Error,
     },
@@ -396,9 +409,18 @@ mod tests {
             (
                 Error::ApplyRelated {
                     resource: "configmaps",
+                    object: "ns/c".into(),
                     source: api_error(),
                 },
-                "applying related configmaps copy",
+                "applying related configmaps copy ns/c",
+            ),
+            (
+                Error::ReadRelated {
+                    resource: "secrets",
+                    object: "ns/s".into(),
+                    source: api_error(),
+                },
+                "reading related secrets ns/s",
             ),
             (
                 Error::DeleteRelated {

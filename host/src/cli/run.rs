@@ -135,6 +135,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     init_logging(&args.log_level, args.log_format).map_err(anyhow::Error::msg)?;
     let policies = Policies::load(&args.policies).context("loading policy modules")?;
     info!(?policies, "policy modules loaded");
+    info!(
+        max_concurrent_calls = policies.max_concurrent_calls(),
+        memory_mib_per_call = policies.limits().memory_bytes / (1024 * 1024),
+        total_wasm_memory_mib = policies.max_call_memory_bytes() / (1024 * 1024),
+        "policy calls bounded: total Wasm memory of running calls = calls × per-store cap"
+    );
     let client = consumer_client(args.kubeconfig.as_deref()).await?;
 
     let shutdown = CancellationToken::new();

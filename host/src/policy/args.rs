@@ -60,7 +60,19 @@ pub struct PolicyArgs {
         env = "KBIND_POLICY_INSTANCE_CALLS"
     )]
     pub policy_instance_calls: u32,
+    /// Policy calls in flight at once, across every role and syncer; more wait for a free
+    /// slot. With `--policy-memory-mib` it bounds the Wasm memory of running calls.
+    #[arg(
+        long,
+        value_name = "CALLS",
+        default_value_t = DEFAULT_MAX_CONCURRENT_CALLS,
+        env = "KBIND_POLICY_MAX_CONCURRENT_CALLS"
+    )]
+    pub policy_max_concurrent_calls: usize,
 }
+
+/// Policy calls in flight at once unless configured otherwise.
+pub const DEFAULT_MAX_CONCURRENT_CALLS: usize = 32;
 
 const MIB: usize = 1024 * 1024;
 
@@ -76,6 +88,7 @@ impl Default for PolicyArgs {
             policy_max_input_mib: limits.max_input_bytes / MIB,
             policy_max_output_mib: limits.max_output_bytes / MIB,
             policy_instance_calls: super::warm::DEFAULT_REUSE,
+            policy_max_concurrent_calls: DEFAULT_MAX_CONCURRENT_CALLS,
         }
     }
 }

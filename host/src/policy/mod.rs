@@ -72,6 +72,9 @@ pub struct Policies {
 
 struct Inner {
     limits: PolicyLimits,
+    /// Calls in flight at once, shared by every role (and every copy of these policies), so
+    /// the Wasm memory of running calls stays within calls × memory cap.
+    bound: Arc<call::CallBound>,
     /// Calls one warm instance serves before it is recycled (1: a fresh instance per call).
     reuse: u32,
     schema: Slot<schema::SchemaSynthesisPre<HostState>>,
@@ -84,6 +87,7 @@ impl Inner {
     fn rebuilt(&self, limits: PolicyLimits, reuse: u32) -> Self {
         Self {
             limits,
+            bound: self.bound.clone(),
             reuse,
             schema: self.schema.without_instances(),
             conflict: self.conflict.without_instances(),
@@ -117,6 +121,7 @@ impl Policies {
         Ok(Self {
             inner: Arc::new(Inner {
                 limits: args.limits(),
+                bound: Arc::new(call::CallBound::new(args.policy_max_concurrent_calls)),
                 reuse: args.policy_instance_calls.max(1),
                 schema: load::slot(path(PolicyRole::SchemaSynthesis))?,
                 conflict: load::slot(path(PolicyRole::ConflictPolicy))?,
@@ -165,6 +170,34 @@ impl Policies {
         }
     }
 
+    /// These policies with at most `calls` (at least one) calls in flight at once.
+    pub fn with_max_concurrent_calls(&self, calls: usize) -> Self {
+        let mut inner = self.inner.rebuilt(self.inner.limits, self.inner.reuse);
+        inner.bound = Arc::new(call::CallBound::new(calls));
+        Self {
+            inner: Arc::new(inner),
+        }
+    }
+
+    /// How many calls may be in flight at once.
+    pub fn max_concurrent_calls(&self) -> usize {
+        self.inner.bound.max()
+    }
+
+    /// The most calls these policies (and their copies) had in flight at once so far.
+    pub fn peak_concurrent_calls(&self) -> usize {
+        self.inner.bound.peak()
+    }
+
+    /// The most Wasm memory running calls can hold together: calls in flight × the per-store
+    /// cap (idle warm instances, at most half the cap each, come on top).
+    pub fn max_call_memory_bytes(&self) -> usize {
+        self.inner
+            .bound
+            .max()
+            .saturating_mul(self.inner.limits.memory_bytes)
+    }
+
     /// The limits of each call.
     pub fn limits(&self) -> PolicyLimits {
         self.inner.limits
@@ -207,7 +240,13 @@ impl Policies {
         slot: &Slot<P>,
         input: &P::Input,
     ) -> Result<P::Output, PolicyError> {
-        let call = call::call(slot, self.inner.limits, self.inner.reuse, input);
+        let call = call::call(
+            slot,
+            &self.inner.bound,
+            self.inner.limits,
+            self.inner.reuse,
+            input,
+        );
         timed(P::ROLE, call).await
     }
 }

@@ -122,7 +122,7 @@ pub async fn fetch_facts(
             ))
             .and_then(Value::as_str)
             .ok_or_else(|| unusable(format!("/openapi/v3 lists no document for {gv}")))?;
-        let document: Value = provider.request(get(url)?).await.map_err(read)?;
+        let document = read_document(provider, api, url).await?;
         versions.push(VersionFacts {
             name: version.clone(),
             subresources,
@@ -145,6 +145,60 @@ pub async fn fetch_facts(
             .iter()
             .filter_map(|v| by_name.remove(v))
             .collect(),
+    })
+}
+
+/// Largest OpenAPI v3 document (one group-version) read from a provider; a larger one is
+/// refused while it streams in, never buffered whole first.
+pub const MAX_OPENAPI_DOCUMENT_BYTES: usize = 16 * 1024 * 1024;
+
+/// Reads one OpenAPI v3 document, at most [`MAX_OPENAPI_DOCUMENT_BYTES`] of it.
+async fn read_document(
+    provider: &kube::Client,
+    api: &ExportedApi,
+    url: &str,
+) -> Result<Value, SchemaError> {
+    read_bounded(provider, api, url, MAX_OPENAPI_DOCUMENT_BYTES).await
+}
+
+/// Reads the JSON at `url`, refusing it once more than `cap` bytes have arrived.
+async fn read_bounded(
+    provider: &kube::Client,
+    api: &ExportedApi,
+    url: &str,
+    cap: usize,
+) -> Result<Value, SchemaError> {
+    use futures::AsyncReadExt as _;
+    let body =
+        provider
+            .request_stream(get(url)?)
+            .await
+            .map_err(|source| SchemaError::ProviderRead {
+                api: api.name.clone(),
+                source,
+            })?;
+    let mut bytes = Vec::new();
+    let limit = u64::try_from(cap).unwrap_or(u64::MAX).saturating_add(1);
+    body.take(limit)
+        .read_to_end(&mut bytes)
+        .await
+        .map_err(|e| SchemaError::OpenApi {
+            api: api.name.clone(),
+            detail: format!("reading {url}: {e}"),
+        })?;
+    if bytes.len() > cap {
+        return Err(SchemaError::OpenApi {
+            api: api.name.clone(),
+            detail: format!(
+                "the OpenAPI document {url} is larger than {} MiB; the konnector does not read \
+                 it (split the API group, or use the CRD schema source)",
+                cap / (1024 * 1024)
+            ),
+        });
+    }
+    serde_json::from_slice(&bytes).map_err(|e| SchemaError::OpenApi {
+        api: api.name.clone(),
+        detail: format!("{url} is not a JSON document: {e}"),
     })
 }
 

@@ -192,6 +192,11 @@ impl SyncContext {
         self.failures.succeeded(&failure_key(obj));
     }
 
+    /// Forgets every backoff entry: the syncer stopped.
+    pub(super) fn forget_all_failures(&self) {
+        self.failures.clear();
+    }
+
     /// Counts a failed reconcile of `obj` and says how long to wait before the next one.
     pub(super) fn failed(&self, obj: &DynamicObject) -> Duration {
         self.failures.failed(failure_key(obj))
@@ -215,7 +220,12 @@ impl SyncContext {
                 self.shared.outcomes.listed(connection, api, ns, &name);
             }
             watcher::Event::InitDone => self.shared.outcomes.listing_done(connection, api),
-            watcher::Event::Delete(obj) => self.forget_outcome(obj),
+            watcher::Event::Delete(obj) => {
+                self.forget_outcome(obj);
+                // A deleted object's backoff entry goes with it (the controller never
+                // reconciles it again to reset it).
+                self.failures.forget(&failure_key(obj));
+            }
             watcher::Event::Apply(_) => {}
         }
     }

@@ -179,6 +179,7 @@ pub async fn run(
             }
         })
         .await;
+    ctx.forget_all_failures();
     info!(connection = %ctx.spec.connection, api = %ctx.spec.api, "syncer stopped");
 }
 

@@ -53,6 +53,16 @@ pub struct RelatedLabels {
     pub reason: &'static str,
 }
 
+/// Labels of related-resource reads: how much of the objects a request carried.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RelatedReadLabels {
+    /// `secrets` or `configmaps`.
+    pub resource: &'static str,
+    /// `list-metadata` (a page of metadata-only objects) or `get-full` (one object with its
+    /// payload, read because it is to be copied).
+    pub read: &'static str,
+}
+
 /// Every metric the konnector exports.
 pub struct Metrics {
     registry: Registry,
@@ -73,6 +83,10 @@ pub struct Metrics {
     pub schema_applies: Family<ApiLabels, Counter>,
     /// Related copies skipped: a foreign target, or a Secret type the host does not copy.
     pub related_skipped: Family<RelatedLabels, Counter>,
+    /// Related-resource reads, by how much of the objects they carried.
+    pub related_reads: Family<RelatedReadLabels, Counter>,
+    /// Related copies that failed (each counted, the others went on).
+    pub related_copy_failures: Family<RelatedLabels, Counter>,
     /// Policy call durations, per role.
     pub policy_duration: Family<PolicyLabels, Histogram>,
     /// Policy call failures, per role and kind.
@@ -98,6 +112,8 @@ impl Metrics {
             conflicts: Family::default(),
             schema_applies: Family::default(),
             related_skipped: Family::default(),
+            related_reads: Family::default(),
+            related_copy_failures: Family::default(),
             policy_duration: Family::new_with_constructor(latency_histogram),
             policy_failures: Family::default(),
             engaged_connections: Gauge::default(),
@@ -142,6 +158,16 @@ impl Metrics {
             "related_skipped",
             "Related copies skipped (foreign target, refused Secret type)",
             metrics.related_skipped.clone(),
+        );
+        registry.register(
+            "related_reads",
+            "Related-resource reads (metadata-only list pages, full reads of objects to copy)",
+            metrics.related_reads.clone(),
+        );
+        registry.register(
+            "related_copy_failures",
+            "Related copies that failed while the others went on",
+            metrics.related_copy_failures.clone(),
         );
         registry.register(
             "policy_call_duration_seconds",

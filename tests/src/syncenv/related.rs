@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use konnector::api::names::RELATED_BINDING_ANNOTATION;
 use konnector::api::{RelatedDirection, RelatedResource, RelatedResourceKind, RelatedSelector};
-use konnector::telemetry::{RelatedLabels, metrics};
+use konnector::telemetry::{RelatedLabels, RelatedReadLabels, metrics};
 use kube::api::{ObjectMeta, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 
@@ -216,4 +216,28 @@ pub fn skipped_from_provider(reason: &'static str) -> u64 {
         reason,
     };
     metrics().related_skipped.get_or_create(&labels).get()
+}
+
+/// How many related reads of Secrets carried `read` (`list-metadata` or `get-full`); the
+/// metric is process-wide.
+pub fn secret_reads(read: &'static str) -> u64 {
+    let labels = RelatedReadLabels {
+        resource: "secrets",
+        read,
+    };
+    metrics().related_reads.get_or_create(&labels).get()
+}
+
+/// Bytes an API server has answered to LIST requests for `resource` so far, from its own
+/// `apiserver_response_sizes` histogram (every list of that resource, by anyone).
+pub async fn listed_bytes(client: &Client, resource: &str) -> anyhow::Result<f64> {
+    let request = http::Request::get("/metrics").body(Vec::new())?;
+    let text = client.request_text(request).await?;
+    let resource = format!("resource=\"{resource}\"");
+    Ok(text
+        .lines()
+        .filter(|l| l.starts_with("apiserver_response_sizes_sum{"))
+        .filter(|l| l.contains(&resource) && l.contains("verb=\"LIST\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum())
 }

@@ -3,14 +3,17 @@
 //!
 //! ```text
 //! for each relatedResources entry:
-//!   list sources (source side, binding scope, ─┐   never in a protected namespace;
-//!     the entry's label selector server-side)  │
-//!   list targets (target side, binding scope) ─┤   sources of a refused Secret type
-//!                                              │   skipped + related_skipped metric
-//!                                              └▶ related-selection policy (Wasm)
-//!        ▶ copy:   create namespace (attempt) ▶ SSA payload + core.kbind.io/related-binding
+//!   list sources, metadata only (source side, ─┐   never in a protected namespace
+//!     binding scope, label selector server-side)│
+//!   list targets, metadata only (target side)  ─┴▶ related-selection policy (Wasm)
+//!        ▶ copy:   up to date (source resourceVersion and digest on the copy, no foreign
+//!                  payload writer) ▶ nothing read, nothing written
+//!                  otherwise read the source in full (refused Secret type: skipped, counted)
+//!                  absent at list time ▶ create (AlreadyExists: someone else's, never taken)
+//!                  ours ▶ SSA payload + markers, under the listed resourceVersion
 //!        ▶ skip:   target with another/absent marker: debug log + related_skipped metric
 //!        ▶ delete: this binding's copies that no longer match (sources are never deleted)
+//! a failing copy (or entry) is counted and reported; the others go on
 //! ```
 //!
 //! FromProvider copies provider → consumer, FromConsumer consumer → provider. Selection is
@@ -25,19 +28,20 @@ mod select;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{ApiResource, DynamicObject};
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, Client};
 use tracing::warn;
 
-pub use copy::payload;
+pub use copy::{digest, payload};
 
 use crate::api::names::RELATED_BINDING_ANNOTATION;
 use crate::api::{RelatedDirection, RelatedResource, RelatedResourceKind};
 use crate::registry::Engagement;
 use crate::telemetry::{RelatedLabels, metrics};
 
-use super::Result;
 use super::related_guard::RelatedGuard;
+use super::{Error, Result};
 use select::Side;
 
 /// The binding being reconciled, as far as related resources care.
@@ -53,27 +57,88 @@ pub struct RelatedScope<'a> {
     pub guard: &'a RelatedGuard,
 }
 
-/// Copies, skips and garbage-collects every entry of one binding.
+/// What a related pass came to: how many copies (or whole entries) failed, and the first
+/// failure, for the `RelatedResourcesSynced` condition.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    /// Copies, deletions or entries that failed; the others went on.
+    pub failed: usize,
+    /// The first failure, reported and returned so the binding backs off.
+    pub first: Option<Error>,
+}
+
+impl Outcome {
+    /// Counts one failure, keeping the first.
+    fn fail(&mut self, entry: &RelatedResource, error: Error) {
+        warn!(resource = resource_label(entry.resource), direction = direction_label(entry.direction), %error, "related copy failed; going on with the others");
+        metrics()
+            .related_copy_failures
+            .get_or_create(&RelatedLabels {
+                resource: resource_label(entry.resource),
+                direction: direction_label(entry.direction),
+                reason: "failed",
+            })
+            .inc();
+        self.failed += 1;
+        self.first.get_or_insert(error);
+    }
+}
+
+/// Copies, skips and garbage-collects every entry of one binding. A failing copy or entry is
+/// counted in the outcome without stopping the others.
 pub async fn sync(
     scope: &RelatedScope<'_>,
     consumer: &Client,
     engagement: &Engagement,
     policies: &crate::policy::Policies,
-) -> Result<()> {
+) -> Outcome {
+    let mut outcome = Outcome::default();
     for entry in scope.entries {
         if !entry.group.is_empty() {
             warn!(group = %entry.group, "related resources: only the core group is supported; entry ignored");
             continue;
         }
         warn_if_every_secret(entry);
-        let sides = Sides::new(entry, consumer, engagement);
-        let mut sources = select::list(&sides.source, entry, scope, Side::Source).await?;
-        select::refuse_sources(entry, &mut sources);
+        sync_entry(
+            scope,
+            entry,
+            consumer,
+            engagement,
+            policies,
+            &mut outcome,
+            async || {},
+        )
+        .await;
+    }
+    outcome
+}
+
+/// One entry's pass, with `between` run after both sides were listed and before anything is
+/// written: the window in which someone else may create or replace a target. Production
+/// passes run nothing there; tests put their race in it.
+pub async fn sync_entry(
+    scope: &RelatedScope<'_>,
+    entry: &RelatedResource,
+    consumer: &Client,
+    engagement: &Engagement,
+    policies: &crate::policy::Policies,
+    outcome: &mut Outcome,
+    between: impl AsyncFnOnce(),
+) {
+    let sides = Sides::new(entry, consumer, engagement);
+    let listed = async {
+        let sources = select::list(&sides.source, entry, scope, Side::Source).await?;
         let targets = select::list(&sides.target, entry, scope, Side::Target).await?;
         let plan = select::plan(scope, entry, &sources, &targets, policies).await?;
-        copy::apply_plan(scope, entry, &sides, &plan, &sources, &targets).await?;
+        Ok::<_, Error>((sources, targets, plan))
+    };
+    match listed.await {
+        Ok((sources, targets, plan)) => {
+            between().await;
+            copy::apply_plan(scope, entry, &sides, &plan, &sources, &targets, outcome).await;
+        }
+        Err(error) => outcome.fail(entry, error),
     }
-    Ok(())
 }
 
 /// Spec: "An omitted/empty selector matches everything in scope. Avoid this for Secrets.":
@@ -135,8 +200,8 @@ impl Sides {
     }
 }
 
-/// Listed objects by (namespace, name).
-type Objects = BTreeMap<(String, String), DynamicObject>;
+/// Listed objects' metadata by (namespace, name).
+type Objects = BTreeMap<(String, String), ObjectMeta>;
 
 fn resource(kind: RelatedResourceKind) -> ApiResource {
     match kind {
@@ -168,10 +233,13 @@ fn api(client: &Client, entry: &RelatedResource, namespace: Option<&str>) -> Api
 }
 
 /// The binding UID a copy is marked with, if any.
-fn marker(obj: &DynamicObject) -> Option<&str> {
-    obj.annotations()
-        .get(RELATED_BINDING_ANNOTATION)
-        .map(String::as_str)
+fn marker(meta: &ObjectMeta) -> Option<&str> {
+    annotation(meta, RELATED_BINDING_ANNOTATION)
+}
+
+/// One annotation of an object's metadata.
+fn annotation<'m>(meta: &'m ObjectMeta, key: &str) -> Option<&'m str> {
+    meta.annotations.as_ref()?.get(key).map(String::as_str)
 }
 
 /// Counts one object left alone in `related_skipped`, with why.

@@ -1,22 +1,19 @@
-//! What one `relatedResources` entry selects: both sides listed in the binding's scope (never
-//! a protected namespace; sources filtered by the entry's label selector on the server),
-//! sources of a refused Secret type dropped, and the related-selection policy's plan over
-//! what is left.
+//! What one `relatedResources` entry selects: both sides listed metadata-only in the binding's
+//! scope (never a protected namespace; sources filtered by the entry's label selector on the
+//! server), and the related-selection policy's plan over them. Payloads are read only for the
+//! sources that are to be copied (`copy`), so a pass over an unchanged scope reads no data.
 
+use kube::Client;
 use kube::api::ListParams;
 use kube::core::Selector;
-use kube::{Client, ResourceExt};
-use tracing::{debug, warn};
+use tracing::warn;
 
 use crate::api::RelatedResource;
 use crate::policy::{RelatedInput, RelatedPlan, RelatedSource, RelatedTarget};
+use crate::telemetry::{RelatedReadLabels, metrics};
 
-use super::{Objects, RelatedScope, api, count_skipped, resource_label};
-use crate::binding::related_guard::RelatedGuard;
+use super::{Objects, RelatedScope, api, resource_label};
 use crate::binding::{Error, Result};
-
-/// `related_skipped` reason of a source Secret whose type the host does not copy.
-const SECRET_TYPE: &str = "secret-type";
 
 /// Which side of an entry a list reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -32,7 +29,7 @@ pub(super) enum Side {
 /// Objects per page of a list, so memory stays bounded however many exist.
 const PAGE: u32 = 500;
 
-/// Lists one side within the binding's scope (spec: "A Binding selects within its namespace,
+/// Lists one side, metadata only (names, labels, markers, resourceVersions), within the binding's scope (spec: "A Binding selects within its namespace,
 /// a ClusterBinding lists across namespaces"), never reading a protected namespace: a
 /// Binding in one lists nothing, an all-namespaces list leaves them out by field selector.
 pub(super) async fn list(
@@ -62,17 +59,21 @@ pub(super) async fn list(
     let mut objects = Objects::new();
     loop {
         let page = api
-            .list(&params)
+            .list_metadata(&params)
             .await
             .map_err(|source| Error::ListRelated {
                 resource: resource_label(entry.resource),
                 source,
             })?;
+        count_read(entry, "list-metadata");
         let next = page.metadata.continue_.clone().filter(|c| !c.is_empty());
         objects.extend(
             page.items
                 .into_iter()
-                .filter_map(|o| Some(((o.metadata.namespace.clone()?, o.name_any()), o)))
+                .filter_map(|o| {
+                    let meta = o.metadata;
+                    Some(((meta.namespace.clone()?, meta.name.clone()?), meta))
+                })
                 .filter(|((ns, _), _)| scope.guard.allows_namespace(ns)),
         );
         match next {
@@ -89,17 +90,15 @@ fn server_selector(entry: &RelatedResource) -> Option<Selector> {
     (!selector.selects_all()).then_some(selector)
 }
 
-/// Drops the Secrets of a type the host refuses to copy, counting each in `related_skipped`.
-/// A copy of a dropped source that this binding made earlier is no longer selected and goes.
-pub(super) fn refuse_sources(entry: &RelatedResource, sources: &mut Objects) {
-    sources.retain(|(namespace, name), source| {
-        if RelatedGuard::copyable(entry.resource, source) {
-            return true;
-        }
-        debug!(%namespace, %name, "related Secret of a type the host does not copy; skipped");
-        count_skipped(entry, SECRET_TYPE);
-        false
-    });
+/// Counts one related read in `related_reads`.
+pub(super) fn count_read(entry: &RelatedResource, read: &'static str) {
+    metrics()
+        .related_reads
+        .get_or_create(&RelatedReadLabels {
+            resource: resource_label(entry.resource),
+            read,
+        })
+        .inc();
 }
 
 /// Asks the related-selection policy what to copy, skip and delete among the listed objects.
@@ -119,12 +118,18 @@ pub(super) async fn plan(
             .map(|((ns, name), o)| RelatedSource {
                 namespace: ns.clone(),
                 name: name.clone(),
-                labels: o.labels().clone(),
+                labels: o.labels.clone().unwrap_or_default(),
             })
             .collect(),
         targets: targets
             .iter()
-            .map(|((ns, name), o)| RelatedTarget::from_annotations(ns, name, o.annotations()))
+            .map(|((ns, name), o)| {
+                RelatedTarget::from_annotations(
+                    ns,
+                    name,
+                    &o.annotations.clone().unwrap_or_default(),
+                )
+            })
             .collect(),
     };
     policies
