@@ -9,7 +9,7 @@ use anyhow::Result;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition as Crd;
 use kbind_tests::syncenv::remains::Left::{Gone, Kept, Released};
 use kbind_tests::syncenv::remains::{expect_left, kind, wait_left};
-use kbind_tests::syncenv::{BINDING, Scenario, gone, holds_syncer_finalizer, merge, stays};
+use kbind_tests::syncenv::{Scenario, gone, holds_syncer_finalizer, merge, stays};
 use konnector::api::ConflictPolicy;
 use konnector::api::names::{DELETION_POLICY_ANNOTATION, DELETION_POLICY_ORPHAN};
 use serde_json::json;
