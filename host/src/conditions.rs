@@ -173,7 +173,7 @@ impl Announcement {
                 EventType::Normal
             },
             reason: self.reason,
-            note: Some(self.note),
+            note: Some(crate::k8s::event_note(self.note)),
             action: self.action.to_string(),
             secondary: None,
         }

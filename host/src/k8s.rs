@@ -200,16 +200,40 @@ pub fn warning(reason: &str, note: String, action: &str) -> Event {
     Event {
         type_: EventType::Warning,
         reason: reason.to_string(),
-        note: Some(note),
+        note: Some(event_note(note)),
         action: action.to_string(),
         secondary: None,
     }
+}
+
+/// The longest Event note the apiserver accepts, in characters.
+pub const MAX_EVENT_NOTE: usize = 1024;
+
+/// `note` cut to [`MAX_EVENT_NOTE`] characters (ending in `…` when cut): a longer note makes
+/// the apiserver refuse the whole Event (a client error's text easily passes 1 KiB), and the
+/// condition beside it keeps the whole message.
+pub fn event_note(note: String) -> String {
+    if note.chars().count() <= MAX_EVENT_NOTE {
+        return note;
+    }
+    let mut cut: String = note.chars().take(MAX_EVENT_NOTE - 1).collect();
+    cut.push('…');
+    cut
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use kube::core::Status;
+
+    #[test]
+    fn event_notes_are_cut_to_what_the_apiserver_accepts() {
+        assert_eq!(event_note("short".into()), "short");
+        let long = "é".repeat(2000);
+        let cut = event_note(long);
+        assert_eq!(cut.chars().count(), MAX_EVENT_NOTE);
+        assert!(cut.ends_with('…'));
+    }
 
     fn api_error(code: u16, reason: &str) -> kube::Error {
         kube::Error::Api(Box::new(Status::failure("m", reason).with_code(code)))

@@ -224,7 +224,7 @@ pub(crate) async fn publish(
     let event = Event {
         type_,
         reason: reason.as_str().into(),
-        note: Some(note.into()),
+        note: Some(crate::k8s::event_note(note.into())),
         action: action.into(),
         secondary: None,
     };
