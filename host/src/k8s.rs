@@ -206,17 +206,21 @@ pub fn warning(reason: &str, note: String, action: &str) -> Event {
     }
 }
 
-/// The longest Event note the apiserver accepts, in characters.
+/// The longest Event note the apiserver accepts, in bytes (it counts UTF-8 bytes).
 pub const MAX_EVENT_NOTE: usize = 1024;
 
-/// `note` cut to [`MAX_EVENT_NOTE`] characters (ending in `…` when cut): a longer note makes
-/// the apiserver refuse the whole Event (a client error's text easily passes 1 KiB), and the
-/// condition beside it keeps the whole message.
+/// `note` cut to [`MAX_EVENT_NOTE`] bytes on a character boundary (ending in `…` when cut): a
+/// longer note makes the apiserver refuse the whole Event (a client error's text easily
+/// passes 1 KiB), and the condition beside it keeps the whole message.
 pub fn event_note(note: String) -> String {
-    if note.chars().count() <= MAX_EVENT_NOTE {
+    if note.len() <= MAX_EVENT_NOTE {
         return note;
     }
-    let mut cut: String = note.chars().take(MAX_EVENT_NOTE - 1).collect();
+    let mut end = MAX_EVENT_NOTE - '…'.len_utf8();
+    while !note.is_char_boundary(end) {
+        end -= 1;
+    }
+    let mut cut = note[..end].to_string();
     cut.push('…');
     cut
 }
@@ -229,10 +233,15 @@ mod tests {
     #[test]
     fn event_notes_are_cut_to_what_the_apiserver_accepts() {
         assert_eq!(event_note("short".into()), "short");
-        let long = "é".repeat(2000);
-        let cut = event_note(long);
-        assert_eq!(cut.chars().count(), MAX_EVENT_NOTE);
-        assert!(cut.ends_with('…'));
+        for long in ["é".repeat(2000), "e".repeat(2000)] {
+            let cut = event_note(long);
+            assert!(
+                cut.len() <= MAX_EVENT_NOTE && cut.len() > MAX_EVENT_NOTE - 4,
+                "{}",
+                cut.len()
+            );
+            assert!(cut.ends_with('…'));
+        }
     }
 
     fn api_error(code: u16, reason: &str) -> kube::Error {

@@ -216,9 +216,7 @@ pub enum Error {
     },
     /// Some instances of an API could not be drained: their finalizers stay and the drain is
     /// retried; the others were drained.
-    #[error(
-        "{failed} instance(s) of {api} not drained yet (their finalizers stay), the first: {first}"
-    )]
+    #[error("{first} ({failed} instance(s) of {api} not drained yet; their finalizers stay)")]
     DrainIncomplete {
         /// The API's plural.
         api: String,
