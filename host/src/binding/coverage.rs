@@ -20,7 +20,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::api::core::v1::Namespace;
 use kube::api::ListParams;
 use kube::{Api, Client, ResourceExt};
 
@@ -147,15 +146,7 @@ async fn namespace_allowed(
     let Some(selector) = connection.spec.binding_namespace_selector.as_ref() else {
         return Ok(true);
     };
-    let labels = Api::<Namespace>::all(consumer.clone())
-        .get_opt(namespace)
-        .await
-        .map_err(|source| Error::ReadNamespace {
-            namespace: namespace.to_string(),
-            source,
-        })?
-        .and_then(|ns| ns.metadata.labels)
-        .unwrap_or_default();
+    let labels = namespaces::labels_of(consumer, namespace).await?;
     Ok(namespaces::allowed(&connection.name_any(), Some(selector), namespace, &labels).is_ok())
 }
 

@@ -16,7 +16,6 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::{Api, ResourceExt};
 
@@ -166,14 +165,6 @@ async fn namespace_refusal(
     let Some(selector) = connection.spec.binding_namespace_selector.as_ref() else {
         return Ok(None);
     };
-    let labels = Api::<Namespace>::all(ctx.shared.consumer.clone())
-        .get_opt(namespace)
-        .await
-        .map_err(|source| Error::ReadNamespace {
-            namespace: namespace.to_string(),
-            source,
-        })?
-        .and_then(|ns| ns.metadata.labels)
-        .unwrap_or_default();
+    let labels = namespaces::labels_of(&ctx.shared.consumer, namespace).await?;
     Ok(namespaces::allowed(&connection.name_any(), Some(selector), namespace, &labels).err())
 }

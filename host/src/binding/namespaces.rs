@@ -43,6 +43,24 @@ pub fn allowed(
     }
 }
 
+/// The labels of `namespace` (none when it does not exist), which [`allowed`] judges.
+pub(super) async fn labels_of(
+    consumer: &kube::Client,
+    namespace: &str,
+) -> super::Result<BTreeMap<String, String>> {
+    Ok(
+        kube::Api::<k8s_openapi::api::core::v1::Namespace>::all(consumer.clone())
+            .get_opt(namespace)
+            .await
+            .map_err(|source| super::Error::ReadNamespace {
+                namespace: namespace.to_string(),
+                source,
+            })?
+            .and_then(|ns| ns.metadata.labels)
+            .unwrap_or_default(),
+    )
+}
+
 /// Validates and converts a `LabelSelector` as Kubernetes validates it.
 fn compile(selector: &LabelSelector) -> Result<Selector, String> {
     for requirement in selector.match_expressions.iter().flatten() {
