@@ -108,12 +108,12 @@ pub(super) async fn drain_api(
         }
         // A syncer that had not stopped yet may have put a finalizer back; release again so
         // the CRD's own instance deletion is not held open.
-        drain_instances(ctx, None, &target, namespace, &BTreeSet::new()).await?;
+        release_finalizers(ctx, &target, namespace).await?;
     }
     Ok(unchecked)
 }
 
-async fn read_crd(
+pub(super) async fn read_crd(
     crds: &Api<CustomResourceDefinition>,
     name: &str,
 ) -> Result<Option<CustomResourceDefinition>> {
@@ -146,13 +146,25 @@ async fn release_only(
         ConditionType::TeardownFailed.action(),
     )
     .await;
-    match drain_instances(ctx, None, target, scope.namespace, &BTreeSet::new()).await {
+    match release_finalizers(ctx, target, scope.namespace).await {
         Err(Error::ListInstances { source, .. }) if source.is_forbidden() => {
             warn!(api = %target.plural, error = %source, "instances not listable: no finalizer released");
             Ok(())
         }
-        other => other.map(|_| ()),
+        other => other,
     }
+}
+
+/// Releases `core.kbind.io/syncer` from every instance of `target` in `namespace` (every
+/// namespace for `None`) and deletes nothing: the part of a drain that needs no provider.
+pub(super) async fn release_finalizers(
+    ctx: &Context,
+    target: &ApiTarget,
+    namespace: Option<&str>,
+) -> Result<()> {
+    drain_instances(ctx, None, target, namespace, &BTreeSet::new())
+        .await
+        .map(drop)
 }
 
 /// Deletes owned provider copies (unless the instance says Orphan) and releases the syncer

@@ -15,18 +15,15 @@
 //! action: removing the API from `apis` (a drain) or deleting the binding (its teardown).
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{DynamicObject, ListParams};
 use kube::{Api, ResourceExt};
 use tracing::info;
 
-use crate::api::names::SYNCER_FINALIZER;
 use crate::api::{BindingStatus, ConditionType, Reason};
 use crate::conditions::Desired;
-use crate::k8s::{ApiErrorExt, dynamic_api, remove_finalizer};
 use crate::schema::ApiTarget;
 
 use super::object::BindingObject;
-use super::{Context, Error, Result};
+use super::{Context, Result, drain};
 
 /// What releasing did in one reconcile.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -116,14 +113,10 @@ pub async fn run<K: BindingObject>(obj: &K, ctx: &Context, released: &[String]) 
 }
 
 /// Removes `core.kbind.io/syncer` from the instances of `api` in `namespace` (every namespace
-/// for `None`); only that finalizer, with a `test` on the list (see
-/// [`crate::k8s::remove_finalizer`]).
+/// for `None`), as a drain without a provider client does: nothing is deleted.
 async fn release_finalizers(ctx: &Context, api: &str, namespace: Option<&str>) -> Result<()> {
     let crds = Api::<CustomResourceDefinition>::all(ctx.shared.consumer.clone());
-    let crd = crds.get_opt(api).await.map_err(|source| Error::ReadCrd {
-        name: api.to_string(),
-        source,
-    })?;
+    let crd = drain::read_crd(&crds, api).await?;
     let Some(target) = crd.as_ref().and_then(|crd| ApiTarget::from_crd(crd, &[])) else {
         return Ok(());
     };
@@ -131,40 +124,11 @@ async fn release_finalizers(ctx: &Context, api: &str, namespace: Option<&str>) -
         // A Binding's scope holds no cluster-scoped instance.
         return Ok(());
     }
-    let ar = target.api_resource();
-    let instances: Api<DynamicObject> = match namespace {
-        Some(ns) => Api::namespaced_with(ctx.shared.consumer.clone(), ns, &ar),
-        None => Api::all_with(ctx.shared.consumer.clone(), &ar),
-    };
-    let list = match instances.list(&ListParams::default()).await {
-        Ok(list) => list.items,
-        Err(e) if e.is_not_found() => return Ok(()),
-        Err(source) => {
-            return Err(Error::ListInstances {
-                api: target.plural.clone(),
-                source,
-            });
-        }
-    };
-    for instance in list
-        .iter()
-        .filter(|i| i.finalizers().iter().any(|f| f == SYNCER_FINALIZER))
-    {
-        let one = dynamic_api(
-            &ctx.shared.consumer,
-            &ar,
-            target.namespaced,
-            instance.metadata.namespace.as_deref(),
-        );
-        remove_finalizer(&one, instance, SYNCER_FINALIZER)
-            .await
-            .map_err(|source| Error::ReleaseFinalizer {
-                name: instance.name_any(),
-                source,
-            })?;
-        info!(api, namespace = instance.metadata.namespace.as_deref(), name = %instance.name_any(), "API released: syncer finalizer removed, provider copy kept");
-    }
-    Ok(())
+    info!(
+        api,
+        namespace, "API released: syncer finalizers removed, provider copies kept"
+    );
+    drain::release_finalizers(ctx, &target, namespace).await
 }
 
 #[cfg(test)]
