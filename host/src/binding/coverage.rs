@@ -50,6 +50,23 @@ impl Covered {
     }
 }
 
+/// What the other counting bindings cover, per API.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Others(BTreeMap<String, Covered>);
+
+/// Coverage of an API nobody else lists.
+const UNCOVERED: &Covered = &Covered {
+    cluster: false,
+    namespaces: BTreeSet::new(),
+};
+
+impl Others {
+    /// What the others cover of `api` (nothing when none lists it).
+    pub fn of(&self, api: &str) -> &Covered {
+        self.0.get(api).unwrap_or(UNCOVERED)
+    }
+}
+
 /// One other binding as coverage sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Other {
@@ -62,7 +79,7 @@ pub struct Other {
 }
 
 /// Per API, what the counting bindings among `others` cover. Pure.
-pub fn covered(others: &[Other]) -> BTreeMap<String, Covered> {
+pub fn covered(others: &[Other]) -> Others {
     let mut out: BTreeMap<String, Covered> = BTreeMap::new();
     for other in others.iter().filter(|o| o.counts) {
         for api in &other.apis {
@@ -75,22 +92,18 @@ pub fn covered(others: &[Other]) -> BTreeMap<String, Covered> {
             }
         }
     }
-    out
+    Others(out)
 }
 
 /// What the bindings other than `uid` that reference `connection` cover, per API.
-pub async fn of_others(
-    consumer: &Client,
-    uid: &str,
-    connection: &str,
-) -> Result<BTreeMap<String, Covered>> {
+pub async fn of_others(consumer: &Client, uid: &str, connection: &str) -> Result<Others> {
     let Some(conn) = Api::<Connection>::all(consumer.clone())
         .get_opt(connection)
         .await
         .map_err(Error::ReadConnection)?
     else {
         // Bindings naming a Connection that does not exist can never sync: none counts.
-        return Ok(BTreeMap::new());
+        return Ok(Others::default());
     };
     let lp = ListParams::default();
     let live =
@@ -165,13 +178,13 @@ mod tests {
     #[test]
     fn a_binding_that_cannot_sync_covers_nothing() {
         let map = covered(&[other(Some("t"), &["x"], false), other(None, &["y"], false)]);
-        assert!(map.is_empty(), "{map:?}");
+        assert_eq!(map, Others::default());
     }
 
     #[test]
     fn another_namespace_leaves_this_namespace_to_drain() {
         let map = covered(&[other(Some("b"), &["x"], true)]);
-        let x = &map["x"];
+        let x = map.of("x");
         assert!(!x.covers_scope(Some("a")));
         assert!(x.covers_scope(Some("b")));
         // A ClusterBinding's drain goes on, leaving namespace b alone, and keeps the CRD.
@@ -182,12 +195,12 @@ mod tests {
     #[test]
     fn a_cluster_binding_covers_every_scope() {
         let map = covered(&[other(None, &["x"], true)]);
-        assert!(map["x"].covers_scope(Some("a")) && map["x"].covers_scope(None));
+        assert!(map.of("x").covers_scope(Some("a")) && map.of("x").covers_scope(None));
     }
 
     #[test]
     fn an_api_nobody_else_lists_is_not_covered() {
         let map = covered(&[other(Some("b"), &["y"], true)]);
-        assert_eq!(map.get("x"), None);
+        assert!(!map.of("x").any());
     }
 }

@@ -37,7 +37,7 @@ use tracing::info;
 
 use crate::conditions::Desired;
 
-use super::coverage::{self, Covered};
+use super::coverage;
 use super::drain::{DrainScope, drain_api};
 use super::drain_provider;
 use super::object::BindingObject;
@@ -59,10 +59,9 @@ pub async fn run<K: BindingObject>(obj: &K, ctx: &Context) -> Result<()> {
         namespace: namespace.as_deref(),
     };
     let covered = coverage::of_others(&ctx.shared.consumer, &uid, scope.connection).await?;
-    let none = Covered::default();
     let mut unchecked = Vec::new();
     for listed in &spec.apis {
-        let others = covered.get(&listed.name).unwrap_or(&none);
+        let others = covered.of(&listed.name);
         if others.covers_scope(namespace.as_deref()) {
             // Another binding that can sync still covers every instance in this scope.
             info!(api = %listed.name, "another binding covers this API in scope; nothing to drain");
@@ -76,7 +75,7 @@ pub async fn run<K: BindingObject>(obj: &K, ctx: &Context) -> Result<()> {
     }
     // An API dropped from `apis` whose drain was still pending: drained too; its CRD stays.
     for api in dropped_apis(obj) {
-        let others = covered.get(api).unwrap_or(&none);
+        let others = covered.of(api);
         if others.covers_scope(namespace.as_deref()) {
             continue;
         }
@@ -126,21 +125,15 @@ pub async fn drain_dropped<K: BindingObject>(obj: &K, ctx: &Context) -> Result<D
     let uid = obj.meta().uid.clone().unwrap_or_default();
     let connection = spec.connection_ref.name.as_str();
     let covered = coverage::of_others(&ctx.shared.consumer, &uid, connection).await?;
-    let none = Covered::default();
     let namespace = obj.namespace();
     let (pending, ready): (Vec<&str>, Vec<&str>) = dropped
         .into_iter()
-        .filter(|api| {
-            !covered
-                .get(*api)
-                .unwrap_or(&none)
-                .covers_scope(namespace.as_deref())
-        })
+        .filter(|api| !covered.of(api).covers_scope(namespace.as_deref()))
         // The syncer could still put a finalizer back or write a copy: drain once it is done.
         // While other bindings keep the API's syncer running it no longer selects this scope
         // (the index dropped it before this drain), so the drain goes ahead.
         .partition(|api| {
-            let others = covered.get(*api).unwrap_or(&none);
+            let others = covered.of(api);
             !others.any() && ctx.shared.syncers.contains(connection, api)
         });
     let mut out = Dropped {
@@ -163,7 +156,7 @@ pub async fn drain_dropped<K: BindingObject>(obj: &K, ctx: &Context) -> Result<D
             api,
             "API no longer listed by the binding; draining its instances"
         );
-        let others = covered.get(*api).unwrap_or(&none);
+        let others = covered.of(api);
         if drain_api(ctx, provider.as_ref().ok(), api, &scope, others, false).await? > 0 {
             unchecked.push(api.to_string());
         }
