@@ -44,6 +44,13 @@ pub trait ApiErrorExt {
     /// 422), too large (413), or a spec whose types do not fit the server's schema, which
     /// server-side apply reports as a 500 "failed to create typed patch object".
     fn is_rejected_object(&self) -> bool;
+    /// The failure may pass on its own, so the same request is worth sending again after a
+    /// while: no answer at all (connection refused, reset, timed out) or the server shedding
+    /// or failing (429, 5xx). Every other answer (403, 404, 401, 422, ...) is definitive.
+    fn is_transient(&self) -> bool;
+    /// How long the server asked the client to wait before sending again (a 429's or 503's
+    /// `retryAfterSeconds`), if it said.
+    fn retry_after(&self) -> Option<std::time::Duration>;
 }
 
 impl ApiErrorExt for kube::Error {
@@ -82,6 +89,31 @@ impl ApiErrorExt for kube::Error {
             || matches!(self, kube::Error::Api(s)
                 if s.code == StatusCode::INTERNAL_SERVER_ERROR.as_u16()
                     && s.message.starts_with("failed to create typed patch object"))
+    }
+    fn is_transient(&self) -> bool {
+        match self {
+            kube::Error::Api(s) => {
+                s.code == StatusCode::TOO_MANY_REQUESTS.as_u16()
+                    || (StatusCode::INTERNAL_SERVER_ERROR.as_u16()..600).contains(&s.code)
+                        && !self.is_rejected_object()
+            }
+            kube::Error::HyperError(_)
+            | kube::Error::Service(_)
+            | kube::Error::ReadEvents(_)
+            | kube::Error::HttpError(_) => true,
+            _ => false,
+        }
+    }
+    fn retry_after(&self) -> Option<std::time::Duration> {
+        match self {
+            kube::Error::Api(s) => s
+                .details
+                .as_ref()
+                .map(|d| d.retry_after_seconds)
+                .filter(|&seconds| seconds > 0)
+                .map(|seconds| std::time::Duration::from_secs(u64::from(seconds))),
+            _ => None,
+        }
     }
 }
 
@@ -290,5 +322,47 @@ mod tests {
         assert!(untyped.is_rejected_object());
         assert!(!api_error(500, "InternalError").is_rejected_object());
         assert!(!api_error(409, "Conflict").is_rejected_object());
+    }
+
+    #[test]
+    fn shedding_and_silence_are_transient_answers_are_not() {
+        for code in [429, 500, 502, 503, 504] {
+            assert!(api_error(code, "x").is_transient(), "{code}");
+        }
+        for code in [400, 401, 403, 404, 409, 422] {
+            assert!(!api_error(code, "x").is_transient(), "{code}");
+        }
+        let refused = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        assert!(kube::Error::Service(Box::new(refused)).is_transient());
+        let untyped = kube::Error::Api(Box::new(
+            Status::failure(
+                "failed to create typed patch object (x): y",
+                "InternalError",
+            )
+            .with_code(500),
+        ));
+        assert!(
+            !untyped.is_transient(),
+            "a refused object fails the same way again"
+        );
+    }
+
+    #[test]
+    fn retry_after_is_read_from_the_status_details() {
+        let mut status = Status::failure("too many requests", "TooManyRequests").with_code(429);
+        assert_eq!(
+            kube::Error::Api(Box::new(status.clone())).retry_after(),
+            None
+        );
+        status.details = Some(kube::core::response::StatusDetails {
+            name: String::new(),
+            group: String::new(),
+            kind: String::new(),
+            uid: String::new(),
+            causes: Vec::new(),
+            retry_after_seconds: 3,
+        });
+        let error = kube::Error::Api(Box::new(status));
+        assert_eq!(error.retry_after(), Some(std::time::Duration::from_secs(3)));
     }
 }

@@ -38,6 +38,8 @@ const REASONS: &[Reason] = &[
     Reason::AutoBindNameTaken,
     Reason::NameCollision,
     Reason::APIReleased,
+    Reason::DiscoveryIncomplete,
+    Reason::ConnectionChanged,
 ];
 
 /// The reason stored as `reason`, if the konnector knows it.
@@ -160,15 +162,25 @@ pub fn what_to_do(reason: &str) -> &'static str {
         Reason::APIReleased => {
             "nothing was deleted: export the API again on the provider to resume sync, or remove it from the binding's apis (or delete the binding) to remove it for good"
         }
+        Reason::DiscoveryIncomplete => {
+            "some provider API groups could not be discovered (the message names them): fix or remove the APIService that serves them on the provider (kubectl get apiservices)"
+        }
+        Reason::ConnectionChanged => {
+            "wait: the binding drains what it bound through its previous Connection, then binds through the new one"
+        }
     }
 }
 
 /// Whether a condition reports a problem: a False positive condition, or a True
 /// `PermissionDenied` / `Conflicts`.
 pub fn is_problem(condition: &Condition) -> bool {
-    let negative = [ConditionType::PermissionDenied, ConditionType::Conflicts]
-        .iter()
-        .any(|t| t.as_str() == condition.type_);
+    let negative = [
+        ConditionType::PermissionDenied,
+        ConditionType::Conflicts,
+        ConditionType::ProviderDegraded,
+    ]
+    .iter()
+    .any(|t| t.as_str() == condition.type_);
     if negative {
         condition.status == "True"
     } else {

@@ -67,6 +67,8 @@ pub fn test_connection_config() -> konnector::connection::Config {
         schema_wait: Duration::from_secs(30),
         max_backoff: Duration::from_secs(2),
         provider_transport: konnector::provider::kubeconfig::Transport::VerifiedTls,
+        // Longer than the provider outages fault tests inject, short enough to watch expire.
+        provider_grace_period: Duration::from_secs(30),
     }
 }
 
@@ -388,4 +390,32 @@ pub fn metric_value(exposition: &str, sample: &str) -> Option<f64> {
     exposition
         .lines()
         .find_map(|line| line.strip_prefix(sample)?.trim().parse().ok())
+}
+
+/// How many `verb` requests (`GET`, `LIST`, ...) for `group`'s `resource` the cluster behind
+/// `client` has served, from its own `apiserver_request_total`: a watch that restarts lists
+/// again, one that rides out a fault does not; a schema read again shows as a GET.
+pub async fn served_requests(
+    client: &kube::Client,
+    verb: &str,
+    group: &str,
+    resource: &str,
+) -> anyhow::Result<f64> {
+    let request = http::Request::get("/metrics").body(Vec::new())?;
+    let text = client.request_text(request).await?;
+    let wanted = [
+        format!("verb=\"{verb}\""),
+        format!("group=\"{group}\""),
+        format!("resource=\"{resource}\""),
+    ];
+    Ok(text
+        .lines()
+        .filter_map(|line| line.strip_prefix("apiserver_request_total{"))
+        .filter_map(|rest| rest.rsplit_once('}'))
+        .filter(|(labels, _)| {
+            let labels: Vec<&str> = labels.split(',').collect();
+            wanted.iter().all(|w| labels.contains(&w.as_str()))
+        })
+        .filter_map(|(_, value)| value.trim().parse::<f64>().ok())
+        .sum())
 }

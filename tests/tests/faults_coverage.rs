@@ -1,13 +1,16 @@
 //! Tenant mistakes and overlapping bindings: only bindings that can ever sync count, and
 //! coverage is computed per (Connection, API, namespace), so a teardown neither stalls on a
-//! typo elsewhere nor strands what no binding covers any more.
+//! typo elsewhere nor strands what no binding covers any more. Editing a binding's
+//! `connectionRef` drains what it bound through the previous Connection.
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition as Crd;
 use kbind_tests::syncenv::remains::Left::{Gone, Kept, Released};
 use kbind_tests::syncenv::remains::{kind, wait_left};
 use kbind_tests::syncenv::{BINDING, Scenario, TestApi, appears, merge, wait_for};
 use konnector::api::{Binding, ConflictPolicy};
+use konnector::registry::Engagement;
 use kube::Api;
+use kube::api::Patch;
 use serde_json::json;
 
 /// The `Ready` reason of Binding `ns/name`, once it has one.
@@ -129,4 +132,42 @@ fn overlapping_bindings_drain_only_what_nothing_covers() -> anyhow::Result<()> {
             ])
             .await
         })
+}
+
+#[test]
+fn editing_connection_ref_drains_what_the_previous_connection_bound() -> anyhow::Result<()> {
+    Scenario::bound("cov-move").run(async |s| {
+        s.create("w", json!({"size": 1})).await?;
+        s.copy("w").await?;
+        // A second Connection, engaged too: the binding is pointed at it.
+        let other = format!("{}-other", s.stack.name);
+        s.stack.engagements.engage(Engagement {
+            connection: other.clone(),
+            ..s.engage()
+        });
+        let bindings = Api::<Binding>::namespaced(s.consumer.clone(), s.ns());
+        let patch = json!({"spec": {"connectionRef": {"name": other}}});
+        bindings
+            .patch(BINDING, &Default::default(), &Patch::Merge(patch))
+            .await?;
+        // What the previous Connection bound is drained through it: its owned copy deleted,
+        // the instance released; the consumer CRD stays (it is pinned to the previous one).
+        let path = format!("{}/w", s.ns());
+        wait_left(&[
+            (&s.provider, s.api.resource(), &*path, Gone),
+            (&s.consumer, s.api.resource(), &*path, Released),
+            (&s.consumer, kind::<Crd>(), &s.api.name(), Kept),
+        ])
+        .await?;
+        let moved = |b: &Binding| {
+            let status = b.status.as_ref();
+            status.and_then(|s| s.bound_connection.as_deref()) == Some(other.as_str())
+        };
+        wait_for(
+            "boundConnection to follow",
+            kbind_tests::syncenv::WAIT,
+            || async { Ok(moved(&bindings.get(BINDING).await?).then_some(())) },
+        )
+        .await
+    })
 }

@@ -175,6 +175,7 @@ fn related_copy_never_takes_an_object_created_meanwhile() -> anyhow::Result<()> 
             provider_uid: String::new(),
             consumer_uid: String::new(),
             exported: Vec::new(),
+            schema_revisions: Default::default(),
             credentials_digest: String::new(),
             epoch: 0,
         };

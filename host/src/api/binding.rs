@@ -178,6 +178,10 @@ pub struct BindingStatus {
     /// The generation this status was computed for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// The Connection `boundAPIs` were bound through. When `connectionRef` is edited, what
+    /// was bound through this one is drained through it before the new one selects anything.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bound_connection: Option<String>,
     /// Instances in this binding's scope whose provider target belongs to someone else, over
     /// all bound APIs (the per-API counts are in `boundAPIs`).
     #[serde(default)]

@@ -30,11 +30,15 @@ pub enum ConditionType {
     /// Some listed APIs are released: the provider stopped exporting them, so their sync
     /// stopped and nothing of theirs is deleted on either side.
     Released,
+    /// Provider reads fail transiently (or some API groups cannot be discovered) and the
+    /// Connection rides it out: still Ready and engaged until the failures outlast the grace
+    /// period.
+    ProviderDegraded,
 }
 
 impl ConditionType {
     /// Every condition type, for lookups by the string stored in a condition.
-    pub const ALL: [Self; 12] = [
+    pub const ALL: [Self; 13] = [
         Self::SecretValid,
         Self::Connected,
         Self::SchemaInSync,
@@ -47,6 +51,7 @@ impl ConditionType {
         Self::TeardownFailed,
         Self::AutoBindInSync,
         Self::Released,
+        Self::ProviderDegraded,
     ];
 
     /// The condition type stored as `type_`, if it is one of ours.
@@ -73,6 +78,7 @@ impl ConditionType {
             Self::TeardownFailed => "Teardown",
             Self::AutoBindInSync => "AutoBind",
             Self::Released => "Release",
+            Self::ProviderDegraded => "RideOutProviderFailures",
         }
     }
 
@@ -91,6 +97,7 @@ impl ConditionType {
             Self::TeardownFailed => "TeardownFailed",
             Self::AutoBindInSync => "AutoBindInSync",
             Self::Released => "Released",
+            Self::ProviderDegraded => "ProviderDegraded",
         }
     }
 }
@@ -172,6 +179,12 @@ pub enum Reason {
     /// consumer CRD, instances and provider copies stay, and sync resumes when it is exported
     /// again.
     APIReleased,
+    /// The binding's `connectionRef` was edited: what it bound through the previous Connection
+    /// is being drained through that one before the new Connection selects anything.
+    ConnectionChanged,
+    /// Some API groups of the provider could not be discovered (an APIService whose backend
+    /// is down answers 503): their last known exports are kept through the grace period.
+    DiscoveryIncomplete,
 }
 
 impl Reason {
@@ -210,6 +223,8 @@ impl Reason {
             Self::AutoBindNameTaken => "AutoBindNameTaken",
             Self::NameCollision => "NameCollision",
             Self::APIReleased => "APIReleased",
+            Self::DiscoveryIncomplete => "DiscoveryIncomplete",
+            Self::ConnectionChanged => "ConnectionChanged",
         }
     }
 }

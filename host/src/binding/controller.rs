@@ -5,6 +5,8 @@
 //! Binding / ClusterBinding ─▶ gather facts (Connection, engagement, consumer CRDs, index pin)
 //!        │                     ─▶ readiness verdict ─▶ binding index (selection for syncers)
 //!        │                     ─▶ drain APIs dropped from `apis` (teardown::drain_dropped)
+//!        │                        [connectionRef edited: drain all through the previous
+//!        │                         Connection first, selecting nothing (move_connection)]
 //!        │                     ─▶ release APIs no longer exported (release::run)
 //!        │                     ─▶ related Secrets/ConfigMaps (when Ready)
 //!        │                     ─▶ instance outcomes in scope (sync engine's summary)
@@ -33,8 +35,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, instrument, warn};
 
 use crate::api::names::CLEANUP_FINALIZER;
-use crate::api::{BindingStatus, Connection};
-use crate::conditions;
+use crate::api::{BindingStatus, ConditionType, Connection, Reason};
+use crate::conditions::{self, Desired};
 use crate::sync::changes;
 
 use super::facts::{self, Facts};
@@ -156,6 +158,9 @@ async fn reconcile<K: BindingObject>(obj: Arc<K>, ctx: Arc<Context>) -> Result<A
 /// listing, copy related resources, then report what was observed.
 async fn apply<K: BindingObject>(obj: &K, api: &Api<K>, ctx: &Context) -> Result<Action> {
     let key = obj.index_key().ok_or(Error::MissingName)?;
+    if let Some(previous) = teardown::moved_from(obj) {
+        return move_connection(obj, api, ctx, key, previous).await;
+    }
     let facts = facts::gather(obj, &key, ctx).await?;
     let verdict = readiness::evaluate(&facts.connection, &facts.state, &facts.apis);
     select(ctx, key, &facts, &verdict);
@@ -190,6 +195,61 @@ async fn apply<K: BindingObject>(obj: &K, api: &Api<K>, ctx: &Context) -> Result
     )))
 }
 
+/// `connectionRef` was edited: until what was bound through the previous Connection is
+/// drained through it (owned provider copies deleted, finalizers released; what other
+/// bindings of that Connection cover stays), the binding selects nothing and is not Ready.
+/// Then `boundAPIs` empties and the next reconcile binds through the new Connection.
+async fn move_connection<K: BindingObject>(
+    obj: &K,
+    api: &Api<K>,
+    ctx: &Context,
+    key: BindingKey,
+    previous: &str,
+) -> Result<Action> {
+    let spec = obj.binding_spec();
+    let next = &spec.connection_ref.name;
+    ctx.shared.index.apply(
+        key,
+        Entry {
+            connection: next.clone(),
+            apis: Default::default(),
+            conflict_policy: spec.conflict_policy,
+            ready: false,
+            created: obj.meta().creation_timestamp.as_ref().map(|t| t.0),
+        },
+    );
+    let drained = match teardown::drain_moved(obj, ctx, previous).await {
+        Ok(drained) => drained,
+        Err(error) => {
+            write_condition(obj, ctx, failure::drain_failed(&error)).await;
+            return Err(error);
+        }
+    };
+    let generation = obj.meta().generation;
+    let mut status = obj.binding_status().cloned().unwrap_or_default();
+    let left = drained.pending.len() + drained.unchecked;
+    let message = if left == 0 {
+        status.bound_apis.clear();
+        status.bound_connection = Some(next.clone());
+        format!("drained what was bound through Connection {previous}; binding through {next}")
+    } else {
+        format!(
+            "connectionRef changed from {previous} to {next}: draining the instances bound through {previous} first \
+             ({left} API(s) left); sync through {next} starts once they are drained"
+        )
+    };
+    conditions::set(
+        &mut status.conditions,
+        Desired::falsy(ConditionType::Ready, Reason::ConnectionChanged, message),
+        generation,
+    );
+    if let Some(condition) = drained.condition {
+        conditions::set(&mut status.conditions, condition, generation);
+    }
+    publish_status(obj, api, ctx, status).await?;
+    Ok(Action::requeue(ctx.settings.pending_requeue))
+}
+
 /// The names in the binding's `apis`.
 fn listed_apis<K: BindingObject>(obj: &K) -> Vec<String> {
     obj.binding_spec()
@@ -210,6 +270,7 @@ fn observed_status<K: BindingObject>(
 ) -> BindingStatus {
     let generation = obj.meta().generation;
     let mut new_status = status::build(obj.binding_status(), observed, generation);
+    new_status.bound_connection = Some(obj.binding_spec().connection_ref.name.clone());
     status::keep_pending_drains(&mut new_status, obj.binding_status(), &dropped.pending);
     for condition in [dropped.condition.clone(), released.condition.clone()]
         .into_iter()

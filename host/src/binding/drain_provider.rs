@@ -114,6 +114,7 @@ pub async fn resolve(
         provider_uid: pinned_provider,
         consumer_uid,
         exported: Vec::new(),
+        schema_revisions: Default::default(),
         credentials_digest: credentials.digest,
         epoch: 0,
     }))

@@ -165,6 +165,7 @@ fn kube_error(error: &Error) -> Option<&kube::Error> {
         | Error::DeleteCrd { source: e, .. } => Some(e),
         Error::ProviderIdentity { source, .. } => source.kube_error(),
         Error::MissingName
+        | Error::WaitingForSyncers(_)
         | Error::DrainIncomplete { .. }
         | Error::RelatedPolicy(_)
         | Error::BuildRequest(_)

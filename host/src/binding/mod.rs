@@ -82,6 +82,10 @@ pub enum Error {
     /// The binding has no name (or no namespace for a Binding).
     #[error("binding has no name")]
     MissingName,
+    /// A deleted binding waits for the previous Connection's syncers of these APIs to stop
+    /// before draining what it bound through that Connection.
+    #[error("waiting for the syncers of {0:?} on the previous Connection to stop")]
+    WaitingForSyncers(Vec<String>),
     /// Reading the referenced Connection.
     #[error("reading the Connection: {0}")]
     ReadConnection(#[source] kube::Error),

@@ -55,6 +55,7 @@ pub async fn install_bound(
             api,
             source,
             update: policy.update_policy,
+            revision: engagement.schema_revisions.get(*name).map(String::as_str),
         };
         match ensure_installed(
             &ctx.shared.consumer,

@@ -122,6 +122,8 @@ pub fn build(
         conditions: conds,
         observed_generation: generation,
         conflict_count,
+        // The caller knows which Connection this reconcile bound through.
+        bound_connection: None,
     }
 }
 

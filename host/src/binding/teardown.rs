@@ -19,6 +19,11 @@
 //!     ─▶ drain instances in scope as above (the CRD stays) ─▶ status.boundAPIs drops it
 //! ```
 //!
+//! connectionRef edited (status.boundConnection names another Connection):
+//!   the binding selects nothing (Ready=False, ConnectionChanged) ─▶ every stored boundAPIs
+//!   entry is drained through the previous Connection as above ─▶ boundAPIs empties and the
+//!   new Connection binds as a new binding would
+//!
 //! Both drain one API at a time through [`super::drain`], with the provider client
 //! [`super::drain_provider`] finds: the engaged one, or one built from the Connection's
 //! credentials (a deleting Connection after a restart). Never because a
@@ -51,6 +56,13 @@ pub async fn run<K: BindingObject>(obj: &K, ctx: &Context) -> Result<()> {
     let uid = obj.meta().uid.clone().unwrap_or_default();
     let namespace = obj.namespace();
     let binding = obj.object_ref(&());
+    // Deleted while moving to another Connection: what the previous one still holds first.
+    if let Some(previous) = moved_from(obj) {
+        let drained = drain_moved(obj, ctx, previous).await?;
+        if !drained.pending.is_empty() {
+            return Err(super::Error::WaitingForSyncers(drained.pending));
+        }
+    }
     let provider = drain_provider::resolve(ctx, &spec.connection_ref.name).await?;
     let engagement = provider.as_ref().ok();
     let scope = DrainScope {
@@ -111,19 +123,51 @@ pub struct Dropped {
     pub pending: Vec<String>,
     /// The `Drained` condition to store, when a drain ran.
     pub condition: Option<Desired>,
+    /// Drained APIs with instances left unchecked (no provider client to check their copies).
+    pub unchecked: usize,
 }
 
 /// Drains, in the binding's scope, the instances of every API its stored `boundAPIs` has but
 /// its spec no longer lists, unless another non-deleting binding lists it. Call after the
 /// binding's index entry no longer lists those APIs. The consumer CRD stays.
 pub async fn drain_dropped<K: BindingObject>(obj: &K, ctx: &Context) -> Result<Dropped> {
-    let spec = obj.binding_spec();
-    let dropped = dropped_apis(obj);
+    let connection = obj.binding_spec().connection_ref.name.as_str();
+    drain_through(obj, ctx, connection, dropped_apis(obj)).await
+}
+
+/// The Connection the stored `boundAPIs` were bound through, when `connectionRef` now names
+/// another one: what was bound through it must be drained through it first.
+pub fn moved_from<K: BindingObject>(obj: &K) -> Option<&str> {
+    let status = obj.binding_status()?;
+    let previous = status.bound_connection.as_deref()?;
+    (previous != obj.binding_spec().connection_ref.name && !status.bound_apis.is_empty())
+        .then_some(previous)
+}
+
+/// Drains every stored `boundAPIs` entry through the previous Connection after an edit of
+/// `connectionRef` (what other counting bindings of that Connection cover is left alone).
+pub async fn drain_moved<K: BindingObject>(
+    obj: &K,
+    ctx: &Context,
+    previous: &str,
+) -> Result<Dropped> {
+    let stored = obj.binding_status().into_iter().flat_map(|s| &s.bound_apis);
+    let apis = stored.map(|b| b.name.as_str()).collect();
+    drain_through(obj, ctx, previous, apis).await
+}
+
+/// Drains `apis` in the binding's scope through `connection`, each once its syncer stopped,
+/// unless another counting binding of that Connection covers the scope.
+async fn drain_through<K: BindingObject>(
+    obj: &K,
+    ctx: &Context,
+    connection: &str,
+    dropped: Vec<&str>,
+) -> Result<Dropped> {
     if dropped.is_empty() {
         return Ok(Dropped::default());
     }
     let uid = obj.meta().uid.clone().unwrap_or_default();
-    let connection = spec.connection_ref.name.as_str();
     let covered = coverage::of_others(&ctx.shared.consumer, &uid, connection).await?;
     let namespace = obj.namespace();
     let (pending, ready): (Vec<&str>, Vec<&str>) = dropped
@@ -139,6 +183,7 @@ pub async fn drain_dropped<K: BindingObject>(obj: &K, ctx: &Context) -> Result<D
     let mut out = Dropped {
         pending: pending.iter().map(|a| a.to_string()).collect(),
         condition: None,
+        unchecked: 0,
     };
     if ready.is_empty() {
         return Ok(out);
@@ -161,6 +206,7 @@ pub async fn drain_dropped<K: BindingObject>(obj: &K, ctx: &Context) -> Result<D
             unchecked.push(api.to_string());
         }
     }
+    out.unchecked = unchecked.len();
     let ready: Vec<String> = ready.iter().map(|a| a.to_string()).collect();
     out.condition = match &provider {
         Ok(_) => Some(drain_provider::drained(&ready)),

@@ -68,6 +68,10 @@ pub struct RunArgs {
     /// Periodic Connection reconcile (discovery of new exports, heartbeat renewal).
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration, value_name = "DURATION")]
     pub connection_resync: Duration,
+    /// How long an engaged Connection stays Ready through transient provider failures (no
+    /// answer, 429, 5xx) before it turns not Ready and stops its syncers.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub provider_grace_period: Duration,
     /// Periodic binding reconcile (conflict counts, related resources).
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration, value_name = "DURATION")]
     pub binding_resync: Duration,
@@ -100,6 +104,7 @@ impl RunArgs {
                 resync: self.connection_resync,
                 secret_namespace: self.secret_namespace.clone(),
                 provider_transport,
+                provider_grace_period: self.provider_grace_period,
                 ..connection::Config::default()
             },
             binding: binding::Settings {

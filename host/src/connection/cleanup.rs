@@ -49,6 +49,7 @@ pub(super) async fn cleanup(connection: &Connection, ctx: &Context) -> Result<Ac
         secret::release(&ctx.shared.consumer, reference).await?;
     }
     ctx.shared.engagements.disengage(&name);
+    ctx.grace.forget(&name);
     info!(connection = %name, secret_shared = shared, "connection released");
     Ok(Action::await_change())
 }

@@ -7,13 +7,15 @@
 //!                       Ready turned True ────────────────────▶ Normal Ready: <message>
 //!                       SchemaInSync turned False / changed ──▶ Warning <reason>: <message>
 //!                       AutoBindInSync turned False / changed ▶ Warning <reason>: <message>
+//!                       ProviderDegraded turned True / changed ▶ Warning <reason>: <message>
 //! ```
 //!
 //! Every failure of the non-deleting flow and of deletion ends in `Ready=False` with its reason
 //! (SecretNotFound, KubeconfigInvalid, Forbidden, ClusterIdentityChanged, ProviderUnreachable,
 //! DrainingBindings, ...), so Ready's transitions tell the whole story; SchemaInSync and
 //! AutoBindInSync add what does not make the Connection unready (CRDNotManaged,
-//! SchemaInstallFailed, AutoBindNameTaken).
+//! SchemaInstallFailed, AutoBindNameTaken) and ProviderDegraded a provider failure that is
+//! being ridden out (ProviderUnreachable, DiscoveryIncomplete).
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
@@ -37,6 +39,9 @@ pub fn announcements(old: &[Condition], new: &[Condition]) -> Vec<Announcement> 
                     || x == ConditionType::AutoBindInSync.as_str())
                     && !status =>
                 {
+                    Some(Announcement::warning(now))
+                }
+                x if x == ConditionType::ProviderDegraded.as_str() && status => {
                     Some(Announcement::warning(now))
                 }
                 _ => None,
@@ -105,6 +110,29 @@ mod tests {
         );
         let refused = with_desired(&fine(), &[not_ours]);
         assert_eq!(the_one_event(&fine(), &refused).reason, "CRDNotManaged");
+    }
+
+    #[test]
+    fn a_provider_blip_ridden_out_is_one_warning_and_ready_stays_quiet() {
+        let blip = Desired::truthy(
+            ConditionType::ProviderDegraded,
+            Reason::ProviderUnreachable,
+            "503",
+        );
+        let degraded = with_desired(&fine(), &[blip]);
+        let event = the_one_event(&fine(), &degraded);
+        assert!(event.warning);
+        assert_eq!(event.reason, "ProviderUnreachable");
+        assert!(announcements(&degraded, &degraded.clone()).is_empty());
+        let healed = with_desired(
+            &degraded,
+            &[Desired::falsy(
+                ConditionType::ProviderDegraded,
+                Reason::AsExpected,
+                "answers",
+            )],
+        );
+        assert!(announcements(&degraded, &healed).is_empty(), "{healed:?}");
     }
 
     #[test]

@@ -17,6 +17,7 @@ mod apply;
 mod autobind;
 mod cleanup;
 mod events;
+mod grace;
 mod secret;
 
 use std::sync::Arc;
@@ -59,6 +60,9 @@ pub struct Config {
     pub max_backoff: Duration,
     /// Which provider transports kubeconfigs may use (`--allow-insecure-provider`).
     pub provider_transport: Transport,
+    /// How long an engaged Connection rides out transient provider failures (no answer, 429,
+    /// 5xx) while staying Ready, before it turns not Ready and disengages.
+    pub provider_grace_period: Duration,
 }
 
 impl Default for Config {
@@ -70,6 +74,7 @@ impl Default for Config {
             schema_wait: Duration::from_secs(30),
             max_backoff: Duration::from_secs(60),
             provider_transport: Transport::VerifiedTls,
+            provider_grace_period: Duration::from_secs(60),
         }
     }
 }
@@ -88,6 +93,8 @@ pub struct Context {
     /// that a reconcile right after a write neither writes nor announces the change again.
     recent: RecentWrites<Connection>,
     failures: Backoff<String>,
+    /// How long each Connection's provider (and each of its API groups) has been failing.
+    grace: grace::Grace,
 }
 
 impl Context {
@@ -98,6 +105,7 @@ impl Context {
             applied_schemas: AppliedSchemas::default(),
             recent: RecentWrites::default(),
             failures: Backoff::new(Duration::from_secs(1), config.max_backoff),
+            grace: grace::Grace::new(config.provider_grace_period),
             config,
         }
     }
@@ -148,6 +156,18 @@ pub enum Error {
     /// backoff).
     #[error("waiting for {0} binding(s) that reference this Connection to be deleted")]
     Draining(usize),
+}
+
+impl Error {
+    /// How long the provider asked us to wait before asking again (a 429's or 503's
+    /// `Retry-After`), if this failure is such an answer.
+    fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Self::Identity(error) => error.kube_error().and_then(k8s::ApiErrorExt::retry_after),
+            Self::Discovery(error) => error.retry_after(),
+            _ => None,
+        }
+    }
 }
 
 type Result<T, E = Error> = std::result::Result<T, E>;
@@ -220,7 +240,17 @@ fn error_policy(
     if let finalizer::Error::CleanupFailed(Error::Draining(_)) = error {
         return Action::requeue(ctx.config.drain_requeue);
     }
-    let delay = ctx.failures.failed(connection.name_any());
+    // The backoff grows per failure; a server that said when to come back is not asked sooner.
+    let asked = match error {
+        finalizer::Error::ApplyFailed(error) | finalizer::Error::CleanupFailed(error) => {
+            error.retry_after()
+        }
+        _ => None,
+    };
+    let delay = ctx
+        .failures
+        .failed(connection.name_any())
+        .max(asked.unwrap_or_default());
     warn!(connection = %connection.name_any(), %error, retry_in = ?delay, "connection reconcile failed");
     Action::requeue(delay)
 }

@@ -4,19 +4,27 @@
 //!   outside the built-in groups, like the OpenAPI source: a labelled `core.kbind.io` or
 //!   Kubernetes CRD is reported as ignored, never exported.
 //! - OpenAPI: every discovered resource outside the built-in Kubernetes groups; the
-//!   credentials' reach is the export boundary, and schemas come from `/openapi/v3`.
+//!   credentials' reach is the export boundary, and schemas come from `/openapi/v3`. Groups
+//!   are read one by one: a group whose APIService is down (503) or slow is reported in
+//!   [`Discovered::failed_groups`] and the others are discovered as usual, where one
+//!   all-or-nothing discovery would fail as a whole.
 //! - Auto: CRD first, OpenAPI only after a *successful* list that found no export; a list
 //!   error is an error, never a reason to widen the export boundary.
 
+use std::cmp::Reverse;
 use std::collections::BTreeMap;
+use std::time::Duration;
 
+use futures::StreamExt;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::APIGroup;
 use kube::api::{Api, ListParams};
-use kube::discovery::{Discovery, Scope};
+use kube::core::Version;
 
 use super::{ApiFailure, classify};
 use crate::api::names::EXPORTED_LABEL;
 use crate::api::{ExportedApi, GROUP, ResourceScope, SchemaSource};
+use crate::k8s::ApiErrorExt;
 
 /// What discovery found: the source in effect and the exported APIs, sorted by name.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,7 +35,32 @@ pub struct Discovered {
     pub apis: Vec<ExportedApi>,
     /// Labelled CRDs left out because their group is kbind's or Kubernetes' own, sorted.
     pub ignored: Vec<String>,
+    /// OpenAPI source: groups whose discovery failed, sorted by group; their APIs are missing
+    /// from `apis`.
+    pub failed_groups: Vec<GroupFailure>,
+    /// Per exported API (by name), a revision of its provider schema: the CRD's UID and
+    /// generation, or a digest of its discovery entries and `/openapi/v3` document hashes.
+    /// The schema is fetched again only when it changes; an API without one is always fetched.
+    pub revisions: BTreeMap<String, String>,
 }
+
+/// One API group that could not be discovered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupFailure {
+    /// The group's name.
+    pub group: String,
+    /// What went wrong, for the Connection's condition.
+    pub message: String,
+    /// Whether it may pass on its own (timeout, 429, 5xx): its last known exports are kept
+    /// for a while instead of being released at once.
+    pub transient: bool,
+}
+
+/// How long one group's discovery may take before it counts as failed (transiently).
+const GROUP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How many groups are discovered at once.
+const GROUP_PARALLELISM: usize = 4;
 
 /// Why discovery failed.
 #[derive(Debug, thiserror::Error)]
@@ -62,6 +95,19 @@ impl DiscoveryError {
     pub fn is_forbidden(&self) -> bool {
         matches!(self, Self::Forbidden { .. })
     }
+
+    /// Whether the failure may pass on its own (no answer, 429, 5xx).
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Self::Request { source, .. } if source.is_transient())
+    }
+
+    /// How long the provider asked us to wait before asking again, if it said.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Self::Request { source, .. } => source.retry_after(),
+            Self::Forbidden { .. } => None,
+        }
+    }
 }
 
 /// Discovers the provider's exports for a Connection's schema source.
@@ -71,21 +117,13 @@ pub async fn discover(
 ) -> Result<Discovered, DiscoveryError> {
     match source {
         SchemaSource::Crd => Ok(exported_crds(provider).await?),
-        SchemaSource::OpenApi => Ok(Discovered {
-            source,
-            apis: served_apis(provider).await?,
-            ignored: Vec::new(),
-        }),
+        SchemaSource::OpenApi => Ok(served_apis(provider, Vec::new()).await?),
         SchemaSource::Auto => {
             let crds = exported_crds(provider).await?;
             // Only labelled CRDs that can be exported count: a provider labelling nothing
             // but built-in CRDs exports nothing through CRDs.
             if crds.apis.is_empty() {
-                Ok(Discovered {
-                    source: SchemaSource::OpenApi,
-                    apis: served_apis(provider).await?,
-                    ignored: crds.ignored,
-                })
+                Ok(served_apis(provider, crds.ignored).await?)
             } else {
                 Ok(crds)
             }
@@ -101,7 +139,17 @@ async fn exported_crds(provider: &kube::Client) -> Result<Discovered, DiscoveryE
         .list(&ListParams::default().labels(&selector))
         .await
         .map_err(|e| DiscoveryError::from_kube("list exported CRDs", e))?;
-    Ok(split_exported(list.items.iter().map(exported_from_crd)))
+    let mut discovered = split_exported(list.items.iter().map(exported_from_crd));
+    discovered.revisions = list
+        .items
+        .iter()
+        .filter_map(|crd| {
+            let (uid, generation) = (crd.metadata.uid.as_ref()?, crd.metadata.generation?);
+            Some((exported_from_crd(crd).name, format!("{uid}/{generation}")))
+        })
+        .filter(|(name, _)| discovered.apis.iter().any(|api| &api.name == name))
+        .collect();
+    Ok(discovered)
 }
 
 /// Splits labelled CRDs into exports and the ones ignored for their group.
@@ -115,6 +163,8 @@ fn split_exported(labelled: impl IntoIterator<Item = ExportedApi>) -> Discovered
         source: SchemaSource::Crd,
         apis,
         ignored: ignored.into_iter().map(|api| api.name).collect(),
+        failed_groups: Vec::new(),
+        revisions: BTreeMap::new(),
     }
 }
 
@@ -149,32 +199,166 @@ pub fn is_builtin_group(group: &str) -> bool {
         || group == GROUP
 }
 
-/// Every resource the credentials can discover outside the built-in groups.
-async fn served_apis(provider: &kube::Client) -> Result<Vec<ExportedApi>, DiscoveryError> {
-    let discovery = Discovery::new(provider.clone())
-        .run()
+/// Every resource the credentials can discover outside the built-in groups, group by group.
+/// Only the list of groups itself failing fails the discovery.
+async fn served_apis(
+    provider: &kube::Client,
+    ignored: Vec<String>,
+) -> Result<Discovered, DiscoveryError> {
+    let groups = provider
+        .list_api_groups()
         .await
         .map_err(|e| DiscoveryError::from_kube("API discovery", e))?;
-    let mut by_name: BTreeMap<String, ExportedApi> = BTreeMap::new();
-    for group in discovery.groups().filter(|g| !is_builtin_group(g.name())) {
-        for version in group.versions() {
-            for (resource, capabilities) in group.versioned_resources(version) {
-                let name = format!("{}.{}", resource.plural, resource.group);
-                let entry = by_name.entry(name.clone()).or_insert_with(|| ExportedApi {
-                    name,
-                    group: resource.group.clone(),
-                    resource: resource.plural.clone(),
-                    scope: match capabilities.scope {
-                        Scope::Cluster => ResourceScope::Cluster,
-                        Scope::Namespaced => ResourceScope::Namespaced,
-                    },
-                    versions: Vec::new(),
-                });
-                entry.versions.push(version.to_string());
+    let wanted = groups
+        .groups
+        .into_iter()
+        .filter(|g| !is_builtin_group(&g.name));
+    let answers: Vec<Result<Vec<GroupApi>, GroupFailure>> = futures::stream::iter(wanted)
+        .map(|group| async move { group_apis(provider, &group).await })
+        .buffer_unordered(GROUP_PARALLELISM)
+        .collect()
+        .await;
+    // Without the index (an old server, say), schemas are fetched on every check, as before.
+    let documents = openapi_hashes(provider).await.unwrap_or_default();
+    let mut apis = Vec::new();
+    let mut revisions = BTreeMap::new();
+    let mut failed_groups = Vec::new();
+    for answer in answers {
+        match answer {
+            Ok(found) => {
+                for GroupApi { api, entries } in found {
+                    if let Some(revision) = openapi_revision(&api, &entries, &documents) {
+                        revisions.insert(api.name.clone(), revision);
+                    }
+                    apis.push(api);
+                }
             }
+            Err(failure) => failed_groups.push(failure),
         }
     }
-    Ok(by_name.into_values().collect())
+    apis.sort_by(|a, b| a.name.cmp(&b.name));
+    failed_groups.sort_by(|a, b| a.group.cmp(&b.group));
+    Ok(Discovered {
+        source: SchemaSource::OpenApi,
+        apis,
+        ignored,
+        failed_groups,
+        revisions,
+    })
+}
+
+/// One resource of a group, with the discovery entries (its own and its subresources', per
+/// version) that schema synthesis reads.
+struct GroupApi {
+    api: ExportedApi,
+    entries: Vec<serde_json::Value>,
+}
+
+/// The `/openapi/v3` index: each group-version's document URL, which carries a hash of the
+/// document (`?hash=...`), so a changed schema shows without fetching it.
+async fn openapi_hashes(provider: &kube::Client) -> Option<BTreeMap<String, String>> {
+    #[derive(serde::Deserialize)]
+    struct Index {
+        paths: BTreeMap<String, Path>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Path {
+        #[serde(rename = "serverRelativeURL")]
+        server_relative_url: String,
+    }
+    let request = http::Request::get("/openapi/v3").body(Vec::new()).ok()?;
+    let read = provider.request::<Index>(request);
+    let index = tokio::time::timeout(GROUP_TIMEOUT, read).await.ok()?.ok()?;
+    Some(
+        index
+            .paths
+            .into_iter()
+            .map(|(path, entry)| (path, entry.server_relative_url))
+            .collect(),
+    )
+}
+
+/// A digest of what an OpenAPI-sourced schema is built from, or None when a version's
+/// document is not in the index (it must then be fetched to know).
+fn openapi_revision(
+    api: &ExportedApi,
+    entries: &[serde_json::Value],
+    documents: &BTreeMap<String, String>,
+) -> Option<String> {
+    let urls = api
+        .versions
+        .iter()
+        .map(|version| documents.get(&format!("apis/{}/{version}", api.group)))
+        .collect::<Option<Vec<_>>>()?;
+    let facts = serde_json::json!({ "entries": entries, "documents": urls });
+    Some(crate::schema::source_hash(&facts))
+}
+
+/// The resources (not subresources) of every version a group serves, versions in
+/// Kubernetes' priority order.
+async fn group_apis(
+    provider: &kube::Client,
+    group: &APIGroup,
+) -> Result<Vec<GroupApi>, GroupFailure> {
+    let mut versions: Vec<_> = group.versions.iter().collect();
+    versions.sort_by_cached_key(|v| Reverse(Version::parse(&v.version).priority()));
+    let mut by_name: BTreeMap<String, GroupApi> = BTreeMap::new();
+    for version in versions {
+        let read = provider.list_api_group_resources(&version.group_version);
+        let list = match tokio::time::timeout(GROUP_TIMEOUT, read).await {
+            Ok(Ok(list)) => list,
+            Ok(Err(error)) => {
+                return Err(GroupFailure {
+                    group: group.name.clone(),
+                    message: format!("{}: {error}", version.group_version),
+                    transient: error.is_transient(),
+                });
+            }
+            Err(_) => {
+                return Err(GroupFailure {
+                    group: group.name.clone(),
+                    message: format!(
+                        "{}: no answer within {}s",
+                        version.group_version,
+                        GROUP_TIMEOUT.as_secs()
+                    ),
+                    transient: true,
+                });
+            }
+        };
+        for resource in &list.resources {
+            let (plural, _) = resource
+                .name
+                .split_once('/')
+                .unwrap_or((&resource.name, ""));
+            let name = format!("{plural}.{}", group.name);
+            let entry = by_name.entry(name.clone()).or_insert_with(|| GroupApi {
+                api: ExportedApi {
+                    name,
+                    group: group.name.clone(),
+                    resource: plural.to_string(),
+                    scope: if resource.namespaced {
+                        ResourceScope::Namespaced
+                    } else {
+                        ResourceScope::Cluster
+                    },
+                    versions: Vec::new(),
+                },
+                entries: Vec::new(),
+            });
+            if !resource.name.contains('/') {
+                entry.api.versions.push(version.version.clone());
+            }
+            let mut facts = serde_json::to_value(resource).unwrap_or_default();
+            facts["groupVersion"] = version.group_version.clone().into();
+            entry.entries.push(facts);
+        }
+    }
+    // A subresource listed without its resource is not an API.
+    Ok(by_name
+        .into_values()
+        .filter(|found| !found.api.versions.is_empty())
+        .collect())
 }
 
 #[cfg(test)]

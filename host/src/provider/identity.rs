@@ -10,6 +10,7 @@ use kube::api::{Api, DynamicObject};
 use kube::core::{ApiResource, GroupVersionKind};
 
 use super::{ApiFailure, classify};
+use crate::k8s::ApiErrorExt;
 
 /// The kcp group-version that serves logical clusters.
 const KCP_GROUP_VERSION: &str = "core.kcp.io/v1alpha1";
@@ -55,6 +56,12 @@ impl IdentityError {
     /// Whether the failure is an RBAC denial (PermissionDenied rather than a retry).
     pub fn is_forbidden(&self) -> bool {
         matches!(self, Self::Forbidden { .. })
+    }
+
+    /// Whether the failure may pass on its own (no answer, 429, 5xx): an engaged Connection
+    /// rides it out for a while instead of disengaging.
+    pub fn is_transient(&self) -> bool {
+        self.kube_error().is_some_and(ApiErrorExt::is_transient)
     }
 
     /// The client error underneath a failed read, if any (to tell a timeout from a 5xx).

@@ -5,7 +5,7 @@
 //! stops syncers, it never deletes anything (spec: "Objects and CRDs are not deleted merely
 //! because connectivity is lost").
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use tokio::sync::watch;
@@ -31,6 +31,9 @@ pub struct Engagement {
     pub consumer_uid: String,
     /// APIs the provider exports, as last discovered.
     pub exported: Vec<ExportedApi>,
+    /// Per exported API (by name), a revision of its provider schema as discovery saw it; an
+    /// unchanged revision means the schema need not be fetched again. Missing: unknown.
+    pub schema_revisions: BTreeMap<String, String>,
     /// Digest of the kubeconfig the client was built from; a change means a new client.
     pub credentials_digest: String,
     /// Bumped each time this Connection is (re)engaged with a new client, so that syncers
@@ -94,6 +97,7 @@ impl Engagements {
                     engagement.epoch = old.epoch;
                     engagement.provider = old.provider.clone();
                     old.exported != engagement.exported
+                        || old.schema_revisions != engagement.schema_revisions
                 }
                 None => {
                     registry.next_epoch += 1;
@@ -161,6 +165,7 @@ mod tests {
                     versions: vec!["v1".into()],
                 })
                 .collect(),
+            schema_revisions: BTreeMap::new(),
             credentials_digest: digest.into(),
             epoch: 0,
         }

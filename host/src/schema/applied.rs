@@ -1,7 +1,10 @@
 //! What kbind last applied per (Connection, API): a provider schema that has not changed
-//! since, over a consumer CRD nobody else changed since, is not applied again.
+//! since, over a consumer CRD nobody else changed since, is not applied again; one whose
+//! discovered revision has not changed is not even read again.
 //!
 //! ```text
+//! discovered revision (CRD uid/generation, OpenAPI hashes) ─┐
+//! consumer CRD resourceVersion ─────────────────────────────┴▶ same as last time? ─▶ no read
 //! provider source (CRD spec / OpenAPI facts) ──hash──┐
 //! consumer CRD resourceVersion ─────────────────────┴─▶ same as last apply? ──▶ nothing to do
 //! ```
@@ -32,6 +35,8 @@ struct Applied {
     source: String,
     /// The consumer CRD's resourceVersion once it was Established after the apply.
     resource_version: Option<String>,
+    /// The provider schema's discovered revision the source was read at, if known.
+    revision: Option<String>,
 }
 
 impl AppliedSchemas {
@@ -54,12 +59,33 @@ impl AppliedSchemas {
             })
     }
 
-    /// Remembers an apply of `source` that left `installed` Established.
+    /// Whether `existing` is what kbind applied from the provider schema at `revision`,
+    /// untouched since: the provider schema need not be read.
+    pub fn unchanged_revision(
+        &self,
+        connection: &str,
+        api: &str,
+        revision: &str,
+        existing: &CustomResourceDefinition,
+    ) -> bool {
+        let Ok(map) = self.inner.lock() else {
+            return false;
+        };
+        map.get(&(connection.to_owned(), api.to_owned()))
+            .is_some_and(|applied| {
+                applied.revision.as_deref() == Some(revision)
+                    && applied.resource_version.is_some()
+                    && applied.resource_version == existing.metadata.resource_version
+            })
+    }
+
+    /// Remembers an apply of `source`, read at `revision`, that left `installed` Established.
     pub fn record(
         &self,
         connection: &str,
         api: &str,
         source: &str,
+        revision: Option<&str>,
         installed: &CustomResourceDefinition,
     ) {
         if let Ok(mut map) = self.inner.lock() {
@@ -68,6 +94,7 @@ impl AppliedSchemas {
                 Applied {
                     source: source.to_owned(),
                     resource_version: installed.metadata.resource_version.clone(),
+                    revision: revision.map(str::to_owned),
                 },
             );
         }
@@ -104,30 +131,51 @@ mod tests {
     #[test]
     fn same_source_over_untouched_crd_is_unchanged() {
         let applied = AppliedSchemas::default();
-        applied.record("p", "widgets.example.org", "h1", &crd(Some("7")));
+        applied.record("p", "widgets.example.org", "h1", None, &crd(Some("7")));
         assert!(applied.unchanged("p", "widgets.example.org", "h1", &crd(Some("7"))));
     }
 
     #[test]
     fn new_provider_source_is_applied_again() {
         let applied = AppliedSchemas::default();
-        applied.record("p", "widgets.example.org", "h1", &crd(Some("7")));
+        applied.record("p", "widgets.example.org", "h1", None, &crd(Some("7")));
         assert!(!applied.unchanged("p", "widgets.example.org", "h2", &crd(Some("7"))));
     }
 
     #[test]
     fn consumer_crd_changed_by_someone_else_is_applied_again() {
         let applied = AppliedSchemas::default();
-        applied.record("p", "widgets.example.org", "h1", &crd(Some("7")));
+        applied.record("p", "widgets.example.org", "h1", None, &crd(Some("7")));
         assert!(!applied.unchanged("p", "widgets.example.org", "h1", &crd(Some("9"))));
     }
 
     #[test]
     fn another_connection_has_its_own_memory() {
         let applied = AppliedSchemas::default();
-        applied.record("p", "widgets.example.org", "h1", &crd(Some("7")));
+        applied.record("p", "widgets.example.org", "h1", None, &crd(Some("7")));
         assert!(!applied.unchanged("q", "widgets.example.org", "h1", &crd(Some("7"))));
         applied.forget("p", "widgets.example.org");
         assert!(!applied.unchanged("p", "widgets.example.org", "h1", &crd(Some("7"))));
+    }
+
+    #[test]
+    fn an_unchanged_revision_over_an_untouched_crd_needs_no_read() {
+        let applied = AppliedSchemas::default();
+        let api = "widgets.example.org";
+        applied.record("p", api, "h1", Some("uid/1"), &crd(Some("7")));
+        assert!(applied.unchanged_revision("p", api, "uid/1", &crd(Some("7"))));
+        assert!(
+            !applied.unchanged_revision("p", api, "uid/2", &crd(Some("7"))),
+            "new revision"
+        );
+        assert!(
+            !applied.unchanged_revision("p", api, "uid/1", &crd(Some("8"))),
+            "CRD edited"
+        );
+        applied.record("p", api, "h1", None, &crd(Some("7")));
+        assert!(
+            !applied.unchanged_revision("p", api, "uid/1", &crd(Some("7"))),
+            "unknown"
+        );
     }
 }

@@ -33,6 +33,9 @@ pub struct Target<'a> {
     pub source: SchemaSource,
     /// Whether an installed CRD follows provider changes.
     pub update: UpdatePolicy,
+    /// The provider schema's revision as discovery saw it, if known: an installed CRD applied
+    /// from the same revision is left alone without reading the provider schema again.
+    pub revision: Option<&'a str>,
 }
 
 /// A consumer CRD that is installed and Established.
@@ -64,6 +67,7 @@ pub async fn ensure_installed(
         api,
         source,
         update,
+        revision,
     } = *target;
     let crds: Api<CustomResourceDefinition> = Api::all(consumer.clone());
     let apply_failed = |source| SchemaError::Apply {
@@ -77,12 +81,23 @@ pub async fn ensure_installed(
     if existing.is_some() && update == UpdatePolicy::Once {
         return established(consumer, &api.name, wait).await;
     }
+    if let (Some(existing), Some(revision)) = (&existing, revision)
+        && is_established(existing)
+        && applied.unchanged_revision(connection, &api.name, revision, existing)
+    {
+        return Ok(Installed {
+            crd: existing.clone(),
+            hash: schema_hash(existing),
+        });
+    }
     let source = fetch_source(provider, api, source).await?;
     let source_hash = source.hash();
     if let Some(existing) = &existing
         && is_established(existing)
         && applied.unchanged(connection, &api.name, &source_hash, existing)
     {
+        // Same schema under a new revision (a label change, say): remember the revision.
+        applied.record(connection, &api.name, &source_hash, revision, existing);
         return Ok(Installed {
             crd: existing.clone(),
             hash: schema_hash(existing),
@@ -111,7 +126,13 @@ pub async fn ensure_installed(
         })
         .inc();
     let installed = established(consumer, &api.name, wait).await?;
-    applied.record(connection, &api.name, &source_hash, &installed.crd);
+    applied.record(
+        connection,
+        &api.name,
+        &source_hash,
+        revision,
+        &installed.crd,
+    );
     Ok(installed)
 }
 

@@ -22,7 +22,7 @@ pub mod taken;
 mod target;
 pub mod versions;
 
-pub use applied::AppliedSchemas;
+pub use applied::{AppliedSchemas, source_hash};
 pub use error::SchemaError;
 pub use install::{Installed, Target, ensure_installed, established, is_established, schema_hash};
 pub use openapi::{ApiFacts, VersionFacts, fetch_facts};

@@ -27,6 +27,7 @@ use tracing::{info, warn};
 use crate::registry::{BindingIndex, Engaged, Engagement};
 use crate::schema::ApiTarget;
 use crate::shared::Shared;
+use crate::telemetry::{ApiLabels, metrics};
 
 use super::SyncSettings;
 use super::context::SyncerSpec;
@@ -143,6 +144,10 @@ impl Supervisor {
             }
             let (connection, api) = key.clone();
             info!(%connection, %api, epoch = identity.epoch, "starting syncer");
+            metrics()
+                .syncer_starts
+                .get_or_create(&ApiLabels { api: api.clone() })
+                .inc();
             let spec = SyncerSpec {
                 connection,
                 api,

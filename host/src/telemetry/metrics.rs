@@ -93,6 +93,9 @@ pub struct Metrics {
     pub policy_failures: Family<PolicyFailureLabels, Counter>,
     /// Connections currently engaged (Ready, provider client live).
     pub engaged_connections: Gauge,
+    /// Syncers started, per API: each start lists both clusters again, so a rise without a
+    /// binding or Connection change means work was restarted.
+    pub syncer_starts: Family<ApiLabels, Counter>,
 }
 
 fn latency_histogram() -> Histogram {
@@ -117,6 +120,7 @@ impl Metrics {
             policy_duration: Family::new_with_constructor(latency_histogram),
             policy_failures: Family::default(),
             engaged_connections: Gauge::default(),
+            syncer_starts: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -183,6 +187,11 @@ impl Metrics {
             "engaged_connections",
             "Connections with a live provider client",
             metrics.engaged_connections.clone(),
+        );
+        registry.register(
+            "syncer_starts",
+            "Syncers started (each lists both clusters)",
+            metrics.syncer_starts.clone(),
         );
         Self {
             registry,

@@ -178,6 +178,7 @@ impl Stack {
             provider_uid: self.provider_uid.clone(),
             consumer_uid: self.consumer_uid.clone(),
             exported: apis.iter().map(|a| a.exported()).collect(),
+            schema_revisions: Default::default(),
             credentials_digest: credentials.to_string(),
             epoch: 0,
         })

@@ -190,7 +190,7 @@ fn metrics_and_health_ports_flow_into_flags_container_ports_probes_and_service()
         // Liveness /healthz and readiness /readyz, on the named health port.
         rendered.expect(&format!(
             r#"
-args: run --metrics-bind-address=:{metrics} --health-probe-bind-address=:{health} --secret-namespace=kbind
+args: run --metrics-bind-address=:{metrics} --health-probe-bind-address=:{health} --secret-namespace=kbind --provider-grace-period=60s
 container:
   ports: [{{name: metrics, containerPort: {metrics}}}, {{name: health, containerPort: {health}}}]
   livenessProbe: {{httpGet: {{path: /healthz, port: health}}}}

@@ -24,8 +24,7 @@ const NAMESPACE: &str = "kbind-system";
 /// `konnector.fullname` for release `kbind`.
 const FULLNAME: &str = "kbind-konnector";
 /// The konnector's arguments with default values, before any optional flag.
-const CHART_ARGS: &str =
-    "run --metrics-bind-address=:8085 --health-probe-bind-address=:8081 --secret-namespace=kbind";
+const CHART_ARGS: &str = "run --metrics-bind-address=:8085 --health-probe-bind-address=:8081 --secret-namespace=kbind --provider-grace-period=60s";
 
 /// Runs a command with `stdin` as its input, returning its stdout; fails with its stderr.
 fn output(command: &mut Command, stdin: &str) -> Result<String> {

@@ -161,7 +161,7 @@ fn applies(api: &str) -> u64 {
 }
 
 #[tokio::test]
-async fn unchanged_provider_schema_is_not_applied_again() -> Result<()> {
+async fn unchanged_provider_schema_is_neither_read_nor_applied_again() -> Result<()> {
     // A provider of its own: Connections of other tests pulling every exported CRD of the
     // shared provider would pin this one to themselves.
     with_private_provider("refresh", async |_, consumer, cluster, provider, name| {
@@ -171,9 +171,25 @@ async fn unchanged_provider_schema_is_not_applied_again() -> Result<()> {
         pull_all(consumer, cluster, &name, "CRD", "Always").await?;
         let first = applies(&api);
         assert!(first >= 1, "the first reconcile applies the CRD");
+        let reads = || {
+            served_requests(
+                provider,
+                "GET",
+                "apiextensions.k8s.io",
+                "customresourcedefinitions",
+            )
+        };
+        // The first reconciles may still read it while the revision is first recorded.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let read = reads().await?;
         // The test konnector reconciles Connections every second: several periods pass.
         tokio::time::sleep(Duration::from_secs(5)).await;
         assert_eq!(applies(&api), first, "unchanged, not applied again");
+        assert_eq!(
+            reads().await?,
+            read,
+            "unchanged, the provider schema is not read again"
+        );
 
         install_crd(provider, &reshaped_widget_crd(group)?).await?;
         wait_reshaped(consumer, &api).await?;
@@ -183,5 +199,91 @@ async fn unchanged_provider_schema_is_not_applied_again() -> Result<()> {
         assert_eq!(applies(&api), after_change, "applied once, then left alone");
         anyhow::Ok(())
     })
+    .await
+}
+
+/// Registers `version` of `group` as served by a Service that does not exist: the aggregator
+/// lists the group and answers 503 for it, as for a `metrics.k8s.io` whose backend is down.
+async fn register_down_apiservice(provider: &Client, group: &str, version: &str) -> Result<()> {
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("apiregistration.k8s.io", "v1", "APIService"),
+        "apiservices",
+    );
+    let apiservices: Api<DynamicObject> = Api::all_with(provider.clone(), &resource);
+    let apiservice = DynamicObject::new(&format!("{version}.{group}"), &resource).data(json!({
+        "spec": {
+            "group": group, "version": version,
+            "service": {"namespace": "default", "name": "nowhere", "port": 443},
+            "insecureSkipTLSVerify": true, "groupPriorityMinimum": 1000, "versionPriority": 15
+        }
+    }));
+    apiservices
+        .create(&PostParams::default(), &apiservice)
+        .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_down_apiservice_leaves_other_groups_discovered_and_holds_a_known_group_for_the_grace_period()
+-> Result<()> {
+    with_private_provider(
+        "apiservice",
+        async |_, consumer, cluster, provider, name| {
+            let (healthy, held) = ("spare.example.org", "held.example.org");
+            install_crd(provider, &widget_crd(healthy, "Sprocket", false)?).await?;
+            install_crd(provider, &widget_crd(held, "Widget", false)?).await?;
+            let schema: SchemaPolicy = serde_json::from_value(json!({"source": "OpenAPI"}))?;
+            connect(consumer, cluster, &name, schema, false).await?;
+            let (sprockets, widgets) = (format!("sprockets.{healthy}"), format!("widgets.{held}"));
+            let both = |c: &Connection| {
+                let names = exported_names(c);
+                names.contains(&sprockets) && names.contains(&widgets)
+            };
+            wait_connection(consumer, &name, "both exports", both).await?;
+
+            // A new group whose backend is down, and a second version of a known group, down too.
+            register_down_apiservice(provider, "down.example.org", "v1").await?;
+            register_down_apiservice(provider, held, "v2").await?;
+            let incomplete = |c: &Connection| {
+                has_condition(c, "ProviderDegraded", "True", "DiscoveryIncomplete")
+                    && message(c, "ProviderDegraded").contains(held)
+            };
+            let seen = wait_connection(consumer, &name, "DiscoveryIncomplete", incomplete).await?;
+            says(
+                message(&seen, "ProviderDegraded"),
+                &[
+                    "down.example.org",
+                    "last known exports, if any, are kept",
+                    "apiservices",
+                ],
+            );
+            assert!(
+                both(&seen),
+                "held and healthy exports stay: {:?}",
+                exported_names(&seen)
+            );
+            assert!(has_condition(&seen, "Ready", "True", "AsExpected"));
+
+            // Past the grace period, the group that still fails is released; the rest stays.
+            let released = |c: &Connection| !exported_names(c).contains(&widgets);
+            let seen =
+                wait_connection(consumer, &name, "the held group released", released).await?;
+            assert!(exported_names(&seen).contains(&sprockets));
+            assert!(has_condition(&seen, "Ready", "True", "AsExpected"));
+            says(
+                message(&seen, "ProviderDegraded"),
+                &["its APIs are released"],
+            );
+            published_once(
+                consumer,
+                &name,
+                "Warning",
+                "DiscoveryIncomplete",
+                &["down.example.org"],
+            )
+            .await?;
+            delete_connection(consumer, &name).await
+        },
+    )
     .await
 }

@@ -133,6 +133,10 @@ impl Steps<'_> {
 
     fn identity_failed(&mut self, side: &str, error: IdentityError) -> Stop {
         let message = format!("{side}: {error}");
+        // The consumer is the cluster we run in: only the provider's blips are ridden out.
+        if side == "provider" && error.is_transient() && self.rides_out(&message) {
+            return Stop::Fail(error.into());
+        }
         let (reason, message) = match error {
             IdentityError::Forbidden { .. } => {
                 self.set(Desired::truthy(

@@ -16,11 +16,13 @@ mod connect;
 mod schemas;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Instant;
 
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use tracing::{info, warn};
 
+use super::grace::Verdict;
 use super::{Context, Error, Result, autobind, persist_status};
 use crate::api::{ConditionType, Connection, ConnectionStatus, ExportedApi, Reason};
 use crate::conditions::{self, Desired};
@@ -86,7 +88,8 @@ impl Steps<'_> {
         conditions::set(&mut self.status.conditions, desired, self.generation);
     }
 
-    /// Discovery per `schema.source`; an RBAC denial is PermissionDenied, anything else is
+    /// Discovery per `schema.source`; an RBAC denial is PermissionDenied, a transient failure
+    /// is ridden out (or turns the Connection not Ready once it lasts), anything else is
     /// retried.
     async fn discover(&mut self, credentials: &ProviderCredentials) -> Result<Discovered, Stop> {
         let source = self.connection.spec.schema.source;
@@ -103,6 +106,14 @@ impl Steps<'_> {
                 ));
                 return Err(self.not_ready(Reason::Forbidden, message));
             }
+            Err(error) if error.is_transient() => {
+                let message = error.to_string();
+                if !self.rides_out(&message) {
+                    let _ =
+                        self.not_ready(Reason::ProviderUnreachable, format!("{message}; retrying"));
+                }
+                return Err(Stop::Fail(error.into()));
+            }
             Err(error) => return Err(Stop::Fail(error.into())),
         };
         self.set(Desired::falsy(
@@ -110,9 +121,110 @@ impl Steps<'_> {
             Reason::AsExpected,
             "the provider credentials may read what the konnector needs",
         ));
+        self.ctx
+            .grace
+            .provider_answered(&self.connection.name_any());
+        let discovered = self.hold_failed_groups(discovered);
         self.status.active_schema_source = Some(discovered.source.as_str().to_string());
         self.status.exported_apis = discovered.apis.clone();
         Ok(discovered)
+    }
+
+    /// A transient provider failure (no answer, 429, 5xx). An engaged Connection rides it out
+    /// while the failures last less than the grace period: ProviderDegraded says so, Ready and
+    /// the engagement (every syncer's watches) stay, and the caller retries with backoff.
+    /// Returns false when it is not ridden out (never engaged, or failing for longer): the
+    /// caller then acts as on any failure.
+    fn rides_out(&mut self, failure: &str) -> bool {
+        let name = self.connection.name_any();
+        if self.ctx.shared.engagements.get(&name).is_none() {
+            return false;
+        }
+        let period = self.ctx.grace.period().as_secs();
+        match self.ctx.grace.provider_failed(&name, Instant::now()) {
+            Verdict::Hold(_) => {
+                self.set(Desired::truthy(
+                    ConditionType::ProviderDegraded,
+                    Reason::ProviderUnreachable,
+                    format!(
+                        "{failure}; the Connection stays Ready and its syncers keep running while this lasts less than {period}s \
+                         (--provider-grace-period); check the provider's health and its API Priority and Fairness limits"
+                    ),
+                ));
+                true
+            }
+            Verdict::Expired(failing) => {
+                self.set(Desired::truthy(
+                    ConditionType::ProviderDegraded,
+                    Reason::ProviderUnreachable,
+                    format!(
+                        "{failure}; failing for {}s ({} attempts), longer than the {period}s grace period: \
+                         the Connection is not Ready until the provider answers",
+                        failing.lasted(Instant::now()).as_secs(),
+                        failing.failures
+                    ),
+                ));
+                false
+            }
+        }
+    }
+
+    /// Groups that failed discovery: one failing transiently within the grace period keeps its
+    /// last known exports (so its bindings neither release nor restart); one failing for longer,
+    /// or definitively, is left out and its APIs are released. ProviderDegraded names them.
+    fn hold_failed_groups(&mut self, mut discovered: Discovered) -> Discovered {
+        let name = self.connection.name_any();
+        let failing: BTreeSet<String> = discovered
+            .failed_groups
+            .iter()
+            .map(|failure| failure.group.clone())
+            .collect();
+        let verdicts = self
+            .ctx
+            .grace
+            .groups_failed(&name, &failing, Instant::now());
+        if discovered.failed_groups.is_empty() {
+            self.set(Desired::falsy(
+                ConditionType::ProviderDegraded,
+                Reason::AsExpected,
+                "the provider answers every read",
+            ));
+            return discovered;
+        }
+        let period = self.ctx.grace.period().as_secs();
+        let mut notes = Vec::new();
+        for failure in &discovered.failed_groups {
+            let held =
+                failure.transient && matches!(verdicts.get(&failure.group), Some(Verdict::Hold(_)));
+            if held {
+                let last_known = self
+                    .status
+                    .exported_apis
+                    .iter()
+                    .filter(|api| api.group == failure.group);
+                discovered.apis.extend(last_known.cloned());
+                notes.push(format!(
+                    "{} (retrying; its last known exports, if any, are kept for up to {period}s: {})",
+                    failure.group, failure.message
+                ));
+            } else {
+                notes.push(format!(
+                    "{} (its APIs are released: {})",
+                    failure.group, failure.message
+                ));
+            }
+        }
+        discovered.apis.sort_by(|a, b| a.name.cmp(&b.name));
+        discovered.apis.dedup_by(|a, b| a.name == b.name);
+        self.set(Desired::truthy(
+            ConditionType::ProviderDegraded,
+            Reason::DiscoveryIncomplete,
+            format!(
+                "API groups not discovered: {}; fix or remove the APIService that serves them (kubectl get apiservices)",
+                notes.join("; ")
+            ),
+        ));
+        discovered
     }
 
     /// autoBind: the managed ClusterBinding lists every exported API whose install was not
@@ -180,6 +292,7 @@ impl Steps<'_> {
             provider_uid,
             consumer_uid,
             exported: discovered.apis,
+            schema_revisions: discovered.revisions,
             credentials_digest: credentials.digest,
             epoch: 0,
         });

@@ -62,6 +62,7 @@ impl Steps<'_> {
                     api,
                     source: discovered.source,
                     update: policy.update_policy,
+                    revision: discovered.revisions.get(&api.name).map(String::as_str),
                 };
                 let installed = schema::ensure_installed(
                     &self.ctx.shared.consumer,
