@@ -7,17 +7,27 @@
 //! - Under the real Connection controller (10 s, shorter than the grace period): the
 //!   Connection stays Ready and engaged throughout, says `ProviderDegraded` while it lasts, and
 //!   its syncer is never restarted (so the consumer is not listed again), nothing lost.
+//! - Under API Priority and Fairness squeezing the konnector's identity to 3 requests at once
+//!   (the rest answered 429): 250 instances sync, nothing lost, the Connection never leaves
+//!   Ready.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use kbind_tests::faults::{Sides, restart};
-use kbind_tests::fixtures::{condition, served_requests, start_konnector};
+use kbind_tests::access::grant;
+use kbind_tests::faults::{FAULT_WAIT, Sides, create_binding, restart, wait_binding_ready};
+use kbind_tests::fixtures::{
+    self, condition, crd_source, put_kubeconfig_secret, served_requests, start_konnector,
+    wait_ready,
+};
 use kbind_tests::syncenv::{Scenario, TestApi};
-use kbind_tests::testenv::ClusterPair;
+use kbind_tests::testenv::{ClusterPair, Options};
 use konnector::api::Connection;
 use konnector::telemetry::{ApiLabels, metrics};
 use kube::Api;
+use kube::api::{ApiResource, DynamicObject, PostParams};
+use kube::core::GroupVersionKind;
+use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 const INSTANCES: usize = 1000;
@@ -123,4 +133,126 @@ async fn record_conditions(
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     Ok(())
+}
+
+/// A priority level that lets the konnector's identity run 3 requests at once (the smallest
+/// share of the apiserver's 600), borrowing nothing and rejecting the rest with 429, and the
+/// FlowSchema that puts every request of `user` there.
+fn squeeze(user: &str) -> [(ApiResource, &'static str, serde_json::Value); 2] {
+    let flowcontrol = |kind| {
+        ApiResource::from_gvk(&GroupVersionKind::gvk(
+            "flowcontrol.apiserver.k8s.io",
+            "v1",
+            kind,
+        ))
+    };
+    let level = json!({"spec": {"type": "Limited", "limited": {
+        "nominalConcurrencyShares": 1, "lendablePercent": 0, "borrowingLimitPercent": 0,
+        "limitResponse": {"type": "Reject"}}}});
+    let schema = json!({"spec": {
+        "priorityLevelConfiguration": {"name": "kbind-squeeze"},
+        "matchingPrecedence": 100,
+        "distinguisherMethod": {"type": "ByUser"},
+        "rules": [{
+            "subjects": [{"kind": "User", "user": {"name": user}}],
+            "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"],
+                "clusterScope": true, "namespaces": ["*"]}],
+            "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}]}]}});
+    [
+        (
+            flowcontrol("PriorityLevelConfiguration"),
+            "kbind-squeeze",
+            level,
+        ),
+        (flowcontrol("FlowSchema"), "kbind-squeeze", schema),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_shedding_load_with_429s_loses_nothing_and_the_connection_stays_ready()
+-> anyhow::Result<()> {
+    const SHED_INSTANCES: usize = 250;
+    let apf = Options {
+        priority_and_fairness: true,
+    };
+    let pair = ClusterPair::start_private_with(apf)?;
+    let konnector = start_konnector(&pair.consumer)?;
+    let result = pair.diagnose(async {
+        let sides = Sides::on(&pair, TestApi::namespaced("shed.faults.kbind.io"), "shed").await?;
+        // API Priority and Fairness exempts system:masters: the konnector is someone else.
+        let user = "kbind-konnector";
+        let identity = pair.provider.mint_user(user, &[])?;
+        let everything = json!([
+            {"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]},
+            {"nonResourceURLs": ["*"], "verbs": ["*"]}
+        ]);
+        grant(
+            &sides.provider,
+            None,
+            "kbind-shed",
+            everything,
+            ("User", user),
+        )
+        .await?;
+        for (resource, name, body) in squeeze(user) {
+            let api: Api<DynamicObject> = Api::all_with(sides.provider.clone(), &resource);
+            let object = DynamicObject::new(name, &resource).data(body);
+            api.create(&PostParams::default(), &object).await?;
+        }
+        sides.api.install_on_provider(&sides.provider).await?;
+        put_kubeconfig_secret(&sides.consumer, "provider", &identity.kubeconfig_yaml()?).await?;
+        let connections: Api<Connection> = Api::all(sides.consumer.clone());
+        let connection = fixtures::connection("provider", "provider", crd_source(), false);
+        connections
+            .create(&PostParams::default(), &connection)
+            .await?;
+        wait_ready(&sides.consumer, "provider").await?;
+        create_binding(&sides.consumer, &sides.namespace, "provider", &[&sides.api]).await?;
+        wait_binding_ready(&sides.consumer, &sides.namespace, FAULT_WAIT).await?;
+
+        let (seen, watching) = (Seen::default(), CancellationToken::new());
+        let watcher = tokio::spawn(record_conditions(
+            connections.clone(),
+            seen.clone(),
+            watching.clone(),
+        ));
+        sides.create_many("w", 0..SHED_INSTANCES).await?;
+        sides.converged(SHED_INSTANCES).await?;
+        watching.cancel();
+        watcher.await??;
+
+        let rejected = rejected_requests(&sides.provider, "kbind-squeeze").await?;
+        anyhow::ensure!(
+            rejected > 0.0,
+            "the provider never shed a request: no 429 was tested"
+        );
+        eprintln!("the provider rejected {rejected} requests with 429");
+        let seen = seen
+            .lock()
+            .map_err(|_| anyhow::anyhow!("poisoned"))?
+            .clone();
+        let not_ready: Vec<_> = seen.iter().filter(|(ready, _)| ready != "True").collect();
+        anyhow::ensure!(
+            not_ready.is_empty(),
+            "Ready flapped under {rejected} rejected requests: {not_ready:?}"
+        );
+        anyhow::Ok(())
+    });
+    let result = result.await;
+    konnector.stop().await?;
+    result
+}
+
+/// Requests the provider's API Priority and Fairness rejected (429) at priority level `level`.
+async fn rejected_requests(provider: &kube::Client, level: &str) -> anyhow::Result<f64> {
+    let request = http::Request::get("/metrics").body(Vec::new())?;
+    let text = provider.request_text(request).await?;
+    let label = format!("priority_level=\"{level}\"");
+    Ok(text
+        .lines()
+        .filter_map(|line| line.strip_prefix("apiserver_flowcontrol_rejected_requests_total{"))
+        .filter_map(|rest| rest.rsplit_once('}'))
+        .filter(|(labels, _)| labels.split(',').any(|l| l == label))
+        .filter_map(|(_, value)| value.trim().parse::<f64>().ok())
+        .sum())
 }

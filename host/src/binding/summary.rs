@@ -52,13 +52,15 @@ pub fn of_active<K: BindingObject>(obj: &K, outcomes: &Outcomes, released: &[Str
 
 /// Ready=False reasons that are waits, not faults: the binding gets there by itself (or the
 /// Connection reports the fault on its own object).
-const WAITING: [Reason; 4] = [
+const WAITING: [Reason; 5] = [
     Reason::Pending,
     Reason::SchemaNotEstablished,
     Reason::ConnectionNotReady,
     // Every API released: the provider's doing, resumed when it exports them again; the
     // `Released` condition and its Warning Event say so.
     Reason::APIReleased,
+    // The consumer edited connectionRef: the previous Connection's drain runs by itself.
+    Reason::ConnectionChanged,
 ];
 
 /// Whether a binding not Ready for `reason` is merely waiting.

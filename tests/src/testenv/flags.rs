@@ -3,13 +3,14 @@
 //! The aim is a cluster that behaves like a user's (RBAC, admission, CEL, watch cache,
 //! garbage collection, namespace finalization) and starts in seconds on two cores: etcd skips
 //! fsync (test data need not survive a power cut, only a process restart) and elects itself
-//! sooner; the apiserver leaves out API priority-and-fairness (its bootstrap objects and
-//! queueing cost start-up time and nothing here tests them) and the endpoint reconciler (no
+//! sooner; the apiserver leaves out API priority-and-fairness unless a test asks for it (its
+//! bootstrap objects and queueing cost start-up time) and the endpoint reconciler (no
 //! pods reach it); the controller manager runs only the two controllers the konnector's
 //! behaviour leans on. Every built-in API group stays served, as in a real cluster.
 
 use std::path::Path;
 
+use super::cluster::Options;
 use super::pki::Pki;
 use super::state::State;
 
@@ -47,8 +48,8 @@ pub(crate) fn etcd(name: &str, dir: &Path, state: &State) -> Vec<String> {
 
 /// `kube kube-apiserver` arguments: loopback only, client-certificate and token
 /// authentication, RBAC authorization, service-account tokens signed with the cluster's key.
-pub(crate) fn apiserver(dir: &Path, pki: &Pki, state: &State) -> Vec<String> {
-    vec![
+pub(crate) fn apiserver(dir: &Path, pki: &Pki, state: &State, options: Options) -> Vec<String> {
+    let mut args = vec![
         format!("--etcd-servers=http://127.0.0.1:{}", state.etcd_client_port),
         "--bind-address=127.0.0.1".into(),
         "--advertise-address=127.0.0.1".into(),
@@ -69,12 +70,16 @@ pub(crate) fn apiserver(dir: &Path, pki: &Pki, state: &State) -> Vec<String> {
             path(&pki.service_account_key())
         ),
         format!("--service-cluster-ip-range={SERVICE_CIDR}"),
-        "--enable-priority-and-fairness=false".into(),
         "--endpoint-reconciler-type=none".into(),
         "--profiling=false".into(),
         "--delete-collection-workers=4".into(),
         "--event-ttl=15m".into(),
-    ]
+    ];
+    args.push(format!(
+        "--enable-priority-and-fairness={}",
+        options.priority_and_fairness
+    ));
+    args
 }
 
 /// `kube kube-controller-manager` arguments: the two controllers, no leader election, no

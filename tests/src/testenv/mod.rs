@@ -46,7 +46,7 @@ use std::process::ExitStatus;
 use std::time::Duration;
 
 pub use binary::{KUBE_BIN_ENV, kube_binary};
-pub use cluster::{ADMIN_TOKEN_USER, Cluster};
+pub use cluster::{ADMIN_TOKEN_USER, Cluster, Options};
 pub use flags::CONTROLLERS;
 pub use fsutil::tail;
 pub use identity::{Credential, Identity};

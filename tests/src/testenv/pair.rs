@@ -16,7 +16,7 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use super::cluster::Cluster;
+use super::cluster::{Cluster, Options};
 use super::process::{self, Supervision};
 use super::{Error, Result, fsutil};
 
@@ -49,8 +49,23 @@ impl ClusterPair {
 
     /// Like [`ClusterPair::start`], choosing how the processes are tied to this process.
     pub fn start_with(root: &Path, supervision: Supervision) -> Result<Self> {
+        Self::start_with_options(root, supervision, Options::default())
+    }
+
+    /// Like [`ClusterPair::start_with`], the provider with the apiserver features `provider`
+    /// turns on.
+    fn start_with_options(
+        root: &Path,
+        supervision: Supervision,
+        provider: Options,
+    ) -> Result<Self> {
         let start = |name: &str| -> Result<Cluster> {
-            let cluster = Cluster::with_supervision(root, name, supervision)?;
+            let options = if name == PROVIDER {
+                provider
+            } else {
+                Options::default()
+            };
+            let cluster = Cluster::with_options(root, name, supervision, options)?;
             cluster.start()?;
             Ok(cluster)
         };
@@ -81,7 +96,13 @@ impl ClusterPair {
 
     /// Starts a pair of its own in a fresh temporary directory, removed when dropped.
     pub fn start_private() -> Result<Self> {
-        let mut pair = Self::start(&fresh_root()?)?;
+        Self::start_private_with(Options::default())
+    }
+
+    /// Like [`ClusterPair::start_private`], the provider with the features `provider` turns on.
+    pub fn start_private_with(provider: Options) -> Result<Self> {
+        let root = fresh_root()?;
+        let mut pair = Self::start_with_options(&root, Supervision::Watchdog, provider)?;
         pair.remove_on_drop = true;
         Ok(pair)
     }

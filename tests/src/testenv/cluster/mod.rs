@@ -34,6 +34,15 @@ mod processes;
 /// The user of the static admin token.
 pub const ADMIN_TOKEN_USER: &str = "admin-token";
 
+/// Apiserver features off by default (they cost start-up time and most tests do not need
+/// them), for the tests that exercise them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Options {
+    /// API Priority and Fairness: the apiserver queues or rejects (429) requests per priority
+    /// level. It exempts `system:masters`, so only other identities see it.
+    pub priority_and_fairness: bool,
+}
+
 /// A named cluster. Dropping it kills its processes (unless detached); data stays on disk.
 pub struct Cluster {
     name: String,
@@ -41,6 +50,7 @@ pub struct Cluster {
     root: PathBuf,
     binary: PathBuf,
     supervision: Supervision,
+    options: Options,
     state: State,
     pki: Pki,
     ca_pem: String,
@@ -71,6 +81,16 @@ impl Cluster {
 
     /// Like [`Cluster::new`], choosing how the processes are tied to this process.
     pub fn with_supervision(root: &Path, name: &str, supervision: Supervision) -> Result<Self> {
+        Self::with_options(root, name, supervision, Options::default())
+    }
+
+    /// Like [`Cluster::with_supervision`], with the apiserver features `options` turn on.
+    pub fn with_options(
+        root: &Path,
+        name: &str,
+        supervision: Supervision,
+        options: Options,
+    ) -> Result<Self> {
         let dir = root.join(name);
         for sub in ["kubeconfigs", "logs", "etcd"] {
             fsutil::create_dir(&dir.join(sub))?;
@@ -127,6 +147,7 @@ impl Cluster {
             root: root.to_path_buf(),
             binary,
             supervision,
+            options,
             state,
             pki,
             ca_pem,

@@ -152,7 +152,9 @@ impl Cluster {
     fn spawn(&self, component: Component) -> Result<Process> {
         let args = match component {
             Component::Etcd => flags::etcd(&self.name, &self.dir, &self.state),
-            Component::ApiServer => flags::apiserver(&self.dir, &self.pki, &self.state),
+            Component::ApiServer => {
+                flags::apiserver(&self.dir, &self.pki, &self.state, self.options)
+            }
             Component::ControllerManager => {
                 flags::controller_manager(self.controller_manager.kubeconfig_path())
             }
