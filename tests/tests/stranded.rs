@@ -1,12 +1,14 @@
 //! Nothing stranded: instances of an API a binding stops listing are drained like a binding
 //! teardown drains them, and a binding's drain reaches the provider even when its Connection
-//! is not engaged (a deleting Connection after a konnector restart), or says it could not.
+//! is not engaged (a deleting Connection after a konnector restart), or says it could not. A
+//! drain whose provider identity may not read a copy keeps the finalizer until it may.
 //!
 //! Scenario tests share the pair; the restart test runs the whole manager on a pair of its own.
 
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
+use kbind_tests::access::grant;
 use kbind_tests::faults::Sides;
 use kbind_tests::fixtures::{
     SECRET_NAMESPACE, has_condition, put_kubeconfig_secret, start_konnector, wait_connection,
@@ -20,6 +22,7 @@ use kbind_tests::syncenv::{
 use kbind_tests::testenv::ClusterPair;
 use konnector::api::names::{DELETION_POLICY_ANNOTATION, DELETION_POLICY_ORPHAN};
 use konnector::api::{Binding, Connection};
+use konnector::registry::Engagement;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use serde_json::json;
@@ -213,4 +216,52 @@ async fn restart_mid_teardown_still_deletes_provider_copies() -> anyhow::Result<
         restarted.stop().await
     })
     .await
+}
+
+#[test]
+fn drain_refused_a_read_keeps_finalizers_until_granted() -> anyhow::Result<()> {
+    dropping("strand-noget").run(async |s| {
+        let dropped = &s.extra[0];
+        // The provider identity may do everything the sync needs on the dropped API but read
+        // one object: a drain cannot check whose a copy is.
+        let user = s.pair().provider.mint_user("strand-noget", &[])?;
+        let no_get = json!([
+            {"apiGroups": [s.api.group.clone()], "resources": ["*"], "verbs": ["*"]},
+            {"apiGroups": [dropped.group.clone()], "resources": ["widgets", "widgets/status"],
+             "verbs": ["list", "watch", "create", "update", "patch", "delete"]},
+            {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch", "create"]}
+        ]);
+        grant(&s.provider, None, "strand-noget", no_get, ("User", "strand-noget")).await?;
+        // A new credentials digest: the registry keeps the engaged client for the same one.
+        s.engagements.engage(Engagement {
+            provider: user.client().await?,
+            credentials_digest: "strand-noget".into(),
+            ..s.engage()
+        });
+        with_instances(s, dropped, &["w"]).await?;
+
+        list_only_main_api(s).await?;
+        s.binding_has("Drained", "False", "Forbidden").await?;
+        let (consumer, provider) = (dropped.api(&s.consumer, Some(s.ns())), dropped.api(&s.provider, Some(s.ns())));
+        stays("the instance keeps its finalizer and its copy", QUIET, || async {
+            Ok(holds_syncer_finalizer(&consumer.get("w").await?)
+                && provider.get_opt("w").await?.is_some())
+        })
+        .await?;
+
+        let get = json!([{"apiGroups": [dropped.group.clone()], "resources": ["widgets"], "verbs": ["get"]}]);
+        grant(&s.provider, None, "strand-noget-get", get, ("User", "strand-noget")).await?;
+        // Any change to the binding retries at once, as the README tells operators.
+        let bindings = Api::namespaced_with(s.consumer.clone(), s.ns(), &kind::<Binding>());
+        let nudge = json!({"metadata": {"annotations": {"example.org/retry": "1"}}});
+        merge(&bindings, BINDING, nudge).await?;
+        let (c, p, kind) = (&s.consumer, &s.provider, dropped.resource());
+        wait_left(&[
+            (p, kind.clone(), "strand-noget/w", Gone),
+            (c, kind, "strand-noget/w", Released),
+        ])
+        .await?;
+        s.binding_has("Drained", "True", "AsExpected").await?;
+        Ok(())
+    })
 }
