@@ -37,7 +37,6 @@ use tracing::{debug, info, instrument, warn};
 use crate::api::names::CLEANUP_FINALIZER;
 use crate::api::{BindingStatus, ConditionType, Connection, Reason};
 use crate::conditions::{self, Desired};
-use crate::sync::changes;
 
 use super::facts::{self, Facts};
 use super::object::BindingObject;
@@ -48,7 +47,7 @@ use super::release::{self, Release};
 use super::status::{self, Related};
 use super::teardown::{self, Dropped};
 use super::{Context, Error, Result};
-use super::{failure, summary, triggers};
+use super::{dependencies, failure, summary, triggers};
 use crate::registry::{BindingKey, Entry};
 
 /// Runs the controller for one binding kind until `shutdown`.
@@ -63,6 +62,7 @@ pub async fn run<K: BindingObject>(ctx: Arc<Context>, shutdown: CancellationToke
     let by_api = controller.store();
     let by_namespace = controller.store();
     let by_summary = controller.store();
+    let by_dependency = controller.store();
     // A namespace's labels decide whether its Bindings may use a Connection with a
     // bindingNamespaceSelector: watching Namespaces makes a relabel take effect at once, both
     // ways (a revoked namespace stops syncing without waiting for a periodic requeue).
@@ -110,8 +110,13 @@ pub async fn run<K: BindingObject>(ctx: Arc<Context>, shutdown: CancellationToke
             ctx.shared.outcomes.clone(),
             by_summary,
         ))
-        .reconcile_all_on(changes(ctx.shared.engagements.subscribe()))
-        .reconcile_all_on(changes(ctx.shared.index.subscribe()))
+        // Engagement and index changes reconcile only the bindings whose Connection or pins
+        // they change.
+        .reconcile_on(dependencies::dependency_changes(
+            ctx.shared.engagements.subscribe(),
+            ctx.shared.index.subscribe(),
+            by_dependency,
+        ))
         .graceful_shutdown_on(shutdown.cancelled_owned())
         .run(reconcile::<K>, error_policy::<K>, ctx)
         .for_each(|result| async move {

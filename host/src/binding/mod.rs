@@ -40,6 +40,7 @@
 
 pub mod controller;
 pub mod coverage;
+pub mod dependencies;
 mod drain;
 pub mod drain_provider;
 pub mod events;

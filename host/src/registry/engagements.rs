@@ -70,6 +70,11 @@ impl Engaged {
     pub fn get(&self, connection: &str) -> Option<&Engagement> {
         self.by_connection.get(connection)
     }
+
+    /// Every engaged Connection's engagement.
+    pub fn all(&self) -> impl Iterator<Item = &Engagement> {
+        self.by_connection.values()
+    }
 }
 
 impl std::fmt::Debug for Engagements {

@@ -244,6 +244,21 @@ impl BindingIndex {
         out
     }
 
+    /// The Connection pinned for every API some binding lists ([`Self::pinned_connection`]
+    /// for each): all a binding's readiness reads of other bindings' entries.
+    pub fn pins(&self) -> BTreeMap<&str, &str> {
+        let mut ranked: Vec<_> = self.entries.iter().collect();
+        ranked.sort_by(|(ka, ea), (kb, eb)| rank(ka, ea).cmp(&rank(kb, eb)));
+        let mut pins = BTreeMap::new();
+        for (_, entry) in ranked {
+            for api in entry.apis.keys() {
+                pins.entry(api.as_str())
+                    .or_insert(entry.connection.as_str());
+            }
+        }
+        pins
+    }
+
     /// Every binding that lists `api`, Ready or not.
     pub fn listing(&self, api: &str) -> BTreeSet<&BindingKey> {
         self.entries

@@ -134,16 +134,6 @@ impl Default for SyncSettings {
     }
 }
 
-/// A stream that yields once per change of a watch channel: how registry and index changes
-/// become "reconcile everything" triggers for kube-runtime controllers.
-pub(crate) fn changes<T: Send + Sync + 'static>(
-    rx: tokio::sync::watch::Receiver<T>,
-) -> impl futures::Stream<Item = ()> + Send + 'static {
-    futures::stream::unfold(rx, |mut rx| async move {
-        rx.changed().await.ok().map(|()| ((), rx))
-    })
-}
-
 /// The widget every unit test of the engine syncs.
 #[cfg(test)]
 pub(crate) mod testing {
