@@ -15,10 +15,10 @@ use kbind_tests::syncenv::{
     Scenario, WAIT, condition, delete, ensure_namespace, gone, has, merge, message, says,
     synced_condition, wait_for,
 };
-use konnector::api::PullPolicy;
 use konnector::api::RelatedDirection::FromProvider;
 use konnector::api::RelatedResourceKind::Secrets;
 use konnector::api::names::EXPORTED_LABEL;
+use konnector::api::{InstanceCounts, PullPolicy};
 use serde_json::json;
 
 /// An instance `taken` in `ns` whose provider target already exists without markers: a
@@ -289,6 +289,31 @@ fn a_restarted_konnector_keeps_the_binding_story_without_repeating_it() -> anyho
         assert_eq!(status.conflict_count, 1);
         let warnings = warnings(s, "ForeignObjectExists").await?;
         assert_eq!(warnings.len(), 1, "not announced again: {warnings:?}");
+        Ok(())
+    })
+}
+
+#[test]
+fn binding_status_counts_each_apis_instances_as_the_konnector_knows_them() -> anyhow::Result<()> {
+    Scenario::bound("cond-counts").run(async |s| {
+        s.create("a", json!({"size": 1})).await?;
+        s.create("b", json!({"size": 2})).await?;
+        taken_by_another(s, s.ns()).await?;
+        let expected = InstanceCounts {
+            synced: 2,
+            conflicting: 1,
+            failing: 0,
+            pending: 0,
+        };
+        let api = s.api.name();
+        s.binding_until(
+            "boundAPIs[].instances to count 2 synced, 1 conflicting",
+            |status| {
+                let ours = status.bound_apis.iter().find(|b| b.name == api);
+                ours.and_then(|b| b.instances) == Some(expected)
+            },
+        )
+        .await?;
         Ok(())
     })
 }

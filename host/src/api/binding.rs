@@ -204,4 +204,22 @@ pub struct BoundApi {
     /// (consumer CRD, instances, provider copies); it resumes when exported again.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub released: bool,
+    /// This API's instances in the binding's scope, as the konnector's syncer knows them
+    /// (status schemas without conditions included); absent until its syncer has run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instances: Option<InstanceCounts>,
+}
+
+/// How a bound API's instances stand.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InstanceCounts {
+    /// Provider copy matches the spec.
+    pub synced: u64,
+    /// Blocked by a provider object that is not theirs.
+    pub conflicting: u64,
+    /// Their last sync failed for another reason.
+    pub failing: u64,
+    /// Listed but not reconciled yet.
+    pub pending: u64,
 }

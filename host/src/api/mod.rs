@@ -13,8 +13,8 @@ pub mod names;
 
 pub use binding::{
     ApiReference, Binding, BindingSpec, BindingStatus, BoundApi, ClusterBinding,
-    ClusterBindingSpec, ConflictPolicy, ConnectionReference, RelatedDirection, RelatedResource,
-    RelatedResourceKind, RelatedSelector,
+    ClusterBindingSpec, ConflictPolicy, ConnectionReference, InstanceCounts, RelatedDirection,
+    RelatedResource, RelatedResourceKind, RelatedSelector,
 };
 pub use conditions::{ConditionType, Reason};
 pub use connection::{

@@ -65,6 +65,17 @@ pub fn build(
     let mut names: Vec<&String> = observed.listed.iter().collect();
     names.sort();
     names.dedup();
+    // A Ready binding's syncers report as they go (pending included); otherwise nothing runs
+    // for it and the stored counts stand.
+    let instances = |name: &String| match (ready.status, old) {
+        (true, _) => observed.summary.per_api.get(name).copied(),
+        (false, Some(old)) => old
+            .bound_apis
+            .iter()
+            .find(|b| &b.name == name)
+            .and_then(|b| b.instances),
+        (false, None) => None,
+    };
     let bound_apis = names
         .into_iter()
         .filter(|name| observed.hashes.contains_key(*name))
@@ -73,6 +84,7 @@ pub fn build(
             crd_hash: observed.hashes.get(name).cloned(),
             conflict_count: conflicts.get(name).copied().unwrap_or(0),
             released: observed.verdict.released.contains(name),
+            instances: instances(name),
         })
         .collect();
     let conflict_count = match (current, old) {

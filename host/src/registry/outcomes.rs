@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
-use crate::api::Reason;
+use crate::api::{InstanceCounts, Reason};
 
 /// How many instance names a summary keeps per failing reason, as examples for the operator.
 const EXAMPLES: usize = 3;
@@ -84,6 +84,8 @@ pub struct Summary {
     pub conflicts_per_api: BTreeMap<String, i64>,
     /// APIs whose provider watch the provider refuses, with what it said.
     pub denied_apis: BTreeMap<String, String>,
+    /// Per API of the scope (every one has an entry): how its instances stand.
+    pub per_api: BTreeMap<String, InstanceCounts>,
 }
 
 impl Summary {
@@ -318,7 +320,22 @@ impl Outcomes {
                 let settled = s.listings.get(key).is_some_and(Listing::settled);
                 summary.settling |= !settled && denied.is_none();
                 let conflicts = summary.conflicts_per_api.entry(key.1.clone()).or_default();
-                let Some(namespaces) = s.instances.get(key) else {
+                let counts = summary.per_api.entry(key.1.clone()).or_default();
+                let known = s.instances.get(key);
+                if let Some(listing) = s.listings.get(key) {
+                    let pending = listing
+                        .pending
+                        .iter()
+                        .filter(|(ns, _)| namespace.is_none() || ns.as_deref() == namespace)
+                        .filter(|(ns, name)| {
+                            known
+                                .and_then(|namespaces| namespaces.get(ns))
+                                .is_none_or(|names| !names.contains_key(name))
+                        })
+                        .count();
+                    counts.pending = u64::try_from(pending).unwrap_or(u64::MAX);
+                }
+                let Some(namespaces) = known else {
                     continue;
                 };
                 let in_scope = namespaces
@@ -328,10 +345,14 @@ impl Outcomes {
                     for (name, outcome) in names {
                         let Some(reason) = outcome.reason() else {
                             summary.in_sync += 1;
+                            counts.synced += 1;
                             continue;
                         };
                         if matches!(outcome, Outcome::Conflict(_)) {
                             *conflicts += 1;
+                            counts.conflicting += 1;
+                        } else {
+                            counts.failing += 1;
                         }
                         let failing = summary.failing.entry(reason).or_default();
                         failing.count += 1;
@@ -409,6 +430,28 @@ mod tests {
         assert_eq!(all.failing_total(), 2);
         assert_eq!(all.conflicts_per_api[API], 1);
         assert_eq!(all.failing[&Reason::ProviderRejected].count, 1);
+    }
+
+    #[test]
+    fn instances_are_counted_per_api_pending_included() {
+        let outcomes = registry();
+        // A re-list: "ok" keeps its outcome while it waits, "new" has none yet.
+        outcomes.listing_started(C, API);
+        outcomes.listed(C, API, Some("a"), "ok");
+        outcomes.listed(C, API, Some("a"), "new");
+        let a = outcomes.summarise(C, [API], Some("a"));
+        let expected = InstanceCounts {
+            synced: 1,
+            conflicting: 1,
+            failing: 0,
+            pending: 1,
+        };
+        assert_eq!(a.per_api.get(API), Some(&expected));
+        let all = outcomes.summarise(C, [API], None);
+        assert_eq!(
+            all.per_api.get(API).map(|c| (c.synced, c.failing)),
+            Some((2, 1))
+        );
     }
 
     #[test]

@@ -15,7 +15,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{ApiResource, DynamicObject, ListParams};
 use kube::{Api, Client, ResourceExt};
 
-use konnector::api::{Binding, ClusterBinding, ConditionType, Connection};
+use konnector::api::{Binding, ClusterBinding, ConditionType, Connection, InstanceCounts};
 
 use crate::binding::{BindingObject, api_names, conditions, kind};
 use crate::cli::{NotReady, OutputArgs};
@@ -63,6 +63,8 @@ struct Bound {
     ready: State,
     synced: State,
     deleting: bool,
+    /// The konnector's instance counts per API, where it published them.
+    counts: BTreeMap<String, InstanceCounts>,
 }
 
 impl Bound {
@@ -91,6 +93,12 @@ fn bound<B: BindingObject>(b: &B) -> Bound {
         ready: State::of(conds, ConditionType::Ready),
         synced: State::of(conds, ConditionType::Synced),
         deleting: b.meta().deletion_timestamp.is_some(),
+        counts: b
+            .binding_status()
+            .iter()
+            .flat_map(|s| &s.bound_apis)
+            .filter_map(|api| Some((api.name.clone(), api.instances?)))
+            .collect(),
     }
 }
 
@@ -185,6 +193,19 @@ async fn connection_node(
         ready: State::of(&status.conditions, ConditionType::Ready),
         source: status.active_schema_source.clone(),
         deleting: connection.metadata.deletion_timestamp.is_some(),
+        problems: status
+            .conditions
+            .iter()
+            .filter(|c| c.type_ != ConditionType::Ready.as_str() && crate::hints::is_problem(c))
+            .map(|c| {
+                let state = State {
+                    status: c.status.clone(),
+                    reason: c.reason.clone(),
+                    message: c.message.clone(),
+                };
+                (c.type_.clone(), state)
+            })
+            .collect(),
         apis: nodes,
     })
 }
@@ -204,6 +225,13 @@ async fn binding_node(b: &Bound, api: &str, crds: &mut CrdCache) -> BindingNode 
         }
         Ok(None) => node.note = Some("no consumer CRD yet".into()),
         Err(e) => node.note = Some(format!("could not be listed: {e:#}")),
+    }
+    // Instance conditions are current where they exist; an instance without one (a status
+    // schema that keeps no conditions) is known only to the konnector's published counts.
+    if node.counts.pending > 0
+        && let Some(published) = b.counts.get(api)
+    {
+        node.counted_by_konnector(*published);
     }
     node
 }

@@ -4,7 +4,12 @@
 //! An instance is *conflicting* when it carries `core.kbind.io/conflict` (the durable
 //! diagnostic: the API's status schema may prune conditions), *synced* when its `Synced`
 //! condition is True, *failing* when it is False, and *pending* otherwise (not written yet,
-//! or a status schema that keeps no conditions).
+//! or a status schema that keeps no conditions). When some instance has no `Synced`
+//! condition and the binding's status carries the konnector's own counts for the API
+//! (`boundAPIs[].instances`), those are shown: the konnector knows an instance is in sync
+//! whether or not its status schema keeps conditions.
+
+use std::collections::BTreeMap;
 
 use serde::Serialize;
 use serde_json::Value;
@@ -74,6 +79,10 @@ pub struct ConnectionNode {
     pub source: Option<String>,
     /// Whether it is being deleted.
     pub deleting: bool,
+    /// Its other conditions that are not as expected (SchemaInSync=False,
+    /// ProviderDegraded=True, ...), by type.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub problems: BTreeMap<String, State>,
     /// Exported APIs, and APIs its bindings list that it does not export.
     pub apis: Vec<ApiNode>,
 }
@@ -218,6 +227,18 @@ impl BindingNode {
         }
     }
 
+    /// Takes the counts the konnector published for this API (which know the instances whose
+    /// status schema keeps no conditions) over the ones read from instance conditions.
+    pub fn counted_by_konnector(&mut self, published: konnector::api::InstanceCounts) {
+        let count = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+        self.counts = Counts {
+            synced: count(published.synced),
+            conflicting: count(published.conflicting),
+            failing: count(published.failing),
+            pending: count(published.pending),
+        };
+    }
+
     fn healthy(&self) -> bool {
         self.ready.is_true() && self.counts.conflicting == 0 && self.counts.failing == 0
     }
@@ -230,6 +251,7 @@ impl Report {
         self.orphans.is_empty()
             && self.connections.iter().all(|c| {
                 c.ready.is_true()
+                    && c.problems.is_empty()
                     && c.apis
                         .iter()
                         .all(|a| a.bindings.iter().all(BindingNode::healthy))

@@ -61,6 +61,14 @@ fn render_connection(out: &mut String, c: &ConnectionNode) {
             crate::hints::what_to_do(&c.ready.reason)
         );
     }
+    for (type_, problem) in &c.problems {
+        let _ = writeln!(out, "│   {}: {}", state(type_, problem), problem.message);
+        let _ = writeln!(
+            out,
+            "│   what to do: {}",
+            crate::hints::what_to_do(&problem.reason)
+        );
+    }
     if c.apis.is_empty() {
         out.push_str("└── (no exported APIs yet)\n");
     }
@@ -180,6 +188,7 @@ mod tests {
                 ready: ready("True", "AsExpected"),
                 source: Some("CRD".into()),
                 deleting: false,
+                problems: Default::default(),
                 apis: vec![
                     ApiNode {
                         name: "gadgets.example.org".into(),
@@ -223,6 +232,47 @@ Connection provider  Ready=True  source=CRD
         assert!(text.starts_with("Connection provider  Ready=False (SecretNotFound)"));
         assert!(text.contains("│   Secret kbind/p not found\n"));
         assert!(text.contains(crate::hints::what_to_do("SecretNotFound")));
+    }
+
+    #[test]
+    fn a_ready_connection_still_shows_a_condition_that_is_not_as_expected() {
+        let mut r = report();
+        let degraded = State {
+            status: "True".into(),
+            reason: "DiscoveryIncomplete".into(),
+            message: "API groups not discovered: metrics.example.org".into(),
+        };
+        r.connections[0]
+            .problems
+            .insert("ProviderDegraded".into(), degraded);
+        let text = render(&r);
+        assert!(
+            text.contains(
+                "│   ProviderDegraded=True: API groups not discovered: metrics.example.org\n"
+            ),
+            "{text}"
+        );
+        assert!(text.contains(crate::hints::what_to_do("DiscoveryIncomplete")));
+        assert!(!r.healthy(), "a problem condition makes status exit 1");
+    }
+
+    #[test]
+    fn counts_the_konnector_published_win_over_instance_conditions() {
+        let mut r = report();
+        let binding = &mut r.connections[0].apis[1].bindings[0];
+        // A status schema without conditions: every instance looks pending from outside.
+        binding.count(None, "plain".into(), Instance::Pending);
+        binding.counted_by_konnector(konnector::api::InstanceCounts {
+            synced: 3,
+            conflicting: 1,
+            failing: 0,
+            pending: 0,
+        });
+        let text = render(&r);
+        assert!(
+            text.contains("instances: 3 synced, 1 conflicting, 0 failing, 0 pending"),
+            "{text}"
+        );
     }
 
     #[test]
