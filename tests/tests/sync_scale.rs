@@ -1,9 +1,12 @@
-//! Many instances: 1 000 instances reach the provider, and the test reports the time taken.
+//! Many instances: 1 000 instances reach the provider, and the test reports the time taken;
+//! instances in sync cost no API request when nothing changes, however often they resync.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use kbind_tests::faults::{Sides, instance_name};
+use kbind_tests::fixtures::served_requests;
 use kbind_tests::syncenv::Scenario;
+use konnector::telemetry::{ApiLabels, metrics};
 use serde_json::json;
 
 const INSTANCES: usize = 1000;
@@ -27,4 +30,46 @@ fn thousand_instances_reach_the_provider() -> anyhow::Result<()> {
         s.copy_with_spec(&instance_name("w", last), spec).await?;
         Ok(())
     })
+}
+
+/// Requests for `api`'s objects that both apiservers served, reads and writes alike; lists
+/// and watches (the informers' own) left out.
+async fn object_requests(s: &Scenario) -> anyhow::Result<f64> {
+    let mut total = 0.0;
+    for client in [&s.consumer, &s.provider] {
+        for verb in ["GET", "POST", "PUT", "PATCH", "DELETE", "APPLY"] {
+            total += served_requests(client, verb, &s.api.group, "widgets").await?;
+        }
+    }
+    Ok(total)
+}
+
+#[test]
+fn instances_in_sync_cost_no_request_when_idle() -> anyhow::Result<()> {
+    const IDLE: usize = 100;
+    Scenario::bound("scale-idle").run(async |s| {
+        let sides = Sides::of(s);
+        sides.create_many("w", 0..IDLE).await?;
+        sides.converged(IDLE).await?;
+        // Each instance's Synced=True is written once it is in sync; let the last ones land.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let (requests, checks) = (object_requests(s).await?, in_sync_checks(&s.api.name()));
+        // The test's resync interval is 5 s: every instance comes back at least twice.
+        tokio::time::sleep(Duration::from_secs(13)).await;
+        let resynced = in_sync_checks(&s.api.name()) - checks;
+        anyhow::ensure!(
+            resynced >= IDLE as u64,
+            "only {resynced} resyncs of {IDLE} instances: the idle phase tested nothing"
+        );
+        let sent = object_requests(s).await? - requests;
+        anyhow::ensure!(sent == 0.0, "{sent} requests for {resynced} idle resyncs");
+        println!("{resynced} resyncs of {IDLE} idle instances sent no request");
+        Ok(())
+    })
+}
+
+/// Instance reconciles of `api` that found its copy in sync, in this process.
+fn in_sync_checks(api: &str) -> u64 {
+    let labels = ApiLabels { api: api.into() };
+    metrics().in_sync_checks.get_or_create(&labels).get()
 }

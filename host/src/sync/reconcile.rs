@@ -81,7 +81,16 @@ async fn reconcile_inner(obj: &DynamicObject, ctx: &SyncContext) -> Result<Actio
     let target = ctx.cached_target(obj);
     if let Some(copy) = own_copy_in_sync(obj, ctx, uid, has_finalizer, target.as_ref()) {
         report::in_sync(obj, ctx, copy).await?;
-        return Ok(Action::requeue(ctx.settings.resync_interval));
+        metrics()
+            .in_sync_checks
+            .get_or_create(&ApiLabels {
+                api: ctx.spec.api.clone(),
+            })
+            .inc();
+        return Ok(Action::requeue(resync_after(
+            obj,
+            ctx.settings.resync_interval,
+        )));
     }
     // Spec: "The engine places core.kbind.io/syncer on the consumer instance before its
     // first provider write."
@@ -92,7 +101,12 @@ async fn reconcile_inner(obj: &DynamicObject, ctx: &SyncContext) -> Result<Actio
         ctx.ensure_provider_namespace(ns).await?;
     }
     let copy = match decide_and_write(obj, ctx, uid, coverage.conflict_policy, target).await? {
-        Outcome::Conflict => return Ok(Action::requeue(ctx.settings.resync_interval)),
+        Outcome::Conflict => {
+            return Ok(Action::requeue(resync_after(
+                obj,
+                ctx.settings.resync_interval,
+            )));
+        }
         Outcome::Unchanged(copy) => copy,
         Outcome::Written(copy) => {
             count_write(ctx, started);
@@ -100,7 +114,22 @@ async fn reconcile_inner(obj: &DynamicObject, ctx: &SyncContext) -> Result<Actio
         }
     };
     report::in_sync(obj, ctx, &copy).await?;
-    Ok(Action::requeue(ctx.settings.resync_interval))
+    Ok(Action::requeue(resync_after(
+        obj,
+        ctx.settings.resync_interval,
+    )))
+}
+
+/// When an instance comes back for its periodic resync: the interval scaled by a factor in
+/// [0.75, 1.25) fixed per object (from its UID). Instances synced together (an initial list
+/// of thousands) would otherwise all come back together, every interval, for ever; with a
+/// factor of their own their resyncs drift apart and spread over the interval.
+fn resync_after(obj: &DynamicObject, interval: std::time::Duration) -> std::time::Duration {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::hash::DefaultHasher::new();
+    obj.metadata.uid.hash(&mut hasher);
+    let spread = f64::from(u32::try_from(hasher.finish() % 1000).unwrap_or(0)) / 1000.0;
+    interval.mul_f64(0.75 + spread / 2.0)
 }
 
 /// A deleting instance is no longer one a binding waits on to be in sync. A finalizer means
@@ -328,5 +357,42 @@ impl SyncContext {
         }
         self.remember_namespace(ns);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn instance(uid: &str) -> DynamicObject {
+        let mut obj = crate::sync::testing::consumer_widget(serde_json::json!({}));
+        obj.metadata.uid = Some(uid.into());
+        obj
+    }
+
+    #[test]
+    fn resyncs_spread_over_the_interval_and_stay_put_per_object() {
+        let interval = Duration::from_secs(300);
+        let delays: Vec<Duration> = (0..200)
+            .map(|i| resync_after(&instance(&format!("uid-{i}")), interval))
+            .collect();
+        assert!(
+            delays
+                .iter()
+                .all(|d| *d >= interval.mul_f64(0.75) && *d < interval.mul_f64(1.25))
+        );
+        let (min, max) = (delays.iter().min(), delays.iter().max());
+        let spread = max
+            .zip(min)
+            .map(|(max, min)| *max - *min)
+            .unwrap_or_default();
+        assert!(
+            spread > interval.mul_f64(0.4),
+            "200 objects cover most of the window: {spread:?}"
+        );
+        let same = resync_after(&instance("uid-7"), interval);
+        assert_eq!(same, delays[7], "one object keeps its own period");
     }
 }

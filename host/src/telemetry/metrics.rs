@@ -96,6 +96,9 @@ pub struct Metrics {
     /// Syncers started, per API: each start lists both clusters again, so a rise without a
     /// binding or Connection change means work was restarted.
     pub syncer_starts: Family<ApiLabels, Counter>,
+    /// Instance reconciles (periodic resyncs, mostly) that found the provider copy in sync
+    /// and sent nothing, per API: the idle work.
+    pub in_sync_checks: Family<ApiLabels, Counter>,
 }
 
 fn latency_histogram() -> Histogram {
@@ -121,6 +124,7 @@ impl Metrics {
             policy_failures: Family::default(),
             engaged_connections: Gauge::default(),
             syncer_starts: Family::default(),
+            in_sync_checks: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -192,6 +196,11 @@ impl Metrics {
             "syncer_starts",
             "Syncers started (each lists both clusters)",
             metrics.syncer_starts.clone(),
+        );
+        registry.register(
+            "in_sync_checks",
+            "Instance reconciles that found the provider copy in sync and sent nothing",
+            metrics.in_sync_checks.clone(),
         );
         Self {
             registry,
