@@ -129,7 +129,6 @@ pub fn dependency_changes<K: BindingObject>(
 mod tests {
     use std::time::Duration;
 
-    use futures::StreamExt;
     use kube::runtime::reflector::store::Writer;
     use kube::runtime::watcher;
 
@@ -178,11 +177,7 @@ mod tests {
     }
 
     async fn next<S: Stream<Item = ObjectRef<Binding>> + Unpin>(stream: &mut S) -> Option<String> {
-        tokio::time::timeout(Duration::from_millis(500), stream.next())
-            .await
-            .ok()
-            .flatten()
-            .and_then(|r| r.namespace)
+        crate::binding::triggers::tests::next_namespace(stream, Duration::from_millis(500)).await
     }
 
     #[tokio::test]

@@ -65,16 +65,20 @@ pub fn build(
     let mut names: Vec<&String> = observed.listed.iter().collect();
     names.sort();
     names.dedup();
-    // A Ready binding's syncers report as they go (pending included); otherwise nothing runs
-    // for it and the stored counts stand.
-    let instances = |name: &String| match (ready.status, old) {
-        (true, _) => observed.summary.per_api.get(name).copied(),
-        (false, Some(old)) => old
-            .bound_apis
-            .iter()
-            .find(|b| &b.name == name)
-            .and_then(|b| b.instances),
-        (false, None) => None,
+    // Current counts when the summary is; otherwise the stored ones stand (a restart or a
+    // Connection blip does not flap them), and a Ready binding without any yet shows how its
+    // first sync goes, pending included.
+    let instances = |name: &String| {
+        let stored = old
+            .and_then(|old| old.bound_apis.iter().find(|b| &b.name == name))
+            .and_then(|b| b.instances);
+        let counted = observed.summary.per_api.get(name).copied();
+        match (current, stored) {
+            (true, _) => counted,
+            (false, Some(stored)) => Some(stored),
+            (false, None) if ready.status => counted,
+            (false, None) => None,
+        }
     };
     let bound_apis = names
         .into_iter()

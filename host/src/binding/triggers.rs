@@ -68,7 +68,7 @@ pub fn summary_changes<K: BindingObject>(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::api::Reason;
     use crate::api::{ApiReference, Binding, BindingSpec, ConflictPolicy, ConnectionReference};
@@ -94,7 +94,15 @@ mod tests {
     }
 
     async fn next<S: Stream<Item = ObjectRef<Binding>> + Unpin>(stream: &mut S) -> Option<String> {
-        tokio::time::timeout(Duration::from_secs(2), stream.next())
+        next_namespace(stream, Duration::from_secs(2)).await
+    }
+
+    /// The namespace of the next binding `stream` yields within `wait`, if any.
+    pub(crate) async fn next_namespace<S: Stream<Item = ObjectRef<Binding>> + Unpin>(
+        stream: &mut S,
+        wait: Duration,
+    ) -> Option<String> {
+        tokio::time::timeout(wait, stream.next())
             .await
             .ok()
             .flatten()

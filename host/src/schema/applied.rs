@@ -48,15 +48,9 @@ impl AppliedSchemas {
         source: &str,
         existing: &CustomResourceDefinition,
     ) -> bool {
-        let Ok(map) = self.inner.lock() else {
-            return false;
-        };
-        map.get(&(connection.to_owned(), api.to_owned()))
-            .is_some_and(|applied| {
-                applied.source == source
-                    && applied.resource_version.is_some()
-                    && applied.resource_version == existing.metadata.resource_version
-            })
+        self.untouched_since(connection, api, existing, |applied| {
+            applied.source == source
+        })
     }
 
     /// Whether `existing` is what kbind applied from the provider schema at `revision`,
@@ -68,12 +62,26 @@ impl AppliedSchemas {
         revision: &str,
         existing: &CustomResourceDefinition,
     ) -> bool {
+        self.untouched_since(connection, api, existing, |applied| {
+            applied.revision.as_deref() == Some(revision)
+        })
+    }
+
+    /// Whether the last apply for (`connection`, `api`) is `same` and left `existing` as it is
+    /// now (same resourceVersion: nobody wrote the CRD since).
+    fn untouched_since(
+        &self,
+        connection: &str,
+        api: &str,
+        existing: &CustomResourceDefinition,
+        same: impl Fn(&Applied) -> bool,
+    ) -> bool {
         let Ok(map) = self.inner.lock() else {
             return false;
         };
         map.get(&(connection.to_owned(), api.to_owned()))
             .is_some_and(|applied| {
-                applied.revision.as_deref() == Some(revision)
+                same(applied)
                     && applied.resource_version.is_some()
                     && applied.resource_version == existing.metadata.resource_version
             })
