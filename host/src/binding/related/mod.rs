@@ -23,6 +23,7 @@
 //! deletes what it answered.
 
 mod copy;
+mod payload;
 mod select;
 
 use std::collections::BTreeMap;
@@ -33,7 +34,7 @@ use kube::api::{ApiResource, DynamicObject};
 use kube::{Api, Client};
 use tracing::warn;
 
-pub use copy::{digest, payload};
+pub use payload::{digest, payload};
 
 use crate::api::names::RELATED_BINDING_ANNOTATION;
 use crate::api::{RelatedDirection, RelatedResource, RelatedResourceKind};
