@@ -8,6 +8,7 @@
 
 mod dashboard;
 mod deployment;
+mod installed;
 mod policies;
 mod rbac;
 
