@@ -17,10 +17,10 @@ use std::path::Path;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kbind_tests::faults::process::KonnectorProcess;
 use kbind_tests::faults::{Sides, create_binding};
-use kbind_tests::fixtures::{SECRET_NAMESPACE, connect_ready, free_port};
+use kbind_tests::fixtures::{SECRET_NAMESPACE, connect_ready, ensure_namespace, free_port};
 use kbind_tests::syncenv::remains::Left::{Gone, Released};
 use kbind_tests::syncenv::remains::{delete_gone, expect_left, kind, wait_left};
 use kbind_tests::syncenv::{TestApi, event_note, set_status, wait_for};
@@ -58,58 +58,89 @@ fn chart_rbac_narrowed_to_the_bound_group_runs_the_whole_happy_path() -> Result<
 
 #[test]
 fn a_bound_api_outside_the_granted_groups_is_reported_forbidden() -> Result<()> {
-    installed(
-        "rbac: {boundResourceGroups: [elsewhere.example.org]}",
-        async |sides, pair| {
-            sides.api.install_on_provider(&sides.provider).await?;
-            connect_ready(&sides.consumer, &pair.provider, CONNECTION).await?;
-            create_binding(&sides.consumer, TEAM, CONNECTION, &[&sides.api]).await?;
-            // The consumer CRD is installed (CRDs are a fixed rule) and served a moment
-            // later; its instances are not granted.
-            kbind_tests::eventually(WAIT, || sides.create("w", json!({"size": 1}))).await?;
-            // The binding says what is refused, naming the verb and the resource...
-            let bindings = Api::<Binding>::namespaced(sides.consumer.clone(), TEAM);
-            let denied = wait_for(
-                "PermissionDenied=True Forbidden on the binding",
-                WAIT,
-                || async {
-                    let status = bindings.get("widgets").await?.status.unwrap_or_default();
-                    let denied = status
-                        .conditions
-                        .into_iter()
-                        .find(|c| c.type_ == "PermissionDenied");
-                    Ok(denied.filter(|c| c.status == "True" && c.reason == "Forbidden"))
-                },
-            )
-            .await?;
-            let resource = sides.api.name();
-            for said in ["list", &resource, "rbac.boundResourceGroups"] {
-                ensure!(
-                    denied.message.contains(said),
-                    "not {said:?}: {}",
-                    denied.message
-                );
-            }
-            // ...and so does a Warning Event about it.
-            let at = (TEAM, "widgets");
-            let note = event_note(&sides.consumer, at, "Forbidden", Some("Warning"), WAIT).await?;
-            for said in ["list", &resource] {
-                ensure!(note.contains(said), "not {said:?}: {note}");
-            }
-            // Nothing reached the provider.
+    // The credential namespace exists before the release: the chart leaves it alone (a
+    // Namespace template would make the install fail on an object it does not own).
+    let values = "rbac: {boundResourceGroups: [elsewhere.example.org]}";
+    installed_over(&[SECRET_NAMESPACE], values, async |sides, pair| {
+        let namespaces = Api::<Namespace>::all(sides.consumer.clone());
+        let existing = namespaces.get(SECRET_NAMESPACE).await?;
+        let owner = existing.annotations().get("meta.helm.sh/release-name");
+        ensure!(
+            owner.is_none(),
+            "the release adopted namespace {SECRET_NAMESPACE}: {owner:?}"
+        );
+        sides.api.install_on_provider(&sides.provider).await?;
+        connect_ready(&sides.consumer, &pair.provider, CONNECTION).await?;
+        create_binding(&sides.consumer, TEAM, CONNECTION, &[&sides.api]).await?;
+        // The consumer CRD is installed (CRDs are a fixed rule) and served a moment
+        // later; its instances are not granted.
+        kbind_tests::eventually(WAIT, || sides.create("w", json!({"size": 1}))).await?;
+        // The binding says what is refused, naming the verb and the resource...
+        let bindings = Api::<Binding>::namespaced(sides.consumer.clone(), TEAM);
+        let denied = wait_for(
+            "PermissionDenied=True Forbidden on the binding",
+            WAIT,
+            || async {
+                let status = bindings.get("widgets").await?.status.unwrap_or_default();
+                let denied = status
+                    .conditions
+                    .into_iter()
+                    .find(|c| c.type_ == "PermissionDenied");
+                Ok(denied.filter(|c| c.status == "True" && c.reason == "Forbidden"))
+            },
+        )
+        .await?;
+        let resource = sides.api.name();
+        for said in ["list", &resource, "rbac.boundResourceGroups"] {
             ensure!(
-                sides.copies().get_opt("w").await?.is_none(),
-                "copied anyway"
+                denied.message.contains(said),
+                "not {said:?}: {}",
+                denied.message
             );
-            Ok(())
-        },
-    )
+        }
+        // ...and so does a Warning Event about it.
+        let at = (TEAM, "widgets");
+        let note = event_note(&sides.consumer, at, "Forbidden", Some("Warning"), WAIT).await?;
+        for said in ["list", &resource] {
+            ensure!(note.contains(said), "not {said:?}: {note}");
+        }
+        // Nothing reached the provider.
+        ensure!(
+            sides.copies().get_opt("w").await?.is_none(),
+            "copied anyway"
+        );
+        Ok(())
+    })
 }
 
 /// Connect, bind, spec consumer → provider and status back, then teardown: the binding's
 /// copies gone and finalizers released, then the Connection's credential finalizer.
 async fn happy_path(sides: &Sides, pair: &ClusterPair) -> Result<()> {
-    // The Secret goes into the namespace the chart created (createSecretNamespace).
+    // The Secret goes into the namespace the chart created (createSecretNamespace), which an
+    // uninstall keeps.
+    let namespaces = Api::<Namespace>::all(sides.consumer.clone());
+    let created = namespaces.get(SECRET_NAMESPACE).await?;
+    let kept = created.annotations().get("helm.sh/resource-policy");
+    ensure!(kept.is_some_and(|p| p == "keep"), "{:?}", created.metadata);
+    // An upgrade looks it up, finds it is this release's, and keeps it in the release.
+    let kubeconfig = pair.consumer.admin().kubeconfig_path();
+    let kubeconfig = kubeconfig
+        .to_str()
+        .context("kubeconfig path is not UTF-8")?;
+    let on = ["-n", NAMESPACE, "--kubeconfig", kubeconfig];
+    let upgrade = [
+        &["upgrade", RELEASE, CHART, "--reuse-values", "-f", "-"],
+        &on[..],
+    ]
+    .concat();
+    tokio::task::block_in_place(|| run_helm(&upgrade, ""))?;
+    let get = [&["get", "manifest", RELEASE], &on[..]].concat();
+    let manifest = tokio::task::block_in_place(|| run_helm(&get, ""))?;
+    let namespace = format!("kind: Namespace\nmetadata:\n  name: {SECRET_NAMESPACE}\n");
+    ensure!(
+        manifest.contains(&namespace),
+        "upgraded without it:\n{manifest}"
+    );
     sides.connect(&pair.provider, CONNECTION).await?;
     let spec = json!({"size": 3, "color": "blue"});
     sides.create("w", spec.clone()).await?;
@@ -173,6 +204,16 @@ fn installed(
     values: &str,
     body: impl AsyncFnOnce(&Sides, &ClusterPair) -> Result<()>,
 ) -> Result<()> {
+    installed_over(&[], values, body)
+}
+
+/// [`installed`] on a consumer where the namespaces `existing` were created before the
+/// release, as an operator (or `kubectl kbind connect`) would have.
+fn installed_over(
+    existing: &[&str],
+    values: &str,
+    body: impl AsyncFnOnce(&Sides, &ClusterPair) -> Result<()>,
+) -> Result<()> {
     let pair = ClusterPair::start_private()?;
     let (metrics, health) = (free_port()?, free_port()?);
     let values = format!("metrics: {{port: {metrics}}}\nhealthProbe: {{port: {health}}}\n{values}");
@@ -192,10 +233,13 @@ fn installed(
         "-f",
         "-",
     ];
-    run_helm(&install, &values)?;
     let log = pair.root().join("konnector.log");
     let result = kbind_tests::runtime()?.block_on(pair.diagnose(async {
         let consumer = pair.consumer.client().await?;
+        for namespace in existing {
+            ensure_namespace(&consumer, namespace).await?;
+        }
+        tokio::task::block_in_place(|| run_helm(&install, &values))?;
         for (_, crd) in konnector::api::core_crds() {
             konnector::schema::established(&consumer, &crd.name_any(), WAIT).await?;
         }
