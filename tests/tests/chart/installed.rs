@@ -19,14 +19,18 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kbind_tests::faults::process::KonnectorProcess;
-use kbind_tests::faults::{Sides, create_binding};
+use kbind_tests::faults::{Sides, create_binding, wait_binding_ready};
 use kbind_tests::fixtures::{SECRET_NAMESPACE, connect_ready, ensure_namespace, free_port};
-use kbind_tests::syncenv::remains::Left::{Gone, Released};
+use kbind_tests::syncenv::related::{entry, put_secret, secret_value, wait_secret};
+use kbind_tests::syncenv::remains::Left::{Gone, Kept, Released};
 use kbind_tests::syncenv::remains::{delete_gone, expect_left, kind, wait_left};
 use kbind_tests::syncenv::{TestApi, event_note, set_status, wait_for};
 use kbind_tests::testenv::{ClusterPair, tail};
+use konnector::api::RelatedDirection::FromProvider;
+use konnector::api::RelatedResourceKind::Secrets;
 use konnector::api::names::CLEANUP_FINALIZER;
-use konnector::api::{Binding, Connection};
+use konnector::api::{ApiReference, Binding, BindingSpec, Connection, ConnectionReference};
+use kube::api::PostParams;
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
@@ -49,11 +53,14 @@ fn chart_rbac_runs_the_whole_happy_path() -> Result<()> {
 }
 
 #[test]
-fn chart_rbac_narrowed_to_the_bound_group_runs_the_whole_happy_path() -> Result<()> {
-    installed(
-        &format!("rbac: {{boundResourceGroups: [{GROUP}]}}"),
-        happy_path,
-    )
+fn chart_rbac_narrowed_to_the_bound_group_and_one_related_kind_runs_the_whole_happy_path()
+-> Result<()> {
+    // The related grant is a Role in the Binding's namespace, which must exist first.
+    let values = format!(
+        "rbac: {{boundResourceGroups: [{GROUP}], \
+         related: [{{resource: secrets, direction: FromProvider, namespaces: [{TEAM}]}}]}}"
+    );
+    installed_over(&[TEAM], &values, happy_path)
 }
 
 #[test]
@@ -113,8 +120,9 @@ fn a_bound_api_outside_the_granted_groups_is_reported_forbidden() -> Result<()> 
     })
 }
 
-/// Connect, bind, spec consumer → provider and status back, then teardown: the binding's
-/// copies gone and finalizers released, then the Connection's credential finalizer.
+/// Connect, bind (with a related Secret from the provider), spec consumer → provider, status
+/// back and the related copy, then teardown: the binding's copies gone and finalizers
+/// released, then the Connection's credential finalizer.
 async fn happy_path(sides: &Sides, pair: &ClusterPair) -> Result<()> {
     // The Secret goes into the namespace the chart created (createSecretNamespace), which an
     // uninstall keeps.
@@ -141,7 +149,36 @@ async fn happy_path(sides: &Sides, pair: &ClusterPair) -> Result<()> {
         manifest.contains(&namespace),
         "upgraded without it:\n{manifest}"
     );
-    sides.connect(&pair.provider, CONNECTION).await?;
+    // A Binding with a related Secret copied from the provider.
+    sides.api.install_on_provider(&sides.provider).await?;
+    put_secret(
+        &sides.provider,
+        TEAM,
+        "creds",
+        &[],
+        &[("password", "s3cret")],
+        None,
+    )
+    .await?;
+    connect_ready(&sides.consumer, &pair.provider, CONNECTION).await?;
+    ensure_namespace(&sides.consumer, TEAM).await?;
+    let mut binding = Binding::new(
+        "widgets",
+        BindingSpec {
+            connection_ref: ConnectionReference {
+                name: CONNECTION.to_string(),
+            },
+            apis: vec![ApiReference {
+                name: sides.api.name(),
+            }],
+            conflict_policy: Default::default(),
+            related_resources: vec![entry(Secrets, FromProvider, &["creds"], &[])],
+        },
+    );
+    binding.metadata.namespace = Some(TEAM.to_string());
+    let bindings = Api::<Binding>::namespaced(sides.consumer.clone(), TEAM);
+    bindings.create(&PostParams::default(), &binding).await?;
+    wait_binding_ready(&sides.consumer, TEAM, WAIT).await?;
     let spec = json!({"size": 3, "color": "blue"});
     sides.create("w", spec.clone()).await?;
     wait_for(
@@ -168,7 +205,9 @@ async fn happy_path(sides: &Sides, pair: &ClusterPair) -> Result<()> {
         finalized(&secrets.get(CONNECTION).await?),
         "no cleanup finalizer"
     );
-    let bindings = Api::<Binding>::namespaced(sides.consumer.clone(), TEAM);
+    let copied = wait_secret(&sides.consumer, TEAM, "creds").await?;
+    let password = secret_value(&copied, "password");
+    ensure!(password.as_deref() == Some("s3cret"), "{copied:?}");
     let status = bindings.get("widgets").await?.status.unwrap_or_default();
     let denied = status
         .conditions
@@ -184,9 +223,12 @@ async fn happy_path(sides: &Sides, pair: &ClusterPair) -> Result<()> {
         &format!("{TEAM}/widgets"),
     )
     .await?;
+    let creds = format!("{TEAM}/creds");
     wait_left(&[
         (&sides.provider, sides.api.resource(), &instance, Gone),
         (&sides.consumer, sides.api.resource(), &instance, Released),
+        (&sides.consumer, kind::<Secret>(), &creds, Gone),
+        (&sides.provider, kind::<Secret>(), &creds, Kept),
     ])
     .await?;
     delete_gone(&sides.consumer, kind::<Connection>(), CONNECTION).await?;
