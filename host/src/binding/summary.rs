@@ -5,7 +5,7 @@
 //! Outcomes::summarise(connection, apis, namespace | everything) ─▶ Summary
 //!   ├─▶ Synced:           True (N in sync) | False (failing per reason, what to do)
 //!   ├─▶ Conflicts:        True (count per API) | False
-//!   └─▶ PermissionDenied: True (refused watches, writes, related copies) | False
+//!   └─▶ PermissionDenied: True (refused watches on either cluster, writes, related copies) | False
 //! ```
 //!
 //! Spec: "Conflicts=True does not necessarily make Ready or Synced false" — Ready never
@@ -29,6 +29,12 @@ const PRIORITY: [Reason; 5] = [
     Reason::OwnedByAnother,
     Reason::ForeignObjectExists,
 ];
+
+/// What the operator does when the consumer refuses the konnector's own watch of a bound API:
+/// its consumer RBAC (the chart's ClusterRole) does not cover the API's group.
+const CONSUMER_ADVICE: &str = "grant the konnector's consumer identity get, list, watch, \
+     create, update, patch and delete on them (Helm value rbac.boundResourceGroups: add their \
+     API groups)";
 
 /// The summary of `obj`'s scope: its APIs through its Connection, in its namespace (a Binding)
 /// or everywhere (a ClusterBinding).
@@ -109,7 +115,8 @@ pub fn synced(ready: &Desired, summary: &Summary) -> Desired {
         );
     }
     let failing = summary.failing_total();
-    if failing == 0 && summary.denied_apis.is_empty() {
+    let refused = !summary.denied_apis.is_empty() || !summary.consumer_denied_apis.is_empty();
+    if failing == 0 && !refused {
         return Desired::truthy(
             ConditionType::Synced,
             Reason::AsExpected,
@@ -128,6 +135,17 @@ pub fn synced(ready: &Desired, summary: &Summary) -> Desired {
             apis.join(", ")
         ));
     }
+    if !summary.consumer_denied_apis.is_empty() {
+        let apis: Vec<&str> = summary
+            .consumer_denied_apis
+            .keys()
+            .map(String::as_str)
+            .collect();
+        parts.push(format!(
+            "this cluster refuses the konnector list/watch of {}, so none of their instances sync",
+            apis.join(", ")
+        ));
+    }
     if failing > 0 {
         parts.push(format!(
             "{failing} of {} instance(s) not in sync: {}",
@@ -135,7 +153,7 @@ pub fn synced(ready: &Desired, summary: &Summary) -> Desired {
             counts(summary)
         ));
     }
-    let advice: Vec<String> = summary
+    let mut advice: Vec<String> = summary
         .failing
         .keys()
         .chain(
@@ -145,6 +163,12 @@ pub fn synced(ready: &Desired, summary: &Summary) -> Desired {
         )
         .map(|r| format!("{}: {}", r.as_str(), advice(*r)))
         .collect();
+    if !summary.consumer_denied_apis.is_empty() {
+        advice.push(format!(
+            "{}: {CONSUMER_ADVICE}.",
+            Reason::Forbidden.as_str()
+        ));
+    }
     Desired::falsy(
         ConditionType::Synced,
         reason,
@@ -233,8 +257,16 @@ pub fn conflicts(summary: &Summary) -> Desired {
 
 /// The `PermissionDenied` condition: True when the provider refused the engine anything this
 /// binding needs — watching an API, writing instance copies, or related copies (`related` is
-/// the `RelatedResourcesSynced` condition, when related copies ran).
+/// the `RelatedResourcesSynced` condition, when related copies ran) — or when the consumer
+/// refused the konnector the watch of a bound API; each with whose RBAC to fix.
 pub fn permission_denied(summary: &Summary, related: Option<&Desired>) -> Desired {
+    let consumer: Vec<&str> = summary
+        .consumer_denied_apis
+        .values()
+        .map(String::as_str)
+        .collect();
+    let consumer =
+        (!consumer.is_empty()).then(|| format!("{}; {CONSUMER_ADVICE}", consumer.join("; ")));
     let mut refused: Vec<String> = summary.denied_apis.values().cloned().collect();
     if let Some(forbidden) = summary.forbidden() {
         refused.push(format!(
@@ -246,27 +278,31 @@ pub fn permission_denied(summary: &Summary, related: Option<&Desired>) -> Desire
     if let Some(related) = related.filter(|r| !r.status && r.reason == Reason::Forbidden) {
         refused.push(related.message.clone());
     }
-    if refused.is_empty() {
+    let provider = (!refused.is_empty()).then(|| {
+        format!(
+            "{}; grant the Connection's provider identity what is missing (see `kubectl kbind provider-rbac`)",
+            refused.join("; ")
+        )
+    });
+    let said: Vec<String> = consumer.into_iter().chain(provider).collect();
+    if said.is_empty() {
         return Desired::falsy(
             ConditionType::PermissionDenied,
             Reason::AsExpected,
-            "the provider refused nothing this binding needs",
+            "neither cluster refused anything this binding needs",
         );
     }
     Desired::truthy(
         ConditionType::PermissionDenied,
         Reason::Forbidden,
-        format!(
-            "{}; grant the Connection's provider identity what is missing (see `kubectl kbind provider-rbac`)",
-            refused.join("; ")
-        ),
+        said.join(". "),
     )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::registry::{Outcome, Outcomes};
+    use crate::registry::{DeniedBy, Outcome, Outcomes};
 
     const API: &str = "widgets.example.org";
 
@@ -364,6 +400,7 @@ mod tests {
         registry.set_denied(
             "p",
             API,
+            DeniedBy::Provider,
             Some("the provider refuses to list/watch it".into()),
         );
         let s = registry.summarise("p", [API], Some("ns"));
@@ -384,5 +421,43 @@ mod tests {
         let c = permission_denied(&Summary::default(), Some(&related));
         assert!(c.status);
         assert!(c.message.contains("listing related secrets"));
+    }
+
+    #[test]
+    fn a_consumer_refusing_the_watch_is_permission_denied_naming_the_chart_value() {
+        let registry = Outcomes::default();
+        let said =
+            "this cluster refuses the konnector list/watch of widgets.example.org: cannot list";
+        registry.set_denied("p", API, DeniedBy::Consumer, Some(said.into()));
+        let s = registry.summarise("p", [API], Some("ns"));
+        let c = permission_denied(&s, None);
+        assert!(c.status);
+        assert_eq!(c.reason, Reason::Forbidden);
+        assert!(c.message.starts_with(said), "{}", c.message);
+        assert!(
+            c.message.contains("rbac.boundResourceGroups"),
+            "{}",
+            c.message
+        );
+        assert!(!c.message.contains("provider-rbac"), "{}", c.message);
+        let c = synced(&ready(), &s);
+        assert_eq!(
+            c.reason,
+            Reason::Forbidden,
+            "nothing of a refused API syncs"
+        );
+        assert!(
+            c.message.contains("rbac.boundResourceGroups"),
+            "{}",
+            c.message
+        );
+
+        // The provider allowing its watch leaves the consumer's refusal standing.
+        registry.set_denied("p", API, DeniedBy::Provider, None);
+        let s = registry.summarise("p", [API], Some("ns"));
+        assert!(permission_denied(&s, None).status);
+        registry.set_denied("p", API, DeniedBy::Consumer, None);
+        let s = registry.summarise("p", [API], Some("ns"));
+        assert!(!permission_denied(&s, None).status);
     }
 }

@@ -15,5 +15,5 @@ mod syncers;
 
 pub use engagements::{Engaged, Engagement, Engagements};
 pub use index::{BindingIndex, BindingKey, Coverage, Entry, Reach, Scopes, SharedIndex, reach};
-pub use outcomes::{Outcome, Outcomes, Recorded, Summary};
+pub use outcomes::{DeniedBy, Outcome, Outcomes, Recorded, Summary};
 pub use syncers::RunningSyncers;

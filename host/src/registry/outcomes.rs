@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! syncer (Connection, API) ── record / forget ──▶ Outcomes ── summarise(scope) ──▶ Binding status
-//!   provider watch refused ── deny / allow ──────▶   │                              (Synced, Conflicts,
+//!   either watch refused ──── deny / allow ──────▶   │                              (Synced, Conflicts,
 //! supervisor: syncer stopped ── forget_api ──────▶   └── changes (watch) ──▶         PermissionDenied)
 //!                                                         binding controller re-reconciles
 //! ```
@@ -84,6 +84,9 @@ pub struct Summary {
     pub conflicts_per_api: BTreeMap<String, i64>,
     /// APIs whose provider watch the provider refuses, with what it said.
     pub denied_apis: BTreeMap<String, String>,
+    /// APIs whose consumer watch the konnector's own consumer RBAC refuses, with what the
+    /// consumer said: the chart's RBAC (`rbac.boundResourceGroups`) does not cover them.
+    pub consumer_denied_apis: BTreeMap<String, String>,
     /// Per API of the scope (every one has an entry): how its instances stand.
     pub per_api: BTreeMap<String, InstanceCounts>,
 }
@@ -106,6 +109,39 @@ impl Summary {
 }
 
 type ApiKey = (String, String);
+
+/// The cluster whose watch of a bound API refused the konnector.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeniedBy {
+    /// The provider refused the Connection's identity (provider RBAC).
+    Provider,
+    /// The consumer refused the konnector itself (the chart's consumer RBAC).
+    Consumer,
+}
+
+/// What each cluster said when it refused a syncer's watch of one API; an API neither
+/// refuses has no entry.
+#[derive(Debug, Default)]
+struct Denials {
+    provider: Option<String>,
+    consumer: Option<String>,
+}
+
+impl Denials {
+    fn of(&mut self, side: DeniedBy) -> &mut Option<String> {
+        match side {
+            DeniedBy::Provider => &mut self.provider,
+            DeniedBy::Consumer => &mut self.consumer,
+        }
+    }
+
+    fn said(&self, side: DeniedBy) -> Option<&String> {
+        match side {
+            DeniedBy::Provider => self.provider.as_ref(),
+            DeniedBy::Consumer => self.consumer.as_ref(),
+        }
+    }
+}
 type ObjectKey = (Option<String>, String);
 type Namespaces = BTreeMap<Option<String>, BTreeMap<String, Outcome>>;
 
@@ -130,7 +166,7 @@ impl Listing {
 #[derive(Debug, Default)]
 pub struct Recorded {
     instances: BTreeMap<ApiKey, Namespaces>,
-    denied: BTreeMap<ApiKey, String>,
+    denied: BTreeMap<ApiKey, Denials>,
     listings: BTreeMap<ApiKey, Listing>,
 }
 
@@ -284,16 +320,22 @@ impl Outcomes {
         });
     }
 
-    /// Records whether the provider refuses to list/watch `api` for `connection` (`Some`: what
-    /// it said), as the syncer's provider watch finds out.
-    pub fn set_denied(&self, connection: &str, api: &str, denied: Option<String>) {
+    /// Records whether `side` refuses to list/watch `api` for `connection` (`Some`: what it
+    /// said), as the syncer's watch of that side finds out.
+    pub fn set_denied(&self, connection: &str, api: &str, side: DeniedBy, denied: Option<String>) {
         let key = (connection.to_string(), api.to_string());
-        if self.read(|s| s.denied.get(&key) == denied.as_ref()) {
+        let said = |s: &Recorded| s.denied.get(&key).and_then(|d| d.said(side)).cloned();
+        if self.read(|s| said(s) == denied) {
             return;
         }
-        self.write(|s| match denied {
-            Some(message) => s.denied.insert(key, message.clone()) != Some(message),
-            None => s.denied.remove(&key).is_some(),
+        self.write(|s| {
+            let denials = s.denied.entry(key.clone()).or_default();
+            let changed = *denials.of(side) != denied;
+            *denials.of(side) = denied;
+            if denials.provider.is_none() && denials.consumer.is_none() {
+                s.denied.remove(&key);
+            }
+            changed
         });
     }
 
@@ -313,8 +355,13 @@ impl Outcomes {
             let mut summary = Summary::default();
             for key in &apis {
                 let denied = s.denied.get(key);
-                if let Some(message) = denied {
+                if let Some(message) = denied.and_then(|d| d.said(DeniedBy::Provider)) {
                     summary.denied_apis.insert(key.1.clone(), message.clone());
+                }
+                if let Some(message) = denied.and_then(|d| d.said(DeniedBy::Consumer)) {
+                    summary
+                        .consumer_denied_apis
+                        .insert(key.1.clone(), message.clone());
                 }
                 // A refused watch never settles, and is the story itself.
                 let settled = s.listings.get(key).is_some_and(Listing::settled);
@@ -482,7 +529,7 @@ mod tests {
     #[test]
     fn a_stopped_syncer_leaves_nothing_behind() {
         let outcomes = registry();
-        outcomes.set_denied(C, API, Some("forbidden".into()));
+        outcomes.set_denied(C, API, DeniedBy::Provider, Some("forbidden".into()));
         outcomes.forget_api(C, API);
         let s = outcomes.summarise(C, [API], None);
         assert!(s.settling, "a restarted syncer starts over");
@@ -497,22 +544,27 @@ mod tests {
         rx.mark_unchanged();
         outcomes.record(C, API, Some("a"), "ok", Outcome::InSync);
         outcomes.forget(C, API, Some("a"), "never-seen");
-        outcomes.set_denied(C, API, None);
+        outcomes.set_denied(C, API, DeniedBy::Provider, None);
         assert!(!rx.has_changed().unwrap_or(true), "nothing changed");
         outcomes.record(C, API, Some("a"), "ok", Outcome::failure(Reason::Forbidden));
         assert!(rx.has_changed().unwrap_or(false));
         rx.mark_unchanged();
-        outcomes.set_denied(C, API, Some("no list".into()));
+        outcomes.set_denied(C, API, DeniedBy::Provider, Some("no list".into()));
         assert!(rx.has_changed().unwrap_or(false));
     }
 
     #[test]
     fn denials_are_reported_per_api_and_cleared() {
         let outcomes = registry();
-        outcomes.set_denied(C, API, Some("widgets is forbidden".into()));
+        outcomes.set_denied(
+            C,
+            API,
+            DeniedBy::Provider,
+            Some("widgets is forbidden".into()),
+        );
         let s = outcomes.summarise(C, [API], Some("a"));
         assert_eq!(s.denied_apis[API], "widgets is forbidden");
-        outcomes.set_denied(C, API, None);
+        outcomes.set_denied(C, API, DeniedBy::Provider, None);
         assert!(
             outcomes
                 .summarise(C, [API], Some("a"))
@@ -558,7 +610,7 @@ mod tests {
     #[test]
     fn a_refused_watch_is_not_settling() {
         let outcomes = Outcomes::default();
-        outcomes.set_denied(C, API, Some("forbidden".into()));
+        outcomes.set_denied(C, API, DeniedBy::Provider, Some("forbidden".into()));
         assert!(!outcomes.summarise(C, [API], None).settling);
     }
 

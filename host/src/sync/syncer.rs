@@ -32,6 +32,7 @@ use tracing::{debug, info, warn};
 
 use crate::api::names::CONSUMER_CLUSTER_LABEL;
 use crate::k8s::ApiErrorExt;
+use crate::registry::{DeniedBy, Outcomes};
 use crate::shared::Shared;
 
 use super::context::{SyncContext, SyncerSpec};
@@ -66,9 +67,9 @@ fn error_policy(obj: Arc<DynamicObject>, err: &Error, ctx: Arc<SyncContext>) -> 
     Action::requeue(delay)
 }
 
-/// What the provider said when it refused the watch of `api` (403); `None` for other errors,
+/// What a cluster said when it refused the watch of `api` (403); `None` for other errors,
 /// which the watcher retries without them concerning permissions.
-fn watch_denial(api: &str, error: &watcher::Error) -> Option<String> {
+fn watch_denial(side: DeniedBy, api: &str, error: &watcher::Error) -> Option<String> {
     let message = match error {
         watcher::Error::InitialListFailed(e)
         | watcher::Error::WatchStartFailed(e)
@@ -80,9 +81,33 @@ fn watch_denial(api: &str, error: &watcher::Error) -> Option<String> {
         watcher::Error::WatchError(status) if status.is_forbidden() => status.message.clone(),
         _ => return None,
     };
-    Some(format!(
-        "the provider refuses to list/watch {api}: {message}"
-    ))
+    Some(match side {
+        DeniedBy::Provider => format!("the provider refuses to list/watch {api}: {message}"),
+        DeniedBy::Consumer => {
+            format!("this cluster refuses the konnector list/watch of {api}: {message}")
+        }
+    })
+}
+
+/// Records on the binding's `PermissionDenied` whether `side` refuses the watch of `api`:
+/// set by a refusal, cleared by the next event the watch delivers. Nothing of the API can
+/// sync until the refusing identity may list and watch it.
+fn follow_denials<K>(
+    outcomes: Outcomes,
+    (connection, api): (String, String),
+    side: DeniedBy,
+) -> impl FnMut(watcher::Result<K>) -> watcher::Result<K> {
+    move |event| {
+        match &event {
+            Ok(_) => outcomes.set_denied(&connection, &api, side, None),
+            Err(error) => {
+                if let Some(message) = watch_denial(side, &api, error) {
+                    outcomes.set_denied(&connection, &api, side, Some(message));
+                }
+            }
+        }
+        event
+    }
 }
 
 /// Runs one syncer until `shutdown`. Binding changes re-reconcile the instances whose
@@ -100,13 +125,9 @@ pub async fn run(
         "{CONSUMER_CLUSTER_LABEL}={}",
         spec.consumer_cluster_uid
     ));
-    // The provider refusing this watch is the binding's PermissionDenied: nothing of this API
-    // can sync until the provider identity may list and watch it.
-    let access = (
-        shared.outcomes.clone(),
-        spec.connection.clone(),
-        spec.api.clone(),
-    );
+    // Either cluster refusing its watch is the binding's PermissionDenied: the provider
+    // refusing the Connection's identity, or the consumer refusing the konnector itself.
+    let key = (spec.connection.clone(), spec.api.clone());
     let provider_events = reflector(
         writer,
         watcher(
@@ -114,18 +135,11 @@ pub async fn run(
             own_copies,
         )
         .modify(drop_managed_fields)
-        .map(move |event| {
-            let (outcomes, connection, api) = &access;
-            match &event {
-                Ok(_) => outcomes.set_denied(connection, api, None),
-                Err(error) => {
-                    if let Some(message) = watch_denial(api, error) {
-                        outcomes.set_denied(connection, api, Some(message));
-                    }
-                }
-            }
-            event
-        }),
+        .map(follow_denials(
+            shared.outcomes.clone(),
+            key.clone(),
+            DeniedBy::Provider,
+        )),
     )
     .default_backoff()
     .touched_objects();
@@ -140,7 +154,13 @@ pub async fn run(
     let listing = ctx.clone();
     let instances = reflector(
         consumer_writer,
-        watcher(consumer_api, watcher::Config::default()).modify(drop_managed_fields),
+        watcher(consumer_api, watcher::Config::default())
+            .modify(drop_managed_fields)
+            .map(follow_denials(
+                ctx.shared.outcomes.clone(),
+                key,
+                DeniedBy::Consumer,
+            )),
     )
     .map(move |event| {
         if let Ok(event) = &event {

@@ -1,6 +1,7 @@
 //! The real `konnector run` binary as a child process, for the tests and benchmarks that need
-//! a process (SIGKILL, RSS and CPU time): started against a consumer kubeconfig with loopback
-//! probe and metrics ports, killed on drop.
+//! a process (SIGKILL, RSS and CPU time, a Deployment's exact command line): started against a
+//! consumer kubeconfig with loopback probe and metrics ports, or with a container's arguments
+//! and environment, killed on drop.
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -29,12 +30,8 @@ impl KonnectorProcess {
         extra: &[&str],
     ) -> anyhow::Result<Self> {
         let (metrics, health) = (free_port()?, free_port()?);
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(log)
-            .with_context(|| format!("opening {}", log.display()))?;
-        let child = Command::new(binary)
+        let mut command = Command::new(binary);
+        command
             .arg("run")
             .arg("--kubeconfig")
             .arg(kubeconfig)
@@ -43,7 +40,32 @@ impl KonnectorProcess {
                 "--health-probe-bind-address",
                 &format!("127.0.0.1:{health}"),
             ])
-            .args(extra)
+            .args(extra);
+        Self::spawn(command, log, metrics, health)
+    }
+
+    /// Starts `binary` as a container would run it: exactly `args`, with `env` added to the
+    /// environment (`KUBECONFIG` among them standing in for the in-cluster credentials), logging
+    /// to `log`. `metrics` and `health` are the ports those arguments listen on.
+    pub fn exec(
+        binary: &Path,
+        args: &[String],
+        env: &[(String, String)],
+        log: &Path,
+        (metrics, health): (u16, u16),
+    ) -> anyhow::Result<Self> {
+        let mut command = Command::new(binary);
+        command.args(args).envs(env.iter().map(|(k, v)| (k, v)));
+        Self::spawn(command, log, metrics, health)
+    }
+
+    fn spawn(mut command: Command, log: &Path, metrics: u16, health: u16) -> anyhow::Result<Self> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .with_context(|| format!("opening {}", log.display()))?;
+        let child = command
             .stdout(Stdio::from(log.try_clone()?))
             .stderr(Stdio::from(log))
             .spawn()

@@ -27,12 +27,15 @@ image: {repository: registry.example.com/kbind/konnector, tag: v9.9.9}
 installCRDs: false
 replicaCount: 3
 leaderElectionID: other-lease
-rbac: {boundResourceGroups: [example.org]}
+rbac:
+  boundResourceGroups: [example.org]
+  related: [{resource: secrets, direction: FromProvider, namespaces: [team-a]}, {resource: configmaps, direction: FromConsumer}]
 metrics: {port: 9090}
 healthProbe: {port: 9091}
 extraArgs: [--log-format=json]
 imagePullSecrets: [{name: regcred}]
 secretNamespace: credentials
+createSecretNamespace: false
 allowInsecureProvider: true
 policies:
   schema: {configMap: schema-policy, key: schema.wasm}
@@ -52,6 +55,8 @@ fn values_schema_rejects_a_mistyped_value() -> Result<()> {
         ("replicaCount: two", "replicaCount"),
         ("policies: {conflcit: {configMap: x}}", "conflcit"),
         ("allowInsecureProvider: 'yes'", "allowInsecureProvider"),
+        ("rbac: {relatd: []}", "relatd"),
+        ("createSecretNamespace: 'no'", "createSecretNamespace"),
     ] {
         let Err(err) = render(values) else {
             bail!("{values:?} passed the values schema");
@@ -72,12 +77,13 @@ installCRDs: true
 replicaCount: 1
 leaderElect: false
 leaderElectionID: konnector.kbind.io
-rbac: {boundResourceGroups: ["*"]}
+rbac: {boundResourceGroups: ["*"], related: []}
 metrics: {port: 8085}
 healthProbe: {port: 8081}
 extraArgs: []
 imagePullSecrets: []
 secretNamespace: kbind
+createSecretNamespace: true
 allowInsecureProvider: false
 policies:
   schema: {configMap: "", key: policy.wasm}
@@ -127,7 +133,11 @@ fn default_deployment_runs_one_konnector_without_leader_election() -> Result<()>
     let expected = format!("Deployment/kbind-konnector: {{{spec}}}\nargs: {CHART_ARGS}");
     rendered.expect(&expected)?;
     let roles = [rendered.of_kind("Role"), rendered.of_kind("RoleBinding")];
-    assert!(roles.iter().all(Vec::is_empty), "no lease Role");
+    let lease = roles
+        .iter()
+        .flatten()
+        .filter(|d| d.from.ends_with("leader-election-rbac.yaml"));
+    assert_eq!(lease.count(), 0, "no lease Role");
     Ok(())
 }
 
@@ -256,6 +266,10 @@ fn namespaced_objects_land_in_the_release_namespace() -> Result<()> {
     for kind in "ServiceAccount Deployment Service Role RoleBinding".split(' ') {
         let docs = rendered.of_kind(kind);
         assert!(!docs.is_empty(), "no {kind} rendered");
+        // The credential Role and its binding live in secretNamespace (see rbac.rs).
+        let docs = docs
+            .into_iter()
+            .filter(|d| !d.from.ends_with("secret-namespace.yaml"));
         for doc in docs {
             let namespace = &doc.value["metadata"]["namespace"];
             assert_eq!(namespace, NAMESPACE, "{kind} from {}", doc.from);

@@ -8,6 +8,7 @@
 
 mod dashboard;
 mod deployment;
+mod installed;
 mod policies;
 mod rbac;
 
@@ -134,6 +135,16 @@ impl Rendered {
         found.with_context(|| format!("no {kind} {name} rendered; got {:?}", self.summary()))
     }
 
+    /// The object `namespace/name` of `kind`, for names rendered in several namespaces.
+    fn get_in(&self, kind: &str, namespace: &str, name: &str) -> Result<&Value> {
+        let mut values = self.0.iter().map(|d| &d.value);
+        let at =
+            |v: &Value| v["metadata"]["namespace"] == namespace && v["metadata"]["name"] == name;
+        let found = values.find(|v| v["kind"] == kind && at(v));
+        let missing = || format!("no {kind} {namespace}/{name}; got {:?}", self.summary());
+        found.with_context(missing)
+    }
+
     /// Kind and name of every document, for failure messages.
     fn summary(&self) -> Vec<(&Value, &Value)> {
         let docs = self.0.iter().map(|d| &d.value);
@@ -154,13 +165,16 @@ impl Rendered {
     }
 
     /// Compares the objects `expected` (YAML) names with the fields it gives for each: keys
-    /// are `Kind/name`, `pod` and `container` for the konnector's pod spec and container, or
-    /// `args` for its arguments joined by spaces.
+    /// are `Kind/name` (or `Kind/namespace/name`), `pod` and `container` for the konnector's
+    /// pod spec and container, or `args` for its arguments joined by spaces.
     fn expect(&self, expected: &str) -> Result<()> {
         let objects: serde_yaml::Mapping = serde_yaml::from_str(expected)?;
         for (key, fields) in &objects {
             let actual = match key.as_str().map(|k| (k, k.split_once('/'))) {
-                Some((_, Some((kind, name)))) => self.get(kind, name)?.clone(),
+                Some((_, Some((kind, path)))) => match path.split_once('/') {
+                    Some((namespace, name)) => self.get_in(kind, namespace, name)?.clone(),
+                    None => self.get(kind, path)?.clone(),
+                },
                 Some(("pod", None)) => self.pod_spec()?.clone(),
                 Some(("container", None)) => self.container()?.clone(),
                 Some(("args", None)) => {
