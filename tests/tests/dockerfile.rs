@@ -80,11 +80,17 @@ fn static_image_is_scratch_with_the_binary_and_the_ca_bundle() -> Result<()> {
     assert_eq!(bases, ["scratch"], "one stage, nothing pulled");
     assert!(runtime_of(file, "RUN")?.is_empty() && runtime_of(file, "ADD")?.is_empty());
     let copies = runtime_of(file, "COPY")?;
-    let pairs: Vec<Vec<&str>> = copies.iter().map(|c| c.split_whitespace().collect()).collect();
+    let pairs: Vec<Vec<&str>> = copies
+        .iter()
+        .map(|c| c.split_whitespace().collect())
+        .collect();
     let bundle = "/etc/ssl/certs/ca-certificates.crt";
     assert_eq!(
         pairs,
-        [vec!["ca-certificates.crt", bundle], vec!["konnector", "/konnector"]],
+        [
+            vec!["ca-certificates.crt", bundle],
+            vec!["konnector", "/konnector"]
+        ],
         "the CA bundle and the prebuilt binary from scripts/image.sh's context"
     );
     // rustls-native-certs reads only SSL_CERT_FILE when it is set: it must name the bundle.
@@ -108,8 +114,12 @@ fn runtime_user_is_numeric_and_not_root() -> Result<()> {
 fn entrypoint_is_the_konnector_running_run() -> Result<()> {
     for file in IMAGES {
         // Exec form: the konnector is PID 1 and receives SIGTERM directly. The chart's args
-        // start with `run`, replacing CMD, so both must stay in step with it.
-        assert_eq!(runtime_of(file, "ENTRYPOINT")?, [r#"["/konnector"]"#], "{file}");
+        // (`run` and its flags) replace CMD, so ENTRYPOINT must stay the bare binary.
+        assert_eq!(
+            runtime_of(file, "ENTRYPOINT")?,
+            [r#"["/konnector"]"#],
+            "{file}"
+        );
         assert_eq!(runtime_of(file, "CMD")?, [r#"["run"]"#], "{file}");
     }
     Ok(())
