@@ -1,5 +1,7 @@
 # The konnector image: `make image IMAGE=<repository>:<tag>` (BuildKit, the default builder
-# of current docker, or podman/buildah).
+# of current docker, or podman/buildah). This file needs docker.io and gcr.io; where they cannot
+# be pulled from, `make image` builds Dockerfile.static instead (IMAGE_BUILD=dockerfile insists
+# on this file).
 #
 # Stage 1 builds the konnector with the three built-in policy modules embedded (host/build.rs
 # compiles them for wasm32-wasip2). Stage 2 is distroless with nothing but the binary, run as

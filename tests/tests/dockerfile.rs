@@ -1,6 +1,9 @@
-//! The konnector image, checked by reading the `Dockerfile` (these machines have no container
-//! engine): pinned base images, the binary as the only thing copied into the runtime image, a
-//! numeric non-root user the chart's `runAsNonRoot` can verify, and the konnector as PID 1.
+//! The konnector images, checked by reading their Dockerfiles (`make image-check` builds and
+//! runs the real thing; these tests need no container engine). `Dockerfile`: pinned base
+//! images and the binary as the only thing copied into the runtime image. `Dockerfile.static`
+//! (the registry-free build): scratch holding the prebuilt static binary and the CA bundle the
+//! TLS stack is pointed at. Both: a numeric non-root user the chart's `runAsNonRoot` can
+//! verify, the konnector as PID 1 running `run`, the same ports and labels.
 
 use anyhow::{Context as _, Result};
 
@@ -9,9 +12,9 @@ type Instruction = (String, String);
 
 /// Every stage's base image, and the instructions of the last (runtime) stage, with comments
 /// dropped and `\` continuations joined.
-fn dockerfile() -> Result<(Vec<String>, Vec<Instruction>)> {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../Dockerfile");
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {path}"))?;
+fn parse(file: &str) -> Result<(Vec<String>, Vec<Instruction>)> {
+    let path = format!("{}/../{file}", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
     let code = |line: &&str| !line.trim_start().starts_with('#');
     let lines: Vec<&str> = text.lines().filter(code).collect();
     let (mut bases, mut runtime) = (Vec::new(), Vec::new());
@@ -30,12 +33,22 @@ fn dockerfile() -> Result<(Vec<String>, Vec<Instruction>)> {
     Ok((bases, runtime))
 }
 
-/// The arguments of the runtime stage's instructions of one kind.
-fn runtime(keyword: &str) -> Result<Vec<String>> {
-    let (_, runtime) = dockerfile()?;
+fn dockerfile() -> Result<(Vec<String>, Vec<Instruction>)> {
+    parse("Dockerfile")
+}
+
+/// The arguments of a file's runtime-stage instructions of one kind.
+fn runtime_of(file: &str, keyword: &str) -> Result<Vec<String>> {
+    let (_, runtime) = parse(file)?;
     let matching = runtime.into_iter().filter(|(k, _)| k == keyword);
     Ok(matching.map(|(_, args)| args).collect())
 }
+
+fn runtime(keyword: &str) -> Result<Vec<String>> {
+    runtime_of("Dockerfile", keyword)
+}
+
+const IMAGES: [&str; 2] = ["Dockerfile", "Dockerfile.static"];
 
 #[test]
 fn base_images_are_pinned() -> Result<()> {
@@ -61,18 +74,63 @@ fn runtime_image_holds_only_the_konnector_binary() -> Result<()> {
 }
 
 #[test]
+fn static_image_is_scratch_with_the_binary_and_the_ca_bundle() -> Result<()> {
+    let file = "Dockerfile.static";
+    let (bases, _) = parse(file)?;
+    assert_eq!(bases, ["scratch"], "one stage, nothing pulled");
+    assert!(runtime_of(file, "RUN")?.is_empty() && runtime_of(file, "ADD")?.is_empty());
+    let copies = runtime_of(file, "COPY")?;
+    let pairs: Vec<Vec<&str>> = copies
+        .iter()
+        .map(|c| c.split_whitespace().collect())
+        .collect();
+    let bundle = "/etc/ssl/certs/ca-certificates.crt";
+    assert_eq!(
+        pairs,
+        [
+            vec!["ca-certificates.crt", bundle],
+            vec!["konnector", "/konnector"]
+        ],
+        "the CA bundle and the prebuilt binary from scripts/image.sh's context"
+    );
+    // rustls-native-certs reads only SSL_CERT_FILE when it is set: it must name the bundle.
+    let env = runtime_of(file, "ENV")?;
+    assert_eq!(env, [format!("SSL_CERT_FILE={bundle}")]);
+    Ok(())
+}
+
+#[test]
 fn runtime_user_is_numeric_and_not_root() -> Result<()> {
-    let users = runtime("USER")?;
-    let user = users.last().context("no USER in the runtime stage")?;
-    let uid: u32 = user.split(':').next().unwrap_or_default().parse()?;
-    assert_ne!(uid, 0, "the konnector runs as root");
+    for file in IMAGES {
+        let users = runtime_of(file, "USER")?;
+        let user = users.last().with_context(|| format!("{file}: no USER"))?;
+        let uid: u32 = user.split(':').next().unwrap_or_default().parse()?;
+        assert_ne!(uid, 0, "{file}: the konnector runs as root");
+    }
     Ok(())
 }
 
 #[test]
 fn entrypoint_is_the_konnector_running_run() -> Result<()> {
-    // Exec form: the konnector is PID 1 and receives SIGTERM directly.
-    assert_eq!(runtime("ENTRYPOINT")?, [r#"["/konnector"]"#]);
-    assert_eq!(runtime("CMD")?, [r#"["run"]"#]);
+    for file in IMAGES {
+        // Exec form: the konnector is PID 1 and receives SIGTERM directly. The chart's args
+        // (`run` and its flags) replace CMD, so ENTRYPOINT must stay the bare binary.
+        assert_eq!(
+            runtime_of(file, "ENTRYPOINT")?,
+            [r#"["/konnector"]"#],
+            "{file}"
+        );
+        assert_eq!(runtime_of(file, "CMD")?, [r#"["run"]"#], "{file}");
+    }
+    Ok(())
+}
+
+#[test]
+fn both_images_agree_on_user_ports_and_labels() -> Result<()> {
+    for keyword in ["USER", "EXPOSE", "LABEL"] {
+        let (full, fallback) = (runtime(keyword)?, runtime_of("Dockerfile.static", keyword)?);
+        assert_eq!(full, fallback, "{keyword} differs between the two images");
+    }
+    assert_eq!(runtime("EXPOSE")?, ["8085 8081"], "metrics and probes");
     Ok(())
 }
