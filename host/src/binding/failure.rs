@@ -42,9 +42,9 @@ pub fn related_failed(error: &Error) -> Desired {
     let (reason, advice) = match classify(error) {
         Class::Forbidden => (
             Reason::Forbidden,
-            "grant the identity that was refused (the Connection's provider identity for the \
-             provider side, the konnector for the consumer side) list/get/create/patch/delete on \
-             that kind",
+            "grant the identity that was refused list/get/create/patch/delete on that kind: the \
+             Connection's provider identity on the provider (see `kubectl kbind provider-rbac`), \
+             the konnector on the consumer (the chart's `rbac.related`)",
         ),
         Class::Unreachable => (
             Reason::ProviderUnreachable,

@@ -275,16 +275,22 @@ pub fn permission_denied(summary: &Summary, related: Option<&Desired>) -> Desire
             forbidden.examples.join(", ")
         ));
     }
-    if let Some(related) = related.filter(|r| !r.status && r.reason == Reason::Forbidden) {
-        refused.push(related.message.clone());
-    }
     let provider = (!refused.is_empty()).then(|| {
         format!(
             "{}; grant the Connection's provider identity what is missing (see `kubectl kbind provider-rbac`)",
             refused.join("; ")
         )
     });
-    let said: Vec<String> = consumer.into_iter().chain(provider).collect();
+    // A related copy may be refused on either cluster: its message names the side and what
+    // to grant there.
+    let related = related
+        .filter(|r| !r.status && r.reason == Reason::Forbidden)
+        .map(|r| r.message.clone());
+    let said: Vec<String> = consumer
+        .into_iter()
+        .chain(provider)
+        .chain(related)
+        .collect();
     if said.is_empty() {
         return Desired::falsy(
             ConditionType::PermissionDenied,
