@@ -174,8 +174,9 @@ fn related_grants_refuse_duplicates_protected_namespaces_and_unknown_kinds() -> 
     Ok(())
 }
 
-#[test]
-fn notes_give_the_teardown_order_and_say_probes_are_process_checks() -> Result<()> {
+/// What `helm install --dry-run=client` prints (NOTES included) with `values` as the values
+/// file.
+fn dry_run_install(values: &str) -> Result<String> {
     let install = [
         "install",
         RELEASE,
@@ -183,8 +184,15 @@ fn notes_give_the_teardown_order_and_say_probes_are_process_checks() -> Result<(
         "-n",
         NAMESPACE,
         "--dry-run=client",
+        "-f",
+        "-",
     ];
-    let out = run_helm(&install, "")?;
+    run_helm(&install, values)
+}
+
+#[test]
+fn notes_give_the_teardown_order_and_say_probes_are_process_checks() -> Result<()> {
+    let out = dry_run_install("")?;
     let (_, notes) = out.split_once("NOTES:").context("helm printed no NOTES")?;
     assert!(notes.contains("process checks"), "{notes}");
     assert!(notes.contains("DrainingBindings"), "{notes}");
@@ -212,22 +220,12 @@ fn notes_give_the_teardown_order_and_say_probes_are_process_checks() -> Result<(
 
 #[test]
 fn notes_say_what_a_narrowed_release_can_and_cannot_sync() -> Result<()> {
-    let install = [
-        "install",
-        RELEASE,
-        CHART,
-        "-n",
-        NAMESPACE,
-        "--dry-run=client",
-        "-f",
-        "-",
-    ];
     let values = r#"
 rbac:
   boundResourceGroups: [example.org]
   related: [{resource: secrets, direction: FromProvider, namespaces: [team-a]}]
 "#;
-    let out = run_helm(&install, values)?;
+    let out = dry_run_install(values)?;
     let (_, notes) = out.split_once("NOTES:").context("helm printed no NOTES")?;
     for says in [
         "Bound APIs: the API groups example.org only",
@@ -238,7 +236,7 @@ rbac:
         assert!(notes.contains(says), "{says:?} not in {notes}");
     }
     assert!(!notes.contains("includes \"*\""), "{notes}");
-    let none = run_helm(&install, "rbac: {boundResourceGroups: [example.org]}")?;
+    let none = dry_run_install("rbac: {boundResourceGroups: [example.org]}")?;
     let says = "none; a binding with relatedResources reports RelatedResourcesSynced=False";
     assert!(none.contains(says), "{none}");
     Ok(())
