@@ -120,6 +120,69 @@ fn a_bound_api_outside_the_granted_groups_is_reported_forbidden() -> Result<()> 
     })
 }
 
+#[test]
+fn a_related_copy_outside_the_granted_namespaces_is_reported_forbidden() -> Result<()> {
+    // Secrets may be copied from the provider into team-a only; the Binding is in team-b.
+    let values = format!(
+        "rbac: {{boundResourceGroups: [{GROUP}], \
+         related: [{{resource: secrets, direction: FromProvider, namespaces: [{TEAM}]}}]}}"
+    );
+    let elsewhere = "team-b";
+    installed_over(&[TEAM], &values, async |sides, pair| {
+        sides.api.install_on_provider(&sides.provider).await?;
+        put_secret(
+            &sides.provider,
+            elsewhere,
+            "creds",
+            &[],
+            &[("k", "v")],
+            None,
+        )
+        .await?;
+        connect_ready(&sides.consumer, &pair.provider, CONNECTION).await?;
+        ensure_namespace(&sides.consumer, elsewhere).await?;
+        let mut binding = Binding::new(
+            "widgets",
+            BindingSpec {
+                connection_ref: ConnectionReference {
+                    name: CONNECTION.to_string(),
+                },
+                apis: vec![ApiReference {
+                    name: sides.api.name(),
+                }],
+                conflict_policy: Default::default(),
+                related_resources: vec![entry(Secrets, FromProvider, &["creds"], &[])],
+            },
+        );
+        binding.metadata.namespace = Some(elsewhere.to_string());
+        let bindings = Api::<Binding>::namespaced(sides.consumer.clone(), elsewhere);
+        bindings.create(&PostParams::default(), &binding).await?;
+        let refused = wait_for(
+            "RelatedResourcesSynced=False Forbidden on the binding",
+            WAIT,
+            || async {
+                let status = bindings.get("widgets").await?.status.unwrap_or_default();
+                let related = status
+                    .conditions
+                    .into_iter()
+                    .find(|c| c.type_ == "RelatedResourcesSynced");
+                Ok(related.filter(|c| c.status == "False" && c.reason == "Forbidden"))
+            },
+        )
+        .await?;
+        for said in ["secrets", elsewhere, "rbac.related"] {
+            ensure!(
+                refused.message.contains(said),
+                "not {said:?}: {}",
+                refused.message
+            );
+        }
+        let copies = Api::<Secret>::namespaced(sides.consumer.clone(), elsewhere);
+        ensure!(copies.get_opt("creds").await?.is_none(), "copied anyway");
+        Ok(())
+    })
+}
+
 /// Connect, bind (with a related Secret from the provider), spec consumer → provider, status
 /// back and the related copy, then teardown: the binding's copies gone and finalizers
 /// released, then the Connection's credential finalizer.
