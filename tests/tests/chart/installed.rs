@@ -141,22 +141,7 @@ fn a_related_copy_outside_the_granted_namespaces_is_reported_forbidden() -> Resu
         .await?;
         connect_ready(&sides.consumer, &pair.provider, CONNECTION).await?;
         ensure_namespace(&sides.consumer, elsewhere).await?;
-        let mut binding = Binding::new(
-            "widgets",
-            BindingSpec {
-                connection_ref: ConnectionReference {
-                    name: CONNECTION.to_string(),
-                },
-                apis: vec![ApiReference {
-                    name: sides.api.name(),
-                }],
-                conflict_policy: Default::default(),
-                related_resources: vec![entry(Secrets, FromProvider, &["creds"], &[])],
-            },
-        );
-        binding.metadata.namespace = Some(elsewhere.to_string());
-        let bindings = Api::<Binding>::namespaced(sides.consumer.clone(), elsewhere);
-        bindings.create(&PostParams::default(), &binding).await?;
+        let bindings = create_related_binding(sides, elsewhere).await?;
         let refused = wait_for(
             "RelatedResourcesSynced=False Forbidden on the binding",
             WAIT,
@@ -181,6 +166,28 @@ fn a_related_copy_outside_the_granted_namespaces_is_reported_forbidden() -> Resu
         ensure!(copies.get_opt("creds").await?.is_none(), "copied anyway");
         Ok(())
     })
+}
+
+/// Creates Binding `widgets` in `namespace` for the test API through [`CONNECTION`], with the
+/// provider's Secret `creds` as a related resource copied from the provider.
+async fn create_related_binding(sides: &Sides, namespace: &str) -> Result<Api<Binding>> {
+    let mut binding = Binding::new(
+        "widgets",
+        BindingSpec {
+            connection_ref: ConnectionReference {
+                name: CONNECTION.to_string(),
+            },
+            apis: vec![ApiReference {
+                name: sides.api.name(),
+            }],
+            conflict_policy: Default::default(),
+            related_resources: vec![entry(Secrets, FromProvider, &["creds"], &[])],
+        },
+    );
+    binding.metadata.namespace = Some(namespace.to_string());
+    let bindings = Api::<Binding>::namespaced(sides.consumer.clone(), namespace);
+    bindings.create(&PostParams::default(), &binding).await?;
+    Ok(bindings)
 }
 
 /// Connect, bind (with a related Secret from the provider), spec consumer → provider, status
@@ -225,22 +232,7 @@ async fn happy_path(sides: &Sides, pair: &ClusterPair) -> Result<()> {
     .await?;
     connect_ready(&sides.consumer, &pair.provider, CONNECTION).await?;
     ensure_namespace(&sides.consumer, TEAM).await?;
-    let mut binding = Binding::new(
-        "widgets",
-        BindingSpec {
-            connection_ref: ConnectionReference {
-                name: CONNECTION.to_string(),
-            },
-            apis: vec![ApiReference {
-                name: sides.api.name(),
-            }],
-            conflict_policy: Default::default(),
-            related_resources: vec![entry(Secrets, FromProvider, &["creds"], &[])],
-        },
-    );
-    binding.metadata.namespace = Some(TEAM.to_string());
-    let bindings = Api::<Binding>::namespaced(sides.consumer.clone(), TEAM);
-    bindings.create(&PostParams::default(), &binding).await?;
+    let bindings = create_related_binding(sides, TEAM).await?;
     wait_binding_ready(&sides.consumer, TEAM, WAIT).await?;
     let spec = json!({"size": 3, "color": "blue"});
     sides.create("w", spec.clone()).await?;
