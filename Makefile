@@ -59,10 +59,11 @@ TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),target)
 # cargo resolves one feature set and builds the policy runtime once; the sync bench runs the
 # konnector binary built beside it (KONNECTOR=path measures another binary the same way).
 BENCH_INSTANCES ?= 1000
+BENCH_APIS ?= 5
 KONNECTOR ?=
 bench: wasm-target kube-bin
 	$(CARGO) bench --workspace --bench policy
-	$(CARGO) bench --workspace --bench sync -- --instances $(BENCH_INSTANCES) $(if $(KONNECTOR),--konnector $(KONNECTOR))
+	$(CARGO) bench --workspace --bench sync -- --instances $(BENCH_INSTANCES) --apis $(BENCH_APIS) $(if $(KONNECTOR),--konnector $(KONNECTOR))
 
 # The whole data path on two local kube-apiservers; Ctrl-C tears down.
 demo: tools

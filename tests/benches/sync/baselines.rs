@@ -18,9 +18,9 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 
 use crate::report::{Report, percentile_ms};
-use crate::{Config, IN_FLIGHT, NS};
+use crate::{Config, NS};
 
-/// Plain server-side apply into the provider: throughput at [`IN_FLIGHT`], then sequential
+/// Plain server-side apply into the provider: throughput at `Config::in_flight`, then sequential
 /// round-trips of one object.
 pub async fn baseline(
     config: &Config,
@@ -42,7 +42,7 @@ pub async fn baseline(
                 objects.patch(&name, params, &Patch::Apply(&body)).await
             }
         })
-        .buffer_unordered(IN_FLIGHT)
+        .buffer_unordered(config.in_flight())
         .try_collect::<Vec<_>>()
         .await?;
     report.baseline_apply_objects_per_s = config.instances as f64 / started.elapsed().as_secs_f64();
@@ -140,7 +140,7 @@ pub async fn required_writes(
                 .await
             }
         })
-        .buffer_unordered(IN_FLIGHT)
+        .buffer_unordered(config.in_flight())
         .try_collect::<Vec<_>>()
         .await?;
     let instances = api.api(consumer, Some(NS));
@@ -185,7 +185,7 @@ pub async fn required_writes(
                 anyhow::Ok(())
             }
         })
-        .buffer_unordered(IN_FLIGHT)
+        .buffer_unordered(config.in_flight())
         .try_collect::<Vec<_>>()
         .await?;
     report.required_writes_objects_per_s =

@@ -57,11 +57,10 @@ use serde_json::json;
 
 use report::{Report, mib, output_path, percentile_ms, print_table};
 
-pub(crate) const APIS: usize = 5;
+/// Bound APIs unless `--apis` (or `KBIND_BENCH_APIS`) says otherwise.
+const DEFAULT_APIS: usize = 5;
 /// The konnector's default `--sync-concurrency`: reconciles at once per syncer.
 pub(crate) const CONCURRENCY: usize = 16;
-/// Requests the baselines keep in flight: what the konnector may, one syncer per API.
-pub(crate) const IN_FLIGHT: usize = CONCURRENCY * APIS;
 pub(crate) const NS: &str = "bench";
 const CONNECTION: &str = "provider";
 const WAIT: Duration = Duration::from_secs(1800);
@@ -74,6 +73,8 @@ pub(crate) struct Config {
     pub(crate) update_period: Duration,
     policy_calls: usize,
     konnector: Option<PathBuf>,
+    /// How many APIs the instances are spread over (one syncer each).
+    apis: usize,
 }
 
 impl Config {
@@ -99,7 +100,16 @@ impl Config {
             update_period: Duration::from_secs(if bench { 15 } else { 2 }),
             policy_calls: if bench { 1000 } else { 10 },
             konnector: flag("--konnector").map(PathBuf::from),
+            apis: match flag("--apis").or_else(|| std::env::var("KBIND_BENCH_APIS").ok()) {
+                Some(n) => n.parse().context("--apis")?,
+                None => DEFAULT_APIS,
+            },
         })
+    }
+
+    /// Requests the baselines keep in flight: what the konnector may, one syncer per API.
+    fn in_flight(&self) -> usize {
+        CONCURRENCY * self.apis
     }
 }
 
@@ -130,7 +140,7 @@ async fn run(config: &Config, pair: &ClusterPair, binary: PathBuf) -> anyhow::Re
     let consumer = pair.consumer.client().await?;
     let mut report = Report {
         instances: config.instances,
-        apis: APIS,
+        apis: config.apis,
         concurrency: CONCURRENCY,
         ..Report::default()
     };
@@ -184,7 +194,7 @@ async fn prepare(
     consumer: &Client,
     provider: &Client,
 ) -> anyhow::Result<Vec<TestApi>> {
-    let apis: Vec<TestApi> = (0..APIS)
+    let apis: Vec<TestApi> = (0..config.apis)
         .map(|k| TestApi::namespaced(&format!("api{k}.bench.kbind.io")))
         .collect();
     install_core_crds(consumer).await?;
@@ -202,7 +212,7 @@ async fn prepare(
     eprintln!("bench: creating {} consumer instances", config.instances);
     futures::stream::iter(0..config.instances)
         .map(|i| {
-            let api = &apis[i % APIS];
+            let api = &apis[i % config.apis];
             async move {
                 api.create(
                     consumer,

@@ -14,7 +14,7 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 
 use crate::report::{Report, percentile_ms};
-use crate::{APIS, Config, NS, lock};
+use crate::{Config, NS, lock};
 
 /// Pending writes: (api index, name) → (sequence number, when it was written).
 type Pending = Arc<Mutex<HashMap<(usize, String), (u64, Instant)>>>;
@@ -90,7 +90,7 @@ pub async fn steady_state(
         rng ^= rng >> 7;
         rng ^= rng << 17;
         let i = (rng % config.instances as u64) as usize;
-        let (k, name) = (i % APIS, instance_name("w", i));
+        let (k, name) = (i % config.apis, instance_name("w", i));
         lock(&spec_pending).insert((k, name.clone()), (seq, Instant::now()));
         let body = json!({ "spec": { "seq": seq } });
         apis[k]

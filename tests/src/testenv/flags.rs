@@ -38,6 +38,8 @@ pub(crate) fn etcd(name: &str, dir: &Path, state: &State) -> Vec<String> {
         format!("--initial-advertise-peer-urls={peer}"),
         format!("--initial-cluster={name}={peer}"),
         "--unsafe-no-fsync".into(),
+        // Room for the 100 000-instance bench on both sides (etcd's default is 2 GiB).
+        "--quota-backend-bytes=8589934592".into(),
         // One member and no peers: short raft timers only make the first election quicker
         // (~0.3 s of start-up).
         "--heartbeat-interval=10".into(),
