@@ -60,7 +60,7 @@ pub fn build(
             .iter()
             .map(|b| (b.name.clone(), b.conflict_count))
             .collect(),
-        _ => observed.summary.conflicts_per_api.clone(),
+        _ => observed.summary.conflicts_per_api(),
     };
     let mut names: Vec<&String> = observed.listed.iter().collect();
     names.sort();

@@ -120,7 +120,7 @@ pub fn synced(ready: &Desired, summary: &Summary) -> Desired {
         return Desired::truthy(
             ConditionType::Synced,
             Reason::AsExpected,
-            format!("{} instance(s) in sync", summary.in_sync),
+            format!("{} instance(s) in sync", summary.in_sync()),
         );
     }
     let reason = PRIORITY
@@ -149,7 +149,7 @@ pub fn synced(ready: &Desired, summary: &Summary) -> Desired {
     if failing > 0 {
         parts.push(format!(
             "{failing} of {} instance(s) not in sync: {}",
-            failing + summary.in_sync,
+            failing + summary.in_sync(),
             counts(summary)
         ));
     }
@@ -238,9 +238,9 @@ pub fn conflicts(summary: &Summary) -> Desired {
         return Desired::falsy(ConditionType::Conflicts, Reason::AsExpected, "no conflicts");
     }
     let per_api = summary
-        .conflicts_per_api
-        .iter()
-        .filter(|(_, n)| **n > 0)
+        .conflicts_per_api()
+        .into_iter()
+        .filter(|(_, n)| *n > 0)
         .map(|(api, n)| format!("{api}: {n}"))
         .collect::<Vec<_>>()
         .join(", ");
