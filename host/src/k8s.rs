@@ -117,6 +117,15 @@ impl ApiErrorExt for kube::Error {
     }
 }
 
+/// How long a cluster asked us to wait before trying again (a 429's or 503's
+/// `retryAfterSeconds`, once the client's own retries gave up): read from the first client
+/// error in `error`'s source chain, however many of our error types wrap it.
+pub fn retry_after_in(error: &(dyn std::error::Error + 'static)) -> Option<std::time::Duration> {
+    std::iter::successors(Some(error), |e| e.source())
+        .find_map(|e| e.downcast_ref::<kube::Error>())
+        .and_then(ApiErrorExt::retry_after)
+}
+
 /// Whether `error` is the server's answer with HTTP status `code`.
 fn answered(error: &kube::Error, code: StatusCode) -> bool {
     matches!(error, kube::Error::Api(s) if s.code == code.as_u16())
@@ -364,5 +373,13 @@ mod tests {
         });
         let error = kube::Error::Api(Box::new(status));
         assert_eq!(error.retry_after(), Some(std::time::Duration::from_secs(3)));
+        // However deep our own error types wrap it.
+        let wrapped = kube::runtime::finalizer::Error::ApplyFailed(error);
+        assert_eq!(
+            retry_after_in(&wrapped),
+            Some(std::time::Duration::from_secs(3))
+        );
+        let unrelated = std::io::Error::other("no client error inside");
+        assert_eq!(retry_after_in(&unrelated), None);
     }
 }

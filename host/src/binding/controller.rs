@@ -384,7 +384,7 @@ async fn cleanup<K: BindingObject>(obj: &K, ctx: &Context) -> Result<Action> {
 
 fn error_policy<K: BindingObject>(obj: Arc<K>, err: &Error, ctx: Arc<Context>) -> Action {
     // The backoff grows per failure; a cluster that said when to come back is not asked sooner.
-    let asked = failure::retry_after(err).unwrap_or_default();
+    let asked = crate::k8s::retry_after_in(err).unwrap_or_default();
     let delay = ctx.failures.failed(failure_key(&*obj)).max(asked);
     warn!(kind = %K::kind(&()), name = %obj.name_any(), error = %err, ?delay, "binding reconcile failed");
     Action::requeue(delay)

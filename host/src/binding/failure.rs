@@ -144,12 +144,6 @@ fn classify(error: &Error) -> Class {
     }
 }
 
-/// How long a cluster asked us to wait before trying again (a 429's or 503's `Retry-After`,
-/// once the client's own retries gave up), if the failure is such an answer.
-pub fn retry_after(error: &Error) -> Option<std::time::Duration> {
-    kube_error(error).and_then(ApiErrorExt::retry_after)
-}
-
 /// The Kubernetes client error underneath a binding error, if there is one.
 fn kube_error(error: &Error) -> Option<&kube::Error> {
     match error {

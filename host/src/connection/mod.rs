@@ -158,18 +158,6 @@ pub enum Error {
     Draining(usize),
 }
 
-impl Error {
-    /// How long the provider asked us to wait before asking again (a 429's or 503's
-    /// `Retry-After`), if this failure is such an answer.
-    fn retry_after(&self) -> Option<Duration> {
-        match self {
-            Self::Identity(error) => error.kube_error().and_then(k8s::ApiErrorExt::retry_after),
-            Self::Discovery(error) => error.retry_after(),
-            _ => None,
-        }
-    }
-}
-
 type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Runs the Connection controller until `shutdown` is cancelled.
@@ -241,16 +229,8 @@ fn error_policy(
         return Action::requeue(ctx.config.drain_requeue);
     }
     // The backoff grows per failure; a server that said when to come back is not asked sooner.
-    let asked = match error {
-        finalizer::Error::ApplyFailed(error) | finalizer::Error::CleanupFailed(error) => {
-            error.retry_after()
-        }
-        _ => None,
-    };
-    let delay = ctx
-        .failures
-        .failed(connection.name_any())
-        .max(asked.unwrap_or_default());
+    let asked = k8s::retry_after_in(error).unwrap_or_default();
+    let delay = ctx.failures.failed(connection.name_any()).max(asked);
     warn!(connection = %connection.name_any(), %error, retry_in = ?delay, "connection reconcile failed");
     Action::requeue(delay)
 }

@@ -100,14 +100,6 @@ impl DiscoveryError {
     pub fn is_transient(&self) -> bool {
         matches!(self, Self::Request { source, .. } if source.is_transient())
     }
-
-    /// How long the provider asked us to wait before asking again, if it said.
-    pub fn retry_after(&self) -> Option<Duration> {
-        match self {
-            Self::Request { source, .. } => source.retry_after(),
-            Self::Forbidden { .. } => None,
-        }
-    }
 }
 
 /// Discovers the provider's exports for a Connection's schema source.

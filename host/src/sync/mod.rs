@@ -99,29 +99,6 @@ pub enum Error {
     ClearConflict(#[source] kube::Error),
 }
 
-impl Error {
-    /// How long the cluster asked us to wait before trying again (a 429's or 503's
-    /// `Retry-After`, once the client's own retries gave up), if it said.
-    pub fn retry_after(&self) -> Option<Duration> {
-        use crate::k8s::ApiErrorExt as _;
-        match self {
-            Self::AddFinalizer(e)
-            | Self::RemoveFinalizer(e)
-            | Self::CreateNamespace { source: e, .. }
-            | Self::ReadTarget(e)
-            | Self::CreateOnProvider(e)
-            | Self::ApplyToProvider(e)
-            | Self::DeleteFromProvider(e)
-            | Self::CopyStatus(e)
-            | Self::MarkConflict(e)
-            | Self::ClearConflict(e) => e.retry_after(),
-            Self::MissingIdentity | Self::DecideConflict(_) | Self::UnexpectedDecision { .. } => {
-                None
-            }
-        }
-    }
-}
-
 /// Result of instance operations.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 

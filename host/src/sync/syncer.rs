@@ -48,7 +48,8 @@ fn drop_managed_fields(obj: &mut DynamicObject) {
 /// failure of the same object, capped; a success resets it.
 fn error_policy(obj: Arc<DynamicObject>, err: &Error, ctx: Arc<SyncContext>) -> Action {
     // The backoff grows per failure; a cluster that said when to come back is not asked sooner.
-    let delay = ctx.failed(&obj).max(err.retry_after().unwrap_or_default());
+    let asked = crate::k8s::retry_after_in(err).unwrap_or_default();
+    let delay = ctx.failed(&obj).max(asked);
     // Conflicts (409) are expected under concurrency and are not worth a warning.
     let quiet = matches!(err, Error::ApplyToProvider(e) | Error::CreateOnProvider(e) | Error::RemoveFinalizer(e) | Error::AddFinalizer(e) if e.is_conflict() || e.is_already_exists() || e.is_invalid());
     if quiet {
