@@ -211,18 +211,9 @@ async fn move_connection<K: BindingObject>(
     key: BindingKey,
     previous: &str,
 ) -> Result<Action> {
-    let spec = obj.binding_spec();
-    let next = &spec.connection_ref.name;
-    ctx.shared.index.apply(
-        key,
-        Entry {
-            connection: next.clone(),
-            apis: Default::default(),
-            conflict_policy: spec.conflict_policy,
-            ready: false,
-            created: obj.meta().creation_timestamp.as_ref().map(|t| t.0),
-        },
-    );
+    let next = &obj.binding_spec().connection_ref.name;
+    // Out of the index: it neither selects instances nor pins an API meanwhile.
+    ctx.shared.index.delete(&key);
     let drained = match teardown::drain_moved(obj, ctx, previous).await {
         Ok(drained) => drained,
         Err(error) => {

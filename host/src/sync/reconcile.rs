@@ -87,10 +87,7 @@ async fn reconcile_inner(obj: &DynamicObject, ctx: &SyncContext) -> Result<Actio
                 api: ctx.spec.api.clone(),
             })
             .inc();
-        return Ok(Action::requeue(resync_after(
-            obj,
-            ctx.settings.resync_interval,
-        )));
+        return Ok(resync(obj, ctx));
     }
     // Spec: "The engine places core.kbind.io/syncer on the consumer instance before its
     // first provider write."
@@ -102,10 +99,7 @@ async fn reconcile_inner(obj: &DynamicObject, ctx: &SyncContext) -> Result<Actio
     }
     let copy = match decide_and_write(obj, ctx, uid, coverage.conflict_policy, target).await? {
         Outcome::Conflict => {
-            return Ok(Action::requeue(resync_after(
-                obj,
-                ctx.settings.resync_interval,
-            )));
+            return Ok(resync(obj, ctx));
         }
         Outcome::Unchanged(copy) => copy,
         Outcome::Written(copy) => {
@@ -114,10 +108,12 @@ async fn reconcile_inner(obj: &DynamicObject, ctx: &SyncContext) -> Result<Actio
         }
     };
     report::in_sync(obj, ctx, &copy).await?;
-    Ok(Action::requeue(resync_after(
-        obj,
-        ctx.settings.resync_interval,
-    )))
+    Ok(resync(obj, ctx))
+}
+
+/// The periodic resync of an instance, after [`resync_after`].
+fn resync(obj: &DynamicObject, ctx: &SyncContext) -> Action {
+    Action::requeue(resync_after(obj, ctx.settings.resync_interval))
 }
 
 /// When an instance comes back for its periodic resync: the interval scaled by a factor in
