@@ -136,8 +136,9 @@ async fn exported_crds(provider: &kube::Client) -> Result<Discovered, DiscoveryE
         .items
         .iter()
         .filter_map(|crd| {
-            let (uid, generation) = (crd.metadata.uid.as_ref()?, crd.metadata.generation?);
-            Some((exported_from_crd(crd).name, format!("{uid}/{generation}")))
+            // A CRD's name is its API's: `<plural>.<group>`.
+            let (name, uid) = (crd.metadata.name.clone()?, crd.metadata.uid.as_ref()?);
+            Some((name, format!("{uid}/{}", crd.metadata.generation?)))
         })
         .filter(|(name, _)| discovered.apis.iter().any(|api| &api.name == name))
         .collect();
@@ -296,26 +297,18 @@ async fn group_apis(
     versions.sort_by_cached_key(|v| Reverse(Version::parse(&v.version).priority()));
     let mut by_name: BTreeMap<String, GroupApi> = BTreeMap::new();
     for version in versions {
+        let failed = |what: String, transient| GroupFailure {
+            group: group.name.clone(),
+            message: format!("{}: {what}", version.group_version),
+            transient,
+        };
         let read = provider.list_api_group_resources(&version.group_version);
         let list = match tokio::time::timeout(GROUP_TIMEOUT, read).await {
             Ok(Ok(list)) => list,
-            Ok(Err(error)) => {
-                return Err(GroupFailure {
-                    group: group.name.clone(),
-                    message: format!("{}: {error}", version.group_version),
-                    transient: error.is_transient(),
-                });
-            }
+            Ok(Err(error)) => return Err(failed(error.to_string(), error.is_transient())),
             Err(_) => {
-                return Err(GroupFailure {
-                    group: group.name.clone(),
-                    message: format!(
-                        "{}: no answer within {}s",
-                        version.group_version,
-                        GROUP_TIMEOUT.as_secs()
-                    ),
-                    transient: true,
-                });
+                let silence = format!("no answer within {}s", GROUP_TIMEOUT.as_secs());
+                return Err(failed(silence, true));
             }
         };
         for resource in &list.resources {

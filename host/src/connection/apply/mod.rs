@@ -141,32 +141,30 @@ impl Steps<'_> {
             return false;
         }
         let period = self.ctx.grace.period().as_secs();
-        match self.ctx.grace.provider_failed(&name, Instant::now()) {
-            Verdict::Hold(_) => {
-                self.set(Desired::truthy(
-                    ConditionType::ProviderDegraded,
-                    Reason::ProviderUnreachable,
-                    format!(
-                        "{failure}; the Connection stays Ready and its syncers keep running while this lasts less than {period}s \
-                         (--provider-grace-period); check the provider's health and its API Priority and Fairness limits"
-                    ),
-                ));
-                true
-            }
-            Verdict::Expired(failing) => {
-                self.set(Desired::truthy(
-                    ConditionType::ProviderDegraded,
-                    Reason::ProviderUnreachable,
-                    format!(
-                        "{failure}; failing for {}s ({} attempts), longer than the {period}s grace period: \
-                         the Connection is not Ready until the provider answers",
-                        failing.lasted(Instant::now()).as_secs(),
-                        failing.failures
-                    ),
-                ));
-                false
-            }
-        }
+        let (held, message) = match self.ctx.grace.provider_failed(&name, Instant::now()) {
+            Verdict::Hold(_) => (
+                true,
+                format!(
+                    "{failure}; the Connection stays Ready and its syncers keep running while this lasts less than {period}s \
+                     (--provider-grace-period); check the provider's health and its API Priority and Fairness limits"
+                ),
+            ),
+            Verdict::Expired(failing) => (
+                false,
+                format!(
+                    "{failure}; failing for {}s ({} attempts), longer than the {period}s grace period: \
+                     the Connection is not Ready until the provider answers",
+                    failing.lasted(Instant::now()).as_secs(),
+                    failing.failures
+                ),
+            ),
+        };
+        self.set(Desired::truthy(
+            ConditionType::ProviderDegraded,
+            Reason::ProviderUnreachable,
+            message,
+        ));
+        held
     }
 
     /// Groups that failed discovery: one failing transiently within the grace period keeps its
