@@ -197,14 +197,7 @@ async fn connection_node(
             .conditions
             .iter()
             .filter(|c| c.type_ != ConditionType::Ready.as_str() && crate::hints::is_problem(c))
-            .map(|c| {
-                let state = State {
-                    status: c.status.clone(),
-                    reason: c.reason.clone(),
-                    message: c.message.clone(),
-                };
-                (c.type_.clone(), state)
-            })
+            .map(|c| (c.type_.clone(), State::from_condition(c)))
             .collect(),
         apis: nodes,
     })

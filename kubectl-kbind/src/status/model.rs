@@ -48,15 +48,20 @@ impl State {
         type_: konnector::api::ConditionType,
     ) -> Self {
         match crate::output::condition(conditions, type_) {
-            Some(c) => Self {
-                status: c.status.clone(),
-                reason: c.reason.clone(),
-                message: c.message.clone(),
-            },
+            Some(c) => Self::from_condition(c),
             None => Self {
                 status: "Unknown".into(),
                 ..Self::default()
             },
+        }
+    }
+
+    /// The state a reported condition says.
+    pub fn from_condition(c: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition) -> Self {
+        Self {
+            status: c.status.clone(),
+            reason: c.reason.clone(),
+            message: c.message.clone(),
         }
     }
 
