@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kbind_tests::faults::process::KonnectorProcess;
 use kbind_tests::faults::{Sides, create_binding, wait_binding_ready};
 use kbind_tests::fixtures::{SECRET_NAMESPACE, connect_ready, ensure_namespace, free_port};
@@ -84,19 +85,7 @@ fn a_bound_api_outside_the_granted_groups_is_reported_forbidden() -> Result<()> 
         kbind_tests::eventually(WAIT, || sides.create("w", json!({"size": 1}))).await?;
         // The binding says what is refused, naming the verb and the resource...
         let bindings = Api::<Binding>::namespaced(sides.consumer.clone(), TEAM);
-        let denied = wait_for(
-            "PermissionDenied=True Forbidden on the binding",
-            WAIT,
-            || async {
-                let status = bindings.get("widgets").await?.status.unwrap_or_default();
-                let denied = status
-                    .conditions
-                    .into_iter()
-                    .find(|c| c.type_ == "PermissionDenied");
-                Ok(denied.filter(|c| c.status == "True" && c.reason == "Forbidden"))
-            },
-        )
-        .await?;
+        let denied = wait_condition(&bindings, "PermissionDenied", "True", "Forbidden").await?;
         let resource = sides.api.name();
         for said in ["list", &resource, "rbac.boundResourceGroups"] {
             ensure!(
@@ -142,19 +131,8 @@ fn a_related_copy_outside_the_granted_namespaces_is_reported_forbidden() -> Resu
         connect_ready(&sides.consumer, &pair.provider, CONNECTION).await?;
         ensure_namespace(&sides.consumer, elsewhere).await?;
         let bindings = create_related_binding(sides, elsewhere).await?;
-        let refused = wait_for(
-            "RelatedResourcesSynced=False Forbidden on the binding",
-            WAIT,
-            || async {
-                let status = bindings.get("widgets").await?.status.unwrap_or_default();
-                let related = status
-                    .conditions
-                    .into_iter()
-                    .find(|c| c.type_ == "RelatedResourcesSynced");
-                Ok(related.filter(|c| c.status == "False" && c.reason == "Forbidden"))
-            },
-        )
-        .await?;
+        let refused =
+            wait_condition(&bindings, "RelatedResourcesSynced", "False", "Forbidden").await?;
         for said in ["secrets", elsewhere, "rbac.related"] {
             ensure!(
                 refused.message.contains(said),
@@ -166,6 +144,23 @@ fn a_related_copy_outside_the_granted_namespaces_is_reported_forbidden() -> Resu
         ensure!(copies.get_opt("creds").await?.is_none(), "copied anyway");
         Ok(())
     })
+}
+
+/// Waits until Binding `widgets` of `bindings` has condition `type_` with `status` and
+/// `reason`, and returns it.
+async fn wait_condition(
+    bindings: &Api<Binding>,
+    type_: &str,
+    status: &str,
+    reason: &str,
+) -> Result<Condition> {
+    let what = format!("{type_}={status} {reason} on the binding");
+    wait_for(&what, WAIT, || async {
+        let stored = bindings.get("widgets").await?.status.unwrap_or_default();
+        let found = stored.conditions.into_iter().find(|c| c.type_ == type_);
+        Ok(found.filter(|c| c.status == status && c.reason == reason))
+    })
+    .await
 }
 
 /// Creates Binding `widgets` in `namespace` for the test API through [`CONNECTION`], with the
