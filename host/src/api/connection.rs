@@ -5,6 +5,7 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::isolation::{Isolation, IsolationInForce};
 use super::names::DEFAULT_KUBECONFIG_KEY;
 
 /// A provider cluster the konnector connects out to, with a kubeconfig from a consumer Secret.
@@ -39,6 +40,15 @@ pub struct ConnectionSpec {
     /// namespace gives access to that namespace's Secrets and ConfigMaps, as creating Pods does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub binding_namespace_selector: Option<LabelSelector>,
+    /// Where this consumer's copies go on the provider, for providers shared by many
+    /// consumers. Changing it is refused (condition `IsolationInSync=False`) while bindings
+    /// use the Connection: copies never move.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub isolation: Isolation,
+}
+
+fn is_default<T: Default + PartialEq>(value: &T) -> bool {
+    *value == T::default()
 }
 
 /// A reference to one data key of a Secret.
@@ -150,6 +160,10 @@ pub struct ConnectionStatus {
         skip_serializing_if = "Vec::is_empty"
     )]
     pub exported_apis: Vec<ExportedApi>,
+    /// The isolation strategy and prefix this Connection's copies are placed by: the spec's,
+    /// unless a change is pending while bindings still use the Connection.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isolation: Option<IsolationInForce>,
     /// SecretValid, Connected, SchemaInSync, PermissionDenied, Ready.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,

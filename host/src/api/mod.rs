@@ -9,6 +9,7 @@
 mod binding;
 mod conditions;
 mod connection;
+mod isolation;
 pub mod names;
 
 pub use binding::{
@@ -21,6 +22,7 @@ pub use connection::{
     Connection, ConnectionSpec, ConnectionStatus, ExportedApi, PullPolicy, ResourceScope,
     SchemaPolicy, SchemaSource, SecretReference, UpdatePolicy,
 };
+pub use isolation::{Isolation, IsolationInForce, IsolationStrategy, default_prefix};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;

@@ -52,7 +52,8 @@ pub use load::{read_file, read_module};
 pub use role::PolicyRole;
 pub use sandbox::{MAX_INSTANCES, MAX_MEMORIES, MAX_TABLE_ELEMENTS, MAX_TABLES, SandboxResource};
 pub use types::{
-    ConflictDecision, ConflictInput, ConflictReason, ObjectRef, OwnershipMarkers, RelatedInput,
+    ConflictDecision, ConflictInput, ConflictReason, ObjectRef, OwnershipMarkers, Placement,
+    PlacementApi, PlacementInput, RelatedInput,
     RelatedPlan, RelatedSource, RelatedTarget, SchemaInput, SchemaVersion, SkipReason,
     SkippedObject,
 };

@@ -12,7 +12,7 @@ use crate::api::names::{
     CONSUMER_CLUSTER_UID_ANNOTATION, CONSUMER_OBJECT_UID_ANNOTATION, RELATED_BINDING_ANNOTATION,
 };
 use crate::api::{
-    ConflictPolicy, Reason, RelatedDirection, RelatedResource, RelatedResourceKind, ResourceScope,
+    ConflictPolicy, IsolationInForce, Reason, RelatedDirection, RelatedResource, RelatedResourceKind, ResourceScope,
 };
 
 /// What the conflict policy is asked before a provider write.
@@ -245,4 +245,49 @@ pub enum SkipReason {
     OtherBinding,
     /// The target has no related-binding marker.
     Unmarked,
+}
+
+/// What the placement policy is asked before a consumer object's first provider write.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct PlacementInput {
+    /// UID of this consumer cluster.
+    pub consumer_cluster_uid: String,
+    /// The Connection the object syncs through.
+    pub connection: String,
+    /// The object's API.
+    pub api: PlacementApi,
+    /// The consumer object's namespace; `None` for cluster-scoped objects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// The consumer object's name.
+    pub name: String,
+    /// The Connection's isolation in force (strategy and resolved prefix).
+    pub isolation: IsolationInForce,
+}
+
+/// The API of an object being placed.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct PlacementApi {
+    /// API group; empty for the core group.
+    #[serde(default)]
+    pub group: String,
+    /// Plural resource name.
+    pub resource: String,
+    /// Kind.
+    pub kind: String,
+    /// Namespaced or Cluster.
+    pub scope: ResourceScope,
+}
+
+/// Where a provider copy lives: the placement policy's answer, once the host accepted it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[serde(rename_all = "camelCase")]
+pub struct Placement {
+    /// Provider namespace; `None` exactly for cluster-scoped APIs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Provider name.
+    pub name: String,
 }
