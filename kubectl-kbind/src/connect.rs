@@ -15,8 +15,8 @@ use kube::{Api, Client};
 
 use konnector::api::names::{DEFAULT_KUBECONFIG_KEY, DEFAULT_SECRET_NAMESPACE};
 use konnector::api::{
-    ConditionType, Connection, ConnectionSpec, PullPolicy, SchemaPolicy, SchemaSource,
-    SecretReference, UpdatePolicy,
+    ConditionType, Connection, ConnectionSpec, Isolation, IsolationStrategy, PullPolicy,
+    SchemaPolicy, SchemaSource, SecretReference, UpdatePolicy,
 };
 
 use crate::cli::{NotReady, OutputArgs, WaitArgs};
@@ -65,6 +65,14 @@ pub struct ConnectArgs {
     /// Whether installed schemas follow provider changes.
     #[arg(long, value_enum, default_value_t = Update::Always)]
     pub update_policy: Update,
+    /// Where this cluster's copies go on a provider shared by many consumers: `Namespaced`
+    /// (namespace `<prefix>-<namespace>`, names kept), `Prefixed` (names `<prefix>-<name>`),
+    /// or `None` (namespaces and names unchanged).
+    #[arg(long, value_enum, default_value_t = IsolationArg::None)]
+    pub isolation: IsolationArg,
+    /// The consumer prefix of `--isolation` (default: derived from this cluster's UID).
+    #[arg(long, value_name = "PREFIX")]
+    pub prefix: Option<String>,
     /// The konnector's designated credential namespace (its --secret-namespace).
     #[arg(long, default_value = DEFAULT_SECRET_NAMESPACE, value_name = "NS")]
     pub secret_namespace: String,
@@ -108,6 +116,30 @@ pub enum Pull {
     /// Never: CRDs are managed outside kbind.
     #[value(name = "None", alias = "none")]
     None,
+}
+
+/// `--isolation` values (and `provider-rbac --isolation`).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IsolationArg {
+    /// Namespaces and names unchanged.
+    #[value(name = "None", alias = "none")]
+    None,
+    /// Namespace `<prefix>-<namespace>`, names unchanged.
+    #[value(name = "Namespaced", alias = "namespaced")]
+    Namespaced,
+    /// Namespace unchanged, names `<prefix>-<name>`.
+    #[value(name = "Prefixed", alias = "prefixed")]
+    Prefixed,
+}
+
+impl From<IsolationArg> for IsolationStrategy {
+    fn from(arg: IsolationArg) -> Self {
+        match arg {
+            IsolationArg::None => Self::None,
+            IsolationArg::Namespaced => Self::Namespaced,
+            IsolationArg::Prefixed => Self::Prefixed,
+        }
+    }
 }
 
 /// `--update-policy` values.
@@ -154,6 +186,10 @@ impl ConnectArgs {
             },
             auto_bind: self.auto_bind,
             binding_namespace_selector: None,
+            isolation: Isolation {
+                strategy: self.isolation.into(),
+                prefix: self.prefix.clone(),
+            },
         }
     }
 }

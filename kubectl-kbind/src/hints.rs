@@ -40,6 +40,7 @@ const REASONS: &[Reason] = &[
     Reason::APIReleased,
     Reason::DiscoveryIncomplete,
     Reason::ConnectionChanged,
+    Reason::IsolationChangePending,
 ];
 
 /// The reason stored as `reason`, if the konnector knows it.
@@ -64,6 +65,7 @@ pub fn needs_operator(reason: &str) -> bool {
                 | Reason::NamespaceNotAllowed
                 | Reason::AutoBindNameTaken
                 | Reason::NameCollision
+                | Reason::IsolationChangePending
         )
     )
 }
@@ -167,6 +169,9 @@ pub fn what_to_do(reason: &str) -> &'static str {
         }
         Reason::ConnectionChanged => {
             "wait: the binding drains what it bound through its previous Connection, then binds through the new one"
+        }
+        Reason::IsolationChangePending => {
+            "copies never move: delete the bindings using the Connection (their copies are drained) for the new isolation to apply, or set spec.isolation back"
         }
     }
 }

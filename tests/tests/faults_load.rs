@@ -176,6 +176,8 @@ fn related_copy_never_takes_an_object_created_meanwhile() -> anyhow::Result<()> 
             consumer_uid: String::new(),
             exported: Vec::new(),
             schema_revisions: Default::default(),
+            isolation: Default::default(),
+            heartbeat_namespace: String::new(),
             credentials_digest: String::new(),
             epoch: 0,
         };

@@ -34,11 +34,14 @@ pub enum ConditionType {
     /// Connection rides it out: still Ready and engaged until the failures outlast the grace
     /// period.
     ProviderDegraded,
+    /// The isolation strategy in force (`status.isolation`) is the one `spec.isolation` asks
+    /// for (only on Connections that ask for one, or whose change is pending).
+    IsolationInSync,
 }
 
 impl ConditionType {
     /// Every condition type, for lookups by the string stored in a condition.
-    pub const ALL: [Self; 13] = [
+    pub const ALL: [Self; 14] = [
         Self::SecretValid,
         Self::Connected,
         Self::SchemaInSync,
@@ -52,6 +55,7 @@ impl ConditionType {
         Self::AutoBindInSync,
         Self::Released,
         Self::ProviderDegraded,
+        Self::IsolationInSync,
     ];
 
     /// The condition type stored as `type_`, if it is one of ours.
@@ -79,6 +83,7 @@ impl ConditionType {
             Self::AutoBindInSync => "AutoBind",
             Self::Released => "Release",
             Self::ProviderDegraded => "RideOutProviderFailures",
+            Self::IsolationInSync => "PlaceCopies",
         }
     }
 
@@ -98,6 +103,7 @@ impl ConditionType {
             Self::AutoBindInSync => "AutoBindInSync",
             Self::Released => "Released",
             Self::ProviderDegraded => "ProviderDegraded",
+            Self::IsolationInSync => "IsolationInSync",
         }
     }
 }
@@ -185,6 +191,9 @@ pub enum Reason {
     /// Some API groups of the provider could not be discovered (an APIService whose backend
     /// is down answers 503): their last known exports are kept through the grace period.
     DiscoveryIncomplete,
+    /// `spec.isolation` was changed while bindings use the Connection: copies are never moved,
+    /// so the previous strategy stays in force until those bindings are deleted (and drained).
+    IsolationChangePending,
 }
 
 impl Reason {
@@ -225,6 +234,7 @@ impl Reason {
             Self::APIReleased => "APIReleased",
             Self::DiscoveryIncomplete => "DiscoveryIncomplete",
             Self::ConnectionChanged => "ConnectionChanged",
+            Self::IsolationChangePending => "IsolationChangePending",
         }
     }
 }

@@ -13,6 +13,13 @@ pub const CONSUMER_OBJECT_UID_ANNOTATION: &str = "core.kbind.io/consumer-object-
 /// selects on it so that a konnector caches its own copies only, however many consumers share
 /// the provider; ownership is still decided by the two UID annotations, never by this label.
 pub const CONSUMER_CLUSTER_LABEL: &str = "core.kbind.io/consumer-cluster";
+/// Annotation on a provider copy placed elsewhere than its consumer object (an isolation
+/// strategy other than `None`): the consumer object's namespace. With
+/// [`CONSUMER_NAME_ANNOTATION`] it maps the copy back to its object.
+pub const CONSUMER_NAMESPACE_ANNOTATION: &str = "core.kbind.io/consumer-namespace";
+/// Annotation on a provider copy placed elsewhere than its consumer object: the consumer
+/// object's name.
+pub const CONSUMER_NAME_ANNOTATION: &str = "core.kbind.io/consumer-name";
 /// Annotation on a consumer instance whose provider target is owned by someone else.
 pub const CONFLICT_ANNOTATION: &str = "core.kbind.io/conflict";
 /// Annotation on a consumer instance choosing what happens to its provider copy on delete.

@@ -161,6 +161,8 @@ mod tests {
             consumer_uid: "c".into(),
             exported: vec![],
             schema_revisions: BTreeMap::new(),
+            isolation: Default::default(),
+            heartbeat_namespace: "kbind".into(),
             credentials_digest: "d".into(),
             epoch: 0,
         })

@@ -14,7 +14,7 @@
 //! Without a provider client, finalizers are released and the instances that wanted their
 //! copy deleted are counted, so the binding can say provider copies may remain.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -22,12 +22,15 @@ use kube::api::{DeleteParams, DynamicObject, ListParams, Preconditions};
 use kube::{Api, Client, ResourceExt};
 use tracing::{info, warn};
 
-use crate::api::names::{DELETION_POLICY_ANNOTATION, DELETION_POLICY_ORPHAN, SYNCER_FINALIZER};
-use crate::api::{ConditionType, Reason};
+use crate::api::names::{
+    CONSUMER_CLUSTER_LABEL, DELETION_POLICY_ANNOTATION, DELETION_POLICY_ORPHAN, SYNCER_FINALIZER,
+};
+use crate::api::{ConditionType, IsolationStrategy, Reason};
 use crate::k8s::{ApiErrorExt, dynamic_api, remove_finalizer};
 use crate::registry::Engagement;
 use crate::schema::{ApiTarget, Refusal, ownership};
 use crate::sync::conflict::owned_by;
+use crate::sync::placement::{InstanceKey, key_of, origin_of};
 
 use super::coverage::Covered;
 use super::{Context, Error, Result};
@@ -192,6 +195,10 @@ async fn drain_instances(
             });
         }
     };
+    let copies = match engagement {
+        Some(engagement) => Copies::of(engagement, target).await?,
+        None => Copies::Beside,
+    };
     let mut unchecked = 0;
     let mut failed = 0;
     let mut first = None;
@@ -216,7 +223,9 @@ async fn drain_instances(
             .get(DELETION_POLICY_ANNOTATION)
             .is_some_and(|v| v == DELETION_POLICY_ORPHAN);
         let checked = match (engagement, orphan) {
-            (Some(engagement), false) => delete_provider_copy(engagement, target, instance).await,
+            (Some(engagement), false) => {
+                delete_provider_copy(engagement, target, instance, &copies).await
+            }
             (None, false) => {
                 unchecked += 1;
                 Ok(())
@@ -245,6 +254,44 @@ async fn drain_instances(
     }
 }
 
+/// Where the provider copies of one API's instances are.
+enum Copies {
+    /// Each where its instance is (no isolation): read one by one, live.
+    Beside,
+    /// Placed by an isolation strategy: this consumer's copies, listed once, by the instance
+    /// each records.
+    Placed(HashMap<InstanceKey, DynamicObject>),
+}
+
+impl Copies {
+    /// The copies of `target` the engagement's isolation put on the provider.
+    async fn of(engagement: &Engagement, target: &ApiTarget) -> Result<Self> {
+        let strategy = engagement.isolation.strategy;
+        if strategy == IsolationStrategy::None {
+            return Ok(Self::Beside);
+        }
+        let ar = target.api_resource();
+        let own = ListParams::default().labels(&format!(
+            "{CONSUMER_CLUSTER_LABEL}={}",
+            engagement.consumer_uid
+        ));
+        let listed = Api::<DynamicObject>::all_with(engagement.provider.clone(), &ar)
+            .list(&own)
+            .await
+            .map_err(|source| Error::ReadProviderCopy {
+                name: format!("{} (list of this consumer's copies)", target.plural),
+                source,
+            })?;
+        Ok(Self::Placed(
+            listed
+                .items
+                .into_iter()
+                .map(|copy| (origin_of(&copy, strategy), copy))
+                .collect(),
+        ))
+    }
+}
+
 /// Deletes the provider copy when both ownership UIDs are this instance's. Only an absent copy
 /// or one that is provably not ours counts as checked: a failed read or delete is an error,
 /// so the instance keeps its finalizer and the drain is retried.
@@ -252,19 +299,37 @@ async fn delete_provider_copy(
     engagement: &Engagement,
     target: &ApiTarget,
     instance: &DynamicObject,
+    copies: &Copies,
 ) -> Result<()> {
     let ar = target.api_resource();
-    let ns = instance.metadata.namespace.as_deref();
-    let provider: Api<DynamicObject> = match ns {
-        Some(ns) if target.namespaced => Api::namespaced_with(engagement.provider.clone(), ns, &ar),
-        _ => Api::all_with(engagement.provider.clone(), &ar),
+    let at = |ns: Option<&str>| -> Api<DynamicObject> {
+        match ns {
+            Some(ns) if target.namespaced => {
+                Api::namespaced_with(engagement.provider.clone(), ns, &ar)
+            }
+            _ => Api::all_with(engagement.provider.clone(), &ar),
+        }
     };
-    let name = instance.name_any();
-    let copy = match provider.get_opt(&name).await {
-        Ok(Some(copy)) => copy,
-        Ok(None) => return Ok(()),
-        Err(source) => return Err(Error::ReadProviderCopy { name, source }),
+    let copy = match copies {
+        Copies::Beside => {
+            let name = instance.name_any();
+            match at(instance.metadata.namespace.as_deref())
+                .get_opt(&name)
+                .await
+            {
+                Ok(Some(copy)) => copy,
+                Ok(None) => return Ok(()),
+                Err(source) => return Err(Error::ReadProviderCopy { name, source }),
+            }
+        }
+        Copies::Placed(copies) => match copies.get(&key_of(instance)) {
+            Some(copy) => copy.clone(),
+            None => return Ok(()),
+        },
     };
+    let ns = copy.metadata.namespace.as_deref();
+    let provider = at(ns);
+    let name = copy.name_any();
     let uid = instance.metadata.uid.as_deref().unwrap_or_default();
     if !owned_by(&copy, &engagement.consumer_uid, uid) || copy.metadata.deletion_timestamp.is_some()
     {

@@ -22,6 +22,7 @@
 //! that is provably another cluster, with a condition and an Event; unlike the spec, a
 //! provider read that fails is retried, never taken as licence to leave copies unchecked.
 
+use crate::heartbeat::LeaseLocation;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use tracing::{info, warn};
@@ -108,6 +109,18 @@ pub async fn resolve(
         }
     }
     info!(%connection, "Connection not engaged: draining through a client built from its credentials");
+    // The copies are where the isolation in force placed them; a Connection that never
+    // recorded one placed them by `None`.
+    let isolation = status
+        .isolation
+        .clone()
+        .unwrap_or_else(|| crate::api::Isolation::default().in_force(&consumer_uid));
+    let heartbeat_namespace = LeaseLocation::new(
+        connection,
+        &consumer_uid,
+        credentials.context_namespace.as_deref(),
+    )
+    .namespace;
     Ok(Ok(Engagement {
         connection: connection.to_string(),
         provider: credentials.client,
@@ -115,6 +128,8 @@ pub async fn resolve(
         consumer_uid,
         exported: Vec::new(),
         schema_revisions: Default::default(),
+        isolation,
+        heartbeat_namespace,
         credentials_digest: credentials.digest,
         epoch: 0,
     }))

@@ -162,6 +162,7 @@ mod tests {
                 },
                 auto_bind: false,
                 binding_namespace_selector: None,
+                isolation: Default::default(),
             },
         );
         c.status = Some(ConnectionStatus {

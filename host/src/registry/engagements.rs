@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
-use crate::api::ExportedApi;
+use crate::api::{ExportedApi, IsolationInForce};
 use crate::telemetry::metrics;
 
 /// A registry size as a gauge value.
@@ -34,6 +34,10 @@ pub struct Engagement {
     /// Per exported API (by name), a revision of its provider schema as discovery saw it; an
     /// unchanged revision means the schema need not be fetched again. Missing: unknown.
     pub schema_revisions: BTreeMap<String, String>,
+    /// Where this consumer's copies go on the provider (`status.isolation` of the Connection).
+    pub isolation: IsolationInForce,
+    /// The provider namespace of the heartbeat Lease: never a place for copies.
+    pub heartbeat_namespace: String,
     /// Digest of the kubeconfig the client was built from; a change means a new client.
     pub credentials_digest: String,
     /// Bumped each time this Connection is (re)engaged with a new client, so that syncers
@@ -96,6 +100,8 @@ impl Engagements {
                     old.credentials_digest == engagement.credentials_digest
                         && old.provider_uid == engagement.provider_uid
                         && old.consumer_uid == engagement.consumer_uid
+                        && old.isolation == engagement.isolation
+                        && old.heartbeat_namespace == engagement.heartbeat_namespace
                 });
             let changed = match old {
                 Some(old) => {
@@ -171,6 +177,8 @@ mod tests {
                 })
                 .collect(),
             schema_revisions: BTreeMap::new(),
+            isolation: Default::default(),
+            heartbeat_namespace: "kbind".into(),
             credentials_digest: digest.into(),
             epoch: 0,
         }

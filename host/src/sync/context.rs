@@ -5,8 +5,8 @@
 //! came to.
 
 use std::collections::HashSet;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kube::api::DynamicObject;
@@ -15,7 +15,11 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 
+use crate::api::{IsolationInForce, IsolationStrategy};
 use crate::backoff::Backoff;
+use crate::policy::Placement;
+
+use super::placement::{self, InstanceKey, Placements, Refused, key_of, origin_of, same_place};
 use crate::k8s::dynamic_api;
 use crate::registry::Outcome;
 use crate::schema::ApiTarget;
@@ -36,6 +40,8 @@ pub struct SyncContext {
     pub provider_store: Store<DynamicObject>,
     /// Copies written since the provider watch last caught up.
     pub recent_writes: RecentWrites,
+    /// Where each instance's copy lives, when isolation places copies elsewhere.
+    pub placements: Arc<Placements>,
     /// Instances as our own last write returned them, until the consumer watch catches up.
     pub recent_instances: RecentWrites,
     /// Whether this API's status schema prunes the instance `Synced` condition.
@@ -71,6 +77,10 @@ pub struct SyncerSpec {
     pub provider: Client,
     /// The pinned consumer cluster UID, written into ownership markers.
     pub consumer_cluster_uid: String,
+    /// Where copies go on the provider (the Connection's isolation in force).
+    pub isolation: IsolationInForce,
+    /// The provider namespace of the heartbeat Lease, where no copy may go.
+    pub heartbeat_namespace: String,
 }
 
 impl SyncContext {
@@ -79,11 +89,13 @@ impl SyncContext {
         spec: SyncerSpec,
         shared: Shared,
         provider_store: Store<DynamicObject>,
+        placements: Arc<Placements>,
         settings: SyncSettings,
     ) -> Self {
         Self {
             ar: spec.target.api_resource(),
             provider_store,
+            placements,
             recent_writes: RecentWrites::default(),
             recent_instances: RecentWrites::default(),
             conditions_pruned: AtomicBool::new(false),
@@ -126,15 +138,79 @@ impl SyncContext {
         .is_ok_and(|r| r.is_ok())
     }
 
-    /// This consumer's provider copy with the instance's namespace and name, from the cache
-    /// or, newer, from our own last write. `None` says nothing about objects of other
-    /// consumers: the cache does not hold them.
-    pub(crate) fn cached_target(&self, obj: &DynamicObject) -> Option<DynamicObject> {
-        let mut key = ObjectRef::new_with(&obj.name_any(), self.ar.clone());
-        key.namespace = obj.metadata.namespace.clone();
-        let cached = self.provider_store.get(&key).map(|o| (*o).clone());
+    /// This consumer's provider copy at `place`, from the cache or, newer, from our own last
+    /// write. `None` says nothing about objects of other consumers: the cache does not hold
+    /// them.
+    pub(crate) fn cached_target(&self, place: &Placement) -> Option<DynamicObject> {
+        let cached = self.cached_copy(place).map(|o| (*o).clone());
         self.recent_writes
-            .newest(obj.metadata.namespace.as_deref(), &obj.name_any(), cached)
+            .newest(place.namespace.as_deref(), &place.name, cached)
+    }
+
+    /// The provider cache's copy at `place`.
+    fn cached_copy(&self, place: &Placement) -> Option<Arc<DynamicObject>> {
+        let mut key = ObjectRef::new_with(&place.name, self.ar.clone());
+        key.namespace = place.namespace.clone();
+        self.provider_store.get(&key)
+    }
+
+    /// Where `obj`'s provider copy lives (see [`super::placement`]): where it is, unless
+    /// isolation places copies elsewhere; then the place its copy was seen at or reserved
+    /// before, or else the placement policy's answer once the host checked it and reserved it.
+    /// A refused answer is reported (`PolicyFailed`) by the caller; nothing is written.
+    pub(crate) async fn placement(&self, obj: &DynamicObject) -> Result<Placement> {
+        let key = key_of(obj);
+        let strategy = self.spec.isolation.strategy;
+        if strategy == IsolationStrategy::None {
+            return Ok(same_place(&key));
+        }
+        if let Some(place) = self.placements.get(&key) {
+            return Ok(place);
+        }
+        let input = placement::input(&self.spec, &key, strategy);
+        let place = self
+            .shared
+            .policies
+            .place(&input)
+            .await
+            .map_err(Error::Place)?;
+        let object = || placement::display(key.0.as_deref(), &key.1);
+        if let Some(ns) = place.namespace.as_deref()
+            && let Some(why) = placement::protected(ns, &self.spec.heartbeat_namespace)
+        {
+            return Err(Error::PlacementRefused(Refused::Protected {
+                object: object(),
+                namespace: ns.to_string(),
+                why,
+            }));
+        }
+        let taken = |holder: InstanceKey| {
+            Error::PlacementRefused(Refused::Taken {
+                object: object(),
+                place: placement::display(place.namespace.as_deref(), &place.name),
+                holder: placement::display(holder.0.as_deref(), &holder.1),
+            })
+        };
+        if let Some(copy) = self.cached_copy(&place) {
+            let holder = origin_of(&copy, strategy);
+            if holder != key {
+                return Err(taken(holder));
+            }
+        }
+        self.placements.reserve(&key, &place).map_err(taken)?;
+        Ok(place)
+    }
+
+    /// The place recorded for `obj`, without asking the policy: where its copy is, if it has
+    /// one (the provider cache shows every copy once it has listed, and this syncer's
+    /// reservations the ones it is writing). For deletions: an instance without one never had
+    /// a copy written, and its deletion does not wait on a module.
+    pub(crate) fn recorded_placement(&self, obj: &DynamicObject) -> Option<Placement> {
+        let key = key_of(obj);
+        if self.spec.isolation.strategy == IsolationStrategy::None {
+            return Some(same_place(&key));
+        }
+        self.placements.get(&key)
     }
 
     /// The instance as our own last write to it returned it, when that is newer than `obj`
@@ -154,10 +230,10 @@ impl SyncContext {
         self.recent_instances.remember(&stored);
     }
 
-    /// The provider object with the instance's namespace and name, read live.
-    pub(crate) async fn live_target(&self, obj: &DynamicObject) -> Result<Option<DynamicObject>> {
-        self.provider_api(obj.metadata.namespace.as_deref())
-            .get_opt(&obj.name_any())
+    /// The provider object at `place`, read live.
+    pub(crate) async fn live_target(&self, place: &Placement) -> Result<Option<DynamicObject>> {
+        self.provider_api(place.namespace.as_deref())
+            .get_opt(&place.name)
             .await
             .map_err(Error::ReadTarget)
     }
@@ -222,6 +298,7 @@ impl SyncContext {
             watcher::Event::InitDone => self.shared.outcomes.listing_done(connection, api),
             watcher::Event::Delete(obj) => {
                 self.forget_outcome(obj);
+                self.placements.release(&key_of(obj));
                 // A deleted object's backoff entry goes with it (the controller never
                 // reconciles it again to reset it).
                 self.failures.forget(&failure_key(obj));

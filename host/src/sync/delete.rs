@@ -41,9 +41,19 @@ pub async fn cleanup(obj: &DynamicObject, ctx: &SyncContext) -> Result<Action> {
         return Ok(Action::await_change());
     }
     let uid = obj.metadata.uid.as_deref().ok_or(Error::MissingIdentity)?;
+    let placed = ctx.spec.isolation.strategy != crate::api::IsolationStrategy::None;
+    if placed && !ctx.provider_cache_ready().await {
+        // Which copy is this instance's is known from the provider cache, once it has listed.
+        return Ok(Action::requeue(ctx.settings.error_backoff_base));
+    }
+    let Some(place) = ctx.recorded_placement(obj) else {
+        debug!("no provider copy was ever placed for this instance");
+        release_finalizer(obj, ctx).await?;
+        return Ok(Action::await_change());
+    };
     // Spec: "Reads the provider target and checks both ownership UIDs." A live read: the
     // decision to delete must not rest on a cache.
-    let Some(target) = ctx.live_target(obj).await? else {
+    let Some(target) = ctx.live_target(&place).await? else {
         release_finalizer(obj, ctx).await?;
         return Ok(Action::await_change());
     };
@@ -64,8 +74,8 @@ pub async fn cleanup(obj: &DynamicObject, ctx: &SyncContext) -> Result<Action> {
             ..DeleteParams::default()
         };
         match ctx
-            .provider_api(obj.metadata.namespace.as_deref())
-            .delete(&obj.name_any(), &params)
+            .provider_api(place.namespace.as_deref())
+            .delete(&place.name, &params)
             .await
         {
             Ok(_) => info!("provider copy deletion requested"),

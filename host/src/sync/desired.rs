@@ -21,6 +21,9 @@ use crate::api::names::{
 };
 
 use super::conflict::owned_by;
+use super::placement::{key_of, origin_annotations, origin_of};
+use crate::api::IsolationStrategy;
+use crate::policy::Placement;
 
 /// The server-side apply body for the provider copy: identity, the managed label, the
 /// consumer-cluster label (what the provider watch selects on), both ownership markers and
@@ -29,20 +32,24 @@ use super::conflict::owned_by;
 /// is actually written).
 pub fn provider_copy(
     consumer: &DynamicObject,
+    place: &Placement,
     ar: &ApiResource,
     consumer_cluster_uid: &str,
     consumer_object_uid: &str,
     resource_version: Option<&str>,
 ) -> Value {
     let mut metadata = json!({
-        "name": consumer.metadata.name,
+        "name": place.name,
         "labels": { MANAGED_LABEL: "true", CONSUMER_CLUSTER_LABEL: consumer_cluster_uid },
         "annotations": {
             CONSUMER_CLUSTER_UID_ANNOTATION: consumer_cluster_uid,
             CONSUMER_OBJECT_UID_ANNOTATION: consumer_object_uid,
         },
     });
-    if let Some(ns) = &consumer.metadata.namespace {
+    for (key, value) in origin_annotations(&key_of(consumer), place) {
+        metadata["annotations"][key] = json!(value);
+    }
+    if let Some(ns) = &place.namespace {
         metadata["namespace"] = json!(ns);
     }
     if let Some(rv) = resource_version {
@@ -60,12 +67,14 @@ pub fn provider_copy(
 }
 
 /// Whether the provider copy already is what [`provider_copy`] would write, so the write can
-/// be skipped: both labels, both markers naming this consumer object, identical `spec`. A copy
-/// written before the consumer-cluster label existed is rewritten once, so the label-selected
-/// provider watch sees it from then on.
+/// be skipped: both labels, both markers naming this consumer object, the object it records
+/// (when placed elsewhere) is this one, identical `spec`. A copy written before the
+/// consumer-cluster label existed is rewritten once, so the label-selected provider watch sees
+/// it from then on.
 pub fn provider_copy_matches(
     target: &DynamicObject,
     consumer: &DynamicObject,
+    strategy: IsolationStrategy,
     consumer_cluster_uid: &str,
     consumer_object_uid: &str,
 ) -> bool {
@@ -73,7 +82,8 @@ pub fn provider_copy_matches(
     let labelled = label(MANAGED_LABEL).is_some_and(|v| v == "true")
         && label(CONSUMER_CLUSTER_LABEL).is_some_and(|v| v == consumer_cluster_uid);
     let owned = owned_by(target, consumer_cluster_uid, consumer_object_uid);
-    labelled && owned && spec_of(target) == spec_of(consumer)
+    let origin = origin_of(target, strategy) == key_of(consumer);
+    labelled && owned && origin && spec_of(target) == spec_of(consumer)
 }
 
 /// The object's `spec`, unless absent or null.
@@ -88,6 +98,11 @@ mod tests {
     use std::collections::BTreeMap;
 
     use crate::sync::testing::{consumer_widget, widgets as ar};
+
+    /// Where a copy goes under `None`.
+    fn here(c: &DynamicObject) -> Placement {
+        crate::sync::placement::same_place(&key_of(c))
+    }
 
     fn consumer() -> DynamicObject {
         let mut obj =
@@ -105,7 +120,14 @@ mod tests {
 
     #[test]
     fn provider_copy_carries_spec_and_markers_only() {
-        let body = provider_copy(&consumer(), &ar(), "cluster-uid", "obj-uid", None);
+        let body = provider_copy(
+            &consumer(),
+            &here(&consumer()),
+            &ar(),
+            "cluster-uid",
+            "obj-uid",
+            None,
+        );
         assert_eq!(
             body,
             json!({
@@ -132,13 +154,13 @@ mod tests {
     fn provider_copy_of_cluster_scoped_instance_has_no_namespace() {
         let mut c = consumer();
         c.metadata.namespace = None;
-        let body = provider_copy(&c, &ar(), "c", "o", Some("42"));
+        let body = provider_copy(&c, &here(&c), &ar(), "c", "o", Some("42"));
         assert!(body["metadata"].get("namespace").is_none());
         assert_eq!(body["metadata"]["resourceVersion"], "42");
     }
 
     fn provider_of(c: &DynamicObject) -> DynamicObject {
-        let body = provider_copy(c, &ar(), "cluster-uid", "obj-uid", None);
+        let body = provider_copy(c, &here(c), &ar(), "cluster-uid", "obj-uid", None);
         let mut p: DynamicObject = serde_json::from_value(body).expect("valid object");
         p.metadata.uid = Some("provider-uid".into());
         p
@@ -148,13 +170,25 @@ mod tests {
     fn matching_copy_is_recognised_and_any_spec_change_is_not() {
         let c = consumer();
         let mut p = provider_of(&c);
-        assert!(provider_copy_matches(&p, &c, "cluster-uid", "obj-uid"));
+        assert!(provider_copy_matches(
+            &p,
+            &c,
+            IsolationStrategy::None,
+            "cluster-uid",
+            "obj-uid"
+        ));
         assert!(
-            !provider_copy_matches(&p, &c, "cluster-uid", "new-uid"),
+            !provider_copy_matches(&p, &c, IsolationStrategy::None, "cluster-uid", "new-uid"),
             "recreated object"
         );
         p.data["spec"]["size"] = json!(4);
-        assert!(!provider_copy_matches(&p, &c, "cluster-uid", "obj-uid"));
+        assert!(!provider_copy_matches(
+            &p,
+            &c,
+            IsolationStrategy::None,
+            "cluster-uid",
+            "obj-uid"
+        ));
     }
 
     #[test]
@@ -162,7 +196,13 @@ mod tests {
         let c = consumer();
         let mut p = provider_of(&c);
         p.metadata.labels = None;
-        assert!(!provider_copy_matches(&p, &c, "cluster-uid", "obj-uid"));
+        assert!(!provider_copy_matches(
+            &p,
+            &c,
+            IsolationStrategy::None,
+            "cluster-uid",
+            "obj-uid"
+        ));
     }
 
     #[test]
@@ -172,6 +212,12 @@ mod tests {
         if let Some(labels) = p.metadata.labels.as_mut() {
             labels.remove(CONSUMER_CLUSTER_LABEL);
         }
-        assert!(!provider_copy_matches(&p, &c, "cluster-uid", "obj-uid"));
+        assert!(!provider_copy_matches(
+            &p,
+            &c,
+            IsolationStrategy::None,
+            "cluster-uid",
+            "obj-uid"
+        ));
     }
 }

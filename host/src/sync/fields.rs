@@ -197,7 +197,8 @@ mod tests {
 
     fn provider_of(c: &DynamicObject) -> DynamicObject {
         let ar = widgets();
-        let body = provider_copy(c, &ar, "cluster-uid", "obj-uid", None);
+        let place = crate::sync::placement::same_place(&crate::sync::placement::key_of(c));
+        let body = provider_copy(c, &place, &ar, "cluster-uid", "obj-uid", None);
         let mut p: DynamicObject = serde_json::from_value(body).expect("valid object");
         p.metadata.uid = Some("provider-uid".into());
         p

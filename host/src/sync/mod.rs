@@ -17,7 +17,8 @@
 //!   object, which gives deduplication, bounded concurrency and no per-object tasks;
 //!   [`context`] is what its reconciles share.
 //! - [`reconcile`] and [`delete`] are the per-object logic (`write` creates or applies the
-//!   provider copy); [`desired`] and [`conflict`] are the pure parts they are built from.
+//!   provider copy); [`desired`] and [`conflict`] are the pure parts they are built from;
+//!   [`placement`] says where on the provider each copy lives.
 //! - every reconcile leaves what it came to (in sync, conflict, failure reason) in the
 //!   registry's outcomes, for the binding controllers to summarise without listing instances.
 //!
@@ -30,6 +31,7 @@ pub mod delete;
 pub mod desired;
 pub mod fields;
 pub mod instance_status;
+pub mod placement;
 pub mod reconcile;
 mod report;
 pub mod supervisor;
@@ -63,6 +65,12 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
+    /// The placement policy module failed or gave no usable answer; nothing was written.
+    #[error("placing the provider copy: {0}")]
+    Place(#[source] crate::policy::PolicyError),
+    /// The host refused the placement policy's answer; nothing was written.
+    #[error("{0}")]
+    PlacementRefused(#[source] placement::Refused),
     /// Reading the provider target.
     #[error("reading the provider target: {0}")]
     ReadTarget(#[source] kube::Error),

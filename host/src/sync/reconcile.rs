@@ -34,7 +34,7 @@ use tracing::{debug, info, instrument};
 
 use crate::api::ConflictPolicy;
 use crate::api::names::SYNCER_FINALIZER;
-use crate::policy::ConflictDecision;
+use crate::policy::{ConflictDecision, Placement};
 use crate::registry::Coverage;
 use crate::telemetry::{ApiLabels, metrics};
 
@@ -78,7 +78,14 @@ async fn reconcile_inner(obj: &DynamicObject, ctx: &SyncContext) -> Result<Actio
         debug!("provider cache not synced yet");
         return Ok(Action::requeue(ctx.settings.error_backoff_base));
     }
-    let target = ctx.cached_target(obj);
+    let place = match ctx.placement(obj).await {
+        Ok(place) => place,
+        Err(e) => {
+            report::policy_failed(obj, ctx, &e.to_string()).await;
+            return Err(e);
+        }
+    };
+    let target = ctx.cached_target(&place);
     if let Some(copy) = own_copy_in_sync(obj, ctx, uid, has_finalizer, target.as_ref()) {
         report::in_sync(obj, ctx, copy).await?;
         metrics()
@@ -94,10 +101,11 @@ async fn reconcile_inner(obj: &DynamicObject, ctx: &SyncContext) -> Result<Actio
     if !has_finalizer {
         add_finalizer(obj, ctx).await?;
     }
-    if let Some(ns) = obj.metadata.namespace.as_deref() {
+    if let Some(ns) = place.namespace.as_deref() {
         ctx.ensure_provider_namespace(ns).await?;
     }
-    let copy = match decide_and_write(obj, ctx, uid, coverage.conflict_policy, target).await? {
+    let written = decide_and_write(obj, &place, ctx, uid, coverage.conflict_policy, target).await?;
+    let copy = match written {
         Outcome::Conflict => {
             return Ok(resync(obj, ctx));
         }
@@ -165,8 +173,10 @@ fn own_copy_in_sync<'a>(
     has_finalizer: bool,
     target: Option<&'a DynamicObject>,
 ) -> Option<&'a DynamicObject> {
+    let strategy = ctx.spec.isolation.strategy;
     let copy = target.filter(|t| {
-        has_finalizer && desired::provider_copy_matches(t, obj, &ctx.spec.consumer_cluster_uid, uid)
+        has_finalizer
+            && desired::provider_copy_matches(t, obj, strategy, &ctx.spec.consumer_cluster_uid, uid)
     })?;
     debug!("provider copy already matches");
     Some(copy)
@@ -199,6 +209,7 @@ enum Outcome {
 /// changed since it was read), the decision is taken once more on a live read.
 async fn decide_and_write(
     obj: &DynamicObject,
+    place: &Placement,
     ctx: &SyncContext,
     uid: &str,
     policy: ConflictPolicy,
@@ -214,7 +225,7 @@ async fn decide_and_write(
             // object: before calling an answer impossible, look at the provider itself.
             Err(e) if target.is_none() && !reread => {
                 reread = true;
-                target = ctx.live_target(obj).await?;
+                target = ctx.live_target(place).await?;
                 if target.is_some() {
                     continue;
                 }
@@ -238,7 +249,7 @@ async fn decide_and_write(
                 });
             }
             // No live read first: a create fails on an existing object instead.
-            (ConflictDecision::Create, None) => create_on_provider(obj, ctx, uid).await,
+            (ConflictDecision::Create, None) => create_on_provider(obj, place, ctx, uid).await,
             (decision @ (ConflictDecision::UpdateOwned | ConflictDecision::Adopt), None) => {
                 return Err(Error::UnexpectedDecision {
                     decision: format!("{decision:?}"),
@@ -249,6 +260,7 @@ async fn decide_and_write(
                 if desired::provider_copy_matches(
                     existing,
                     obj,
+                    ctx.spec.isolation.strategy,
                     &ctx.spec.consumer_cluster_uid,
                     uid,
                 ) {
@@ -257,7 +269,8 @@ async fn decide_and_write(
                 if decision == ConflictDecision::Adopt {
                     info!("adopting unmarked provider object");
                 }
-                apply_to_provider(obj, ctx, uid, existing.resource_version().as_deref()).await
+                let version = existing.resource_version();
+                apply_to_provider(obj, place, ctx, uid, version.as_deref()).await
             }
         };
         match written {
@@ -273,12 +286,12 @@ async fn decide_and_write(
                 debug!("provider target differs from the cache; re-reading");
                 reread = true;
                 ctx.recent_writes
-                    .forget(obj.metadata.namespace.as_deref(), &obj.name_any());
-                target = ctx.live_target(obj).await?;
+                    .forget(place.namespace.as_deref(), &place.name);
+                target = ctx.live_target(place).await?;
             }
             Err(e) => {
                 ctx.recent_writes
-                    .forget(obj.metadata.namespace.as_deref(), &obj.name_any());
+                    .forget(place.namespace.as_deref(), &place.name);
                 if let Error::ApplyToProvider(inner) | Error::CreateOnProvider(inner) = &e {
                     report::write_failed(obj, ctx, inner).await;
                 }

@@ -154,6 +154,8 @@ impl Supervisor {
                 target: identity.target.clone(),
                 provider: engagement.provider,
                 consumer_cluster_uid: engagement.consumer_uid,
+                isolation: engagement.isolation,
+                heartbeat_namespace: engagement.heartbeat_namespace,
             };
             let token = CancellationToken::new();
             let join = tokio::spawn(syncer::run(

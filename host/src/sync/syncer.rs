@@ -30,12 +30,14 @@ use kube::{Api, ResourceExt};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use crate::api::IsolationStrategy;
 use crate::api::names::CONSUMER_CLUSTER_LABEL;
 use crate::k8s::ApiErrorExt;
 use crate::registry::{DeniedBy, Outcomes};
 use crate::shared::Shared;
 
 use super::context::{SyncContext, SyncerSpec};
+use super::placement::{Placements, origin_of};
 use super::{Error, SyncSettings};
 
 /// Caches keep no managedFields: nothing read from a cache needs them, and they are often
@@ -129,6 +131,9 @@ pub async fn run(
     // Either cluster refusing its watch is the binding's PermissionDenied: the provider
     // refusing the Connection's identity, or the consumer refusing the konnector itself.
     let key = (spec.connection.clone(), spec.api.clone());
+    let strategy = spec.isolation.strategy;
+    let placements = Arc::new(Placements::default());
+    let observing = placements.clone();
     let provider_events = reflector(
         writer,
         watcher(
@@ -136,6 +141,15 @@ pub async fn run(
             own_copies,
         )
         .modify(drop_managed_fields)
+        // Every copy the watch shows is its instance's place (nothing to record under None).
+        .map(move |event| {
+            if strategy != IsolationStrategy::None
+                && let Ok(watcher::Event::Apply(copy) | watcher::Event::InitApply(copy)) = &event
+            {
+                observing.observed(copy, strategy);
+            }
+            event
+        })
         .map(follow_denials(
             shared.outcomes.clone(),
             key.clone(),
@@ -144,7 +158,13 @@ pub async fn run(
     )
     .default_backoff()
     .touched_objects();
-    let ctx = Arc::new(SyncContext::new(spec, shared, provider_store, settings));
+    let ctx = Arc::new(SyncContext::new(
+        spec,
+        shared,
+        provider_store,
+        placements,
+        settings,
+    ));
     info!(connection = %ctx.spec.connection, api = %ctx.spec.api, version = %ar.version, "syncer started");
     let consumer_api = Api::<DynamicObject>::all_with(ctx.shared.consumer.clone(), &ar);
     let consumer_writer = reflector::store::Writer::new(ar.clone());
@@ -181,10 +201,15 @@ pub async fn run(
     let selection_ar = ar.clone();
     Controller::for_stream_with(instances, consumer_store, ar.clone())
         .with_config(ControllerConfig::default().concurrency(ctx.settings.concurrency))
-        // A provider event concerns the consumer object with the same namespace and name.
+        // A provider event concerns the consumer object the copy was copied from.
         .watches_stream_with(
             provider_events,
-            move |provider_obj: DynamicObject| key_of(provider_obj, mapper_ar.clone()),
+            move |copy: DynamicObject| {
+                let (namespace, name) = origin_of(&copy, strategy);
+                let mut key = ObjectRef::new_with(&name, mapper_ar.clone());
+                key.namespace = namespace;
+                Some(key)
+            },
             ar.clone(),
         )
         // A binding change concerns the instances whose selection it changed.

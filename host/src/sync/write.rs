@@ -4,11 +4,12 @@
 //! exactly the consumer's: create-time field ownership is folded into the apply entry and
 //! fields another manager added under `spec` are removed.
 
-use kube::ResourceExt;
+use kube::ResourceExt as _;
 use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
 use tracing::{debug, info};
 
 use crate::api::names::FIELD_MANAGER;
+use crate::policy::Placement;
 
 use super::context::SyncContext;
 use super::{Error, Result};
@@ -19,10 +20,18 @@ use super::{desired, fields};
 /// marked) instead of writing over it, which is what lets a first sync skip the live read.
 pub(super) async fn create_on_provider(
     obj: &DynamicObject,
+    place: &Placement,
     ctx: &SyncContext,
     uid: &str,
 ) -> Result<DynamicObject> {
-    let body = desired::provider_copy(obj, &ctx.ar, &ctx.spec.consumer_cluster_uid, uid, None);
+    let body = desired::provider_copy(
+        obj,
+        place,
+        &ctx.ar,
+        &ctx.spec.consumer_cluster_uid,
+        uid,
+        None,
+    );
     let copy: DynamicObject = serde_json::from_value(body)
         .map_err(|e| Error::CreateOnProvider(kube::Error::SerdeError(e)))?;
     let params = PostParams {
@@ -30,7 +39,7 @@ pub(super) async fn create_on_provider(
         ..PostParams::default()
     };
     let created = ctx
-        .provider_api(obj.metadata.namespace.as_deref())
+        .provider_api(place.namespace.as_deref())
         .create(&params, &copy)
         .await
         .map_err(Error::CreateOnProvider)?;
@@ -43,15 +52,17 @@ pub(super) async fn create_on_provider(
 /// removed with a merge patch, so the copy ends up with exactly the consumer's spec.
 pub(super) async fn apply_to_provider(
     obj: &DynamicObject,
+    place: &Placement,
     ctx: &SyncContext,
     uid: &str,
     resource_version: Option<&str>,
 ) -> Result<DynamicObject> {
-    let api = ctx.provider_api(obj.metadata.namespace.as_deref());
-    let name = obj.name_any();
+    let api = ctx.provider_api(place.namespace.as_deref());
+    let name = place.name.clone();
     let apply = |resource_version: Option<&str>| {
         let body = desired::provider_copy(
             obj,
+            place,
             &ctx.ar,
             &ctx.spec.consumer_cluster_uid,
             uid,

@@ -16,12 +16,12 @@ use std::future::Future;
 use std::time::Duration;
 
 use anyhow::{Context as _, anyhow};
-use konnector::api::ConditionType;
 use konnector::api::names::{DEFAULT_KUBECONFIG_KEY, DEFAULT_SECRET_NAMESPACE};
 use konnector::api::{
     ApiReference, Binding, BindingSpec, ClusterBinding, ConflictPolicy, Connection,
     ConnectionReference, ConnectionSpec, PullPolicy, SchemaPolicy, SecretReference,
 };
+use konnector::api::{ConditionType, Isolation, IsolationInForce};
 use konnector::binding::Settings;
 use konnector::binding::object::BindingObject;
 use konnector::conditions::is_true;
@@ -34,7 +34,7 @@ use kube::{Api, Client, ResourceExt};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::testenv::ClusterPair;
+use crate::testenv::{Cluster, ClusterPair};
 
 mod expect;
 mod fixtures;
@@ -126,9 +126,21 @@ impl Stack {
         settings: Settings,
         policies: Policies,
     ) -> anyhow::Result<Self> {
+        Self::start_on(&pair.provider, &pair.consumer, name, settings, policies).await
+    }
+
+    /// Starts a stack on any provider and consumer cluster: a second consumer of one
+    /// provider gets a stack of its own this way.
+    pub async fn start_on(
+        provider: &Cluster,
+        consumer: &Cluster,
+        name: &str,
+        settings: Settings,
+        policies: Policies,
+    ) -> anyhow::Result<Self> {
         init_logging();
-        let provider = pair.provider.client().await?;
-        let consumer = pair.consumer.client().await?;
+        let provider = provider.client().await?;
+        let consumer = consumer.client().await?;
         install_core_crds(&consumer).await?;
         let provider_uid = cluster_uid(&provider).await?;
         let consumer_uid = cluster_uid(&consumer).await?;
@@ -172,6 +184,24 @@ impl Stack {
         apis: &[&TestApi],
         credentials: &str,
     ) -> Engagement {
+        self.engage_placed(provider, apis, credentials, IsolationInForce::default())
+    }
+
+    /// Engages with the admin provider client, copies placed by `isolation`'s strategy (its
+    /// prefix resolved for this consumer), as the Connection controller engages a Connection
+    /// whose `status.isolation` says so.
+    pub fn engage_isolated(&self, apis: &[&TestApi], isolation: &Isolation) -> Engagement {
+        let in_force = isolation.in_force(&self.consumer_uid);
+        self.engage_placed(self.provider.clone(), apis, "admin", in_force)
+    }
+
+    fn engage_placed(
+        &self,
+        provider: Client,
+        apis: &[&TestApi],
+        credentials: &str,
+        isolation: IsolationInForce,
+    ) -> Engagement {
         self.engagements.engage(Engagement {
             connection: self.name.clone(),
             provider,
@@ -179,6 +209,8 @@ impl Stack {
             consumer_uid: self.consumer_uid.clone(),
             exported: apis.iter().map(|a| a.exported()).collect(),
             schema_revisions: Default::default(),
+            isolation,
+            heartbeat_namespace: konnector::api::names::DEFAULT_HEARTBEAT_NAMESPACE.into(),
             credentials_digest: credentials.to_string(),
             epoch: 0,
         })
@@ -367,6 +399,7 @@ pub async fn apply_connection(
             },
             auto_bind: false,
             binding_namespace_selector: None,
+            isolation: Default::default(),
         },
     );
     Api::<Connection>::all(consumer.clone())

@@ -24,7 +24,10 @@ use tracing::{info, warn};
 
 use super::grace::Verdict;
 use super::{Context, Error, Result, autobind, persist_status};
-use crate::api::{ConditionType, Connection, ConnectionStatus, ExportedApi, Reason};
+use crate::api::{
+    ConditionType, Connection, ConnectionStatus, ExportedApi, IsolationInForce, IsolationStrategy,
+    Reason,
+};
 use crate::conditions::{self, Desired};
 use crate::heartbeat::{self, LeaseLocation};
 use crate::provider::discovery::{self, Discovered};
@@ -74,13 +77,20 @@ impl Steps<'_> {
     async fn run(&mut self) -> Result<(), Stop> {
         let credentials = self.secret().await?;
         let (provider_uid, consumer_uid) = self.identities(&credentials).await?;
+        let isolation = self.isolation(&consumer_uid).await?;
         let discovered = self.discover(&credentials).await?;
         let refused = self.refused_installs(&discovered).await?;
         self.install_schemas(&credentials, &discovered, &refused)
             .await;
         self.auto_bind(&discovered, &refused).await?;
         self.heartbeat(&credentials, &consumer_uid).await;
-        self.ready(credentials, provider_uid, consumer_uid, discovered);
+        self.ready(
+            credentials,
+            isolation,
+            provider_uid,
+            consumer_uid,
+            discovered,
+        );
         Ok(())
     }
 
@@ -252,6 +262,53 @@ impl Steps<'_> {
         Ok(())
     }
 
+    /// The isolation in force: `spec.isolation`, unless it differs from what is recorded while
+    /// bindings use the Connection. Copies are never moved, so a change waits until those
+    /// bindings are gone (their teardown drains the copies placed the old way), and
+    /// IsolationInSync says so. A Connection that never recorded one takes the spec's at once.
+    async fn isolation(&mut self, consumer_uid: &str) -> Result<IsolationInForce, Stop> {
+        let wanted = self.connection.spec.isolation.in_force(consumer_uid);
+        let in_force = match self.status.isolation.clone() {
+            Some(current) if current != wanted => {
+                let name = self.connection.name_any();
+                let using = super::referencing_bindings(&self.ctx.shared.consumer, &name)
+                    .await
+                    .map_err(Stop::Fail)?;
+                if using > 0 {
+                    self.set(Desired::falsy(
+                        ConditionType::IsolationInSync,
+                        Reason::IsolationChangePending,
+                        format!(
+                            "spec.isolation asks for {} (prefix {}), but {using} binding(s) use this Connection and their copies                              stay where {} (prefix {}) placed them; delete those bindings (their copies are drained) for the                              new strategy to take effect, or set spec.isolation back",
+                            wanted.strategy.as_str(),
+                            wanted.prefix,
+                            current.strategy.as_str(),
+                            current.prefix
+                        ),
+                    ));
+                    return Ok(current);
+                }
+                wanted
+            }
+            _ => wanted,
+        };
+        if in_force.strategy == IsolationStrategy::None {
+            conditions::remove(&mut self.status.conditions, ConditionType::IsolationInSync);
+        } else {
+            self.set(Desired::truthy(
+                ConditionType::IsolationInSync,
+                Reason::AsExpected,
+                format!(
+                    "copies are placed by strategy {} with consumer prefix {}",
+                    in_force.strategy.as_str(),
+                    in_force.prefix
+                ),
+            ));
+        }
+        self.status.isolation = Some(in_force.clone());
+        Ok(in_force)
+    }
+
     /// Heartbeat: best-effort, never blocks Ready.
     async fn heartbeat(&self, credentials: &ProviderCredentials, consumer_uid: &str) {
         let name = self.connection.name_any();
@@ -271,6 +328,7 @@ impl Steps<'_> {
     fn ready(
         &mut self,
         credentials: ProviderCredentials,
+        isolation: IsolationInForce,
         provider_uid: String,
         consumer_uid: String,
         discovered: Discovered,
@@ -284,6 +342,12 @@ impl Steps<'_> {
                 discovered.apis.len()
             ),
         ));
+        let heartbeat_namespace = LeaseLocation::new(
+            &name,
+            &consumer_uid,
+            credentials.context_namespace.as_deref(),
+        )
+        .namespace;
         let engaged = self.ctx.shared.engagements.engage(Engagement {
             connection: name.clone(),
             provider: credentials.client,
@@ -291,6 +355,8 @@ impl Steps<'_> {
             consumer_uid,
             exported: discovered.apis,
             schema_revisions: discovered.revisions,
+            isolation,
+            heartbeat_namespace,
             credentials_digest: credentials.digest,
             epoch: 0,
         });
