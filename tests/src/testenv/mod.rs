@@ -50,7 +50,9 @@ pub use cluster::{ADMIN_TOKEN_USER, Cluster, Options};
 pub use flags::CONTROLLERS;
 pub use fsutil::tail;
 pub use identity::{Credential, Identity};
-pub use pair::{CONSUMER, ClusterPair, KEEP_ENV, PROVIDER, shared_pair};
+pub use pair::{
+    CONSUMER, ClusterPair, KEEP_ENV, PROVIDER, SECOND_CONSUMER, second_consumer, shared_pair,
+};
 pub use pki::MAX_CERT_GROUPS;
 pub use process::{Component, Supervision};
 

@@ -199,6 +199,33 @@ pub fn shared_pair() -> Result<&'static ClusterPair> {
     .map_err(|e| Error::SharedPair(e.clone()))
 }
 
+/// Name of the second consumer cluster.
+pub const SECOND_CONSUMER: &str = "consumer-b";
+
+/// A second consumer of the shared pair's provider, started on first use beside the pair: what
+/// tests of many consumers on one provider need. Shared like the pair; never stop it.
+pub fn second_consumer() -> Result<&'static Cluster> {
+    static CLUSTER: OnceLock<Result<Cluster, String>> = OnceLock::new();
+    CLUSTER
+        .get_or_init(|| {
+            let root = shared_pair()
+                .map_err(|e| e.to_string())?
+                .root()
+                .to_path_buf();
+            let cluster = Cluster::with_options(
+                &root,
+                SECOND_CONSUMER,
+                Supervision::Watchdog,
+                Options::default(),
+            )
+            .map_err(|e| e.to_string())?;
+            cluster.start().map_err(|e| e.to_string())?;
+            Ok(cluster)
+        })
+        .as_ref()
+        .map_err(|e| Error::SharedPair(e.clone()))
+}
+
 /// A new directory `$TMPDIR/kbind-testenv/<pid>-<n>`; the first call of a process removes
 /// directories left by processes that are gone.
 fn fresh_root() -> Result<PathBuf> {

@@ -1,13 +1,13 @@
 //! How a [`Scenario`] is configured and started: the builder's settings, and the set-up that
 //! [`Scenario::bound`] promises before a test body runs.
 
-use konnector::api::{ConflictPolicy, PullPolicy, RelatedResource};
+use konnector::api::{ConflictPolicy, Isolation, PullPolicy, RelatedResource};
 use konnector::binding::Settings;
 use konnector::policy::Policies;
 
 use super::{Pair, Scenario};
 use crate::syncenv::{Stack, TestApi, fast_settings};
-use crate::testenv::{ClusterPair, shared_pair};
+use crate::testenv::{Cluster, ClusterPair, shared_pair};
 
 /// How a [`Scenario`] is set up; [`ScenarioBuilder::run`] or [`ScenarioBuilder::start`]
 /// starts it.
@@ -24,6 +24,8 @@ pub struct ScenarioBuilder {
     pull_policy: Option<PullPolicy>,
     private_pair: bool,
     bound: bool,
+    isolation: Option<Isolation>,
+    consumer: Option<&'static Cluster>,
 }
 
 impl Scenario {
@@ -44,6 +46,8 @@ impl Scenario {
             pull_policy: None,
             private_pair: false,
             bound: true,
+            isolation: None,
+            consumer: None,
         }
     }
 
@@ -123,6 +127,19 @@ impl ScenarioBuilder {
         self
     }
 
+    /// Copies placed by `isolation` (the Connection is engaged with it in force).
+    pub fn isolation(mut self, isolation: Isolation) -> Self {
+        self.isolation = Some(isolation);
+        self
+    }
+
+    /// Runs the stack on another consumer cluster of the shared pair's provider (e.g.
+    /// [`crate::testenv::second_consumer`]): a second tenant of one provider.
+    pub fn on_consumer(mut self, consumer: &'static Cluster) -> Self {
+        self.consumer = Some(consumer);
+        self
+    }
+
     /// Starts the scenario and runs a test body in it ([`Scenario::run`]) on a runtime of its
     /// own, multi-threaded as the konnector's is: the whole of a `#[test]` function. (A test
     /// that needs to await something before the stack starts uses [`Self::start`] instead.)
@@ -150,8 +167,15 @@ impl ScenarioBuilder {
             Some(policies) => policies,
             None => Policies::builtin()?,
         };
-        let stack =
-            Stack::start_with_policies(cluster_pair, &self.name, self.settings, policies).await?;
+        let consumer = self.consumer.unwrap_or(&cluster_pair.consumer);
+        let stack = Stack::start_on(
+            &cluster_pair.provider,
+            consumer,
+            &self.name,
+            self.settings,
+            policies,
+        )
+        .await?;
         let scenario = Scenario {
             stack,
             api: self.api,
@@ -160,6 +184,7 @@ impl ScenarioBuilder {
             cluster_binding: self.cluster_binding,
             policy: self.policy,
             related: self.related,
+            isolation: self.isolation,
             pair,
         };
         let (pull_policy, bound) = (self.pull_policy, self.bound);

@@ -20,7 +20,7 @@ use std::ops::Deref;
 use std::time::Duration;
 
 use konnector::api::names::{DELETION_POLICY_ANNOTATION, DELETION_POLICY_ORPHAN};
-use konnector::api::{Binding, ClusterBinding, ConflictPolicy, RelatedResource};
+use konnector::api::{Binding, ClusterBinding, ConflictPolicy, Isolation, RelatedResource};
 use konnector::registry::Engagement;
 use kube::Api;
 use kube::api::{DeleteParams, DynamicObject};
@@ -50,6 +50,7 @@ pub struct Scenario {
     cluster_binding: bool,
     policy: ConflictPolicy,
     related: Vec<RelatedResource>,
+    isolation: Option<Isolation>,
     // Declared last: the stack stops before a private pair's clusters go.
     pair: Pair,
 }
@@ -93,7 +94,10 @@ impl Scenario {
 
     /// Engages the Connection exporting every API, as the Connection controller would.
     pub fn engage(&self) -> Engagement {
-        self.stack.engage(&self.apis())
+        match &self.isolation {
+            Some(isolation) => self.stack.engage_isolated(&self.apis(), isolation),
+            None => self.stack.engage(&self.apis()),
+        }
     }
 
     /// The scenario's Binding `<ns>/widgets` as configured, not yet created.

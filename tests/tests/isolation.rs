@@ -1,0 +1,267 @@
+//! Many consumers on one provider: two consumer clusters, each with its own konnector, bind
+//! the same provider API and create objects with identical namespaces and names. Under
+//! `Namespaced` and `Prefixed` isolation each gets its own provider copy, its own status back
+//! and its own drift repair; deleting, unbinding or changing the strategy of one never touches
+//! the other's copies, and copies that exist are never moved.
+
+use std::time::Duration;
+
+use kbind_tests::syncenv::{Scenario, WAIT, delete, gone, merge, set_status, stays, wait_for};
+use kbind_tests::testenv::second_consumer;
+use konnector::api::names::{CONSUMER_NAME_ANNOTATION, CONSUMER_NAMESPACE_ANNOTATION};
+use konnector::api::{Isolation, IsolationStrategy};
+use kube::Api;
+use kube::api::DynamicObject;
+use serde_json::{Value, json};
+
+/// `strategy` with the consumer prefix `prefix` (or the one derived from the cluster UID).
+fn isolation(strategy: IsolationStrategy, prefix: Option<&str>) -> Isolation {
+    Isolation {
+        strategy,
+        prefix: prefix.map(str::to_string),
+    }
+}
+
+/// Runs `body` with two tenants of one provider, both bound to the API of `name` in namespace
+/// `name`: `a` on the shared pair's consumer, `b` on the second consumer cluster.
+fn two_tenants(
+    name: &str,
+    a: Isolation,
+    b: Isolation,
+    body: impl AsyncFnOnce(&Scenario, &Scenario) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let second = second_consumer()?;
+    // Two scenarios' futures nest deeper than a test thread's stack holds in a debug build:
+    // each lives on the heap.
+    kbind_tests::runtime()?.block_on(Box::pin(async {
+        let tenant_a = Box::pin(Scenario::bound(name).isolation(a).start()).await?;
+        let tenant_b = Box::pin(
+            Scenario::bound(name)
+                .isolation(b)
+                .on_consumer(second)
+                .start(),
+        )
+        .await;
+        let tenant_b = match tenant_b {
+            Ok(b) => b,
+            Err(e) => return Box::pin(tenant_a.finish(Err(e))).await,
+        };
+        // Diagnostics of both tenants on failure: a's wraps b's.
+        let result = Box::pin(tenant_a.check(async |a| {
+            let both = Box::pin(body(a, &tenant_b));
+            Box::pin(tenant_b.check(async |_| both.await)).await
+        }))
+        .await;
+        let result = Box::pin(tenant_b.finish(result)).await;
+        Box::pin(tenant_a.finish(result)).await
+    }))
+}
+
+/// Where the built-in placement puts `s`'s instance `name` under its isolation in force.
+fn place(s: &Scenario, isolation: &Isolation, name: &str) -> (String, String) {
+    let prefix = isolation.in_force(&s.consumer_uid).prefix;
+    match isolation.strategy {
+        IsolationStrategy::None => (s.ns().to_string(), name.to_string()),
+        IsolationStrategy::Namespaced => (format!("{prefix}-{}", s.ns()), name.to_string()),
+        IsolationStrategy::Prefixed => (s.ns().to_string(), format!("{prefix}-{name}")),
+    }
+}
+
+/// The provider objects of `s`'s API in `namespace`.
+fn provider_in(s: &Scenario, namespace: &str) -> Api<DynamicObject> {
+    s.api.api(&s.stack.provider, Some(namespace))
+}
+
+/// Waits until the provider object at `(namespace, name)` has exactly `spec`.
+async fn copy_at(
+    s: &Scenario,
+    (namespace, name): &(String, String),
+    spec: Value,
+) -> anyhow::Result<DynamicObject> {
+    let copies = provider_in(s, namespace);
+    wait_for(
+        &format!("the provider copy {namespace}/{name} with spec {spec}"),
+        WAIT,
+        || async {
+            Ok(copies
+                .get_opt(name)
+                .await?
+                .filter(|o| o.data["spec"] == spec))
+        },
+    )
+    .await
+}
+
+/// Waits until `s`'s instance `name` has `status.phase` `phase`.
+async fn phase_is(s: &Scenario, name: &str, phase: &str) -> anyhow::Result<()> {
+    wait_for(&format!("{name} phase {phase}"), WAIT, || async {
+        let obj = s.instances().get(name).await?;
+        Ok((obj.data["status"]["phase"] == phase).then_some(()))
+    })
+    .await
+}
+
+/// Both tenants create `db` with their own specs: two provider copies at their own places,
+/// each recording its consumer object, each tenant's status its own, drift on one copy
+/// repaired from its own consumer only.
+async fn identical_names_sync_apart(
+    a: &Scenario,
+    b: &Scenario,
+    ia: &Isolation,
+    ib: &Isolation,
+) -> anyhow::Result<()> {
+    let (at_a, at_b) = (place(a, ia, "db"), place(b, ib, "db"));
+    assert_ne!(at_a, at_b, "two tenants, two places");
+    a.create("db", json!({ "size": 1 })).await?;
+    b.create("db", json!({ "size": 2 })).await?;
+    let copy_a = copy_at(a, &at_a, json!({ "size": 1 })).await?;
+    copy_at(b, &at_b, json!({ "size": 2 })).await?;
+    assert_eq!(
+        copy_a
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|m| m.get(CONSUMER_NAME_ANNOTATION)),
+        Some(&"db".to_string())
+    );
+    assert_eq!(
+        copy_a
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|m| m.get(CONSUMER_NAMESPACE_ANNOTATION)),
+        Some(&a.ns().to_string())
+    );
+    a.in_sync("db").await?;
+    b.in_sync("db").await?;
+
+    set_status(
+        &provider_in(a, &at_a.0),
+        &at_a.1,
+        json!({ "phase": "ForA" }),
+    )
+    .await?;
+    set_status(
+        &provider_in(b, &at_b.0),
+        &at_b.1,
+        json!({ "phase": "ForB" }),
+    )
+    .await?;
+    phase_is(a, "db", "ForA").await?;
+    phase_is(b, "db", "ForB").await?;
+
+    merge(
+        &provider_in(a, &at_a.0),
+        &at_a.1,
+        json!({ "spec": { "size": 9 } }),
+    )
+    .await?;
+    copy_at(a, &at_a, json!({ "size": 1 })).await?;
+    let untouched = provider_in(b, &at_b.0).get(&at_b.1).await?;
+    assert_eq!(
+        untouched.data["spec"],
+        json!({ "size": 2 }),
+        "b's copy is b's"
+    );
+    Ok(())
+}
+
+#[test]
+fn namespaced_isolation_gives_each_consumer_its_own_copy() -> anyhow::Result<()> {
+    let (ia, ib) = (
+        isolation(IsolationStrategy::Namespaced, Some("tenant-a")),
+        isolation(IsolationStrategy::Namespaced, Some("tenant-b")),
+    );
+    two_tenants("iso-ns", ia.clone(), ib.clone(), async |a, b| {
+        identical_names_sync_apart(a, b, &ia, &ib).await
+    })
+}
+
+#[test]
+fn prefixed_isolation_gives_each_consumer_its_own_copy() -> anyhow::Result<()> {
+    // Prefixes derived from each consumer cluster's UID.
+    let (ia, ib) = (
+        isolation(IsolationStrategy::Prefixed, None),
+        isolation(IsolationStrategy::Prefixed, None),
+    );
+    two_tenants("iso-px", ia.clone(), ib.clone(), async |a, b| {
+        identical_names_sync_apart(a, b, &ia, &ib).await
+    })
+}
+
+#[test]
+fn deleting_and_unbinding_one_consumer_leaves_the_other_syncing() -> anyhow::Result<()> {
+    let (ia, ib) = (
+        isolation(IsolationStrategy::Namespaced, Some("gone")),
+        isolation(IsolationStrategy::Namespaced, Some("stays")),
+    );
+    two_tenants("iso-del", ia.clone(), ib.clone(), async |a, b| {
+        let (one_a, one_b) = (place(a, &ia, "one"), place(b, &ib, "one"));
+        let two_a = place(a, &ia, "two");
+        a.create("one", json!({ "v": "a1" })).await?;
+        a.create("two", json!({ "v": "a2" })).await?;
+        b.create("one", json!({ "v": "b1" })).await?;
+        copy_at(a, &one_a, json!({ "v": "a1" })).await?;
+        copy_at(a, &two_a, json!({ "v": "a2" })).await?;
+        copy_at(b, &one_b, json!({ "v": "b1" })).await?;
+
+        // An instance deleted on a deletes a's copy only.
+        delete(&a.instances(), "one").await?;
+        gone(&provider_in(a, &one_a.0), &one_a.1).await?;
+        assert!(provider_in(b, &one_b.0).get_opt(&one_b.1).await?.is_some());
+
+        // Unbinding a drains a's remaining copy; b keeps syncing throughout.
+        a.unbind().await?;
+        gone(&provider_in(a, &two_a.0), &two_a.1).await?;
+        merge(&b.instances(), "one", json!({ "spec": { "v": "b2" } })).await?;
+        copy_at(b, &one_b, json!({ "v": "b2" })).await?;
+        Ok(())
+    })
+}
+
+#[test]
+fn an_existing_copy_keeps_its_place_when_the_placement_changes() -> anyhow::Result<()> {
+    let first = isolation(IsolationStrategy::Namespaced, Some("first"));
+    Scenario::bound("iso-stable")
+        .isolation(first.clone())
+        .run(async |s| {
+            let at = place(s, &first, "db");
+            s.create("db", json!({ "size": 1 })).await?;
+            copy_at(s, &at, json!({ "size": 1 })).await?;
+            // The same objects now asked to be placed elsewhere: the syncer restarts, reads the
+            // copy's place from the copy, and keeps writing there.
+            let second = isolation(IsolationStrategy::Namespaced, Some("second"));
+            s.stack.engage_isolated(&s.apis(), &second);
+            merge(&s.instances(), "db", json!({ "spec": { "size": 2 } })).await?;
+            copy_at(s, &at, json!({ "size": 2 })).await?;
+            let elsewhere = place(s, &second, "db");
+            stays(
+                "no copy at the new place",
+                Duration::from_secs(4),
+                || async {
+                    Ok(provider_in(s, &elsewhere.0)
+                        .get_opt(&elsewhere.1)
+                        .await?
+                        .is_none())
+                },
+            )
+            .await?;
+            // A new object goes where the placement now says.
+            s.create("fresh", json!({ "size": 3 })).await?;
+            copy_at(s, &place(s, &second, "fresh"), json!({ "size": 3 })).await?;
+            Ok(())
+        })
+}
+
+#[test]
+fn under_none_copies_carry_no_placement_record() -> anyhow::Result<()> {
+    Scenario::bound("iso-none")
+        .isolation(isolation(IsolationStrategy::None, Some("unused")))
+        .run(async |s| {
+            let copy = s.create_copied("db", json!({ "size": 1 })).await?;
+            let annotations = copy.metadata.annotations.unwrap_or_default();
+            assert!(!annotations.contains_key(CONSUMER_NAME_ANNOTATION));
+            assert!(!annotations.contains_key(CONSUMER_NAMESPACE_ANNOTATION));
+            Ok(())
+        })
+}
