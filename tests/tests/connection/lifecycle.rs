@@ -3,6 +3,7 @@
 use super::*;
 use kbind_tests::syncenv::remains::{Left, delete_gone, expect_left, kind, wait_left};
 use konnector::api::ConditionType::Ready;
+use konnector::api::IsolationStrategy;
 use konnector::api::names::CONSUMER_CLUSTER_UID_ANNOTATION;
 use konnector::conditions::is_true;
 
@@ -232,6 +233,68 @@ async fn auto_bind_never_lists_kbinds_own_api_or_a_consumer_owned_crd() -> Resul
         ])
         .await?;
         delete_gone(consumer, kind::<ClusterBinding>(), &bystander).await
+    })
+    .await
+}
+
+/// The isolation a Connection reports in force: strategy and prefix.
+fn isolation_in_force(connection: &Connection) -> Option<(IsolationStrategy, String)> {
+    let isolation = connection.status.as_ref()?.isolation.as_ref()?;
+    Some((isolation.strategy, isolation.prefix.clone()))
+}
+
+/// Sets the Connection's `spec.isolation`.
+async fn set_isolation(consumer: &Client, name: &str, prefix: &str) -> Result<()> {
+    let patch = json!({ "spec": { "isolation": { "strategy": "Namespaced", "prefix": prefix } } });
+    Api::<Connection>::all(consumer.clone())
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_isolation_change_waits_until_no_binding_uses_the_connection() -> Result<()> {
+    on_consumer("isolation-change", async |pair, consumer, name| {
+        connect_ready(consumer, &pair.provider, &name).await?;
+        set_isolation(consumer, &name, "first").await?;
+        let first = (IsolationStrategy::Namespaced, "first".to_string());
+        wait_connection(consumer, &name, "isolation first in force", |c| {
+            isolation_in_force(c) == Some(first.clone())
+                && holds(c, "IsolationInSync=True", "AsExpected")
+        })
+        .await?;
+        ensure_namespace(consumer, &name).await?;
+        let bindings: Api<Binding> = Api::namespaced(consumer.clone(), &name);
+        let binding = Binding::new("uses-it", binding_spec(&name, "widgets.example.org")?);
+        bindings.create(&PostParams::default(), &binding).await?;
+
+        // Copies never move: the change waits, and the Connection says why.
+        set_isolation(consumer, &name, "second").await?;
+        let pending = wait_reason(
+            consumer,
+            &name,
+            "IsolationInSync=False",
+            "IsolationChangePending",
+        )
+        .await?;
+        assert_eq!(isolation_in_force(&pending), Some(first));
+        says(
+            message(&pending, "IsolationInSync"),
+            &["1 binding(s)", "delete those bindings"],
+        );
+        assert!(is_true(
+            &pending.status.clone().unwrap_or_default().conditions,
+            Ready
+        ));
+
+        bindings.delete("uses-it", &DeleteParams::default()).await?;
+        let second = (IsolationStrategy::Namespaced, "second".to_string());
+        wait_connection(consumer, &name, "isolation second in force", |c| {
+            isolation_in_force(c) == Some(second.clone())
+                && holds(c, "IsolationInSync=True", "AsExpected")
+        })
+        .await?;
+        anyhow::Ok(())
     })
     .await
 }
