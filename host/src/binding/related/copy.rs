@@ -33,6 +33,7 @@ use crate::k8s::{self, ApiErrorExt, NamespaceState};
 use crate::policy::RelatedPlan;
 
 use super::payload::{PAYLOAD_FIELDS, payload};
+use super::placed::{Coordinates, Sites};
 use super::select::count_read;
 use super::{
     Objects, Outcome, RelatedScope, Sides, annotation, api, count_skipped, marker, resource_label,
@@ -110,10 +111,14 @@ pub(super) async fn apply_plan(
     entry: &RelatedResource,
     sides: &Sides,
     plan: &RelatedPlan,
-    sources: &Objects,
-    targets: &Objects,
+    listed: &Listed<'_>,
     outcome: &mut Outcome,
 ) {
+    let Listed {
+        sources,
+        targets,
+        sites,
+    } = listed;
     for skipped in &plan.skip {
         // Spec: "These collisions are silently skipped and are not included in instance
         // conflict counts."
@@ -131,10 +136,14 @@ pub(super) async fn apply_plan(
             continue;
         }
         let target = targets.get(&key);
+        let at = At {
+            source: sites.source_of(&key),
+            target: sites.target_of(&key),
+        };
         let decision = decide(scope.binding_uid, source, target);
         if decision == Decision::Create
-            && namespaces.insert(copy.namespace.clone())
-            && let Err(error) = ensure_namespace(&sides.target, &copy.namespace).await
+            && namespaces.insert(at.target.0.clone())
+            && let Err(error) = ensure_namespace(&sides.target, &at.target.0).await
         {
             outcome.fail(entry, error);
             continue;
@@ -146,12 +155,8 @@ pub(super) async fn apply_plan(
                 count_skipped(entry, FOREIGN_TARGET);
                 Ok(())
             }
-            (Decision::Refresh, Some(target)) => {
-                refresh(scope, entry, sides, &copy.namespace, &copy.name, target).await
-            }
-            (Decision::Create | Decision::Refresh, _) => {
-                create(scope, entry, sides, &copy.namespace, &copy.name).await
-            }
+            (Decision::Refresh, Some(target)) => refresh(scope, entry, sides, &at, target).await,
+            (Decision::Create | Decision::Refresh, _) => create(scope, entry, sides, &at).await,
         };
         if let Err(error) = copied {
             outcome.fail(entry, error);
@@ -171,6 +176,23 @@ pub(super) async fn apply_plan(
     }
 }
 
+/// What one entry's pass listed, by consumer coordinates, and where each object is.
+pub(super) struct Listed<'a> {
+    /// Selectable sources.
+    pub(super) sources: &'a Objects,
+    /// Objects on the target side.
+    pub(super) targets: &'a Objects,
+    /// Where sources and targets placed elsewhere are.
+    pub(super) sites: &'a Sites,
+}
+
+/// Where one copy's source and target are: the same namespace and name, unless isolation
+/// placed the provider side elsewhere.
+struct At<'a> {
+    source: &'a Coordinates,
+    target: &'a Coordinates,
+}
+
 /// A source as read in full.
 enum Read {
     /// To be copied.
@@ -182,12 +204,8 @@ enum Read {
 }
 
 /// Reads one selected source in full, because its copy is to be written.
-async fn read_source(
-    entry: &RelatedResource,
-    sides: &Sides,
-    namespace: &str,
-    name: &str,
-) -> Result<Read> {
+async fn read_source(entry: &RelatedResource, sides: &Sides, at: &At<'_>) -> Result<Read> {
+    let (namespace, name) = at.source;
     count_read(entry, "get-full");
     let source = api(&sides.source, entry, Some(namespace))
         .get_opt(name)
@@ -215,13 +233,13 @@ async fn create(
     scope: &RelatedScope<'_>,
     entry: &RelatedResource,
     sides: &Sides,
-    namespace: &str,
-    name: &str,
+    at: &At<'_>,
 ) -> Result<()> {
-    let Read::Copyable(source) = read_source(entry, sides, namespace, name).await? else {
+    let Read::Copyable(source) = read_source(entry, sides, at).await? else {
         return Ok(());
     };
-    let body = payload(entry, &source, scope.binding_uid);
+    let (namespace, name) = at.target;
+    let body = placed_payload(entry, &source, scope.binding_uid, at);
     let target_api = api(&sides.target, entry, Some(namespace));
     let params = PostParams {
         field_manager: Some(RELATED_FIELD_MANAGER.to_string()),
@@ -251,7 +269,7 @@ async fn create(
                     })?;
             match existing {
                 Some(existing) if marker(&existing.metadata) == Some(scope.binding_uid) => {
-                    apply_under(entry, sides, namespace, name, body, &existing.metadata).await
+                    apply_under(entry, sides, at, body, &existing.metadata).await
                 }
                 _ => {
                     info!(%namespace, %name, resource, "an object appeared where a related copy was to be created; left untouched");
@@ -274,19 +292,19 @@ async fn refresh(
     scope: &RelatedScope<'_>,
     entry: &RelatedResource,
     sides: &Sides,
-    namespace: &str,
-    name: &str,
+    at: &At<'_>,
     target: &ObjectMeta,
 ) -> Result<()> {
-    let source = match read_source(entry, sides, namespace, name).await? {
+    let source = match read_source(entry, sides, at).await? {
         Read::Copyable(source) => source,
         // Gone since the list: the next pass's plan deletes the copy.
         Read::Gone => return Ok(()),
         // A source of a type the host does not copy is not selected: its copy goes.
         Read::Refused => return delete_target(&sides.target, entry, target).await,
     };
-    let body = payload(entry, &source, scope.binding_uid);
+    let body = placed_payload(entry, &source, scope.binding_uid, at);
     let resource = resource_label(entry.resource);
+    let (namespace, name) = at.target;
     let object = format!("{namespace}/{name}");
     if annotation(target, RELATED_DIGEST_ANNOTATION)
         != body["metadata"]["annotations"][RELATED_DIGEST_ANNOTATION].as_str()
@@ -317,10 +335,24 @@ async fn refresh(
             }
             info!(%namespace, %name, resource, "immutable related source changed; recreating the copy");
             delete_target(&sides.target, entry, target).await?;
-            return create(scope, entry, sides, namespace, name).await;
+            return create(scope, entry, sides, at).await;
         }
     }
-    apply_under(entry, sides, namespace, name, body, target).await
+    apply_under(entry, sides, at, body, target).await
+}
+
+/// The copy of `source` as [`payload`] builds it, at the target's place.
+fn placed_payload(
+    entry: &RelatedResource,
+    source: &DynamicObject,
+    binding_uid: &str,
+    at: &At<'_>,
+) -> Value {
+    let mut body = payload(entry, source, binding_uid);
+    let (namespace, name) = at.target;
+    body["metadata"]["namespace"] = json!(namespace);
+    body["metadata"]["name"] = json!(name);
+    body
 }
 
 /// Applies `body` to the copy `target` only while it is still the object as read: a
@@ -329,11 +361,11 @@ async fn refresh(
 async fn apply_under(
     entry: &RelatedResource,
     sides: &Sides,
-    namespace: &str,
-    name: &str,
+    at: &At<'_>,
     mut body: Value,
     target: &ObjectMeta,
 ) -> Result<()> {
+    let (namespace, name) = at.target;
     body["metadata"]["resourceVersion"] = json!(target.resource_version);
     let resource = resource_label(entry.resource);
     match api(&sides.target, entry, Some(namespace))

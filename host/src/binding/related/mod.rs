@@ -24,6 +24,7 @@
 
 mod copy;
 mod payload;
+mod placed;
 mod select;
 
 use std::collections::BTreeMap;
@@ -43,6 +44,7 @@ use crate::telemetry::{RelatedLabels, metrics};
 
 use super::related_guard::RelatedGuard;
 use super::{Error, Result};
+use placed::{Placing, Sites};
 use select::Side;
 
 /// The binding being reconciled, as far as related resources care.
@@ -127,18 +129,87 @@ pub async fn sync_entry(
     between: impl AsyncFnOnce(),
 ) {
     let sides = Sides::new(entry, consumer, engagement);
+    let placing = Placing::new(engagement, policies, entry.resource);
     let listed = async {
-        let sources = select::list(&sides.source, entry, scope, Side::Source).await?;
-        let targets = select::list(&sides.target, entry, scope, Side::Target).await?;
+        let Some((source_ns, target_ns)) = side_namespaces(scope, entry, &placing).await else {
+            return Ok(None);
+        };
+        let sources =
+            select::list(&sides.source, entry, scope, source_ns.as_deref(), Side::Source).await?;
+        let targets =
+            select::list(&sides.target, entry, scope, target_ns.as_deref(), Side::Target).await?;
+        let (sources, targets, sites) = place(entry, &placing, sources, targets).await;
         let plan = select::plan(scope, entry, &sources, &targets, policies).await?;
-        Ok::<_, Error>((sources, targets, plan))
+        Ok::<_, Error>(Some((sources, targets, sites, plan)))
     };
     match listed.await {
-        Ok((sources, targets, plan)) => {
+        Ok(Some((sources, targets, sites, plan))) => {
             between().await;
-            copy::apply_plan(scope, entry, &sides, &plan, &sources, &targets, outcome).await;
+            let listed = copy::Listed {
+                sources: &sources,
+                targets: &targets,
+                sites: &sites,
+            };
+            copy::apply_plan(scope, entry, &sides, &plan, &listed, outcome).await;
         }
+        Ok(None) => {}
         Err(error) => outcome.fail(entry, error),
+    }
+}
+
+/// The namespaces the source and the target side are listed in: the Binding's, or on the
+/// provider where isolation places it (`None` inside: a ClusterBinding, every namespace).
+/// `None`: the Binding's namespace has no usable place on the provider; nothing is copied.
+async fn side_namespaces(
+    scope: &RelatedScope<'_>,
+    entry: &RelatedResource,
+    placing: &Placing<'_>,
+) -> Option<(Option<String>, Option<String>)> {
+    let here = scope.namespace.map(str::to_string);
+    let there = match scope.namespace {
+        Some(ns) => Some(placing.provider_namespace(ns).await?),
+        None => None,
+    };
+    Some(match entry.direction {
+        RelatedDirection::FromProvider => (there, here),
+        RelatedDirection::FromConsumer => (here, there),
+    })
+}
+
+/// Puts both sides in consumer coordinates for the selection policy, remembering where the
+/// provider side's objects are (see [`placed`]). A FromConsumer source that cannot be placed
+/// is not copied.
+async fn place(
+    entry: &RelatedResource,
+    placing: &Placing<'_>,
+    mut sources: Objects,
+    targets: Objects,
+) -> (Objects, Objects, Sites) {
+    let mut sites = Sites::default();
+    if !placing.active() {
+        return (sources, targets, sites);
+    }
+    match entry.direction {
+        RelatedDirection::FromProvider => {
+            let sources = placing.to_consumer(sources, &mut sites.source).await;
+            (sources, targets, sites)
+        }
+        RelatedDirection::FromConsumer => {
+            let targets = placing.to_consumer(targets, &mut sites.target).await;
+            let mut unplaced = Vec::new();
+            for key in sources.keys() {
+                match placing.place(key).await {
+                    Some(at) => {
+                        sites.target.insert(key.clone(), at);
+                    }
+                    None => unplaced.push(key.clone()),
+                }
+            }
+            for key in unplaced {
+                sources.remove(&key);
+            }
+            (sources, targets, sites)
+        }
     }
 }
 
@@ -165,10 +236,16 @@ pub async fn delete_copies(
     scope: &RelatedScope<'_>,
     consumer: &Client,
     engagement: &Engagement,
+    policies: &crate::policy::Policies,
 ) -> Result<()> {
     for entry in scope.entries.iter().filter(|e| e.group.is_empty()) {
         let sides = Sides::new(entry, consumer, engagement);
-        let targets = select::list(&sides.target, entry, scope, Side::Target).await?;
+        let placing = Placing::new(engagement, policies, entry.resource);
+        let Some((_, namespace)) = side_namespaces(scope, entry, &placing).await else {
+            continue;
+        };
+        let targets =
+            select::list(&sides.target, entry, scope, namespace.as_deref(), Side::Target).await?;
         for target in targets.values() {
             if marker(target) == Some(scope.binding_uid) {
                 copy::delete_target(&sides.target, entry, target).await?;

@@ -29,16 +29,19 @@ pub(super) enum Side {
 /// Objects per page of a list, so memory stays bounded however many exist.
 const PAGE: u32 = 500;
 
-/// Lists one side, metadata only (names, labels, markers, resourceVersions), within the binding's scope (spec: "A Binding selects within its namespace,
-/// a ClusterBinding lists across namespaces"), never reading a protected namespace: a
-/// Binding in one lists nothing, an all-namespaces list leaves them out by field selector.
+/// Lists one side, metadata only (names, labels, markers, resourceVersions), within the
+/// binding's scope (spec: "A Binding selects within its namespace, a ClusterBinding lists
+/// across namespaces"): `namespace` is the Binding's, or where isolation placed it on the
+/// provider; `None` for a ClusterBinding. Never reads a protected namespace: a Binding in one
+/// lists nothing, an all-namespaces list leaves them out by field selector.
 pub(super) async fn list(
     client: &Client,
     entry: &RelatedResource,
     scope: &RelatedScope<'_>,
+    namespace: Option<&str>,
     side: Side,
 ) -> Result<Objects> {
-    let mut params = match scope.namespace {
+    let mut params = match namespace {
         Some(ns) if !scope.guard.allows_namespace(ns) => {
             warn!(
                 namespace = ns,
@@ -55,7 +58,7 @@ pub(super) async fn list(
     {
         params = params.labels_from(&selector);
     }
-    let api = api(client, entry, scope.namespace);
+    let api = api(client, entry, namespace);
     let mut objects = Objects::new();
     loop {
         let page = api
