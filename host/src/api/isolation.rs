@@ -39,7 +39,10 @@ pub struct Isolation {
     /// The consumer prefix; absent: derived from the consumer cluster UID. A DNS label of at
     /// most 20 characters.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 20), regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))]
+    #[schemars(
+        length(min = 1, max = 20),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    )]
     pub prefix: Option<String>,
 }
 
@@ -83,7 +86,10 @@ mod tests {
         let p = default_prefix("0f1e2d3c-4b5a-6978-8695-a4b3c2d1e0f9");
         assert_eq!(p.len(), 9);
         assert!(p.starts_with('c'));
-        assert!(p.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit()));
+        assert!(
+            p.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+        );
         assert_eq!(p, default_prefix("0f1e2d3c-4b5a-6978-8695-a4b3c2d1e0f9"));
         assert_ne!(p, default_prefix("another-cluster"));
     }

@@ -53,9 +53,8 @@ pub use role::PolicyRole;
 pub use sandbox::{MAX_INSTANCES, MAX_MEMORIES, MAX_TABLE_ELEMENTS, MAX_TABLES, SandboxResource};
 pub use types::{
     ConflictDecision, ConflictInput, ConflictReason, ObjectRef, OwnershipMarkers, Placement,
-    PlacementApi, PlacementInput, RelatedInput,
-    RelatedPlan, RelatedSource, RelatedTarget, SchemaInput, SchemaVersion, SkipReason,
-    SkippedObject,
+    PlacementApi, PlacementInput, RelatedInput, RelatedPlan, RelatedSource, RelatedTarget,
+    SchemaInput, SchemaVersion, SkipReason, SkippedObject,
 };
 
 pub use warm::DEFAULT_REUSE;

@@ -12,7 +12,8 @@ use crate::api::names::{
     CONSUMER_CLUSTER_UID_ANNOTATION, CONSUMER_OBJECT_UID_ANNOTATION, RELATED_BINDING_ANNOTATION,
 };
 use crate::api::{
-    ConflictPolicy, IsolationInForce, Reason, RelatedDirection, RelatedResource, RelatedResourceKind, ResourceScope,
+    ConflictPolicy, IsolationInForce, Reason, RelatedDirection, RelatedResource,
+    RelatedResourceKind, ResourceScope,
 };
 
 /// What the conflict policy is asked before a provider write.
