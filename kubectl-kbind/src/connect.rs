@@ -154,6 +154,7 @@ impl ConnectArgs {
             },
             auto_bind: self.auto_bind,
             binding_namespace_selector: None,
+            isolation: Default::default(),
         }
     }
 }

@@ -189,6 +189,7 @@ pub fn connection(name: &str, secret: &str, schema: SchemaPolicy, auto_bind: boo
             schema,
             auto_bind,
             binding_namespace_selector: None,
+            isolation: Default::default(),
         },
     )
 }

@@ -367,6 +367,7 @@ pub async fn apply_connection(
             },
             auto_bind: false,
             binding_namespace_selector: None,
+            isolation: Default::default(),
         },
     );
     Api::<Connection>::all(consumer.clone())
