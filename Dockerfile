@@ -3,7 +3,7 @@
 # be pulled from, `make image` builds Dockerfile.static instead (IMAGE_BUILD=dockerfile insists
 # on this file).
 #
-# Stage 1 builds the konnector with the three built-in policy modules embedded (host/build.rs
+# Stage 1 builds the konnector with the four built-in policy modules embedded (host/build.rs
 # compiles them for wasm32-wasip2). Stage 2 is distroless with nothing but the binary, run as
 # the non-root user 65532. The builder's Debian release must match the runtime's (trixie =
 # debian13): the binary links that glibc. The image is built for the build machine's

@@ -1,4 +1,4 @@
-//! Builds the three built-in policy components for `wasm32-wasip2` so the host can embed
+//! Builds the four built-in policy components for `wasm32-wasip2` so the host can embed
 //! them (`include_bytes!` in `src/policy/builtin.rs`).
 //!
 //! A nested `cargo build` on the outer build's target directory would wait forever for the
@@ -24,6 +24,10 @@ const POLICIES: &[(&str, &str)] = &[
     (
         "kbind-policy-related-selection",
         "KBIND_POLICY_RELATED_SELECTION_WASM",
+    ),
+    (
+        "kbind-policy-placement-policy",
+        "KBIND_POLICY_PLACEMENT_POLICY_WASM",
     ),
 ];
 

@@ -1,6 +1,6 @@
 //! The crate a kbind policy author depends on.
 //!
-//! The kbind konnector delegates three decisions to WebAssembly components, one WIT world
+//! The kbind konnector delegates four decisions to WebAssembly components, one WIT world
 //! per role (package `kbind:policy@0.1.0`, in `wit/policy.wit`):
 //!
 //! | role | module | export macro |
@@ -8,6 +8,7 @@
 //! | schema synthesis | [`schema`] | [`export_schema_synthesis!`] |
 //! | conflict policy | [`conflict`] | [`export_conflict_policy!`] |
 //! | related-resource selection | [`related`] | [`export_related_selection!`] |
+//! | placement | [`placement`] | [`export_placement_policy!`] |
 //!
 //! A policy is a `cdylib` crate built with `cargo build --target wasm32-wasip2`: implement
 //! the role's `Guest` trait and export it with one line.
@@ -25,8 +26,9 @@
 //! ```
 //!
 //! The helpers the built-in policies use are here too: [`selector`] (Kubernetes label
-//! selectors with their full semantics, invalid selectors are errors) and [`openapi`]
-//! (walking OpenAPI v3 documents and resolving `$ref`s).
+//! selectors with their full semantics, invalid selectors are errors), [`openapi`]
+//! (walking OpenAPI v3 documents and resolving `$ref`s) and [`placement::fit_name`] (a name
+//! composed for the provider, cut to Kubernetes' length limits by a stable hash).
 
 // Lets the generated bindings and export macros name this crate the same way from inside
 // and outside it.
@@ -34,6 +36,7 @@ extern crate self as kbind_policy_sdk;
 
 pub mod conflict;
 pub mod openapi;
+pub mod placement;
 pub mod related;
 pub mod schema;
 pub mod selector;

@@ -12,15 +12,15 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use konnector::policy::{
-    ConflictInput, Policies, PolicyArgs, PolicyLimits, PolicyRole, RelatedInput, SchemaInput,
-    builtin,
+    ConflictInput, PlacementInput, Policies, PolicyArgs, PolicyLimits, PolicyRole, RelatedInput,
+    SchemaInput, builtin,
 };
 
 /// Warm calls per row under `cargo bench`; `cargo test --all-targets` runs this file as a
 /// smoke test with a handful.
 const WARM_CALLS: usize = 200;
 const SMOKE_CALLS: usize = 3;
-/// Conflict decisions are the per-object call: measured with more calls.
+/// Conflict decisions and placements are the per-object calls: measured with more calls.
 const CONFLICT_FACTOR: usize = 25;
 
 fn main() -> anyhow::Result<()> {
@@ -47,6 +47,9 @@ fn main() -> anyhow::Result<()> {
     let conflict: ConflictInput = serde_json::from_str(&read(
         "policies/conflict-policy/fixtures/another-consumer-cluster-is-owned-by-another.input.json",
     )?)?;
+    let placement: PlacementInput = serde_json::from_str(&read(
+        "policies/placement-policy/fixtures/a-long-prefixed-name-is-shortened-by-hash.input.json",
+    )?)?;
     let related_small: RelatedInput = serde_json::from_str(&read(
         "policies/related-selection/fixtures/own-copies-no-longer-selected-are-deleted.input.json",
     )?)?;
@@ -59,11 +62,11 @@ fn main() -> anyhow::Result<()> {
     )?)?;
 
     println!(
-        "policy runtime benchmark ({calls} calls per column; conflict rows {} calls)",
+        "policy runtime benchmark ({calls} calls per column; conflict and placement rows {} calls)",
         calls * CONFLICT_FACTOR
     );
     println!(
-        "loading the three built-in modules (compile + world check): {}",
+        "loading the four built-in modules (compile + world check): {}",
         ms(load_all)
     );
     println!();
@@ -82,6 +85,21 @@ fn main() -> anyhow::Result<()> {
         |p| {
             let i = conflict.clone();
             async move { p.decide_conflict(&i).await.map(|_| ()) }
+        },
+    )?;
+    // Placement is asked once per consumer object, before its first write: a per-object call
+    // like the conflict decision.
+    let placement_size = serde_json::to_vec(&placement)?.len();
+    row(
+        &rt,
+        &policies,
+        calls * CONFLICT_FACTOR,
+        PolicyRole::Placement,
+        "Prefixed, 251-char name hashed",
+        placement_size,
+        |p| {
+            let i = placement.clone();
+            async move { p.place(&i).await.map(|_| ()) }
         },
     )?;
     for (label, input) in [

@@ -43,6 +43,11 @@ async fn related_selection_fixtures_pass() {
 }
 
 #[tokio::test]
+async fn placement_policy_fixtures_pass() {
+    assert_fixtures_pass(PolicyRole::Placement, "placement-policy", 12).await;
+}
+
+#[tokio::test]
 async fn schema_synthesis_fixtures_pass() {
     assert_fixtures_pass(PolicyRole::SchemaSynthesis, "schema-synthesis", 3).await;
 }
@@ -166,5 +171,52 @@ fn swapping_in_a_module_for_another_role_refuses_to_load() {
     assert!(
         stderr.contains("does not implement the world kbind:policy/conflict-policy@0.1.0"),
         "{stderr}"
+    );
+}
+
+#[test]
+fn policy_eval_command_places_an_object() {
+    let bin = env!("CARGO_BIN_EXE_konnector");
+    let input = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(
+        "../policies/placement-policy/fixtures/namespaced-prefixes-the-namespace-and-keeps-the-name.input.json",
+    );
+    let out = std::process::Command::new(bin)
+        .args(["policy", "eval", "--role", "placement", "--input"])
+        .arg(&input)
+        .output()
+        .unwrap_or_else(|e| panic!("running {bin}: {e}"));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let placement: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        placement,
+        serde_json::json!({"namespace": "east-team-a", "name": "w1"})
+    );
+}
+
+#[test]
+fn policy_test_command_runs_the_placement_fixtures() {
+    let bin = env!("CARGO_BIN_EXE_konnector");
+    let fixtures =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../policies/placement-policy/fixtures");
+    // The folder's name is the role's alias, as `make image-check` passes it.
+    let out = std::process::Command::new(bin)
+        .args(["policy", "test", "--reused", "--role", "placement-policy"])
+        .arg(&fixtures)
+        .output()
+        .unwrap_or_else(|e| panic!("running {bin}: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("PASS another-long-name-with-the-same-start-is-placed-apart"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.lines().any(|l| l == "12 passed, 0 failed"),
+        "{stdout}"
     );
 }

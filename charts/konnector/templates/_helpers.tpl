@@ -51,5 +51,5 @@ konnector may actively reconcile a consumer. Renders "true" or "".
 
 {{/* The policy roles, each with its --<role>-policy flag. */}}
 {{- define "konnector.policyRoles" -}}
-{{- list "schema" "conflict" "related" | toJson }}
+{{- list "schema" "conflict" "related" "placement" | toJson }}
 {{- end }}

@@ -135,6 +135,7 @@ pub async fn evaluate(
         PolicyRole::RelatedSelection => {
             evaluate_as(role, input, async |i| policies.select_related(i).await).await
         }
+        PolicyRole::Placement => evaluate_as(role, input, async |i| policies.place(i).await).await,
     }
 }
 

@@ -19,6 +19,9 @@ pub struct PolicyArgs {
     /// A related-selection component (.wasm) to use instead of the built-in one.
     #[arg(long, value_name = "FILE.wasm", env = "KBIND_RELATED_POLICY")]
     pub related_policy: Option<PathBuf>,
+    /// A placement component (.wasm) to use instead of the built-in one.
+    #[arg(long, value_name = "FILE.wasm", env = "KBIND_PLACEMENT_POLICY")]
+    pub placement_policy: Option<PathBuf>,
     /// Wall-clock budget of one policy call, in milliseconds (waits inside WASI included).
     #[arg(
         long,
@@ -83,6 +86,7 @@ impl Default for PolicyArgs {
             schema_policy: None,
             conflict_policy: None,
             related_policy: None,
+            placement_policy: None,
             policy_timeout_ms: u64::try_from(limits.timeout.as_millis()).unwrap_or(u64::MAX),
             policy_memory_mib: limits.memory_bytes / MIB,
             policy_max_input_mib: limits.max_input_bytes / MIB,
@@ -100,6 +104,7 @@ impl PolicyArgs {
             PolicyRole::SchemaSynthesis => self.schema_policy.as_ref(),
             PolicyRole::ConflictPolicy => self.conflict_policy.as_ref(),
             PolicyRole::RelatedSelection => self.related_policy.as_ref(),
+            PolicyRole::Placement => self.placement_policy.as_ref(),
         }
     }
 
@@ -109,6 +114,7 @@ impl PolicyArgs {
             PolicyRole::SchemaSynthesis => self.schema_policy = path,
             PolicyRole::ConflictPolicy => self.conflict_policy = path,
             PolicyRole::RelatedSelection => self.related_policy = path,
+            PolicyRole::Placement => self.placement_policy = path,
         }
     }
 

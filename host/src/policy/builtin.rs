@@ -1,4 +1,4 @@
-//! The three built-in policy components, built for `wasm32-wasip2` by `host/build.rs` from
+//! The four built-in policy components, built for `wasm32-wasip2` by `host/build.rs` from
 //! `policies/*` and embedded in the binary.
 
 use super::role::PolicyRole;
@@ -9,6 +9,8 @@ pub const SCHEMA_SYNTHESIS: &[u8] = include_bytes!(env!("KBIND_POLICY_SCHEMA_SYN
 pub const CONFLICT_POLICY: &[u8] = include_bytes!(env!("KBIND_POLICY_CONFLICT_POLICY_WASM"));
 /// `policies/related-selection`.
 pub const RELATED_SELECTION: &[u8] = include_bytes!(env!("KBIND_POLICY_RELATED_SELECTION_WASM"));
+/// `policies/placement-policy`.
+pub const PLACEMENT_POLICY: &[u8] = include_bytes!(env!("KBIND_POLICY_PLACEMENT_POLICY_WASM"));
 
 /// The embedded component of a role.
 pub fn component(role: PolicyRole) -> &'static [u8] {
@@ -16,6 +18,7 @@ pub fn component(role: PolicyRole) -> &'static [u8] {
         PolicyRole::SchemaSynthesis => SCHEMA_SYNTHESIS,
         PolicyRole::ConflictPolicy => CONFLICT_POLICY,
         PolicyRole::RelatedSelection => RELATED_SELECTION,
+        PolicyRole::Placement => PLACEMENT_POLICY,
     }
 }
 

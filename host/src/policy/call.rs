@@ -1,4 +1,4 @@
-//! One call path for the three roles: each role only says how its input becomes WIT, which
+//! One call path for the four roles: each role only says how its input becomes WIT, which
 //! export it calls and how its answer is checked ([`RoleModule`], in `role_module`); [`call`]
 //! does the rest the same way for all of them.
 //!

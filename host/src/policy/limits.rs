@@ -226,6 +226,35 @@ mod tests {
     }
 
     #[test]
+    fn a_placement_input_is_bounded_like_any_other() {
+        let input = crate::policy::PlacementInput {
+            consumer_cluster_uid: "c".into(),
+            connection: "provider".into(),
+            api: crate::policy::PlacementApi {
+                group: "example.org".into(),
+                resource: "widgets".into(),
+                kind: "Widget".into(),
+                scope: crate::api::ResourceScope::Cluster,
+            },
+            namespace: None,
+            name: "w".repeat(300),
+            isolation: crate::api::IsolationInForce::default(),
+        };
+        let limits = |max_input_bytes| PolicyLimits {
+            max_input_bytes,
+            ..PolicyLimits::DEFAULT
+        };
+        assert!(check_input(PolicyRole::Placement, &input, limits(1024)).is_ok());
+        let err = check_input(PolicyRole::Placement, &input, limits(256));
+        assert!(
+            err.as_ref().is_err_and(|e| e.to_string().starts_with(
+                "the input for the placement-policy policy is larger than the limit of 256 bytes"
+            )),
+            "{err:?}"
+        );
+    }
+
+    #[test]
     fn memory_cap_is_the_total_of_every_memory() {
         let mut cap = StoreCap::new(16 * MIB);
         // Two memories of 6 MiB each fit, a third does not, though each alone would.

@@ -1,6 +1,6 @@
-//! The policy runtime: the three decisions the konnector delegates to WebAssembly
-//! components (schema synthesis, conflict policy, related-resource selection), run in a
-//! wasmtime sandbox.
+//! The policy runtime: the four decisions the konnector delegates to WebAssembly
+//! components (schema synthesis, conflict policy, related-resource selection, placement), run
+//! in a wasmtime sandbox.
 //!
 //! ```text
 //! controller ──▶ Policies::decide_conflict(&ConflictInput)
@@ -28,7 +28,6 @@ mod call;
 mod error;
 mod limits;
 mod load;
-mod place_stub;
 mod role;
 mod role_module;
 mod runtime;
@@ -58,9 +57,10 @@ pub use types::{
     SchemaInput, SchemaVersion, SkipReason, SkippedObject,
 };
 
+pub use validate::{PROTECTED_NAMESPACES, is_protected_namespace, placement as check_placement};
 pub use warm::DEFAULT_REUSE;
 
-use bindings::{conflict, related, schema};
+use bindings::{conflict, placement, related, schema};
 use load::Slot;
 use role_module::RoleModule;
 use runtime::HostState;
@@ -81,6 +81,7 @@ struct Inner {
     schema: Slot<schema::SchemaSynthesisPre<HostState>>,
     conflict: Slot<conflict::ConflictPolicyPre<HostState>>,
     related: Slot<related::RelatedSelectionPre<HostState>>,
+    placement: Slot<placement::PlacementPolicyPre<HostState>>,
 }
 
 impl Inner {
@@ -93,6 +94,7 @@ impl Inner {
             schema: self.schema.without_instances(),
             conflict: self.conflict.without_instances(),
             related: self.related.without_instances(),
+            placement: self.placement.without_instances(),
         }
     }
 }
@@ -105,12 +107,13 @@ impl std::fmt::Debug for Policies {
             .field("schema", &self.inner.schema.origin)
             .field("conflict", &self.inner.conflict.origin)
             .field("related", &self.inner.related.origin)
+            .field("placement", &self.inner.placement.origin)
             .finish()
     }
 }
 
 impl Policies {
-    /// The three built-in modules with the default limits.
+    /// The four built-in modules with the default limits.
     pub fn builtin() -> Result<Self, PolicyError> {
         Self::load(&PolicyArgs::default())
     }
@@ -127,6 +130,7 @@ impl Policies {
                 schema: load::slot(path(PolicyRole::SchemaSynthesis))?,
                 conflict: load::slot(path(PolicyRole::ConflictPolicy))?,
                 related: load::slot(path(PolicyRole::RelatedSelection))?,
+                placement: load::slot(path(PolicyRole::Placement))?,
             }),
         })
     }
@@ -144,6 +148,7 @@ impl Policies {
             PolicyRole::SchemaSynthesis => inner.schema = load::module(bytes, origin)?,
             PolicyRole::ConflictPolicy => inner.conflict = load::module(bytes, origin)?,
             PolicyRole::RelatedSelection => inner.related = load::module(bytes, origin)?,
+            PolicyRole::Placement => inner.placement = load::module(bytes, origin)?,
         }
         Ok(Self {
             inner: Arc::new(inner),
@@ -210,6 +215,7 @@ impl Policies {
             PolicyRole::SchemaSynthesis => &self.inner.schema.origin,
             PolicyRole::ConflictPolicy => &self.inner.conflict.origin,
             PolicyRole::RelatedSelection => &self.inner.related.origin,
+            PolicyRole::Placement => &self.inner.placement.origin,
         }
     }
 
@@ -233,6 +239,14 @@ impl Policies {
     /// and deletes.
     pub async fn select_related(&self, input: &RelatedInput) -> Result<RelatedPlan, PolicyError> {
         self.call(&self.inner.related, input).await
+    }
+
+    /// Asks the placement policy where a consumer object's provider copy goes, before its first
+    /// provider write. The answer has passed the host's check ([`check_placement`]: valid names,
+    /// namespace by scope, no protected namespace); the caller still refuses the heartbeat
+    /// namespace and a place another consumer object already has.
+    pub async fn place(&self, input: &PlacementInput) -> Result<Placement, PolicyError> {
+        self.call(&self.inner.placement, input).await
     }
 
     /// One call of the module in `slot` under these policies' limits, timed as its role.
@@ -283,6 +297,7 @@ fn role_label(role: PolicyRole) -> &'static str {
         PolicyRole::SchemaSynthesis => "schema",
         PolicyRole::ConflictPolicy => "conflict",
         PolicyRole::RelatedSelection => "related",
+        PolicyRole::Placement => "placement",
     }
 }
 
@@ -364,5 +379,56 @@ mod tests {
         assert!(decision.is_ok(), "{decision:?}");
         let relimited = policies.with_limits(PolicyLimits::DEFAULT);
         assert_eq!(relimited.inner.conflict.pool.idle(), 0);
+    }
+
+    fn placement_question(strategy: crate::api::IsolationStrategy) -> PlacementInput {
+        PlacementInput {
+            consumer_cluster_uid: "consumer".into(),
+            connection: "provider".into(),
+            api: PlacementApi {
+                group: "example.org".into(),
+                resource: "widgets".into(),
+                kind: "Widget".into(),
+                scope: crate::api::ResourceScope::Namespaced,
+            },
+            namespace: Some("team-a".into()),
+            name: "w1".into(),
+            isolation: crate::api::IsolationInForce {
+                strategy,
+                prefix: "east".into(),
+            },
+        }
+    }
+
+    #[tokio::test]
+    async fn the_built_in_placement_answers_on_a_warm_instance() {
+        use crate::api::IsolationStrategy::{Namespaced, Prefixed};
+        let policies = policies().with_instance_reuse(DEFAULT_REUSE);
+        let placed = policies.place(&placement_question(Namespaced)).await;
+        let expected = Placement {
+            namespace: Some("east-team-a".into()),
+            name: "w1".into(),
+        };
+        assert_eq!(placed.ok(), Some(expected));
+        assert_eq!(policies.inner.placement.pool.idle(), 1);
+        let placed = policies.place(&placement_question(Prefixed)).await;
+        let expected = Placement {
+            namespace: Some("team-a".into()),
+            name: "east-w1".into(),
+        };
+        assert_eq!(placed.ok(), Some(expected));
+        assert_eq!(policies.origin(PolicyRole::Placement), "built-in");
+    }
+
+    #[tokio::test]
+    async fn a_placement_the_module_cannot_make_is_rejected() {
+        let mut question = placement_question(crate::api::IsolationStrategy::None);
+        question.namespace = None;
+        let refused = policies().place(&question).await;
+        assert!(
+            matches!(&refused, Err(PolicyError::PolicyRejected { role: PolicyRole::Placement, message, .. })
+                if message.contains("has no namespace")),
+            "{refused:?}"
+        );
     }
 }

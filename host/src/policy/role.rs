@@ -1,4 +1,4 @@
-//! The three policy roles and the WIT world each one implements.
+//! The four policy roles and the WIT world each one implements.
 
 use std::fmt;
 
@@ -29,14 +29,18 @@ pub enum PolicyRole {
     /// relatedResources entry + objects → copy / skip / delete.
     #[value(name = "related", alias = "related-selection")]
     RelatedSelection,
+    /// Consumer object + isolation settings → provider namespace and name of its copy.
+    #[value(name = "placement", alias = "placement-policy")]
+    Placement,
 }
 
 impl PolicyRole {
     /// Every role.
-    pub const ALL: [PolicyRole; 3] = [
+    pub const ALL: [PolicyRole; 4] = [
         Self::SchemaSynthesis,
         Self::ConflictPolicy,
         Self::RelatedSelection,
+        Self::Placement,
     ];
 
     /// The world a module for this role implements.
@@ -45,6 +49,7 @@ impl PolicyRole {
             Self::SchemaSynthesis => "kbind:policy/schema-synthesis@0.1.0",
             Self::ConflictPolicy => "kbind:policy/conflict-policy@0.1.0",
             Self::RelatedSelection => "kbind:policy/related-selection@0.1.0",
+            Self::Placement => "kbind:policy/placement-policy@0.1.0",
         }
     }
 
@@ -54,6 +59,7 @@ impl PolicyRole {
             Self::SchemaSynthesis => "schema-synthesis",
             Self::ConflictPolicy => "conflict-policy",
             Self::RelatedSelection => "related-selection",
+            Self::Placement => "placement-policy",
         }
     }
 }

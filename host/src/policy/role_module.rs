@@ -1,4 +1,4 @@
-//! What differs between the three roles, and only that: the generated `*Pre` of each world,
+//! What differs between the four roles, and only that: the generated `*Pre` of each world,
 //! how the host's input becomes the world's record, which export is called, and how its
 //! answer is checked ([`RoleModule`]). `call` and `load` are written once against this trait.
 
@@ -10,10 +10,13 @@ use serde::Serialize;
 use wasmtime::Store;
 use wasmtime::component::InstancePre;
 
-use super::bindings::{self, conflict, related, schema};
+use super::bindings::{self, conflict, placement, related, schema};
 use super::role::PolicyRole;
 use super::runtime::HostState;
-use super::types::{ConflictDecision, ConflictInput, RelatedInput, RelatedPlan, SchemaInput};
+use super::types::{
+    ConflictDecision, ConflictInput, Placement, PlacementInput, RelatedInput, RelatedPlan,
+    SchemaInput,
+};
 use super::validate;
 
 /// Why a role's answer is not used: the module said no, or the host's check refused it.
@@ -76,12 +79,16 @@ fn converted_and_checked<W, O, I>(
 /// Writes a role's [`RoleModule`] impl from what differs between roles: the generated `*Pre`,
 /// the input conversion, the export and the check of its answer. The role, the world's
 /// instance type and the input's WIT record are named as the host names them
-/// (`PolicyRole::ConflictPolicy`, `conflict::ConflictPolicy`, `conflict::iface::ConflictInput`).
+/// (`PolicyRole::ConflictPolicy`, `conflict::ConflictPolicy`, `conflict::iface::ConflictInput`);
+/// a role named otherwise than its world's instance type says `for <role> as <instance>`.
 /// A role whose export answers `result<T, string>` finishes `checked by` a conversion and a
 /// check ([`converted_and_checked`]); another says how it finishes.
 macro_rules! role_module {
+    ($world:ident::$pre:ident for $role:ident; $($rest:tt)+) => {
+        role_module!($world::$pre for $role as $role; $($rest)+);
+    };
     (
-        $world:ident::$pre:ident for $role:ident;
+        $world:ident::$pre:ident for $role:ident as $instance:ident;
         input $input:ident by $convert:path;
         output $wit_output:ty => $output:ty;
         invoke |$inst:ident, $store:ident, $arg:ident| $invoke:expr;
@@ -89,7 +96,7 @@ macro_rules! role_module {
     ) => {
         impl RoleModule for $world::$pre<HostState> {
             const ROLE: PolicyRole = PolicyRole::$role;
-            type Instance = $world::$role;
+            type Instance = $world::$instance;
             type Input = $input;
             type WitInput = $world::iface::$input;
             type WitOutput = $wit_output;
@@ -162,4 +169,12 @@ role_module! {
     output Result<related::iface::RelatedPlan, String> => RelatedPlan;
     invoke |instance, store, input| instance.kbind_policy_related().call_select(store, input);
     checked by bindings::related_plan, validate::plan;
+}
+
+role_module! {
+    placement::PlacementPolicyPre for Placement as PlacementPolicy;
+    input PlacementInput by bindings::placement_input;
+    output Result<placement::iface::Location, String> => Placement;
+    invoke |instance, store, input| instance.kbind_policy_placement().call_place(store, input);
+    checked by bindings::placement_location, validate::placement;
 }

@@ -1,4 +1,4 @@
-//! The Rust-facing inputs and outputs of the three policy roles, mirroring the WIT records
+//! The Rust-facing inputs and outputs of the four policy roles, mirroring the WIT records
 //! of `kbind:policy@0.1.0` with the konnector's own API types where they exist.
 //!
 //! All of them are serde-able: `konnector policy eval` and the fixture folders use exactly

@@ -28,14 +28,14 @@ pub struct ApiLabels {
 /// Labels of policy call metrics.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PolicyLabels {
-    /// `schema`, `conflict`, `related`.
+    /// `schema`, `conflict`, `related`, `placement`.
     pub role: &'static str,
 }
 
 /// Labels of policy failures.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PolicyFailureLabels {
-    /// `schema`, `conflict`, `related`.
+    /// `schema`, `conflict`, `related`, `placement`.
     pub role: &'static str,
     /// `trap`, `timeout`, `memory`, `invalid-output`, ...
     pub kind: &'static str,

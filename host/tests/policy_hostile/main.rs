@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use konnector::api::ConflictPolicy;
 use konnector::cli::policy::{Passes, run_fixtures};
 use konnector::policy::{
-    ConflictDecision, ConflictInput, MAX_MEMORIES, MAX_TABLES, OwnershipMarkers, Policies,
-    PolicyError, PolicyLimits, PolicyRole, RelatedInput, SandboxResource,
+    ConflictDecision, ConflictInput, MAX_MEMORIES, MAX_TABLES, OwnershipMarkers, Placement,
+    PlacementInput, Policies, PolicyError, PolicyLimits, PolicyRole, RelatedInput, SandboxResource,
 };
 use modules::*;
 
@@ -74,6 +74,32 @@ fn related_input() -> RelatedInput {
         "sources": [{"namespace": "a", "name": "s1"}]
     }))
     .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// A placement question about Widget `team-a/w1` (or cluster-scoped `w1` when `namespaced` is
+/// false) under the `Namespaced` strategy with prefix `east`.
+fn placement_input(namespaced: bool) -> PlacementInput {
+    serde_json::from_value(serde_json::json!({
+        "consumerClusterUid": "cluster-1",
+        "connection": "provider",
+        "api": {"group": "example.org", "resource": "widgets", "kind": "Widget",
+            "scope": if namespaced { "Namespaced" } else { "Cluster" }},
+        "namespace": namespaced.then_some("team-a"),
+        "name": "w1",
+        "isolation": {"strategy": "Namespaced", "prefix": "east"}
+    }))
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The frame of the placement tests: loads `module` as the placement policy `name`, asks it
+/// about a namespaced (or cluster-scoped) object, checks the error as [`assert_fails!`] does,
+/// then [`assert_still_answers`].
+macro_rules! assert_placement_fails {
+    ($module:expr, $name:expr, namespaced: $namespaced:expr, $($check:tt)+) => {{
+        let policies = hostile(PolicyRole::Placement, &$module, $name);
+        assert_fails!(policies.place(&placement_input($namespaced)).await, $($check)+);
+        assert_still_answers(&policies).await;
+    }};
 }
 
 fn builtin() -> Policies {
@@ -141,6 +167,18 @@ async fn assert_still_answers(policies: &Policies) {
         "related selection after a hostile call"
     );
     assert_creates(serving(PolicyRole::ConflictPolicy), 1).await;
+    let placed = serving(PolicyRole::Placement)
+        .place(&placement_input(true))
+        .await;
+    let expected = Placement {
+        namespace: Some("east-team-a".into()),
+        name: "w1".into(),
+    };
+    assert_eq!(
+        placed.ok(),
+        Some(expected),
+        "placement after a hostile call"
+    );
 }
 
 #[tokio::test]
@@ -453,4 +491,86 @@ async fn instance_with_an_invalid_answer_is_replaced() {
         opens "the conflict-policy policy forgetful.wasm returned invalid output: ");
     // The failed instance is dropped and the next call starts clean.
     assert_creates(&policies, 1).await;
+}
+
+#[tokio::test]
+async fn a_trapping_placement_module_is_a_trap_error() {
+    assert_placement_fails! {
+        placement_module(TRAP), "trap.wasm", namespaced: true,
+        PolicyError::PolicyTrap { role: PolicyRole::Placement, origin, message, .. }
+            if origin == "trap.wasm" && message.contains("unreachable"),
+        opens "the placement-policy policy trap.wasm trapped"
+    }
+}
+
+#[tokio::test]
+async fn a_looping_placement_module_times_out() {
+    assert_placement_fails! {
+        placement_module(LOOP), "loop.wasm", namespaced: true,
+        PolicyError::PolicyTimeout { role: PolicyRole::Placement, limit, .. }
+            if *limit == LIMITS.timeout,
+        says "the placement-policy policy loop.wasm did not finish within 500ms"
+    }
+}
+
+#[tokio::test]
+async fn a_placement_under_an_invalid_name_is_refused() {
+    assert_placement_fails! {
+        placement_answering(Some("east-team-a"), "Not_A_Name"), "bad-name.wasm", namespaced: true,
+        PolicyError::InvalidOutput { role: PolicyRole::Placement, .. },
+        says "the placement-policy policy bad-name.wasm returned invalid output: the name \"Not_A_Name\" is not a valid Kubernetes object name: contains 'N'; an object name has only lowercase letters, digits, '-' and '.'"
+    }
+}
+
+#[tokio::test]
+async fn a_placement_in_kube_system_is_refused() {
+    assert_placement_fails! {
+        placement_answering(Some("kube-system"), "w1"), "kube-system.wasm", namespaced: true,
+        PolicyError::InvalidOutput { role: PolicyRole::Placement, .. },
+        says "the placement-policy policy kube-system.wasm returned invalid output: the namespace \"kube-system\" is protected; copies are never placed in kube-system, kube-public, kube-node-lease"
+    }
+}
+
+#[tokio::test]
+async fn a_namespace_for_a_cluster_scoped_api_is_refused() {
+    assert_placement_fails! {
+        placement_answering(Some("team-a"), "w1"), "namespaced.wasm", namespaced: false,
+        PolicyError::InvalidOutput { role: PolicyRole::Placement, .. },
+        says "the placement-policy policy namespaced.wasm returned invalid output: placed in namespace \"team-a\", but widgets.example.org is cluster-scoped; a cluster-scoped copy has no namespace"
+    }
+}
+
+#[tokio::test]
+async fn a_placement_without_a_namespace_for_a_namespaced_api_is_refused() {
+    // Zeroed memory answers `ok({namespace: none, name: ""})`.
+    assert_placement_fails! {
+        placement_module(""), "empty.wasm", namespaced: true,
+        PolicyError::InvalidOutput { role: PolicyRole::Placement, .. },
+        opens "the placement-policy policy empty.wasm returned invalid output: placed without a namespace, but widgets.example.org is namespaced"
+    }
+}
+
+#[tokio::test]
+async fn a_valid_placement_from_a_swapped_module_is_used() {
+    let policies = hostile(
+        PolicyRole::Placement,
+        &placement_answering(None, "c1a2b3c4-w1"),
+        "fixed.wasm",
+    );
+    let placed = policies.place(&placement_input(false)).await;
+    let expected = Placement {
+        namespace: None,
+        name: "c1a2b3c4-w1".into(),
+    };
+    assert_eq!(placed.ok(), Some(expected));
+    assert_eq!(policies.origin(PolicyRole::Placement), "fixed.wasm");
+}
+
+#[tokio::test]
+async fn a_conflict_module_is_refused_as_the_placement_policy() {
+    let module = conflict_module(CREATE);
+    let loaded = builtin().with_module(PolicyRole::Placement, &module, "conflict.wasm");
+    let err = assert_fails!(loaded, PolicyError::WrongWorld { .. },
+        opens "the placement-policy module conflict.wasm does not implement the world kbind:policy/placement-policy@0.1.0");
+    assert_mentions(&err, "kbind:policy/placement@0.1.0");
 }

@@ -226,6 +226,51 @@ pub fn amplifying_related_module(entries: usize, len: usize) -> Vec<u8> {
     )
 }
 
+/// A core module exporting the placement interface's `place` with `body`. `place` takes a
+/// pointer to the `placement-input` record (19 flattened values, more than 16) and returns a
+/// pointer to `result<location, string>`: discriminant at 16, then the location at 20 (the
+/// namespace option at 20, its string at 24/28; the name at 32/36). Zeroed memory reads as
+/// `ok({namespace: none, name: ""})`; `data` are segments the body points at.
+pub fn placement_module_with(data: &str, body: &str) -> Vec<u8> {
+    component(
+        "placement-policy",
+        &format!(
+            r#"(module
+  (memory (export "memory") 1)
+  (global $heap (mut i32) (i32.const 1024))
+  {data}
+  {REALLOC}
+  (func (export "kbind:policy/placement@0.1.0#place") (param i32) (result i32)
+    {body}
+    (i32.const 16)))"#
+        ),
+    )
+}
+
+/// [`placement_module_with`] without data segments.
+pub fn placement_module(body: &str) -> Vec<u8> {
+    placement_module_with("", body)
+}
+
+/// A placement module answering `ok({namespace, name})` whatever the input: the namespace
+/// string at 256, the name at 512 (both below the heap the host's input is copied to).
+pub fn placement_answering(namespace: Option<&str>, name: &str) -> Vec<u8> {
+    assert!(name.len() <= 512, "the name must fit below the heap");
+    let ns = namespace.unwrap_or_default();
+    let data = format!(r#"(data (i32.const 256) "{ns}") (data (i32.const 512) "{name}")"#);
+    let body = format!(
+        r#"(i32.store8 (i32.const 20) (i32.const {some}))
+    (i32.store (i32.const 24) (i32.const 256))
+    (i32.store (i32.const 28) (i32.const {ns_len}))
+    (i32.store (i32.const 32) (i32.const 512))
+    (i32.store (i32.const 36) (i32.const {name_len}))"#,
+        some = u8::from(namespace.is_some()),
+        ns_len = ns.len(),
+        name_len = name.len(),
+    );
+    placement_module_with(&data, &body)
+}
+
 /// Answers `ok(create)`, whatever the input.
 pub const CREATE: &str = "(i32.const 16)";
 /// Traps with `unreachable`.

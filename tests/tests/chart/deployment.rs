@@ -41,6 +41,7 @@ policies:
   schema: {configMap: schema-policy, key: schema.wasm}
   conflict: {configMap: conflict-policy, key: policy.wasm}
   related: {configMap: related-policy, key: related.wasm}
+  placement: {configMap: placement-policy, key: placement.wasm}
 "#;
     for values in ["", non_default] {
         let out = run_helm(&["lint", "--strict", CHART, "-f", "-"], values)?;
@@ -89,6 +90,7 @@ policies:
   schema: {configMap: "", key: policy.wasm}
   conflict: {configMap: "", key: policy.wasm}
   related: {configMap: "", key: policy.wasm}
+  placement: {configMap: "", key: policy.wasm}
 "#,
     )?;
     assert_fields(&read("values.yaml")?, &values)?;

@@ -20,6 +20,21 @@ pod:
 }
 
 #[test]
+fn a_placement_config_map_mounts_the_module_and_sets_the_placement_flag() -> Result<()> {
+    let rendered = render("policies: {placement: {configMap: my-placement, key: placement.wasm}}")?;
+    let args = format!("args: {CHART_ARGS} --placement-policy=/policies/placement/policy.wasm");
+    rendered.expect(&(args
+        + r#"
+container:
+  volumeMounts: [{name: tmp}, {name: policy-placement, mountPath: /policies/placement, readOnly: true}]
+pod:
+  volumes:
+    - name: tmp
+    - {name: policy-placement, configMap: {name: my-placement, items: [{key: placement.wasm, path: policy.wasm}]}}
+"#))
+}
+
+#[test]
 fn every_policy_role_can_be_swapped() -> Result<()> {
     let rendered = render(
         r#"
@@ -27,10 +42,11 @@ policies:
   schema: {configMap: schema-cm, key: policy.wasm}
   conflict: {configMap: conflict-cm, key: policy.wasm}
   related: {configMap: related-cm, key: policy.wasm}
+  placement: {configMap: placement-cm, key: policy.wasm}
 "#,
     )?;
     // Each role gets its own file.
-    let flags = ["schema", "conflict", "related"]
+    let flags = ["schema", "conflict", "related", "placement"]
         .map(|role| format!("--{role}-policy=/policies/{role}/policy.wasm"));
     rendered.expect(&format!(
         r#"
@@ -41,6 +57,7 @@ pod:
     - configMap: {{name: schema-cm}}
     - configMap: {{name: conflict-cm}}
     - configMap: {{name: related-cm}}
+    - configMap: {{name: placement-cm}}
 "#,
         flags.join(" ")
     ))
