@@ -6,13 +6,49 @@
 
 use std::time::Duration;
 
-use kbind_tests::syncenv::{Scenario, WAIT, delete, gone, merge, set_status, stays, wait_for};
+use kbind_tests::faults::policy::constant_placement_policy;
+use kbind_tests::syncenv::{
+    Scenario, WAIT, delete, gone, merge, set_status, stays, synced_condition, wait_for,
+};
 use kbind_tests::testenv::second_consumer;
 use konnector::api::names::{CONSUMER_NAME_ANNOTATION, CONSUMER_NAMESPACE_ANNOTATION};
 use konnector::api::{Isolation, IsolationStrategy};
+use konnector::policy::{Policies, PolicyRole};
 use kube::Api;
 use kube::api::DynamicObject;
 use serde_json::{Value, json};
+
+/// The built-in policies with a placement module answering `(namespace, name)` for everything.
+fn placing_everything_at(namespace: &str, name: &str) -> anyhow::Result<Policies> {
+    let module = constant_placement_policy(Some(namespace), name)?;
+    Ok(Policies::builtin()?.with_module(PolicyRole::Placement, &module, "one-place.wasm")?)
+}
+
+/// Waits until `s`'s instance `name` says `Synced=False` with `reason`, and returns its message.
+async fn refused(s: &Scenario, name: &str, reason: &str) -> anyhow::Result<String> {
+    wait_for(&format!("{name} Synced=False {reason}"), WAIT, || async {
+        let obj = s.instances().get(name).await?;
+        Ok(synced_condition(&obj)
+            .filter(|c| c["status"] == "False" && c["reason"] == reason)
+            .map(|c| c["message"].as_str().unwrap_or_default().to_string()))
+    })
+    .await
+}
+
+/// Fails if the provider holds an object of `s`'s API named `name` anywhere.
+async fn nowhere_on_the_provider(s: &Scenario, name: &str) -> anyhow::Result<()> {
+    let all = s.api.all(&s.stack.provider);
+    let found: Vec<_> = all
+        .list(&Default::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|o| o.metadata.name.as_deref() == Some(name))
+        .map(|o| (o.metadata.namespace, o.metadata.name))
+        .collect();
+    anyhow::ensure!(found.is_empty(), "written to the provider: {found:?}");
+    Ok(())
+}
 
 /// `strategy` with the consumer prefix `prefix` (or the one derived from the cluster UID).
 fn isolation(strategy: IsolationStrategy, prefix: Option<&str>) -> Isolation {
@@ -264,4 +300,100 @@ fn under_none_copies_carry_no_placement_record() -> anyhow::Result<()> {
             assert!(!annotations.contains_key(CONSUMER_NAMESPACE_ANNOTATION));
             Ok(())
         })
+}
+
+#[test]
+fn a_placement_onto_another_consumers_copy_is_owned_by_another_and_two_objects_never_share_one()
+-> anyhow::Result<()> {
+    let ours = isolation(IsolationStrategy::Namespaced, Some("hostile"));
+    let theirs = isolation(IsolationStrategy::Namespaced, Some("victim"));
+    let second = second_consumer()?;
+    kbind_tests::runtime()?.block_on(Box::pin(async {
+        let victim = Box::pin(
+            Scenario::bound("iso-hostile")
+                .isolation(theirs.clone())
+                .on_consumer(second)
+                .start(),
+        )
+        .await?;
+        let at = place(&victim, &theirs, "db");
+        let policies = placing_everything_at(&at.0, &at.1)?;
+        let hostile = Scenario::bound("iso-hostile")
+            .isolation(ours)
+            .policies(policies)
+            .start();
+        let hostile = match Box::pin(hostile).await {
+            Ok(s) => s,
+            Err(e) => return Box::pin(victim.finish(Err(e))).await,
+        };
+        let result = Box::pin(hostile.check(async |h| {
+            victim.create("db", json!({ "size": 1 })).await?;
+            copy_at(&victim, &at, json!({ "size": 1 })).await?;
+            // Placed onto the victim's copy: the ownership check refuses it.
+            h.create("db", json!({ "size": 666 })).await?;
+            refused(h, "db", "OwnedByAnother").await?;
+            // A second object answered the same place: refused before any write.
+            h.create("other", json!({ "size": 667 })).await?;
+            let message = refused(h, "other", "PolicyFailed").await?;
+            kbind_tests::syncenv::says(&message, &["already the place of", "nothing was written"]);
+            stays(
+                "the victim's copy untouched",
+                Duration::from_secs(4),
+                || async {
+                    let copy = provider_in(&victim, &at.0).get(&at.1).await?;
+                    Ok(copy.data["spec"] == json!({ "size": 1 }))
+                },
+            )
+            .await?;
+            nowhere_on_the_provider(h, "other").await
+        }))
+        .await;
+        let result = Box::pin(hostile.finish(result)).await;
+        Box::pin(victim.finish(result)).await
+    }))
+}
+
+/// One tenant whose placement module answers `(namespace, name)` for everything: its instance
+/// is refused with `PolicyFailed` saying `why`, and nothing is written anywhere.
+fn a_bad_placement_is_refused(
+    scenario: &str,
+    namespace: &str,
+    name: &str,
+    why: &[&str],
+) -> anyhow::Result<()> {
+    Scenario::bound(scenario)
+        .isolation(isolation(IsolationStrategy::Namespaced, None))
+        .policies(placing_everything_at(namespace, name)?)
+        .run(async |s| {
+            s.create("db", json!({ "size": 1 })).await?;
+            let message = refused(s, "db", "PolicyFailed").await?;
+            kbind_tests::syncenv::says(&message, why);
+            nowhere_on_the_provider(s, name).await?;
+            nowhere_on_the_provider(s, "db").await
+        })
+}
+
+#[test]
+fn a_placement_in_kube_system_is_refused() -> anyhow::Result<()> {
+    a_bad_placement_is_refused(
+        "iso-kube-system",
+        "kube-system",
+        "db-copy",
+        &["kube-system"],
+    )
+}
+
+#[test]
+fn a_placement_in_the_heartbeat_namespace_is_refused() -> anyhow::Result<()> {
+    a_bad_placement_is_refused("iso-heartbeat", "kbind", "db-copy", &["heartbeat"])
+}
+
+#[test]
+fn a_placement_under_an_invalid_name_is_refused() -> anyhow::Result<()> {
+    a_bad_placement_is_refused(
+        "iso-invalid",
+        "fine-namespace",
+        "Not_A_Name",
+        &["Not_A_Name"],
+    )
 }

@@ -103,7 +103,13 @@ pub async fn run<K: BindingObject>(obj: &K, ctx: &Context) -> Result<()> {
                 entries: &spec.related_resources,
                 guard: &ctx.related_guard,
             };
-            related::delete_copies(&scope, &ctx.shared.consumer, engagement, &ctx.shared.policies).await?;
+            related::delete_copies(
+                &scope,
+                &ctx.shared.consumer,
+                engagement,
+                &ctx.shared.policies,
+            )
+            .await?;
         }
         None if !spec.related_resources.is_empty() => unchecked.push("related copies".into()),
         None => {}

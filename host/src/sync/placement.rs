@@ -222,10 +222,12 @@ pub fn input(
 /// Namespaces no copy goes to whatever a module answers: the cluster's own, and the one the
 /// heartbeat Lease lives in.
 pub fn protected(namespace: &str, heartbeat_namespace: &str) -> Option<&'static str> {
-    match namespace {
-        "kube-system" | "kube-public" | "kube-node-lease" => Some("a Kubernetes system namespace"),
-        ns if ns == heartbeat_namespace => Some("the namespace of the konnector's heartbeat Lease"),
-        _ => None,
+    if crate::policy::is_protected_namespace(namespace) {
+        Some("a Kubernetes system namespace")
+    } else if namespace == heartbeat_namespace {
+        Some("the namespace of the konnector's heartbeat Lease")
+    } else {
+        None
     }
 }
 

@@ -1,7 +1,7 @@
 //! Hostile conflict-policy components for the fault tests: one traps on one consumer object,
 //! never returns on another, and answers like the built-in policy for every other object
 //! (`create` without a target, `update-owned` with one; the tests have no foreign targets);
-//! another answers `adopt` to everything.
+//! another answers `adopt` to everything; a placement policy answers one place for every object.
 //!
 //! Written as core WebAssembly text implementing the canonical ABI of
 //! `kbind:policy/conflict#decide` by hand, then wrapped into a component for the
@@ -105,4 +105,38 @@ pub(crate) fn component(world: &str, core_wat: &str) -> anyhow::Result<Vec<u8>> 
         .module(&module)
         .and_then(|e| e.validate(true).encode())
         .context("encoding the component")
+}
+
+/// A placement-policy component answering `ok({namespace, name})` for every object, whatever
+/// its API, namespace or name: one place for everything, the answer the host must check.
+pub fn constant_placement_policy(namespace: Option<&str>, name: &str) -> anyhow::Result<Vec<u8>> {
+    let ns = namespace.unwrap_or_default();
+    for text in [ns, name] {
+        anyhow::ensure!(
+            text.len() < 200 && !text.contains(['"', '\\']),
+            "unexpected placement answer {text:?}"
+        );
+    }
+    // `place` takes a pointer to the placement-input record and returns a pointer to the
+    // result<location, string> at 16: ok = 0; the namespace option at 20 (some = 1), its
+    // string at 24/28; the name at 32/36. The answer's strings live at 256 and 512.
+    let core = format!(
+        r#"(module
+  (memory (export "memory") 1)
+  (global $heap (mut i32) (i32.const 1024))
+  (data (i32.const 256) "{ns}")
+  (data (i32.const 512) "{name}")
+  {REALLOC}
+  (func (export "kbind:policy/placement@0.1.0#place") (param i32) (result i32)
+    (i32.store8 (i32.const 20) (i32.const {some}))
+    (i32.store (i32.const 24) (i32.const 256))
+    (i32.store (i32.const 28) (i32.const {ns_len}))
+    (i32.store (i32.const 32) (i32.const 512))
+    (i32.store (i32.const 36) (i32.const {name_len}))
+    (i32.const 16)))"#,
+        some = u8::from(namespace.is_some()),
+        ns_len = ns.len(),
+        name_len = name.len(),
+    );
+    component("placement-policy", &core)
 }

@@ -134,10 +134,22 @@ pub async fn sync_entry(
         let Some((source_ns, target_ns)) = side_namespaces(scope, entry, &placing).await else {
             return Ok(None);
         };
-        let sources =
-            select::list(&sides.source, entry, scope, source_ns.as_deref(), Side::Source).await?;
-        let targets =
-            select::list(&sides.target, entry, scope, target_ns.as_deref(), Side::Target).await?;
+        let sources = select::list(
+            &sides.source,
+            entry,
+            scope,
+            source_ns.as_deref(),
+            Side::Source,
+        )
+        .await?;
+        let targets = select::list(
+            &sides.target,
+            entry,
+            scope,
+            target_ns.as_deref(),
+            Side::Target,
+        )
+        .await?;
         let (sources, targets, sites) = place(entry, &placing, sources, targets).await;
         let plan = select::plan(scope, entry, &sources, &targets, policies).await?;
         Ok::<_, Error>(Some((sources, targets, sites, plan)))
@@ -244,8 +256,14 @@ pub async fn delete_copies(
         let Some((_, namespace)) = side_namespaces(scope, entry, &placing).await else {
             continue;
         };
-        let targets =
-            select::list(&sides.target, entry, scope, namespace.as_deref(), Side::Target).await?;
+        let targets = select::list(
+            &sides.target,
+            entry,
+            scope,
+            namespace.as_deref(),
+            Side::Target,
+        )
+        .await?;
         for target in targets.values() {
             if marker(target) == Some(scope.binding_uid) {
                 copy::delete_target(&sides.target, entry, target).await?;
