@@ -7,10 +7,13 @@
 use std::time::Duration;
 
 use kbind_tests::faults::policy::constant_placement_policy;
+use kbind_tests::syncenv::related::{entry, none_of, put_secret, secret_value, wait_secret};
 use kbind_tests::syncenv::{
     Scenario, WAIT, delete, gone, merge, set_status, stays, synced_condition, wait_for,
 };
 use kbind_tests::testenv::second_consumer;
+use konnector::api::RelatedDirection::{FromConsumer, FromProvider};
+use konnector::api::RelatedResourceKind::Secrets;
 use konnector::api::names::{CONSUMER_NAME_ANNOTATION, CONSUMER_NAMESPACE_ANNOTATION};
 use konnector::api::{Isolation, IsolationStrategy};
 use konnector::policy::{Policies, PolicyRole};
@@ -396,4 +399,87 @@ fn a_placement_under_an_invalid_name_is_refused() -> anyhow::Result<()> {
         "Not_A_Name",
         &["Not_A_Name"],
     )
+}
+
+#[test]
+fn related_secrets_under_namespaced_land_next_to_their_instances() -> anyhow::Result<()> {
+    let iso = isolation(IsolationStrategy::Namespaced, Some("rel"));
+    let entries = vec![
+        entry(Secrets, FromConsumer, &["creds"], &[]),
+        entry(Secrets, FromProvider, &["endpoint"], &[]),
+    ];
+    Scenario::bound("iso-rel")
+        .isolation(iso.clone())
+        .related(entries)
+        .run(async |s| {
+            let at = place(s, &iso, "db");
+            s.create("db", json!({ "size": 1 })).await?;
+            copy_at(s, &at, json!({ "size": 1 })).await?;
+            // Consumer → provider: the copy lands in the instance's provider namespace, named
+            // as on the consumer, so the instance's reference by name keeps working there.
+            put_secret(
+                &s.consumer,
+                s.ns(),
+                "creds",
+                &[],
+                &[("password", "c")],
+                None,
+            )
+            .await?;
+            let copy = wait_secret(&s.provider, &at.0, "creds").await?;
+            assert_eq!(secret_value(&copy, "password").as_deref(), Some("c"));
+            // Provider → consumer: read from the placed namespace, written to the binding's.
+            put_secret(&s.provider, &at.0, "endpoint", &[], &[("url", "p")], None).await?;
+            let endpoint = wait_secret(&s.consumer, s.ns(), "endpoint").await?;
+            assert_eq!(secret_value(&endpoint, "url").as_deref(), Some("p"));
+            // Nothing at the unplaced coordinates: the provider's own namespace of that name
+            // is not this consumer's.
+            none_of(&s.provider, &[(s.ns(), "creds")]).await
+        })
+}
+
+#[test]
+fn related_secrets_under_prefixed_get_the_prefix_too() -> anyhow::Result<()> {
+    let iso = isolation(IsolationStrategy::Prefixed, Some("relp"));
+    let entries = vec![
+        entry(Secrets, FromConsumer, &["creds"], &[]),
+        entry(Secrets, FromProvider, &["endpoint"], &[]),
+    ];
+    Scenario::bound("iso-relp")
+        .isolation(iso.clone())
+        .related(entries)
+        .run(async |s| {
+            put_secret(
+                &s.consumer,
+                s.ns(),
+                "creds",
+                &[],
+                &[("password", "c")],
+                None,
+            )
+            .await?;
+            wait_secret(&s.provider, s.ns(), "relp-creds").await?;
+            // A provider Secret without this consumer's prefix is not its to copy.
+            put_secret(
+                &s.provider,
+                s.ns(),
+                "endpoint",
+                &[],
+                &[("url", "other")],
+                None,
+            )
+            .await?;
+            put_secret(
+                &s.provider,
+                s.ns(),
+                "relp-endpoint",
+                &[],
+                &[("url", "p")],
+                None,
+            )
+            .await?;
+            let endpoint = wait_secret(&s.consumer, s.ns(), "endpoint").await?;
+            assert_eq!(secret_value(&endpoint, "url").as_deref(), Some("p"));
+            none_of(&s.provider, &[(s.ns(), "creds")]).await
+        })
 }
