@@ -148,7 +148,9 @@ fn exit_code(e: &anyhow::Error) -> ExitCode {
 /// Runs one parsed command.
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::ProviderRbac(args) => crate::rbac::run(&args, cli.client.namespace.as_deref()),
+        Command::ProviderRbac(args) => {
+            crate::rbac::run(&args, cli.client.namespace.as_deref()).await
+        }
         Command::Connect(args) => crate::connect::run(&cli.client, args).await,
         Command::Bind(args) => crate::bind::run(&cli.client, args).await,
         Command::Status(args) => crate::status::run(&cli.client, args).await,

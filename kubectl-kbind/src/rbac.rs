@@ -12,16 +12,26 @@
 //! | materialize a namespace | create Namespaces |
 //! | sync related objects (`--related`) | sources: get/list; targets: get/list/create/patch/update/delete |
 //! | heartbeat | get/create/update Leases in the Lease namespace (a Role there) |
+//!
+//! With `--isolation` and the consumer namespaces (`--consumer-namespace`), writes are granted
+//! only where the konnector places copies: RBAC has no prefix match, so the instance and
+//! related write verbs go into a Role in each placed namespace (placed by the built-in
+//! placement policy, the one the konnector runs), while the cluster-wide reads the watches
+//! need stay in the ClusterRole. Without consumer namespaces the cluster-wide rules stand.
 
 use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
 use konnector::api::names::DEFAULT_HEARTBEAT_NAMESPACE;
-use konnector::api::{RelatedDirection, RelatedResource, RelatedResourceKind};
+use konnector::api::{
+    IsolationInForce, IsolationStrategy, RelatedDirection, RelatedResource, RelatedResourceKind,
+    ResourceScope,
+};
+use konnector::policy::{PlacementApi, PlacementInput};
 
 use crate::cli::UsageError;
-use crate::connect::{FIELD_MANAGER, Source};
+use crate::connect::{FIELD_MANAGER, IsolationArg, Source};
 
 /// Flags of `provider-rbac`.
 #[derive(clap::Args, Debug)]
@@ -50,6 +60,18 @@ pub struct RbacArgs {
     /// Name of the ClusterRole, Role and their bindings.
     #[arg(long, default_value = "kbind-konnector", value_name = "NAME")]
     pub name: String,
+    /// The Connection's isolation strategy (with --consumer-namespace: writes only where it
+    /// places copies).
+    #[arg(long, value_enum, default_value_t = IsolationArg::None)]
+    pub isolation: IsolationArg,
+    /// The Connection's consumer prefix (`kubectl get connection NAME -o
+    /// jsonpath='{.status.isolation.prefix}'`); needed with --isolation Namespaced.
+    #[arg(long, value_name = "PREFIX")]
+    pub prefix: Option<String>,
+    /// A consumer namespace whose instances (and related objects) the konnector syncs;
+    /// repeatable. Absent: writes are granted cluster-wide.
+    #[arg(long = "consumer-namespace", value_name = "NS")]
+    pub consumer_namespaces: Vec<String>,
 }
 
 /// `--subject-kind` values.
@@ -67,7 +89,7 @@ pub enum SubjectKind {
 }
 
 /// Prints the RBAC the flags describe; `namespace` is `-n`, the ServiceAccount's namespace.
-pub fn run(args: &RbacArgs, namespace: Option<&str>) -> anyhow::Result<()> {
+pub async fn run(args: &RbacArgs, namespace: Option<&str>) -> anyhow::Result<()> {
     for api in &args.apis {
         if api
             .split_once('.')
@@ -77,10 +99,60 @@ pub fn run(args: &RbacArgs, namespace: Option<&str>) -> anyhow::Result<()> {
         }
     }
     let subject = subject(args.subject_kind, &args.subject, namespace)?;
-    for doc in generate(args, subject) {
+    let placed = placed_namespaces(args).await?;
+    for doc in generate(args, subject, placed.as_deref()) {
         print!("---\n{}", serde_yaml::to_string(&doc)?);
     }
     Ok(())
+}
+
+/// The provider namespaces copies of the `--consumer-namespace`s go to under `--isolation`,
+/// as the built-in placement policy places them; `None` without consumer namespaces (writes
+/// stay cluster-wide).
+async fn placed_namespaces(args: &RbacArgs) -> anyhow::Result<Option<Vec<String>>> {
+    if args.consumer_namespaces.is_empty() {
+        return Ok(None);
+    }
+    let strategy = IsolationStrategy::from(args.isolation);
+    let prefix = match (&args.prefix, strategy) {
+        (Some(prefix), _) => prefix.clone(),
+        (None, IsolationStrategy::Namespaced) => {
+            return Err(UsageError(
+                "--isolation Namespaced with --consumer-namespace needs the Connection's --prefix \
+                 (kubectl get connection NAME -o jsonpath='{.status.isolation.prefix}')"
+                    .into(),
+            )
+            .into());
+        }
+        (None, _) => String::new(),
+    };
+    let policies = konnector::policy::Policies::builtin()?;
+    let mut placed = Vec::new();
+    for namespace in &args.consumer_namespaces {
+        let input = PlacementInput {
+            consumer_cluster_uid: String::new(),
+            connection: String::new(),
+            api: PlacementApi {
+                group: String::new(),
+                resource: "secrets".into(),
+                kind: "Secret".into(),
+                scope: ResourceScope::Namespaced,
+            },
+            namespace: Some(namespace.clone()),
+            name: "placement-probe".into(),
+            isolation: IsolationInForce {
+                strategy,
+                prefix: prefix.clone(),
+            },
+        };
+        let place = policies.place(&input).await?;
+        if let Some(ns) = place.namespace
+            && !placed.contains(&ns)
+        {
+            placed.push(ns);
+        }
+    }
+    Ok(Some(placed))
 }
 
 /// The RBAC subject; a ServiceAccount needs its namespace.
@@ -109,8 +181,43 @@ fn rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> Value {
     json!({"apiGroups": groups, "resources": resources, "verbs": verbs})
 }
 
-/// The ClusterRole rules, one or more per row of the permissions table.
-pub fn cluster_rules(args: &RbacArgs) -> Vec<Value> {
+/// The instance and related write verbs.
+const WRITES: [&str; 4] = ["create", "patch", "update", "delete"];
+
+/// The ClusterRole rules, one or more per row of the permissions table; with `placed`
+/// namespaces, only the reads of the instance and related rows (see [`placed_rules`]).
+pub fn cluster_rules(args: &RbacArgs, placed: Option<&[String]>) -> Vec<Value> {
+    let keep = |verbs: &[&str]| -> Vec<String> {
+        verbs
+            .iter()
+            .filter(|v| placed.is_none() || !WRITES.contains(v))
+            .map(|v| v.to_string())
+            .collect()
+    };
+    let scoped: Vec<Value> = sync_rules(args)
+        .into_iter()
+        .map(|(groups, resources, verbs)| {
+            json!({"apiGroups": groups, "resources": resources, "verbs": keep(&verbs)})
+        })
+        .collect();
+    let mut rules = fixed_rules(args);
+    rules.extend(scoped);
+    rules
+}
+
+/// The rules of the write verbs a Role grants in each placed namespace.
+pub fn placed_rules(args: &RbacArgs) -> Vec<Value> {
+    sync_rules(args)
+        .into_iter()
+        .filter_map(|(groups, resources, verbs)| {
+            let writes: Vec<&str> = verbs.into_iter().filter(|v| WRITES.contains(v)).collect();
+            (!writes.is_empty()).then(|| rule(&groups, &resources, &writes))
+        })
+        .collect()
+}
+
+/// The rules that do not depend on where copies go: identity, namespaces, discovery.
+fn fixed_rules(args: &RbacArgs) -> Vec<Value> {
     let mut rules = vec![
         // Identify plain Kubernetes: read Namespace kube-system.
         json!({"apiGroups": [""], "resources": ["namespaces"], "resourceNames": ["kube-system"], "verbs": ["get"]}),
@@ -132,6 +239,12 @@ pub fn cluster_rules(args: &RbacArgs) -> Vec<Value> {
         urls.extend(["/openapi/v3", "/openapi/v3/*"]);
     }
     rules.push(json!({"nonResourceURLs": urls, "verbs": ["get"]}));
+    rules
+}
+
+/// The instance and related rows as (groups, resources, verbs).
+fn sync_rules(args: &RbacArgs) -> Vec<(Vec<&str>, Vec<&str>, Vec<&'static str>)> {
+    let mut rules = Vec::new();
     // Sync instances: cluster-wide reads, target writes; one rule per API group.
     let mut by_group: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
     for api in &args.apis {
@@ -143,13 +256,10 @@ pub fn cluster_rules(args: &RbacArgs) -> Vec<Value> {
         }
     }
     for (group, plurals) in by_group {
-        rules.push(rule(
-            &[group],
-            &plurals,
-            &[
-                "get", "list", "watch", "create", "patch", "update", "delete",
-            ],
-        ));
+        let verbs = vec![
+            "get", "list", "watch", "create", "patch", "update", "delete",
+        ];
+        rules.push((vec![group], plurals, verbs));
     }
     // Sync related objects: read sources on the provider, write targets there.
     let mut related: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
@@ -158,7 +268,7 @@ pub fn cluster_rules(args: &RbacArgs) -> Vec<Value> {
             RelatedResourceKind::Secrets => "secrets",
             RelatedResourceKind::Configmaps => "configmaps",
         };
-        let verbs: &[&str] = match r.direction {
+        let verbs: &[&'static str] = match r.direction {
             RelatedDirection::FromProvider => &["get", "list"],
             RelatedDirection::FromConsumer => {
                 &["get", "list", "create", "patch", "update", "delete"]
@@ -172,15 +282,42 @@ pub fn cluster_rules(args: &RbacArgs) -> Vec<Value> {
         }
     }
     for (resource, verbs) in related {
-        rules.push(rule(&[""], &[resource], &verbs));
+        rules.push((vec![""], vec![resource], verbs));
     }
     rules
 }
 
 /// Every object to apply on the provider: the Lease namespace, the ClusterRole and Role with
-/// their bindings to `subject`.
-pub fn generate(args: &RbacArgs, subject: Value) -> Vec<Value> {
+/// their bindings to `subject`; with `placed` namespaces, each with a Role of the write verbs
+/// (and the namespace itself, so the Role has somewhere to live).
+pub fn generate(args: &RbacArgs, subject: Value, placed: Option<&[String]>) -> Vec<Value> {
     let labels = json!({"app.kubernetes.io/managed-by": FIELD_MANAGER, "app.kubernetes.io/part-of": "kbind"});
+    let name = &args.name;
+    let mut docs = common(args, &subject, &labels, placed);
+    for placed_ns in placed.unwrap_or_default() {
+        docs.push(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": placed_ns, "labels": labels}}));
+        docs.push(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": name, "namespace": placed_ns, "labels": labels},
+            "rules": placed_rules(args),
+        }));
+        docs.push(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": name, "namespace": placed_ns, "labels": labels},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": [subject],
+        }));
+    }
+    docs
+}
+
+/// The Lease namespace, the ClusterRole and the heartbeat Role with their bindings.
+fn common(
+    args: &RbacArgs,
+    subject: &Value,
+    labels: &Value,
+    placed: Option<&[String]>,
+) -> Vec<Value> {
     let name = &args.name;
     let ns = &args.lease_namespace;
     vec![
@@ -188,7 +325,7 @@ pub fn generate(args: &RbacArgs, subject: Value) -> Vec<Value> {
         json!({
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
             "metadata": {"name": name, "labels": labels},
-            "rules": cluster_rules(args),
+            "rules": cluster_rules(args, placed),
         }),
         json!({
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
@@ -233,6 +370,9 @@ mod tests {
             lease_namespace: "kbind".into(),
             kcp: false,
             name: "kbind-konnector".into(),
+            isolation: IsolationArg::None,
+            prefix: None,
+            consumer_namespaces: vec![],
         }
     }
 
@@ -252,7 +392,7 @@ mod tests {
 
     #[test]
     fn instance_sync_is_granted_per_api_and_nothing_wider() {
-        let rules = cluster_rules(&args(Source::Crd, &[]));
+        let rules = cluster_rules(&args(Source::Crd, &[]), None);
         let widgets = find(&rules, "example.org", "widgets");
         assert_eq!(widgets.len(), 1);
         assert_eq!(
@@ -274,7 +414,7 @@ mod tests {
 
     #[test]
     fn identity_reads_only_kube_system_and_namespaces_may_only_be_created() {
-        let rules = cluster_rules(&args(Source::Crd, &[]));
+        let rules = cluster_rules(&args(Source::Crd, &[]), None);
         let ns = find(&rules, "", "namespaces");
         assert_eq!(ns[0]["resourceNames"], json!(["kube-system"]));
         assert_eq!(ns[0]["verbs"], json!(["get"]));
@@ -283,9 +423,9 @@ mod tests {
 
     #[test]
     fn the_schema_source_decides_crd_and_openapi_access() {
-        let crd = cluster_rules(&args(Source::Crd, &[]));
-        let openapi = cluster_rules(&args(Source::OpenApi, &[]));
-        let auto = cluster_rules(&args(Source::Auto, &[]));
+        let crd = cluster_rules(&args(Source::Crd, &[]), None);
+        let openapi = cluster_rules(&args(Source::OpenApi, &[]), None);
+        let auto = cluster_rules(&args(Source::Auto, &[]), None);
         let has_openapi =
             |rules: &[Value]| rules.iter().any(|r| r.to_string().contains("/openapi/v3"));
         assert!(!find(&crd, "apiextensions.k8s.io", "customresourcedefinitions").is_empty());
@@ -307,10 +447,13 @@ mod tests {
 
     #[test]
     fn related_directions_grant_reads_for_sources_and_writes_for_targets() {
-        let rules = cluster_rules(&args(
-            Source::Crd,
-            &["secrets:FromProvider", "configmaps:FromConsumer"],
-        ));
+        let rules = cluster_rules(
+            &args(
+                Source::Crd,
+                &["secrets:FromProvider", "configmaps:FromConsumer"],
+            ),
+            None,
+        );
         assert_eq!(
             find(&rules, "", "secrets")[0]["verbs"],
             json!(["get", "list"])
@@ -326,6 +469,7 @@ mod tests {
         let docs = generate(
             &args(Source::Crd, &[]),
             subject(SubjectKind::ServiceAccount, "k", Some("kbind"))?,
+            None,
         );
         let kinds: Vec<&str> = docs.iter().filter_map(|d| d["kind"].as_str()).collect();
         assert_eq!(
@@ -349,13 +493,60 @@ mod tests {
         );
         assert!(
             find(
-                &cluster_rules(&args(Source::Crd, &[])),
+                &cluster_rules(&args(Source::Crd, &[]), None),
                 "coordination.k8s.io",
                 "leases"
             )
             .is_empty()
         );
         Ok(())
+    }
+
+    #[tokio::test]
+    async fn isolation_grants_writes_only_in_the_placed_namespaces() -> anyhow::Result<()> {
+        let mut isolated = args(Source::Crd, &["configmaps:FromConsumer"]);
+        isolated.isolation = IsolationArg::Namespaced;
+        isolated.prefix = Some("east".into());
+        isolated.consumer_namespaces = vec!["team-a".into(), "team-b".into()];
+        let placed = placed_namespaces(&isolated).await?;
+        assert_eq!(
+            placed.as_deref(),
+            Some(&["east-team-a".to_string(), "east-team-b".to_string()][..])
+        );
+        let rules = cluster_rules(&isolated, placed.as_deref());
+        assert_eq!(
+            find(&rules, "example.org", "widgets")[0]["verbs"],
+            json!(["get", "list", "watch"]),
+            "cluster-wide reads only"
+        );
+        let docs = generate(
+            &isolated,
+            json!({"kind": "User", "name": "k"}),
+            placed.as_deref(),
+        );
+        let roles: Vec<&Value> = docs
+            .iter()
+            .filter(|d| d["kind"] == "Role" && d["metadata"]["namespace"] != "kbind")
+            .collect();
+        assert_eq!(roles.len(), 2);
+        assert_eq!(roles[0]["metadata"]["namespace"], "east-team-a");
+        assert_eq!(
+            find(
+                roles[0]["rules"].as_array().map_or(&[][..], |r| r),
+                "example.org",
+                "widgets"
+            )[0]["verbs"],
+            json!(["create", "patch", "update", "delete"])
+        );
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn namespaced_isolation_without_a_prefix_is_a_usage_error() {
+        let mut isolated = args(Source::Crd, &[]);
+        isolated.isolation = IsolationArg::Namespaced;
+        isolated.consumer_namespaces = vec!["team-a".into()];
+        assert!(placed_namespaces(&isolated).await.is_err());
     }
 
     #[test]
