@@ -171,8 +171,15 @@ async fn identical_names_sync_apart(
             .and_then(|m| m.get(CONSUMER_NAMESPACE_ANNOTATION)),
         Some(&a.ns().to_string())
     );
-    a.in_sync("db").await?;
+    let synced = a.in_sync("db").await?;
     b.in_sync("db").await?;
+    // The instance says where its copy lives (what `kubectl kbind status` shows).
+    let message = synced_condition(&synced).map(|c| c["message"].clone());
+    let said = format!(
+        "the provider copy at {}/{} matches the spec",
+        at_a.0, at_a.1
+    );
+    assert_eq!(message, Some(json!(said)));
 
     set_status(
         &provider_in(a, &at_a.0),

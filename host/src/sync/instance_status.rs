@@ -26,6 +26,9 @@ pub enum Synced<'a> {
     True {
         /// `metadata.generation` of the instance the copy was written from.
         generation: Option<i64>,
+        /// Where the copy is, `namespace/name`, when isolation placed it elsewhere than the
+        /// instance: the message says so, so `kubectl kbind status` can show it.
+        placed_at: Option<&'a str>,
     },
     /// The copy could not be written; the reason says why.
     False {
@@ -90,16 +93,33 @@ fn conditions(status: Option<&Value>) -> impl Iterator<Item = &Value> {
         .flatten()
 }
 
+/// The `Synced=True` message of a copy where its instance is.
+const IN_SYNC_MESSAGE: &str = "the provider copy matches the spec";
+/// How the `Synced=True` message of a placed copy begins; the copy's `namespace/name` follows.
+pub const PLACED_PREFIX: &str = "the provider copy at ";
+
 fn set_synced(status: &mut Value, current: Option<&Value>, synced: Synced<'_>) {
     let type_ = ConditionType::Synced.as_str();
     let (state, reason, message, generation) = match synced {
-        Synced::True { generation } => (
+        Synced::True {
+            generation,
+            placed_at: None,
+        } => (
             "True",
             Reason::AsExpected,
-            "the provider copy matches the spec",
+            IN_SYNC_MESSAGE.to_string(),
             generation,
         ),
-        Synced::False { reason, message } => ("False", reason, message, None),
+        Synced::True {
+            generation,
+            placed_at: Some(at),
+        } => (
+            "True",
+            Reason::AsExpected,
+            format!("{PLACED_PREFIX}{at} matches the spec"),
+            generation,
+        ),
+        Synced::False { reason, message } => ("False", reason, message.to_string(), None),
     };
     let previous = conditions(current).find(|c| c["type"] == type_);
     let since = previous
@@ -163,6 +183,7 @@ mod tests {
 
     const IN_SYNC: Synced<'static> = Synced::True {
         generation: Some(3),
+        placed_at: None,
     };
 
     #[test]

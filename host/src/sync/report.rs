@@ -43,8 +43,11 @@ pub(super) async fn in_sync(
         clear_conflict(obj, ctx).await?;
     }
     ctx.record_outcome(obj, Outcome::InSync);
+    let placed = (ctx.spec.isolation.strategy != crate::api::IsolationStrategy::None)
+        .then(|| super::placement::display(copy.metadata.namespace.as_deref(), &copy.name_any()));
     let synced = Synced::True {
         generation: obj.metadata.generation,
+        placed_at: placed.as_deref(),
     };
     write_status(obj, ctx, Some(copy), synced)
         .await

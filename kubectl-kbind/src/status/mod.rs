@@ -21,7 +21,7 @@ use crate::binding::{BindingObject, api_names, conditions, kind};
 use crate::cli::{NotReady, OutputArgs};
 use crate::client::ClientArgs;
 use crate::output;
-use model::{ApiNode, BindingNode, ConnectionNode, Report, State, classify};
+use model::{ApiNode, BindingNode, ConnectionNode, Placed, Report, State, classify, placed_at};
 
 /// Flags of `status`.
 #[derive(clap::Args, Debug)]
@@ -193,6 +193,11 @@ async fn connection_node(
         ready: State::of(&status.conditions, ConditionType::Ready),
         source: status.active_schema_source.clone(),
         deleting: connection.metadata.deletion_timestamp.is_some(),
+        isolation: status
+            .isolation
+            .as_ref()
+            .filter(|i| i.strategy != konnector::api::IsolationStrategy::None)
+            .map(|i| format!("{} (prefix {})", i.strategy.as_str(), i.prefix)),
         problems: status
             .conditions
             .iter()
@@ -209,6 +214,13 @@ async fn binding_node(b: &Bound, api: &str, crds: &mut CrdCache) -> BindingNode 
         Ok(Some(items)) => {
             for item in items {
                 let value = serde_json::to_value(&item).unwrap_or_default();
+                if let Some(at) = placed_at(&value) {
+                    node.placed.push(Placed {
+                        namespace: item.metadata.namespace.clone(),
+                        name: item.name_any(),
+                        at,
+                    });
+                }
                 node.count(
                     item.metadata.namespace.clone(),
                     item.name_any(),

@@ -84,6 +84,10 @@ pub struct ConnectionNode {
     pub source: Option<String>,
     /// Whether it is being deleted.
     pub deleting: bool,
+    /// Where its copies go on the provider, when isolation places them elsewhere:
+    /// `<strategy> (prefix <prefix>)`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub isolation: Option<String>,
     /// Its other conditions that are not as expected (SchemaInSync=False,
     /// ProviderDegraded=True, ...), by type.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
@@ -126,6 +130,10 @@ pub struct BindingNode {
     /// Conflicting and failing instances, by name.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub failing: Vec<Failing>,
+    /// Where in-sync instances' copies live on the provider, when isolation placed them
+    /// elsewhere than the instances.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub placed: Vec<Placed>,
     /// Why instances could not be counted (no consumer CRD yet, a list error).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
@@ -157,6 +165,31 @@ pub struct Failing {
     pub reason: String,
     /// What the konnector said.
     pub message: String,
+}
+
+/// One instance whose provider copy lives elsewhere than the instance.
+#[derive(Serialize, Debug, Clone, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Placed {
+    /// Its namespace.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Its name.
+    pub name: String,
+    /// Its provider copy, `namespace/name`.
+    pub at: String,
+}
+
+/// Where the provider copy of an in-sync instance is, as its `Synced=True` message says when
+/// isolation placed it elsewhere.
+pub fn placed_at(instance: &Value) -> Option<String> {
+    let synced = instance["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "Synced" && c["status"] == "True")?;
+    let message = synced["message"].as_str()?;
+    let rest = message.strip_prefix(konnector::sync::instance_status::PLACED_PREFIX)?;
+    rest.strip_suffix(" matches the spec").map(str::to_string)
 }
 
 /// How one instance stands.
@@ -267,6 +300,16 @@ impl Report {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_placed_copy_is_read_from_the_synced_message() {
+        let placed = serde_json::json!({ "status": { "conditions": [{ "type": "Synced",
+            "status": "True", "message": "the provider copy at east-team-a/db matches the spec" }] } });
+        assert_eq!(placed_at(&placed).as_deref(), Some("east-team-a/db"));
+        let beside = serde_json::json!({ "status": { "conditions": [{ "type": "Synced",
+            "status": "True", "message": "the provider copy matches the spec" }] } });
+        assert_eq!(placed_at(&beside), None);
+    }
     use serde_json::json;
 
     #[test]

@@ -8,6 +8,9 @@
 //!         instances: 2 synced, 1 conflicting, 0 failing, 0 pending
 //!         ✗ team-a/w3  OwnedByAnother: owned by another consumer
 //! ```
+//!
+//! Under isolation the Connection line names the strategy and each in-sync instance where its
+//! copy lives (`→ team-a/w1  on the provider at east-team-a/w1`).
 
 use std::fmt::Write as _;
 
@@ -48,6 +51,9 @@ fn render_connection(out: &mut String, c: &ConnectionNode) {
     let _ = write!(out, "Connection {}  {}", c.name, state("Ready", &c.ready));
     if let Some(source) = &c.source {
         let _ = write!(out, "  source={source}");
+    }
+    if let Some(isolation) = &c.isolation {
+        let _ = write!(out, "  isolation={isolation}");
     }
     if c.deleting {
         out.push_str("  (deleting)");
@@ -149,12 +155,26 @@ fn render_binding(out: &mut String, indent: &str, last: bool, b: &BindingNode) {
             b.failing.len() - MAX_NAMED
         );
     }
+    for p in b.placed.iter().take(MAX_NAMED) {
+        let name = match &p.namespace {
+            Some(ns) => format!("{ns}/{}", p.name),
+            None => p.name.clone(),
+        };
+        let _ = writeln!(out, "{pad}→ {name}  on the provider at {}", p.at);
+    }
+    if b.placed.len() > MAX_NAMED {
+        let _ = writeln!(
+            out,
+            "{pad}→ … and {} more placed (-o yaml lists all)",
+            b.placed.len() - MAX_NAMED
+        );
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::status::model::{ApiNode, Instance};
+    use crate::status::model::{ApiNode, Instance, Placed};
 
     fn ready(status: &str, reason: &str) -> State {
         State {
@@ -188,6 +208,7 @@ mod tests {
                 ready: ready("True", "AsExpected"),
                 source: Some("CRD".into()),
                 deleting: false,
+                isolation: None,
                 problems: Default::default(),
                 apis: vec![
                     ApiNode {
@@ -271,6 +292,26 @@ Connection provider  Ready=True  source=CRD
         let text = render(&r);
         assert!(
             text.contains("instances: 3 synced, 1 conflicting, 0 failing, 0 pending"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn under_isolation_each_placed_instance_shows_where_its_copy_lives() {
+        let mut r = report();
+        r.connections[0].isolation = Some("Namespaced (prefix east)".into());
+        r.connections[0].apis[1].bindings[0].placed.push(Placed {
+            namespace: Some("team-a".into()),
+            name: "w1".into(),
+            at: "east-team-a/w1".into(),
+        });
+        let text = render(&r);
+        assert!(
+            text.contains("isolation=Namespaced (prefix east)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("→ team-a/w1  on the provider at east-team-a/w1"),
             "{text}"
         );
     }
