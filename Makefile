@@ -60,10 +60,12 @@ TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),target)
 # konnector binary built beside it (KONNECTOR=path measures another binary the same way).
 BENCH_INSTANCES ?= 1000
 BENCH_APIS ?= 5
+# None, or Namespaced: copies placed in `bench-bench` (each first sync asks the placement policy).
+BENCH_ISOLATION ?= None
 KONNECTOR ?=
 bench: wasm-target kube-bin
 	$(CARGO) bench --workspace --bench policy
-	$(CARGO) bench --workspace --bench sync -- --instances $(BENCH_INSTANCES) --apis $(BENCH_APIS) $(if $(KONNECTOR),--konnector $(KONNECTOR))
+	$(CARGO) bench --workspace --bench sync -- --instances $(BENCH_INSTANCES) --apis $(BENCH_APIS) --isolation $(BENCH_ISOLATION) $(if $(KONNECTOR),--konnector $(KONNECTOR))
 
 # The whole data path on two local kube-apiservers; Ctrl-C tears down.
 demo: tools

@@ -45,14 +45,20 @@ pub struct Progress {
 
 impl Progress {
     /// Starts watching copies and instances of `apis` in the bench namespace.
-    pub fn watch(apis: &[TestApi], consumer: &Client, provider: &Client, instances: usize) -> Self {
+    pub fn watch(
+        apis: &[TestApi],
+        consumer: &Client,
+        provider: &Client,
+        provider_ns: &str,
+        instances: usize,
+    ) -> Self {
         let seen = Arc::new(Mutex::new(Seen::default()));
         let mut watches = Vec::new();
         for (k, api) in apis.iter().enumerate() {
             let copies = watcher(
                 Api::<PartialObjectMeta<DynamicObject>>::namespaced_with(
                     provider.clone(),
-                    NS,
+                    provider_ns,
                     &api.resource(),
                 ),
                 watcher::Config::default().labels(MANAGED_LABEL),

@@ -63,6 +63,8 @@ const DEFAULT_APIS: usize = 5;
 pub(crate) const CONCURRENCY: usize = 16;
 pub(crate) const NS: &str = "bench";
 const CONNECTION: &str = "provider";
+/// The consumer prefix of a `--isolation Namespaced` run.
+const ISOLATION_PREFIX: &str = "bench";
 const WAIT: Duration = Duration::from_secs(1800);
 
 /// What one run measures.
@@ -75,6 +77,9 @@ pub(crate) struct Config {
     konnector: Option<PathBuf>,
     /// How many APIs the instances are spread over (one syncer each).
     apis: usize,
+    /// `--isolation Namespaced` (or `KBIND_BENCH_ISOLATION`): the Connection places copies in
+    /// `<prefix>-bench`, so each instance's first sync also asks the placement policy.
+    pub(crate) namespaced: bool,
 }
 
 impl Config {
@@ -104,7 +109,24 @@ impl Config {
                 Some(n) => n.parse().context("--apis")?,
                 None => DEFAULT_APIS,
             },
+            namespaced: match flag("--isolation")
+                .or_else(|| std::env::var("KBIND_BENCH_ISOLATION").ok())
+                .as_deref()
+            {
+                None | Some("" | "None") => false,
+                Some("Namespaced") => true,
+                Some(other) => anyhow::bail!("--isolation {other}: None or Namespaced"),
+            },
         })
+    }
+
+    /// The provider namespace the copies of the bench namespace's instances are in.
+    pub(crate) fn provider_ns(&self) -> String {
+        if self.namespaced {
+            format!("{ISOLATION_PREFIX}-{NS}")
+        } else {
+            NS.to_string()
+        }
     }
 
     /// Requests the baselines keep in flight: what the konnector may, one syncer per API.
@@ -142,6 +164,12 @@ async fn run(config: &Config, pair: &ClusterPair, binary: PathBuf) -> anyhow::Re
         instances: config.instances,
         apis: config.apis,
         concurrency: CONCURRENCY,
+        isolation: if config.namespaced {
+            "Namespaced"
+        } else {
+            "None"
+        }
+        .to_string(),
         ..Report::default()
     };
     eprintln!("bench: baseline ({} objects)", config.instances);
@@ -152,7 +180,13 @@ async fn run(config: &Config, pair: &ClusterPair, binary: PathBuf) -> anyhow::Re
     let apis = prepare(config, pair, &consumer, &provider).await?;
     // Cold start: the process starts with every instance and the Binding already there.
     eprintln!("bench: starting the konnector");
-    let progress = initial::Progress::watch(&apis, &consumer, &provider, config.instances);
+    let progress = initial::Progress::watch(
+        &apis,
+        &consumer,
+        &provider,
+        &config.provider_ns(),
+        config.instances,
+    );
     let log = pair.root().join("konnector.log");
     let kubeconfig = pair.consumer.admin().kubeconfig_path().to_path_buf();
     let requests_before = initial::request_counts(&consumer, &provider).await?;
@@ -209,6 +243,17 @@ async fn prepare(
         ..SchemaPolicy::default()
     };
     connect(consumer, &pair.provider, CONNECTION, schema, false).await?;
+    if config.namespaced {
+        let isolation = json!({ "spec": { "isolation": {
+            "strategy": "Namespaced", "prefix": ISOLATION_PREFIX } } });
+        kube::Api::<konnector::api::Connection>::all(consumer.clone())
+            .patch(
+                CONNECTION,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&isolation),
+            )
+            .await?;
+    }
     eprintln!("bench: creating {} consumer instances", config.instances);
     futures::stream::iter(0..config.instances)
         .map(|i| {

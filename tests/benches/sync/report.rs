@@ -10,6 +10,8 @@ use std::time::Duration;
 pub struct Report {
     pub instances: usize,
     pub apis: usize,
+    /// The Connection's isolation strategy (None or Namespaced).
+    pub isolation: String,
     pub concurrency: usize,
     pub baseline_apply_objects_per_s: f64,
     pub required_writes_objects_per_s: f64,
@@ -87,11 +89,12 @@ pub fn output_path() -> PathBuf {
 pub fn print_table(r: &Report) {
     println!(
         "\nsync benchmark: {} instances over {} APIs, concurrency {} per API ({} in flight), \
-         loopback clusters",
+         isolation {}, loopback clusters",
         r.instances,
         r.apis,
         r.concurrency,
-        r.concurrency * r.apis
+        r.concurrency * r.apis,
+        r.isolation
     );
     let none = String::new;
     let rows: Vec<(&str, String, String, &str)> = vec![

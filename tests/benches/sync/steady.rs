@@ -41,7 +41,7 @@ pub async fn steady_state(
             spec_samples.clone(),
             status_pending.clone(),
         );
-        let copies = api.api(provider, Some(NS));
+        let copies = api.api(provider, Some(&config.provider_ns()));
         let stream = watcher(api.all(provider), watcher::Config::default()).applied_objects();
         watches.push(tokio::spawn(async move {
             let mut stream = std::pin::pin!(stream);
