@@ -35,6 +35,7 @@ use crate::api::names::CONSUMER_CLUSTER_LABEL;
 use crate::k8s::ApiErrorExt;
 use crate::registry::{DeniedBy, Outcomes};
 use crate::shared::Shared;
+use crate::telemetry::{WatchLabels, metrics};
 
 use super::context::{SyncContext, SyncerSpec};
 use super::placement::{Placements, origin_of};
@@ -113,6 +114,27 @@ fn follow_denials<K>(
     }
 }
 
+/// Counts each full list a watch makes (`kbind_watch_lists_total`): the first, and every one
+/// after a watch that could not resume.
+fn count_lists<K>(
+    api: &str,
+    cluster: &'static str,
+) -> impl FnMut(watcher::Result<watcher::Event<K>>) -> watcher::Result<watcher::Event<K>> + use<K> {
+    let lists = metrics()
+        .watch_lists
+        .get_or_create(&WatchLabels {
+            api: api.to_string(),
+            cluster,
+        })
+        .clone();
+    move |event| {
+        if let Ok(watcher::Event::Init) = &event {
+            lists.inc();
+        }
+        event
+    }
+}
+
 /// Runs one syncer until `shutdown`. Binding changes re-reconcile the instances whose
 /// selection they changed, so newly selected namespaces are picked up without a resync.
 pub async fn run(
@@ -150,6 +172,7 @@ pub async fn run(
             }
             event
         })
+        .map(count_lists(&spec.api, "provider"))
         .map(follow_denials(
             shared.outcomes.clone(),
             key.clone(),
@@ -177,6 +200,7 @@ pub async fn run(
         consumer_writer,
         watcher(consumer_api, watcher::Config::default())
             .modify(drop_managed_fields)
+            .map(count_lists(&ctx.spec.api, "consumer"))
             .map(follow_denials(
                 ctx.shared.outcomes.clone(),
                 key,

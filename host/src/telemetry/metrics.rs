@@ -25,6 +25,15 @@ pub struct ApiLabels {
     pub api: String,
 }
 
+/// Labels of syncer watch metrics.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WatchLabels {
+    /// `<plural>.<group>`.
+    pub api: String,
+    /// `consumer` or `provider`.
+    pub cluster: &'static str,
+}
+
 /// Labels of policy call metrics.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PolicyLabels {
@@ -99,6 +108,10 @@ pub struct Metrics {
     /// Instance reconciles (periodic resyncs, mostly) that found the provider copy in sync
     /// and sent nothing, per API: the idle work.
     pub in_sync_checks: Family<ApiLabels, Counter>,
+    /// Full lists a syncer's watch made, per API and cluster: one at start, then one per
+    /// watch that could not resume (`410 Gone`, an expired resourceVersion), the costliest
+    /// thing a watch does.
+    pub watch_lists: Family<WatchLabels, Counter>,
 }
 
 fn latency_histogram() -> Histogram {
@@ -125,6 +138,7 @@ impl Metrics {
             engaged_connections: Gauge::default(),
             syncer_starts: Family::default(),
             in_sync_checks: Family::default(),
+            watch_lists: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -201,6 +215,11 @@ impl Metrics {
             "in_sync_checks",
             "Instance reconciles that found the provider copy in sync and sent nothing",
             metrics.in_sync_checks.clone(),
+        );
+        registry.register(
+            "watch_lists",
+            "Full lists made by syncer watches (start, and each watch that could not resume)",
+            metrics.watch_lists.clone(),
         );
         Self {
             registry,

@@ -9,6 +9,6 @@ mod server;
 pub use logging::{LogFormat, init_logging};
 pub use metrics::{
     ApiLabels, ControllerLabels, Metrics, PolicyFailureLabels, PolicyLabels, ReconcileTimer,
-    RelatedLabels, RelatedReadLabels, metrics,
+    RelatedLabels, RelatedReadLabels, WatchLabels, metrics,
 };
 pub use server::{Health, serve_health, serve_metrics};
