@@ -167,7 +167,7 @@ impl SyncContext {
         if let Some(place) = self.placements.get(&key) {
             return Ok(place);
         }
-        let input = placement::input(&self.spec, &key, strategy);
+        let input = placement::input(&self.spec, &key);
         let place = self
             .shared
             .policies

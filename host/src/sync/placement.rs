@@ -180,25 +180,10 @@ impl Placements {
             places.by_place.remove(&place);
         }
     }
-
-    /// How many instances have a recorded place.
-    pub fn len(&self) -> usize {
-        lock(&self.inner).by_instance.len()
-    }
-
-    /// Whether no instance has a recorded place.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
 /// What the placement policy is asked for `key`.
-pub fn input(
-    spec: &super::context::SyncerSpec,
-    key: &InstanceKey,
-    isolation_strategy: IsolationStrategy,
-) -> PlacementInput {
-    debug_assert!(isolation_strategy != IsolationStrategy::None);
+pub fn input(spec: &super::context::SyncerSpec, key: &InstanceKey) -> PlacementInput {
     let target = &spec.target;
     PlacementInput {
         consumer_cluster_uid: spec.consumer_cluster_uid.clone(),

@@ -77,6 +77,9 @@ pub(crate) struct Config {
     konnector: Option<PathBuf>,
     /// How many APIs the instances are spread over (one syncer each).
     apis: usize,
+    /// How long the idle phase lasts (`--idle SECONDS` or `KBIND_BENCH_IDLE`; 10 minutes
+    /// under `--bench`, 3 s in the smoke run).
+    idle: Duration,
     /// `--isolation Namespaced` (or `KBIND_BENCH_ISOLATION`): the Connection places copies in
     /// `<prefix>-bench`, so each instance's first sync also asks the placement policy.
     pub(crate) namespaced: bool,
@@ -108,6 +111,11 @@ impl Config {
             apis: match flag("--apis").or_else(|| std::env::var("KBIND_BENCH_APIS").ok()) {
                 Some(n) => n.parse().context("--apis")?,
                 None => DEFAULT_APIS,
+            },
+            idle: match flag("--idle").or_else(|| std::env::var("KBIND_BENCH_IDLE").ok()) {
+                Some(s) => Duration::from_secs(s.parse().context("--idle")?),
+                None if bench => Duration::from_secs(600),
+                None => Duration::from_secs(3),
             },
             namespaced: match flag("--isolation")
                 .or_else(|| std::env::var("KBIND_BENCH_ISOLATION").ok())
@@ -210,6 +218,11 @@ async fn run(config: &Config, pair: &ClusterPair, binary: PathBuf) -> anyhow::Re
     eprintln!("bench: steady state");
     steady::steady_state(config, &apis, &consumer, &provider, &mut report).await?;
     report.konnector_rss_mib_after_steady_state = mib(konnector.rss_bytes()?);
+    report.konnector_rss_kib_per_instance =
+        report.konnector_rss_mib_after_steady_state * 1024.0 / config.instances as f64;
+
+    eprintln!("bench: idle for {} s", config.idle.as_secs());
+    idle(config, &konnector, &consumer, &provider, &mut report).await?;
     report.konnector_cpu_seconds_total = konnector.cpu_seconds()?;
 
     let (p50, p99, mean) = policy_cost(config.policy_calls).await?;
@@ -218,6 +231,41 @@ async fn run(config: &Config, pair: &ClusterPair, binary: PathBuf) -> anyhow::Re
     report.policy_decision_mean_us = mean;
     drop(konnector);
     Ok(report)
+}
+
+/// Every instance in sync and nothing changing for `config.idle`: the konnector's CPU and the
+/// requests both apiservers served meanwhile, instance objects apart from the rest.
+async fn idle(
+    config: &Config,
+    konnector: &KonnectorProcess,
+    consumer: &Client,
+    provider: &Client,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    // The steady phase's last status writes land first.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (cpu, before, started) = (
+        konnector.cpu_seconds()?,
+        initial::request_counts(consumer, provider).await?,
+        Instant::now(),
+    );
+    tokio::time::sleep(config.idle).await;
+    let after = initial::request_counts(consumer, provider).await?;
+    let elapsed = started.elapsed().as_secs_f64();
+    let per_minute = |instances: bool| {
+        after
+            .iter()
+            .filter(|(key, _)| key.ends_with(" widgets") == instances)
+            .map(|(key, n)| n - before.get(key).copied().unwrap_or(0.0))
+            .sum::<f64>()
+            * 60.0
+            / elapsed
+    };
+    report.idle_seconds = elapsed;
+    report.idle_cpu_percent_of_a_core = 100.0 * (konnector.cpu_seconds()? - cpu) / elapsed;
+    report.idle_instance_requests_per_minute = per_minute(true);
+    report.idle_other_requests_per_minute = per_minute(false);
+    Ok(())
 }
 
 /// The bench's APIs on both clusters, the Connection, N consumer instances spread over the
