@@ -117,18 +117,7 @@ async fn copy_at(
     (namespace, name): &(String, String),
     spec: Value,
 ) -> anyhow::Result<DynamicObject> {
-    let copies = provider_in(s, namespace);
-    wait_for(
-        &format!("the provider copy {namespace}/{name} with spec {spec}"),
-        WAIT,
-        || async {
-            Ok(copies
-                .get_opt(name)
-                .await?
-                .filter(|o| o.data["spec"] == spec))
-        },
-    )
-    .await
+    s.copy_at_with_spec(namespace, name, spec).await
 }
 
 /// Waits until `s`'s instance `name` has `status.phase` `phase`.
@@ -408,85 +397,88 @@ fn a_placement_under_an_invalid_name_is_refused() -> anyhow::Result<()> {
     )
 }
 
-#[test]
-fn related_secrets_under_namespaced_land_next_to_their_instances() -> anyhow::Result<()> {
-    let iso = isolation(IsolationStrategy::Namespaced, Some("rel"));
+/// A tenant under `iso` whose Binding copies Secret `creds` to the provider and Secret
+/// `endpoint` from it.
+fn with_related_secrets(
+    name: &str,
+    iso: &Isolation,
+    body: impl AsyncFnOnce(&Scenario) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
     let entries = vec![
         entry(Secrets, FromConsumer, &["creds"], &[]),
         entry(Secrets, FromProvider, &["endpoint"], &[]),
     ];
-    Scenario::bound("iso-rel")
+    Scenario::bound(name)
         .isolation(iso.clone())
         .related(entries)
-        .run(async |s| {
-            let at = place(s, &iso, "db");
-            s.create("db", json!({ "size": 1 })).await?;
-            copy_at(s, &at, json!({ "size": 1 })).await?;
-            // Consumer → provider: the copy lands in the instance's provider namespace, named
-            // as on the consumer, so the instance's reference by name keeps working there.
-            put_secret(
-                &s.consumer,
-                s.ns(),
-                "creds",
-                &[],
-                &[("password", "c")],
-                None,
-            )
-            .await?;
-            let copy = wait_secret(&s.provider, &at.0, "creds").await?;
-            assert_eq!(secret_value(&copy, "password").as_deref(), Some("c"));
-            // Provider → consumer: read from the placed namespace, written to the binding's.
-            put_secret(&s.provider, &at.0, "endpoint", &[], &[("url", "p")], None).await?;
-            let endpoint = wait_secret(&s.consumer, s.ns(), "endpoint").await?;
-            assert_eq!(secret_value(&endpoint, "url").as_deref(), Some("p"));
-            // Nothing at the unplaced coordinates: the provider's own namespace of that name
-            // is not this consumer's.
-            none_of(&s.provider, &[(s.ns(), "creds")]).await
-        })
+        .run(body)
+}
+
+#[test]
+fn related_secrets_under_namespaced_land_next_to_their_instances() -> anyhow::Result<()> {
+    let iso = isolation(IsolationStrategy::Namespaced, Some("rel"));
+    with_related_secrets("iso-rel", &iso, async |s| {
+        let at = place(s, &iso, "db");
+        s.create("db", json!({ "size": 1 })).await?;
+        copy_at(s, &at, json!({ "size": 1 })).await?;
+        // Consumer → provider: the copy lands in the instance's provider namespace, named as
+        // on the consumer, so the instance's reference by name keeps working there.
+        put_secret(
+            &s.consumer,
+            s.ns(),
+            "creds",
+            &[],
+            &[("password", "c")],
+            None,
+        )
+        .await?;
+        let copy = wait_secret(&s.provider, &at.0, "creds").await?;
+        assert_eq!(secret_value(&copy, "password").as_deref(), Some("c"));
+        // Provider → consumer: read from the placed namespace, written to the binding's.
+        put_secret(&s.provider, &at.0, "endpoint", &[], &[("url", "p")], None).await?;
+        let endpoint = wait_secret(&s.consumer, s.ns(), "endpoint").await?;
+        assert_eq!(secret_value(&endpoint, "url").as_deref(), Some("p"));
+        // Nothing at the unplaced coordinates: the provider's own namespace of that name is
+        // not this consumer's.
+        none_of(&s.provider, &[(s.ns(), "creds")]).await
+    })
 }
 
 #[test]
 fn related_secrets_under_prefixed_get_the_prefix_too() -> anyhow::Result<()> {
     let iso = isolation(IsolationStrategy::Prefixed, Some("relp"));
-    let entries = vec![
-        entry(Secrets, FromConsumer, &["creds"], &[]),
-        entry(Secrets, FromProvider, &["endpoint"], &[]),
-    ];
-    Scenario::bound("iso-relp")
-        .isolation(iso.clone())
-        .related(entries)
-        .run(async |s| {
-            put_secret(
-                &s.consumer,
-                s.ns(),
-                "creds",
-                &[],
-                &[("password", "c")],
-                None,
-            )
-            .await?;
-            wait_secret(&s.provider, s.ns(), "relp-creds").await?;
-            // A provider Secret without this consumer's prefix is not its to copy.
-            put_secret(
-                &s.provider,
-                s.ns(),
-                "endpoint",
-                &[],
-                &[("url", "other")],
-                None,
-            )
-            .await?;
-            put_secret(
-                &s.provider,
-                s.ns(),
-                "relp-endpoint",
-                &[],
-                &[("url", "p")],
-                None,
-            )
-            .await?;
-            let endpoint = wait_secret(&s.consumer, s.ns(), "endpoint").await?;
-            assert_eq!(secret_value(&endpoint, "url").as_deref(), Some("p"));
-            none_of(&s.provider, &[(s.ns(), "creds")]).await
-        })
+    with_related_secrets("iso-relp", &iso, async |s| {
+        put_secret(
+            &s.consumer,
+            s.ns(),
+            "creds",
+            &[],
+            &[("password", "c")],
+            None,
+        )
+        .await?;
+        wait_secret(&s.provider, s.ns(), "relp-creds").await?;
+        // A provider Secret without this consumer's prefix is not its to copy.
+        put_secret(
+            &s.provider,
+            s.ns(),
+            "endpoint",
+            &[],
+            &[("url", "other")],
+            None,
+        )
+        .await?;
+        put_secret(
+            &s.provider,
+            s.ns(),
+            "relp-endpoint",
+            &[],
+            &[("url", "p")],
+            None,
+        )
+        .await?;
+        let endpoint = wait_secret(&s.consumer, s.ns(), "endpoint").await?;
+        assert_eq!(secret_value(&endpoint, "url").as_deref(), Some("p"));
+        none_of(&s.provider, &[(s.ns(), "creds")]).await
+    })
 }

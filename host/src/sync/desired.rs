@@ -104,6 +104,11 @@ mod tests {
         crate::sync::placement::same_place(&key_of(c))
     }
 
+    /// Whether `p` is `c`'s copy as written under `None` for object UID `uid`.
+    fn matches(p: &DynamicObject, c: &DynamicObject, uid: &str) -> bool {
+        provider_copy_matches(p, c, IsolationStrategy::None, "cluster-uid", uid)
+    }
+
     fn consumer() -> DynamicObject {
         let mut obj =
             consumer_widget(json!({ "spec": { "size": 3 }, "status": { "phase": "Old" } }));
@@ -170,25 +175,45 @@ mod tests {
     fn matching_copy_is_recognised_and_any_spec_change_is_not() {
         let c = consumer();
         let mut p = provider_of(&c);
+        assert!(matches(&p, &c, "obj-uid"));
+        assert!(!matches(&p, &c, "new-uid"), "recreated object");
+        p.data["spec"]["size"] = json!(4);
+        assert!(!matches(&p, &c, "obj-uid"));
+    }
+
+    #[test]
+    fn a_placed_copy_records_its_object_and_matches_only_it() {
+        let c = consumer();
+        let place = Placement {
+            namespace: Some("east-team-a".into()),
+            name: "w".into(),
+        };
+        let body = provider_copy(&c, &place, &ar(), "cluster-uid", "obj-uid", None);
+        assert_eq!(body["metadata"]["namespace"], "east-team-a");
+        assert_eq!(
+            body["metadata"]["annotations"]["core.kbind.io/consumer-namespace"],
+            "team-a"
+        );
+        assert_eq!(
+            body["metadata"]["annotations"]["core.kbind.io/consumer-name"],
+            "w"
+        );
+        let mut p: DynamicObject = serde_json::from_value(body).expect("valid object");
+        let strategy = IsolationStrategy::Namespaced;
         assert!(provider_copy_matches(
             &p,
             &c,
-            IsolationStrategy::None,
+            strategy,
             "cluster-uid",
             "obj-uid"
         ));
+        if let Some(annotations) = p.metadata.annotations.as_mut() {
+            annotations.insert("core.kbind.io/consumer-name".into(), "other".into());
+        }
         assert!(
-            !provider_copy_matches(&p, &c, IsolationStrategy::None, "cluster-uid", "new-uid"),
-            "recreated object"
+            !provider_copy_matches(&p, &c, strategy, "cluster-uid", "obj-uid"),
+            "a copy recording another object is rewritten"
         );
-        p.data["spec"]["size"] = json!(4);
-        assert!(!provider_copy_matches(
-            &p,
-            &c,
-            IsolationStrategy::None,
-            "cluster-uid",
-            "obj-uid"
-        ));
     }
 
     #[test]
@@ -196,13 +221,7 @@ mod tests {
         let c = consumer();
         let mut p = provider_of(&c);
         p.metadata.labels = None;
-        assert!(!provider_copy_matches(
-            &p,
-            &c,
-            IsolationStrategy::None,
-            "cluster-uid",
-            "obj-uid"
-        ));
+        assert!(!matches(&p, &c, "obj-uid"));
     }
 
     #[test]
@@ -212,12 +231,6 @@ mod tests {
         if let Some(labels) = p.metadata.labels.as_mut() {
             labels.remove(CONSUMER_CLUSTER_LABEL);
         }
-        assert!(!provider_copy_matches(
-            &p,
-            &c,
-            IsolationStrategy::None,
-            "cluster-uid",
-            "obj-uid"
-        ));
+        assert!(!matches(&p, &c, "obj-uid"));
     }
 }

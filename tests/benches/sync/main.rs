@@ -261,6 +261,16 @@ async fn idle(
             * 60.0
             / elapsed
     };
+    report.idle_requests_per_minute = after
+        .iter()
+        .map(|(key, n)| {
+            (
+                key.clone(),
+                (n - before.get(key).copied().unwrap_or(0.0)) * 60.0 / elapsed,
+            )
+        })
+        .filter(|(_, per_minute)| *per_minute > 0.0)
+        .collect();
     report.idle_seconds = elapsed;
     report.idle_cpu_percent_of_a_core = 100.0 * (konnector.cpu_seconds()? - cpu) / elapsed;
     report.idle_instance_requests_per_minute = per_minute(true);

@@ -63,6 +63,8 @@ pub struct Report {
     pub idle_instance_requests_per_minute: f64,
     /// Every other request (Leases, Events, status of kbind's own objects), per minute.
     pub idle_other_requests_per_minute: f64,
+    /// The idle phase's requests per minute, keyed `<cluster> <verb> <resource>`.
+    pub idle_requests_per_minute: BTreeMap<String, f64>,
     pub policy_decision_p50_us: f64,
     pub policy_decision_p99_us: f64,
     /// Wall time of all decisions over their number: the amortized cost of one.

@@ -86,9 +86,20 @@ impl Scenario {
 
     /// Waits until the provider copy of instance `name` has exactly `spec`.
     pub async fn copy_with_spec(&self, name: &str, spec: Value) -> anyhow::Result<DynamicObject> {
-        let copies = self.copies();
+        self.copy_at_with_spec(self.ns(), name, spec).await
+    }
+
+    /// Waits until the provider object `namespace/name` of the main API has exactly `spec`:
+    /// a copy placed elsewhere than its instance.
+    pub async fn copy_at_with_spec(
+        &self,
+        namespace: &str,
+        name: &str,
+        spec: Value,
+    ) -> anyhow::Result<DynamicObject> {
+        let copies = self.api.api(&self.stack.provider, Some(namespace));
         wait_for(
-            &format!("the provider copy of {name} with spec {spec}"),
+            &format!("the provider copy {namespace}/{name} with spec {spec}"),
             WAIT,
             || async {
                 Ok(copies

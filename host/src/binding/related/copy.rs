@@ -140,6 +140,11 @@ pub(super) async fn apply_plan(
             source: sites.source_of(&key),
             target: sites.target_of(&key),
         };
+        // Where isolation placed the target is held to the same rule as the binding's own
+        // namespace (never a system, credential or konnector namespace).
+        if !scope.guard.allows_namespace(&at.target.0) {
+            continue;
+        }
         let decision = decide(scope.binding_uid, source, target);
         if decision == Decision::Create
             && namespaces.insert(at.target.0.clone())
