@@ -482,3 +482,45 @@ fn related_secrets_under_prefixed_get_the_prefix_too() -> anyhow::Result<()> {
         none_of(&s.provider, &[(s.ns(), "creds")]).await
     })
 }
+
+#[test]
+fn swapping_in_a_module_that_places_elsewhere_moves_no_copy() -> anyhow::Result<()> {
+    let iso = isolation(IsolationStrategy::Namespaced, Some("kept"));
+    kbind_tests::runtime()?.block_on(Box::pin(async {
+        let first = Box::pin(Scenario::bound("iso-swap").isolation(iso.clone()).start()).await?;
+        let at = place(&first, &iso, "db");
+        let written = first
+            .check(async |s| {
+                s.create("db", json!({ "size": 1 })).await?;
+                copy_at(s, &at, json!({ "size": 1 })).await.map(drop)
+            })
+            .await;
+        // The konnector stops; the binding, the instance and its copy stay.
+        Box::pin(first.finish(written)).await?;
+        // The same Connection and binding under a konnector whose placement module answers
+        // another place for every object.
+        let swapped = Scenario::unbound("iso-swap")
+            .isolation(iso)
+            .policies(placing_everything_at("elsewhere", "db")?)
+            .start();
+        Box::pin(swapped)
+            .await?
+            .run(async |s| {
+                s.engage();
+                merge(&s.instances(), "db", json!({ "spec": { "size": 2 } })).await?;
+                copy_at(s, &at, json!({ "size": 2 })).await?;
+                stays(
+                    "no copy where the new module says",
+                    Duration::from_secs(4),
+                    || async { Ok(provider_in(s, "elsewhere").get_opt("db").await?.is_none()) },
+                )
+                .await?;
+                // Only an object without a copy is placed the new way.
+                s.create("fresh", json!({ "size": 3 })).await?;
+                copy_at(s, &("elsewhere".into(), "db".into()), json!({ "size": 3 }))
+                    .await
+                    .map(drop)
+            })
+            .await
+    }))
+}

@@ -94,7 +94,7 @@ fn a_forced_relist_loses_nothing_and_writes_nothing_again() -> anyhow::Result<()
             let sides = Sides::of(s);
             sides.create_many("w", 0..MANY).await?;
             sides.converged(MANY).await?;
-            tokio::time::sleep(Duration::from_secs(3)).await;
+            tokio::time::sleep(Duration::from_secs(1)).await;
             let api = s.api.name();
             let lists = |cluster| watch_lists(&api, cluster);
             let (consumer_lists, provider_lists) = (lists("consumer"), lists("provider"));
@@ -102,14 +102,15 @@ fn a_forced_relist_loses_nothing_and_writes_nothing_again() -> anyhow::Result<()
             // last saw; restarted apiservers then hold no events that old (`410 Gone`), so
             // both watches must list everything again.
             let churn = tokio::spawn(churn(s.consumer.clone(), s.provider.clone()));
-            tokio::time::sleep(Duration::from_secs(3)).await;
-            let restarted = async {
-                restart(&s.pair().provider, Duration::from_secs(1)).await?;
-                restart(&s.pair().consumer, Duration::from_secs(1)).await
-            }
-            .await;
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            let down = Duration::from_secs(1);
+            let (provider, consumer) = tokio::join!(
+                restart(&s.pair().provider, down),
+                restart(&s.pair().consumer, down)
+            );
             churn.abort();
-            restarted?;
+            provider?;
+            consumer?;
             let requests = object_requests(s).await?;
             kbind_tests::syncenv::wait_for(
                 "both watches listed again",
@@ -122,7 +123,7 @@ fn a_forced_relist_loses_nothing_and_writes_nothing_again() -> anyhow::Result<()
             )
             .await?;
             // Let the re-listed objects' reconciles run.
-            tokio::time::sleep(Duration::from_secs(8)).await;
+            tokio::time::sleep(Duration::from_secs(4)).await;
             let sent = object_requests(s).await? - requests;
             anyhow::ensure!(
                 sent == 0.0,
