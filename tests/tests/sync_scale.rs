@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use kbind_tests::faults::{Sides, instance_name, restart};
+use kbind_tests::faults::{Sides, force_relists, instance_name};
 use kbind_tests::fixtures::served_requests;
 use kbind_tests::syncenv::Scenario;
 use konnector::telemetry::{ApiLabels, WatchLabels, metrics};
@@ -101,16 +101,7 @@ fn a_forced_relist_loses_nothing_and_writes_nothing_again() -> anyhow::Result<()
             // Other writes move both clusters' revisions past what the syncers' quiet watches
             // last saw; restarted apiservers then hold no events that old (`410 Gone`), so
             // both watches must list everything again.
-            let churn = tokio::spawn(churn(s.consumer.clone(), s.provider.clone()));
-            tokio::time::sleep(Duration::from_secs(2)).await;
-            let down = Duration::from_secs(1);
-            let (provider, consumer) = tokio::join!(
-                restart(&s.pair().provider, down),
-                restart(&s.pair().consumer, down)
-            );
-            churn.abort();
-            provider?;
-            consumer?;
+            force_relists(s.pair(), Duration::from_secs(2)).await?;
             let requests = object_requests(s).await?;
             kbind_tests::syncenv::wait_for(
                 "both watches listed again",
@@ -138,21 +129,4 @@ fn a_forced_relist_loses_nothing_and_writes_nothing_again() -> anyhow::Result<()
             );
             Ok(())
         })
-}
-
-/// Writes a ConfigMap on both clusters every 100 ms, so their etcd revisions move on while
-/// the watched resources stay quiet.
-async fn churn(consumer: kube::Client, provider: kube::Client) {
-    use k8s_openapi::api::core::v1::ConfigMap;
-    use kube::api::{Patch, PatchParams};
-    let apply = PatchParams::apply("kbind-e2e").force();
-    for tick in 0u64.. {
-        for client in [&consumer, &provider] {
-            let cm = json!({ "apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": { "name": "churn" }, "data": { "tick": tick.to_string() } });
-            let api = kube::Api::<ConfigMap>::namespaced(client.clone(), "default");
-            let _ = api.patch("churn", &apply, &Patch::Apply(&cm)).await;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }

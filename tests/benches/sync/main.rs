@@ -44,6 +44,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use futures::{StreamExt, TryStreamExt};
+use kbind_tests::faults::force_relists;
 use kbind_tests::faults::process::KonnectorProcess;
 use kbind_tests::faults::{create_binding, instance_name, wait_binding_ready};
 use kbind_tests::fixtures::{connect, has_condition, install_core_crds, wait_connection};
@@ -223,6 +224,8 @@ async fn run(config: &Config, pair: &ClusterPair, binary: PathBuf) -> anyhow::Re
 
     eprintln!("bench: idle for {} s", config.idle.as_secs());
     idle(config, &konnector, &consumer, &provider, &mut report).await?;
+    eprintln!("bench: forced re-list");
+    relist(config, pair, &konnector, &mut report).await?;
     report.konnector_cpu_seconds_total = konnector.cpu_seconds()?;
 
     let (p50, p99, mean) = policy_cost(config.policy_calls).await?;
@@ -275,6 +278,61 @@ async fn idle(
     report.idle_cpu_percent_of_a_core = 100.0 * (konnector.cpu_seconds()? - cpu) / elapsed;
     report.idle_instance_requests_per_minute = per_minute(true);
     report.idle_other_requests_per_minute = per_minute(false);
+    Ok(())
+}
+
+/// Full lists the konnector's watches made so far (`kbind_watch_lists_total`, every API and
+/// both clusters).
+async fn watch_lists(konnector: &KonnectorProcess) -> anyhow::Result<f64> {
+    Ok(konnector
+        .metrics()
+        .await?
+        .lines()
+        .filter(|l| l.starts_with("kbind_watch_lists_total{"))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum())
+}
+
+/// Forces every watch to list again (both clusters restarted after their revisions moved
+/// on) and samples the konnector's RSS until every watch has listed and the reconciles of what
+/// they listed are done.
+async fn relist(
+    config: &Config,
+    pair: &ClusterPair,
+    konnector: &KonnectorProcess,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    let lists = watch_lists(konnector).await?;
+    report.relist_rss_mib_before = mib(konnector.rss_bytes()?);
+    force_relists(pair, Duration::from_secs(2)).await?;
+    let (consumer, provider) = (pair.consumer.client().await?, pair.provider.client().await?);
+    let restarted = Instant::now();
+    let before = initial::request_counts(&consumer, &provider).await?;
+    let mut peak = report.relist_rss_mib_before;
+    // Each API's watch on each cluster lists once more.
+    let expected = lists + 2.0 * config.apis as f64;
+    let mut listed = None;
+    loop {
+        peak = peak.max(mib(konnector.rss_bytes()?));
+        let now = Instant::now();
+        if listed.is_none() && watch_lists(konnector).await.unwrap_or(0.0) >= expected {
+            listed = Some(now);
+            report.relist_seconds = (now - restarted).as_secs_f64();
+        }
+        // The re-listed objects' reconciles follow the lists: sample a while longer.
+        if listed.is_some_and(|at| now - at > Duration::from_secs(20)) {
+            break;
+        }
+        anyhow::ensure!(now - restarted < WAIT, "the watches did not list again");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    report.relist_rss_peak_mib = peak;
+    let after = initial::request_counts(&consumer, &provider).await?;
+    report.relist_instance_requests = after
+        .iter()
+        .filter(|(key, _)| key.ends_with(" widgets"))
+        .map(|(key, n)| n - before.get(key).copied().unwrap_or(0.0))
+        .sum();
     Ok(())
 }
 

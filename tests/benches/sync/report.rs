@@ -63,6 +63,15 @@ pub struct Report {
     pub idle_instance_requests_per_minute: f64,
     /// Every other request (Leases, Events, status of kbind's own objects), per minute.
     pub idle_other_requests_per_minute: f64,
+    /// RSS before a forced re-list of every watch (both clusters restarted after their
+    /// revisions moved on), and its peak until every watch listed again and settled.
+    pub relist_rss_mib_before: f64,
+    pub relist_rss_peak_mib: f64,
+    /// From the restarts until every watch had listed again.
+    pub relist_seconds: f64,
+    /// Requests for instance objects from the restarts until settled (every instance was
+    /// unchanged: the re-listed reconciles must write nothing).
+    pub relist_instance_requests: f64,
     /// The idle phase's requests per minute, keyed `<cluster> <verb> <resource>`.
     pub idle_requests_per_minute: BTreeMap<String, f64>,
     pub policy_decision_p50_us: f64,
@@ -217,6 +226,20 @@ pub fn print_table(r: &Report) {
             ),
             format!("over {:.0} s in sync", r.idle_seconds),
             "<= 2% / 0 / -",
+        ),
+        (
+            "forced re-list: RSS before / peak",
+            format!(
+                "{:.1} / {:.1} MiB",
+                r.relist_rss_mib_before, r.relist_rss_peak_mib
+            ),
+            format!(
+                "{:.2}x, {:.1} s, {:.0} writes",
+                r.relist_rss_peak_mib / r.relist_rss_mib_before.max(1.0),
+                r.relist_seconds,
+                r.relist_instance_requests
+            ),
+            "peak <= 1.5x",
         ),
         (
             "CPU at Ready / initial sync / total",

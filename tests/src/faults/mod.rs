@@ -273,6 +273,38 @@ impl Sides {
     }
 }
 
+/// Writes a ConfigMap on both clusters every 100 ms until aborted, so their etcd revisions
+/// move on while the watched resources stay quiet: a watch restarted after this resumes from
+/// a revision its apiserver no longer holds (`410 Gone`) and lists again.
+pub async fn move_revisions_on(consumer: Client, provider: Client) {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::{Patch, PatchParams};
+    let apply = PatchParams::apply(crate::syncenv::TEST_MANAGER).force();
+    for tick in 0u64.. {
+        for client in [&consumer, &provider] {
+            let cm = serde_json::json!({ "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": { "name": "revisions" }, "data": { "tick": tick.to_string() } });
+            let api = kube::Api::<ConfigMap>::namespaced(client.clone(), "default");
+            let _ = api.patch("revisions", &apply, &Patch::Apply(&cm)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Restarts both clusters of `pair` at once after [`move_revisions_on`] ran for `churn`:
+/// every watch of the konnector has to list again.
+pub async fn force_relists(pair: &ClusterPair, churn: Duration) -> anyhow::Result<()> {
+    let (consumer, provider) = (pair.consumer.client().await?, pair.provider.client().await?);
+    let moving = tokio::spawn(move_revisions_on(consumer, provider));
+    tokio::time::sleep(churn).await;
+    let down = Duration::from_secs(1);
+    let (provider, consumer) =
+        tokio::join!(restart(&pair.provider, down), restart(&pair.consumer, down));
+    moving.abort();
+    provider?;
+    consumer
+}
+
 /// Stops `cluster`'s apiserver and etcd, waits `down`, and starts them again on the same data,
 /// ports and credentials: an outage the konnector has to ride out.
 pub async fn restart(cluster: &Cluster, down: Duration) -> anyhow::Result<()> {

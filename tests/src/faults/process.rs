@@ -90,6 +90,13 @@ impl KonnectorProcess {
         .await
     }
 
+    /// The konnector's `/metrics` exposition.
+    pub async fn metrics(&self) -> anyhow::Result<String> {
+        let (status, body) = http_get(self.metrics, "/metrics").await?;
+        anyhow::ensure!(status == 200, "/metrics answered {status}");
+        Ok(body)
+    }
+
     /// Kills the process with SIGKILL (no graceful shutdown) and reaps it.
     pub fn kill_hard(&mut self) -> anyhow::Result<()> {
         // `Child::kill` sends SIGKILL on Unix.
