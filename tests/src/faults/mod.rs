@@ -291,18 +291,21 @@ pub async fn move_revisions_on(consumer: Client, provider: Client) {
     }
 }
 
-/// Restarts both clusters of `pair` at once after [`move_revisions_on`] ran for `churn`:
-/// every watch of the konnector has to list again.
+/// Restarts both clusters of `pair`, one after the other, after [`move_revisions_on`] ran for
+/// `churn`: every watch of the konnector has to list again. The watches come back at
+/// kube-runtime's backoff, which grows while an apiserver is down (up to 30 s a step).
 pub async fn force_relists(pair: &ClusterPair, churn: Duration) -> anyhow::Result<()> {
     let (consumer, provider) = (pair.consumer.client().await?, pair.provider.client().await?);
     let moving = tokio::spawn(move_revisions_on(consumer, provider));
     tokio::time::sleep(churn).await;
     let down = Duration::from_secs(1);
-    let (provider, consumer) =
-        tokio::join!(restart(&pair.provider, down), restart(&pair.consumer, down));
+    let restarted = async {
+        restart(&pair.provider, down).await?;
+        restart(&pair.consumer, down).await
+    }
+    .await;
     moving.abort();
-    provider?;
-    consumer
+    restarted
 }
 
 /// Stops `cluster`'s apiserver and etcd, waits `down`, and starts them again on the same data,
