@@ -122,14 +122,14 @@ fn policy_test_command_reports_cases_and_fails_on_a_failing_case() {
     );
 }
 
-#[test]
-fn policy_eval_command_prints_the_decision() {
+/// `konnector policy eval --role ROLE --input <fixture>` on a built-in fixture, its answer.
+fn eval(role: &str, fixture: &str) -> serde_json::Value {
     let bin = env!("CARGO_BIN_EXE_konnector");
-    let input = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(
-        "../policies/conflict-policy/fixtures/adopt-with-both-markers-absent-adopts.input.json",
-    );
+    let input = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../policies")
+        .join(fixture);
     let out = std::process::Command::new(bin)
-        .args(["policy", "eval", "--role", "conflict", "--input"])
+        .args(["policy", "eval", "--role", role, "--input"])
         .arg(&input)
         .output()
         .unwrap_or_else(|e| panic!("running {bin}: {e}"));
@@ -138,8 +138,15 @@ fn policy_eval_command_prints_the_decision() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let decision: serde_json::Value =
-        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}"));
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[test]
+fn policy_eval_command_prints_the_decision() {
+    let decision = eval(
+        "conflict",
+        "conflict-policy/fixtures/adopt-with-both-markers-absent-adopts.input.json",
+    );
     assert_eq!(decision, serde_json::json!({"decision": "Adopt"}));
 }
 
@@ -176,22 +183,10 @@ fn swapping_in_a_module_for_another_role_refuses_to_load() {
 
 #[test]
 fn policy_eval_command_places_an_object() {
-    let bin = env!("CARGO_BIN_EXE_konnector");
-    let input = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(
-        "../policies/placement-policy/fixtures/namespaced-prefixes-the-namespace-and-keeps-the-name.input.json",
+    let placement = eval(
+        "placement",
+        "placement-policy/fixtures/namespaced-prefixes-the-namespace-and-keeps-the-name.input.json",
     );
-    let out = std::process::Command::new(bin)
-        .args(["policy", "eval", "--role", "placement", "--input"])
-        .arg(&input)
-        .output()
-        .unwrap_or_else(|e| panic!("running {bin}: {e}"));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let placement: serde_json::Value =
-        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(
         placement,
         serde_json::json!({"namespace": "east-team-a", "name": "w1"})
