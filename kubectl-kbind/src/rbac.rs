@@ -26,9 +26,8 @@ use serde_json::{Value, json};
 use konnector::api::names::DEFAULT_HEARTBEAT_NAMESPACE;
 use konnector::api::{
     IsolationInForce, IsolationStrategy, RelatedDirection, RelatedResource, RelatedResourceKind,
-    ResourceScope,
 };
-use konnector::policy::{PlacementApi, PlacementInput};
+use konnector::policy::PlacementInput;
 
 use crate::cli::UsageError;
 use crate::connect::{FIELD_MANAGER, IsolationArg, Source};
@@ -129,22 +128,11 @@ async fn placed_namespaces(args: &RbacArgs) -> anyhow::Result<Option<Vec<String>
     let policies = konnector::policy::Policies::builtin()?;
     let mut placed = Vec::new();
     for namespace in &args.consumer_namespaces {
-        let input = PlacementInput {
-            consumer_cluster_uid: String::new(),
-            connection: String::new(),
-            api: PlacementApi {
-                group: String::new(),
-                resource: "secrets".into(),
-                kind: "Secret".into(),
-                scope: ResourceScope::Namespaced,
-            },
-            namespace: Some(namespace.clone()),
-            name: "placement-probe".into(),
-            isolation: IsolationInForce {
-                strategy,
-                prefix: prefix.clone(),
-            },
+        let isolation = IsolationInForce {
+            strategy,
+            prefix: prefix.clone(),
         };
+        let input = PlacementInput::namespace_of(namespace, "", "", isolation);
         let place = policies.place(&input).await?;
         if let Some(ns) = place.namespace
             && !placed.contains(&ns)

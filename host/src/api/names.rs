@@ -61,6 +61,11 @@ pub const DEFAULT_SECRET_NAMESPACE: &str = "kbind";
 /// Data key of the kubeconfig in a credential Secret when the reference names none.
 pub const DEFAULT_KUBECONFIG_KEY: &str = "kubeconfig";
 
+/// The label selector of the provider copies consumer cluster `consumer_cluster_uid` wrote.
+pub fn own_copies_selector(consumer_cluster_uid: &str) -> String {
+    format!("{CONSUMER_CLUSTER_LABEL}={consumer_cluster_uid}")
+}
+
 /// Name of the provider heartbeat Lease: Connection name, `-`, first ten characters of the
 /// consumer cluster UID.
 pub fn heartbeat_lease_name(connection: &str, consumer_cluster_uid: &str) -> String {

@@ -23,7 +23,7 @@ use kube::{Api, Client, ResourceExt};
 use tracing::{info, warn};
 
 use crate::api::names::{
-    CONSUMER_CLUSTER_LABEL, DELETION_POLICY_ANNOTATION, DELETION_POLICY_ORPHAN, SYNCER_FINALIZER,
+    DELETION_POLICY_ANNOTATION, DELETION_POLICY_ORPHAN, SYNCER_FINALIZER, own_copies_selector,
 };
 use crate::api::{ConditionType, IsolationStrategy, Reason};
 use crate::k8s::{ApiErrorExt, dynamic_api, remove_finalizer};
@@ -271,10 +271,7 @@ impl Copies {
             return Ok(Self::Beside);
         }
         let ar = target.api_resource();
-        let own = ListParams::default().labels(&format!(
-            "{CONSUMER_CLUSTER_LABEL}={}",
-            engagement.consumer_uid
-        ));
+        let own = ListParams::default().labels(&own_copies_selector(&engagement.consumer_uid));
         let listed = Api::<DynamicObject>::all_with(engagement.provider.clone(), &ar)
             .list(&own)
             .await

@@ -267,6 +267,57 @@ pub struct PlacementInput {
     pub isolation: IsolationInForce,
 }
 
+impl PlacementInput {
+    /// The question for a related Secret or ConfigMap `namespace/name`: placed like any object,
+    /// as the core group's namespaced `secrets` or `configmaps`.
+    pub fn related(
+        kind: RelatedResourceKind,
+        consumer_cluster_uid: &str,
+        connection: &str,
+        namespace: &str,
+        name: &str,
+        isolation: IsolationInForce,
+    ) -> Self {
+        let (resource, kind) = match kind {
+            RelatedResourceKind::Secrets => ("secrets", "Secret"),
+            RelatedResourceKind::Configmaps => ("configmaps", "ConfigMap"),
+        };
+        Self {
+            consumer_cluster_uid: consumer_cluster_uid.to_string(),
+            connection: connection.to_string(),
+            api: PlacementApi {
+                group: String::new(),
+                resource: resource.into(),
+                kind: kind.into(),
+                scope: ResourceScope::Namespaced,
+            },
+            namespace: Some(namespace.to_string()),
+            name: name.to_string(),
+            isolation,
+        }
+    }
+
+    /// The question whose answer's namespace is where a consumer namespace's related objects
+    /// go (under `Namespaced` it follows from placing any name in it).
+    pub fn namespace_of(
+        namespace: &str,
+        consumer_cluster_uid: &str,
+        connection: &str,
+        isolation: IsolationInForce,
+    ) -> Self {
+        let probe = "placement-probe";
+        let kind = RelatedResourceKind::Secrets;
+        Self::related(
+            kind,
+            consumer_cluster_uid,
+            connection,
+            namespace,
+            probe,
+            isolation,
+        )
+    }
+}
+
 /// The API of an object being placed.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]

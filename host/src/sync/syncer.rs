@@ -31,7 +31,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::api::IsolationStrategy;
-use crate::api::names::CONSUMER_CLUSTER_LABEL;
+use crate::api::names::own_copies_selector;
 use crate::k8s::ApiErrorExt;
 use crate::registry::{DeniedBy, Outcomes};
 use crate::shared::Shared;
@@ -146,10 +146,8 @@ pub async fn run(
     let ar = spec.target.api_resource();
     let writer = reflector::store::Writer::new(ar.clone());
     let provider_store = writer.as_reader();
-    let own_copies = watcher::Config::default().labels(&format!(
-        "{CONSUMER_CLUSTER_LABEL}={}",
-        spec.consumer_cluster_uid
-    ));
+    let own_copies =
+        watcher::Config::default().labels(&own_copies_selector(&spec.consumer_cluster_uid));
     // Either cluster refusing its watch is the binding's PermissionDenied: the provider
     // refusing the Connection's identity, or the consumer refusing the konnector itself.
     let key = (spec.connection.clone(), spec.api.clone());

@@ -19,8 +19,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::api::{IsolationInForce, IsolationStrategy, RelatedResourceKind, ResourceScope};
-use crate::policy::{Placement, PlacementApi, PlacementInput, Policies};
+use crate::api::{IsolationInForce, IsolationStrategy, RelatedResourceKind};
+use crate::policy::{Placement, PlacementInput, Policies};
 use crate::registry::Engagement;
 use crate::sync::placement::protected;
 
@@ -65,24 +65,21 @@ impl<'a> Placing<'a> {
         if !self.active() {
             return Some((namespace.clone(), name.clone()));
         }
-        let (resource, kind) = match self.kind {
-            RelatedResourceKind::Secrets => ("secrets", "Secret"),
-            RelatedResourceKind::Configmaps => ("configmaps", "ConfigMap"),
-        };
-        let input = PlacementInput {
-            consumer_cluster_uid: self.engagement.consumer_uid.clone(),
-            connection: self.engagement.connection.clone(),
-            api: PlacementApi {
-                group: String::new(),
-                resource: resource.into(),
-                kind: kind.into(),
-                scope: ResourceScope::Namespaced,
-            },
-            namespace: Some(namespace.clone()),
-            name: name.clone(),
-            isolation: self.isolation().clone(),
-        };
-        match self.policies.place(&input).await {
+        let input = PlacementInput::related(
+            self.kind,
+            &self.engagement.consumer_uid,
+            &self.engagement.connection,
+            namespace,
+            name,
+            self.isolation().clone(),
+        );
+        self.placed(&input).await
+    }
+
+    /// The policy's answer to `input` when it is a place copies may go.
+    async fn placed(&self, input: &PlacementInput) -> Option<Coordinates> {
+        let (namespace, name) = (input.namespace.as_deref().unwrap_or_default(), &input.name);
+        match self.policies.place(input).await {
             Ok(Placement {
                 namespace: Some(placed_ns),
                 name: placed,
@@ -103,11 +100,16 @@ impl<'a> Placing<'a> {
     /// The provider namespace a Binding in `namespace` reads and writes related objects in;
     /// `None` for a ClusterBinding (every namespace) or an unplaceable namespace.
     pub(super) async fn provider_namespace(&self, namespace: &str) -> Option<String> {
-        // Under Namespaced the namespace follows from placing any name in it; under Prefixed
-        // (and None) it is unchanged.
-        self.place(&(namespace.to_string(), "placement-probe".to_string()))
-            .await
-            .map(|(ns, _)| ns)
+        if !self.active() {
+            return Some(namespace.to_string());
+        }
+        let input = PlacementInput::namespace_of(
+            namespace,
+            &self.engagement.consumer_uid,
+            &self.engagement.connection,
+            self.isolation().clone(),
+        );
+        self.placed(&input).await.map(|(ns, _)| ns)
     }
 
     /// The consumer coordinates of a provider object, if it is one of this consumer's places.
