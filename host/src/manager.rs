@@ -1,7 +1,8 @@
 //! The one wiring place: builds the shared context once and starts the Connection
 //! controller, the Binding and ClusterBinding controllers and the syncer supervisor as
 //! equals, each with a clone of it; they stop together. The binary runs this under leader
-//! election; tests run it in-process.
+//! election, or beside the shard coordinator (`crate::sharding`) with `--sharding`; tests run
+//! it in-process.
 //!
 //! ```text
 //!            ┌─▶ Connection controller ──writes──▶ engagements
@@ -45,10 +46,18 @@ pub async fn run_bindings(
     settings: binding::Settings,
     shutdown: CancellationToken,
 ) {
+    let sharded = shared.ownership.sharded();
     let supervisor = Supervisor::new(shared.clone(), settings.sync.clone());
     let bindings = Arc::new(binding::Context::new(shared, settings));
+    let entries = async {
+        // Sharded replicas write the binding status entries of the APIs they sync.
+        if sharded {
+            binding::shard_status::run(bindings.clone(), shutdown.clone()).await;
+        }
+    };
     tokio::join!(
-        binding::run(bindings, shutdown.clone()),
-        supervisor.run(shutdown),
+        binding::run(bindings.clone(), shutdown.clone()),
+        supervisor.run(shutdown.clone()),
+        entries,
     );
 }

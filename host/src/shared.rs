@@ -6,7 +6,8 @@
 //! ```text
 //!                  ┌─ engagements ◀── Connection controller
 //! manager ─Shared ─┼─ index, syncers' outcomes ◀── binding controllers / syncers
-//!                  └─ running syncers ◀── supervisor
+//!                  ├─ running syncers ◀── supervisor
+//!                  └─ ownership ◀── shard coordinator (with --sharding)
 //! ```
 
 use kube::Client;
@@ -14,7 +15,7 @@ use kube::runtime::events::{Recorder, Reporter};
 
 use crate::api::names::FIELD_MANAGER;
 use crate::policy::Policies;
-use crate::registry::{Engagements, Outcomes, RunningSyncers, SharedIndex};
+use crate::registry::{Engagements, Outcomes, Ownership, RunningSyncers, SharedIndex};
 
 /// What the controllers share; cheap to clone, every clone sees the same registries.
 #[derive(Clone)]
@@ -29,6 +30,9 @@ pub struct Shared {
     pub outcomes: Outcomes,
     /// Which syncers run (written by the supervisor), so a drain can wait for one to stop.
     pub syncers: RunningSyncers,
+    /// Which shards this replica holds (written by the shard coordinator; everything when
+    /// not sharded).
+    pub ownership: Ownership,
     /// The policy modules (Wasm components in production).
     pub policies: Policies,
     /// Who Events are reported as: the konnector, and its Pod when known.
@@ -59,6 +63,7 @@ impl Shared {
             index: SharedIndex::default(),
             outcomes: Outcomes::default(),
             syncers: RunningSyncers::default(),
+            ownership: Ownership::default(),
             policies,
             reporter,
         }

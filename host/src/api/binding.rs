@@ -168,8 +168,11 @@ pub struct RelatedSelector {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BindingStatus {
-    /// One entry per bound API.
+    /// One entry per bound API. A map keyed by name, so that with sharded replicas the
+    /// replica running an API's syncer applies that entry's counts under its own field
+    /// manager, beside the entries of other replicas.
     #[serde(default, rename = "boundAPIs", skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub bound_apis: Vec<BoundApi>,
     /// Ready, Synced, Conflicts, PermissionDenied, RelatedResourcesSynced, Drained,
     /// TeardownFailed, Released.
@@ -208,6 +211,43 @@ pub struct BoundApi {
     /// (status schemas without conditions included); absent until its syncer has run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instances: Option<InstanceCounts>,
+    /// Sharded konnectors: the replica whose syncer runs this API and wrote this entry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub syncer: Option<String>,
+    /// Sharded konnectors: what that syncer knows beyond the counts, from which the replica
+    /// holding the Connection writes the binding's overall conditions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub report: Option<ApiReport>,
+}
+
+/// One API's sync state in a binding's scope, as the replica running its syncer reports it.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ApiReport {
+    /// The syncer has not yet reconciled every listed instance once: counts are incomplete.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub settling: bool,
+    /// Instances not in sync, per reason.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failing: Vec<FailingInstances>,
+    /// What the provider said when it refused this API's watch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_denied: Option<String>,
+    /// What the consumer said when it refused the konnector's watch of this API.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consumer_denied: Option<String>,
+}
+
+/// The instances failing for one reason.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub struct FailingInstances {
+    /// The instance condition reason (`ForeignObjectExists`, `Forbidden`, ...).
+    pub reason: String,
+    /// How many instances fail for it.
+    pub count: u64,
+    /// A few of them, as `namespace/name` or `name`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub examples: Vec<String>,
 }
 
 /// How a bound API's instances stand.

@@ -47,7 +47,7 @@ use super::release::{self, Release};
 use super::status::{self, Related};
 use super::teardown::{self, Dropped};
 use super::{Context, Error, Result};
-use super::{dependencies, failure, summary, triggers};
+use super::{dependencies, failure, shard_status, summary, triggers};
 use crate::registry::{BindingKey, Entry};
 
 /// Runs the controller for one binding kind until `shutdown`.
@@ -117,6 +117,9 @@ pub async fn run<K: BindingObject>(ctx: Arc<Context>, shutdown: CancellationToke
             ctx.shared.index.subscribe(),
             by_dependency,
         ))
+        // A Connection shard acquired or given up: its bindings switch between owner and
+        // follower at once.
+        .reconcile_all_on(ctx.shared.ownership.connection_changes())
         .graceful_shutdown_on(shutdown.cancelled_owned())
         .run(reconcile::<K>, error_policy::<K>, ctx)
         .for_each(|result| async move {
@@ -143,6 +146,13 @@ fn bindings_where<K: BindingObject>(
 
 #[instrument(skip(obj, ctx), fields(kind = %K::kind(&()), namespace = obj.namespace().unwrap_or_default(), name = %obj.name_any()))]
 async fn reconcile<K: BindingObject>(obj: Arc<K>, ctx: Arc<Context>) -> Result<Action> {
+    if !ctx
+        .shared
+        .ownership
+        .owns_connection(&obj.binding_spec().connection_ref.name)
+    {
+        return follow(&*obj, &ctx).await;
+    }
     let failure_key = failure_key(&*obj);
     let api = obj.api_for(ctx.shared.consumer.clone());
     let action = finalizer(&api, CLEANUP_FINALIZER, obj, |event| async {
@@ -182,7 +192,17 @@ async fn apply<K: BindingObject>(obj: &K, api: &Api<K>, ctx: &Context) -> Result
     // An un-export releases (never drains): finalizers go, everything else stays.
     let released = release::run(obj, ctx, &verdict.released).await?;
     let (related, related_error) = sync_related(obj, ctx, &facts, verdict.is_ready()).await;
-    let summary = summary::of_active(obj, &ctx.shared.outcomes, &verdict.released);
+    let summary = if ctx.shared.ownership.sharded() {
+        // The syncers run on whichever replicas hold the API shards: judge from their entries.
+        let released = &verdict.released;
+        let apis = obj.binding_spec().apis.iter().map(|a| a.name.as_str());
+        shard_status::summary_from_entries(
+            obj.binding_status(),
+            apis.filter(|a| !released.iter().any(|r| r == a)),
+        )
+    } else {
+        summary::of_active(obj, &ctx.shared.outcomes, &verdict.released)
+    };
     let observed = status::Observed {
         verdict: &verdict,
         listed: &listed_apis(obj),
@@ -198,6 +218,26 @@ async fn apply<K: BindingObject>(obj: &K, api: &Api<K>, ctx: &Context) -> Result
     Ok(Action::requeue(requeue_after(
         ctx, &verdict, &dropped, &released,
     )))
+}
+
+/// A binding whose Connection shard another replica holds: this replica only keeps its index
+/// entry (which API shards exist, and what the syncers it runs select), and writes nothing,
+/// neither status nor finalizer. Deleting or moving bindings select nothing.
+async fn follow<K: BindingObject>(obj: &K, ctx: &Context) -> Result<Action> {
+    let key = obj.index_key().ok_or(Error::MissingName)?;
+    if obj.meta().deletion_timestamp.is_some() || teardown::moved_from(obj).is_some() {
+        ctx.shared.index.delete(&key);
+        return Ok(Action::requeue(ctx.settings.pending_requeue));
+    }
+    let facts = facts::gather(obj, &key, ctx).await?;
+    let verdict = readiness::evaluate(&facts.connection, &facts.state, &facts.apis);
+    select(ctx, key, &facts, &verdict);
+    let ready = verdict.is_ready();
+    Ok(Action::requeue(if ready {
+        ctx.settings.status_interval
+    } else {
+        ctx.settings.pending_requeue
+    }))
 }
 
 /// `connectionRef` was edited: until what was bound through the previous Connection is

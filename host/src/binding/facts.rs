@@ -81,8 +81,10 @@ pub async fn gather<K: BindingObject>(obj: &K, key: &BindingKey, ctx: &Context) 
         .collect();
     // pullPolicy Bound: install the CRDs of the APIs this Connection serves, before reading
     // them. An API pinned to another Connection is never installed from here.
+    // Installs are the Connection shard's work: a replica that does not hold it only reads.
+    let installs = ctx.shared.ownership.owns_connection(&connection);
     let mut install_problems = match (&engagement, &state) {
-        (Some(engagement), ConnectionState::Engaged { .. }) => {
+        (Some(engagement), ConnectionState::Engaged { .. }) if installs => {
             let ours: Vec<&str> = pins
                 .iter()
                 .filter(|(_, pin)| pin.as_deref() == Some(connection.as_str()))

@@ -34,6 +34,8 @@
 //! - [`drain_provider`]: the provider client a drain deletes through, engaged or not.
 //! - [`release`]: an API the provider stopped exporting is released, never drained: its
 //!   syncer stops and its finalizers go, nothing is deleted, sync resumes on re-export.
+//! - [`shard_status`]: with sharded replicas, each API's entry of the status comes from the
+//!   replica running its syncer, and the overall conditions are judged from those entries.
 //!
 //! [`run`] starts the two binding controllers and the syncer supervisor from one [`Context`];
 //! the `konnector run` command wires it next to the Connection controller.
@@ -54,6 +56,7 @@ pub mod related;
 pub mod related_guard;
 pub mod release;
 pub mod schema;
+pub mod shard_status;
 pub mod status;
 pub mod summary;
 pub mod teardown;
@@ -83,9 +86,9 @@ pub enum Error {
     /// The binding has no name (or no namespace for a Binding).
     #[error("binding has no name")]
     MissingName,
-    /// A deleted binding waits for the previous Connection's syncers of these APIs to stop
-    /// before draining what it bound through that Connection.
-    #[error("waiting for the syncers of {0:?} on the previous Connection to stop")]
+    /// A deleted binding waits for the syncers of these APIs to stop (the previous
+    /// Connection's, or with sharded replicas those another replica runs) before draining.
+    #[error("waiting for the syncers of {0:?} to stop before draining them")]
     WaitingForSyncers(Vec<String>),
     /// Reading the referenced Connection.
     #[error("reading the Connection: {0}")]
@@ -358,6 +361,13 @@ impl Context {
             tracing::warn!(%error, "publishing an Event failed");
         }
     }
+}
+
+/// Whether the syncer of `api` through `connection` may still write: it runs here, or (with
+/// sharded replicas) its API shard is held by some replica. Drains and releases wait for it.
+pub(crate) async fn syncer_may_write(ctx: &Context, connection: &str, api: &str) -> bool {
+    ctx.shared.syncers.contains(connection, api)
+        || crate::sharding::api_shard_held(&ctx.shared, connection, api).await
 }
 
 /// Runs the Binding and ClusterBinding controllers until `shutdown`; stopping deletes

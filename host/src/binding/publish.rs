@@ -8,9 +8,9 @@ use crate::api::BindingStatus;
 use crate::conditions::{self, Desired};
 use crate::k8s;
 
-use super::events;
 use super::object::BindingObject;
 use super::{Context, Error, Result};
+use super::{events, shard_status};
 
 /// Writes `new_status` when it differs from the stored one, then publishes an Event for each
 /// condition that changed state.
@@ -25,7 +25,7 @@ pub(super) async fn publish_status<K: BindingObject>(
     if old == Some(&new_status) {
         return Ok(());
     }
-    let written = write_status(obj, api, &new_status).await?;
+    let written = write_status(obj, api, ctx, &new_status).await?;
     K::status_writes(&ctx.status_writes).remember(&written);
     let before = old.map(|s| s.conditions.as_slice()).unwrap_or_default();
     events::announce(ctx, obj, before, &new_status.conditions).await;
@@ -41,11 +41,17 @@ pub(super) async fn publish_status<K: BindingObject>(
 async fn write_status<K: BindingObject>(
     obj: &K,
     api: &Api<K>,
+    ctx: &Context,
     status: &BindingStatus,
 ) -> Result<K> {
-    k8s::apply_status(api, obj, status)
-        .await
-        .map_err(Error::WriteStatus)
+    let written = if ctx.shared.ownership.sharded() {
+        // The API entries' counts belong to the replicas running their syncers.
+        let own = shard_status::without_syncer_fields(status)?;
+        k8s::apply_status(api, obj, &own).await
+    } else {
+        k8s::apply_status(api, obj, status).await
+    };
+    written.map_err(Error::WriteStatus)
 }
 
 /// Our own last status write to `obj`, when it is newer than `obj` (from the cache).

@@ -84,7 +84,7 @@ pub async fn run<K: BindingObject>(obj: &K, ctx: &Context, released: &[String]) 
     let namespace = obj.namespace();
     let mut pending = Vec::new();
     for api in released {
-        if ctx.shared.syncers.contains(connection, api) {
+        if super::syncer_may_write(ctx, connection, api).await {
             // The syncer could still put a finalizer back: release once it is done.
             pending.push(api.clone());
             continue;

@@ -80,15 +80,26 @@ pub fn build(
             (false, None) => None,
         }
     };
+    // Sharded replicas: what the replica running the API's syncer reported stays as it is.
+    let reported = |name: &String| {
+        old.and_then(|old| old.bound_apis.iter().find(|b| &b.name == name))
+            .map(|b| (b.syncer.clone(), b.report.clone()))
+            .unwrap_or_default()
+    };
     let bound_apis = names
         .into_iter()
         .filter(|name| observed.hashes.contains_key(*name))
-        .map(|name| BoundApi {
-            name: name.clone(),
-            crd_hash: observed.hashes.get(name).cloned(),
-            conflict_count: conflicts.get(name).copied().unwrap_or(0),
-            released: observed.verdict.released.contains(name),
-            instances: instances(name),
+        .map(|name| {
+            let (syncer, report) = reported(name);
+            BoundApi {
+                name: name.clone(),
+                crd_hash: observed.hashes.get(name).cloned(),
+                conflict_count: conflicts.get(name).copied().unwrap_or(0),
+                released: observed.verdict.released.contains(name),
+                instances: instances(name),
+                syncer,
+                report,
+            }
         })
         .collect();
     let conflict_count = match (current, old) {

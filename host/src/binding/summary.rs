@@ -97,7 +97,12 @@ pub fn synced_unknown() -> Desired {
 
 /// The instance failure reasons a binding's `Synced` condition can carry.
 pub fn is_instance_failure(reason: &str) -> bool {
-    PRIORITY.iter().any(|r| r.as_str() == reason)
+    instance_failure(reason).is_some()
+}
+
+/// The instance failure reason stored as `reason`, if it is one.
+pub fn instance_failure(reason: &str) -> Option<Reason> {
+    PRIORITY.into_iter().find(|r| r.as_str() == reason)
 }
 
 /// The `Synced` condition: True when every instance the syncers know in scope is in sync;

@@ -71,6 +71,21 @@ pub async fn run<K: BindingObject>(obj: &K, ctx: &Context) -> Result<()> {
         namespace: namespace.as_deref(),
     };
     let covered = coverage::of_others(&ctx.shared.consumer, &uid, scope.connection).await?;
+    if ctx.shared.ownership.sharded() {
+        // Sharded: an API nothing else lists has its syncer stop on whichever replica holds
+        // its shard, which then releases the Lease; drain after that, never beside it.
+        let mut running = Vec::new();
+        for listed in &spec.apis {
+            if !covered.of(&listed.name).any()
+                && super::syncer_may_write(ctx, scope.connection, &listed.name).await
+            {
+                running.push(listed.name.clone());
+            }
+        }
+        if !running.is_empty() {
+            return Err(super::Error::WaitingForSyncers(running));
+        }
+    }
     let mut unchecked = Vec::new();
     for listed in &spec.apis {
         let others = covered.of(&listed.name);
@@ -176,16 +191,21 @@ async fn drain_through<K: BindingObject>(
     let uid = obj.meta().uid.clone().unwrap_or_default();
     let covered = coverage::of_others(&ctx.shared.consumer, &uid, connection).await?;
     let namespace = obj.namespace();
-    let (pending, ready): (Vec<&str>, Vec<&str>) = dropped
-        .into_iter()
-        .filter(|api| !covered.of(api).covers_scope(namespace.as_deref()))
-        // The syncer could still put a finalizer back or write a copy: drain once it is done.
-        // While other bindings keep the API's syncer running it no longer selects this scope
-        // (the index dropped it before this drain), so the drain goes ahead.
-        .partition(|api| {
-            let others = covered.of(api);
-            !others.any() && ctx.shared.syncers.contains(connection, api)
-        });
+    // The syncer could still put a finalizer back or write a copy: drain once it is done.
+    // While other bindings keep the API's syncer running it no longer selects this scope
+    // (the index dropped it before this drain), so the drain goes ahead.
+    let (mut pending, mut ready) = (Vec::new(), Vec::new());
+    for api in dropped {
+        let others = covered.of(api);
+        if others.covers_scope(namespace.as_deref()) {
+            continue;
+        }
+        if !others.any() && super::syncer_may_write(ctx, connection, api).await {
+            pending.push(api);
+        } else {
+            ready.push(api);
+        }
+    }
     let mut out = Dropped {
         pending: pending.iter().map(|a| a.to_string()).collect(),
         condition: None,

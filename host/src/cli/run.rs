@@ -21,10 +21,11 @@ use crate::leader::{self, ElectionConfig};
 use crate::manager::{self, Settings};
 use crate::policy::{Policies, PolicyArgs};
 use crate::provider::kubeconfig::Transport;
+use crate::registry::Ownership;
 use crate::shared::Shared;
 use crate::sync::SyncSettings;
 use crate::telemetry::{Health, LogFormat, init_logging, serve_health, serve_metrics};
-use crate::{binding, connection};
+use crate::{binding, connection, sharding};
 
 /// Flags of `konnector run`.
 #[derive(clap::Args, Debug)]
@@ -44,6 +45,20 @@ pub struct RunArgs {
     /// How long a leader holds the lease without renewing before a standby takes over.
     #[arg(long, default_value = "15s", value_parser = humantime::parse_duration, value_name = "DURATION")]
     pub leader_election_lease_duration: Duration,
+    /// Share the work among all replicas instead of electing one: Connection and API shards,
+    /// each held by one replica through its own Lease in the leader-election namespace.
+    #[arg(long, conflicts_with = "leader_elect")]
+    pub sharding: bool,
+    /// How long a shard (or membership) Lease stays held after its last renewal.
+    #[arg(long, default_value = "15s", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub shard_lease_duration: Duration,
+    /// How long after its last successful renewal a replica stops a shard's work; shorter than
+    /// the Lease duration, and every write is bounded by the difference.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub shard_renew_deadline: Duration,
+    /// How often a replica renews its Leases and re-evaluates which shards are its own.
+    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub shard_retry_period: Duration,
     /// Address of the Prometheus metrics endpoint (`:8085` listens on every interface).
     #[arg(long, default_value = ":8085", value_name = "ADDR")]
     pub metrics_bind_address: String,
@@ -93,6 +108,17 @@ pub struct RunArgs {
 }
 
 impl RunArgs {
+    /// The sharding settings, when `--sharding` is on.
+    fn sharding(&self) -> Option<sharding::Config> {
+        self.sharding.then(|| sharding::Config {
+            namespace: self.leader_election_namespace.clone(),
+            identity: identity(self.pod_name.as_deref()),
+            lease_duration: self.shard_lease_duration,
+            renew_deadline: self.shard_renew_deadline,
+            retry_period: self.shard_retry_period,
+        })
+    }
+
     fn settings(&self) -> Settings {
         let provider_transport = if self.allow_insecure_provider {
             Transport::AllowInsecure
@@ -115,6 +141,9 @@ impl RunArgs {
                 sync: SyncSettings {
                     resync_interval: self.instance_resync,
                     concurrency: self.sync_concurrency.max(1),
+                    stop_grace: self
+                        .sharding()
+                        .map_or(SyncSettings::default().stop_grace, |s| s.stop_grace()),
                     ..SyncSettings::default()
                 },
                 ..binding::Settings::default()
@@ -146,6 +175,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         total_wasm_memory_mib = policies.max_call_memory_bytes() / (1024 * 1024),
         "policy calls bounded: total Wasm memory of running calls = calls × per-store cap"
     );
+    let sharding = args.sharding();
+    if let Some(config) = &sharding {
+        config.validate()?;
+        // Before any client is built: every write of this process is bounded from now on.
+        crate::fencing::bound_writes(config.write_timeout());
+    }
     let client = consumer_client(args.kubeconfig.as_deref()).await?;
 
     let shutdown = CancellationToken::new();
@@ -187,7 +222,15 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     };
 
     let controllers = shutdown.child_token();
-    let shared = Shared::new(client, policies, args.pod_name.clone());
+    let mut shared = Shared::new(client, policies, args.pod_name.clone());
+    let coordinator = sharding.map(|config| {
+        info!(identity = %config.identity, namespace = %config.namespace, "sharding the work over replicas");
+        shared.ownership = Ownership::new(true, &config.identity, &config.namespace);
+        // Its own token: it releases the Leases only after the controllers have stopped.
+        let token = CancellationToken::new();
+        let task = tokio::spawn(crate::sharding::run(shared.clone(), config, token.clone()));
+        (token, task)
+    });
     let task = tokio::spawn(manager::run(shared, args.settings(), controllers.clone()));
     health.set_ready(true);
     info!("controllers started");
@@ -215,6 +258,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     if let Some(leadership) = leadership {
         leadership.release().await;
     }
+    if let Some((token, task)) = coordinator {
+        token.cancel();
+        if let Err(error) = task.await {
+            error!(%error, "the shard coordinator ended abnormally");
+        }
+    }
     if lost_leadership {
         bail!("lost the leader lease");
     }
@@ -235,7 +284,7 @@ async fn consumer_client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result
             .await
             .context("no --kubeconfig and no in-cluster configuration")?,
     };
-    kube::Client::try_from(config).context("building the consumer client")
+    crate::fencing::client(config).context("building the consumer client")
 }
 
 async fn listen(flag: &str, value: &str) -> anyhow::Result<TcpListener> {

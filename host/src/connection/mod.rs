@@ -17,6 +17,7 @@ mod apply;
 mod autobind;
 mod cleanup;
 mod events;
+mod follow;
 mod grace;
 mod secret;
 
@@ -186,6 +187,9 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
                     .collect::<Vec<_>>()
             },
         )
+        // A Connection shard acquired or given up: its Connection is reconciled at once, as
+        // owner or as follower.
+        .reconcile_all_on(ctx.shared.ownership.connection_changes())
         .graceful_shutdown_on(shutdown.cancelled_owned())
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
@@ -204,6 +208,13 @@ async fn reconcile(
     let mut timer = metrics().reconcile("connection");
     let api: Api<Connection> = Api::all(ctx.shared.consumer.clone());
     let name = connection.name_any();
+    if !ctx.shared.ownership.owns_connection(&name) {
+        // Another replica holds this Connection's shard: engage for the API shards run here,
+        // write nothing (not even the finalizer).
+        return follow::follow(&connection, &ctx)
+            .await
+            .map_err(finalizer::Error::ApplyFailed);
+    }
     let result = finalizer(&api, CLEANUP_FINALIZER, connection, |event| async {
         match event {
             finalizer::Event::Apply(connection) => apply::apply(&connection, &ctx).await,

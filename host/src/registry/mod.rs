@@ -4,6 +4,7 @@
 //! supervisor and the syncers only read.
 //!
 //! ```text
+//! shard coordinator ─────▶ Ownership (what this replica may write)
 //! Connection controller ──▶ Engagements ──┐
 //! binding controllers ────▶ BindingIndex ─┴──▶ supervisor, syncers, binding controllers
 //! ```
@@ -11,9 +12,11 @@
 mod engagements;
 pub mod index;
 pub mod outcomes;
+mod ownership;
 mod syncers;
 
 pub use engagements::{Engaged, Engagement, Engagements};
 pub use index::{BindingIndex, BindingKey, Coverage, Entry, Reach, Scopes, SharedIndex, reach};
 pub use outcomes::{DeniedBy, Outcome, Outcomes, Recorded, Summary};
+pub use ownership::{Owned, Ownership};
 pub use syncers::RunningSyncers;

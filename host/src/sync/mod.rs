@@ -127,6 +127,9 @@ pub struct SyncSettings {
     pub deletion_poll: Duration,
     /// How often the supervisor re-checks syncers even without a change signal.
     pub supervisor_tick: Duration,
+    /// How long a stopping syncer may finish its in-flight reconciles before it is aborted
+    /// (sharded replicas: well within the margin before their shard Lease expires).
+    pub stop_grace: Duration,
 }
 
 impl Default for SyncSettings {
@@ -138,6 +141,7 @@ impl Default for SyncSettings {
             error_backoff_max: Duration::from_secs(300),
             deletion_poll: Duration::from_secs(10),
             supervisor_tick: Duration::from_secs(10),
+            stop_grace: Duration::from_secs(30),
         }
     }
 }

@@ -18,13 +18,11 @@
 //! only once its syncer has finished, so a drain waiting on it never races the syncer.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::time::Duration;
-
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::registry::{BindingIndex, Engaged, Engagement};
+use crate::registry::{BindingIndex, Engaged, Engagement, Owned};
 use crate::schema::ApiTarget;
 use crate::shared::Shared;
 use crate::telemetry::{ApiLabels, metrics};
@@ -32,9 +30,6 @@ use crate::telemetry::{ApiLabels, metrics};
 use super::SyncSettings;
 use super::context::SyncerSpec;
 use super::syncer;
-
-/// How long a stopping syncer may take to finish its in-flight reconciles.
-const STOP_GRACE: Duration = Duration::from_secs(30);
 
 /// What one syncer was built for; any difference means a rebuild.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -48,11 +43,13 @@ struct Identity {
 /// The (Connection, API) pairs that should have a syncer, with what to build each for.
 type Desired = BTreeMap<(String, String), (Identity, Engagement)>;
 
-/// Which syncers the engaged Connections and the Ready bindings call for.
-fn desired(engaged: &Engaged, index: &BindingIndex) -> Desired {
+/// Which syncers the engaged Connections and the Ready bindings call for, of the API shards
+/// this replica holds (all of them without sharding).
+fn desired(engaged: &Engaged, index: &BindingIndex, owned: &Owned) -> Desired {
     index
         .active()
         .into_iter()
+        .filter(|((connection, api), _)| owned.api(connection, api))
         .filter_map(|((connection, api), target)| {
             let engagement = engaged.get(&connection)?.clone();
             let identity = Identity {
@@ -102,17 +99,24 @@ impl Supervisor {
     pub async fn run(mut self, shutdown: CancellationToken) {
         let mut engagements = self.shared.engagements.subscribe();
         let mut index = self.shared.index.subscribe();
+        let mut ownership = self.shared.ownership.subscribe();
         let mut tick = tokio::time::interval(self.settings.supervisor_tick);
         loop {
             // Both values are read (and marked seen) before converging, so a change made
             // while converging wakes the loop again.
-            let desired = desired(&engagements.borrow_and_update(), &index.borrow_and_update());
+            let desired = desired(
+                &engagements.borrow_and_update(),
+                &index.borrow_and_update(),
+                &ownership.borrow_and_update(),
+            );
             self.converge(desired).await;
             tokio::select! {
                 () = shutdown.cancelled() => break,
                 changed = engagements.changed() => if changed.is_err() { break },
                 // Running syncers follow selection changes themselves (see `coverage`).
                 changed = index.changed() => if changed.is_err() { break },
+                // A shard acquired or given up (sharded replicas only).
+                changed = ownership.changed() => if changed.is_err() { break },
                 _ = tick.tick() => {}
             }
         }
@@ -187,7 +191,7 @@ impl Supervisor {
         info!(%connection, %api, epoch = handle.identity.epoch, "stopping syncer");
         handle.token.cancel();
         let abort = handle.join.abort_handle();
-        match tokio::time::timeout(STOP_GRACE, handle.join).await {
+        match tokio::time::timeout(self.settings.stop_grace, handle.join).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => warn!(%connection, %api, error = %e, "syncer task ended abnormally"),
             Err(_) => {

@@ -72,6 +72,23 @@ pub struct RelatedReadLabels {
     pub read: &'static str,
 }
 
+/// Labels of shard metrics.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ShardKindLabels {
+    /// `connection` or `api`.
+    pub kind: &'static str,
+}
+
+/// Labels of shard hand-overs.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HandoverLabels {
+    /// `connection` or `api`.
+    pub kind: &'static str,
+    /// `acquired`, `released` (handed over cleanly) or `lost` (renewals failed, or another
+    /// replica holds the Lease).
+    pub change: &'static str,
+}
+
 /// Every metric the konnector exports.
 pub struct Metrics {
     registry: Registry,
@@ -112,6 +129,12 @@ pub struct Metrics {
     /// watch that could not resume (`410 Gone`, an expired resourceVersion), the costliest
     /// thing a watch does.
     pub watch_lists: Family<WatchLabels, Counter>,
+    /// Shards this replica holds, per kind (sharded replicas only).
+    pub shards_owned: Family<ShardKindLabels, Gauge>,
+    /// Shards acquired, released and lost by this replica.
+    pub shard_handovers: Family<HandoverLabels, Counter>,
+    /// How long renewing this replica's membership Lease took.
+    pub shard_lease_renew: Histogram,
 }
 
 fn latency_histogram() -> Histogram {
@@ -139,6 +162,9 @@ impl Metrics {
             syncer_starts: Family::default(),
             in_sync_checks: Family::default(),
             watch_lists: Family::default(),
+            shards_owned: Family::default(),
+            shard_handovers: Family::default(),
+            shard_lease_renew: latency_histogram(),
             registry: Registry::default(),
         };
         registry.register(
@@ -220,6 +246,21 @@ impl Metrics {
             "watch_lists",
             "Full lists made by syncer watches (start, and each watch that could not resume)",
             metrics.watch_lists.clone(),
+        );
+        registry.register(
+            "shards_owned",
+            "Shards this replica holds through their Leases",
+            metrics.shards_owned.clone(),
+        );
+        registry.register(
+            "shard_handovers",
+            "Shards acquired, released or lost by this replica",
+            metrics.shard_handovers.clone(),
+        );
+        registry.register(
+            "shard_lease_renew_seconds",
+            "Time to renew this replica's membership Lease",
+            metrics.shard_lease_renew.clone(),
         );
         Self {
             registry,

@@ -8,7 +8,7 @@ mod server;
 
 pub use logging::{LogFormat, init_logging};
 pub use metrics::{
-    ApiLabels, ControllerLabels, Metrics, PolicyFailureLabels, PolicyLabels, ReconcileTimer,
-    RelatedLabels, RelatedReadLabels, WatchLabels, metrics,
+    ApiLabels, ControllerLabels, HandoverLabels, Metrics, PolicyFailureLabels, PolicyLabels,
+    ReconcileTimer, RelatedLabels, RelatedReadLabels, ShardKindLabels, WatchLabels, metrics,
 };
 pub use server::{Health, serve_health, serve_metrics};

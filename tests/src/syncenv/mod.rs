@@ -79,6 +79,7 @@ pub fn fast_settings(stack: &str) -> Settings {
             error_backoff_max: Duration::from_secs(3),
             deletion_poll: Duration::from_secs(1),
             supervisor_tick: Duration::from_secs(1),
+            ..SyncSettings::default()
         },
     }
 }

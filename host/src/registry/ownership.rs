@@ -1,0 +1,160 @@
+//! Which work this replica may do: written by the shard coordinator (`crate::sharding`), read by
+//! the Connection controller, the binding controllers and the syncer supervisor before they
+//! write anything.
+//!
+//! Without sharding one replica does everything (`Owned::everything`). With it, a replica
+//! owns a Connection shard (the Connection's status, discovery, heartbeat, autoBind, schema
+//! installs, related resources, bindings' overall status and finalizers) or an API shard (the
+//! syncer of one (Connection, API)) only while it holds that shard's Lease.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use tokio::sync::watch;
+
+/// The shards this replica holds at one moment.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Owned {
+    /// Whether work is sharded at all; `false` means this replica owns everything.
+    pub sharded: bool,
+    /// Connections whose shard this replica holds.
+    pub connections: BTreeSet<String>,
+    /// (Connection, API) pairs whose syncer this replica may run.
+    pub apis: BTreeSet<(String, String)>,
+}
+
+impl Owned {
+    /// One replica, every shard (no `--sharding`).
+    pub fn everything() -> Self {
+        Self::default()
+    }
+
+    /// Whether this replica does the Connection's own work.
+    pub fn connection(&self, connection: &str) -> bool {
+        !self.sharded || self.connections.contains(connection)
+    }
+
+    /// Whether this replica runs the syncer of `api` through `connection`.
+    pub fn api(&self, connection: &str, api: &str) -> bool {
+        !self.sharded || self.apis.iter().any(|(c, a)| c == connection && a == api)
+    }
+}
+
+/// Shared ownership registry, cheap to clone; subscribers wake when a shard is acquired or
+/// given up.
+#[derive(Clone, Debug)]
+pub struct Ownership {
+    owned: Arc<watch::Sender<Owned>>,
+    identity: Arc<str>,
+    lease_namespace: Arc<str>,
+}
+
+impl Default for Ownership {
+    fn default() -> Self {
+        Self::new(false, "konnector", "")
+    }
+}
+
+impl Ownership {
+    /// A registry for replica `identity` whose shard Leases live in `lease_namespace`; a
+    /// sharded one starts owning nothing.
+    pub fn new(sharded: bool, identity: &str, lease_namespace: &str) -> Self {
+        let owned = Owned {
+            sharded,
+            ..Owned::default()
+        };
+        Self {
+            owned: Arc::new(watch::Sender::new(owned)),
+            identity: identity.into(),
+            lease_namespace: lease_namespace.into(),
+        }
+    }
+
+    /// The namespace of the shard Leases.
+    pub fn lease_namespace(&self) -> &str {
+        &self.lease_namespace
+    }
+
+    /// Whether work is sharded over replicas.
+    pub fn sharded(&self) -> bool {
+        self.owned.borrow().sharded
+    }
+
+    /// This replica's identity (its Pod name): shard Lease holder and status field manager.
+    pub fn identity(&self) -> &str {
+        &self.identity
+    }
+
+    /// Whether this replica does the Connection's own work now.
+    pub fn owns_connection(&self, connection: &str) -> bool {
+        self.owned.borrow().connection(connection)
+    }
+
+    /// Whether this replica may run the syncer of `api` through `connection` now.
+    pub fn owns_api(&self, connection: &str, api: &str) -> bool {
+        self.owned.borrow().api(connection, api)
+    }
+
+    /// The shards held now.
+    pub fn current(&self) -> Owned {
+        self.owned.borrow().clone()
+    }
+
+    /// Wakes on every change of the shards held.
+    pub fn subscribe(&self) -> watch::Receiver<Owned> {
+        self.owned.subscribe()
+    }
+
+    /// One item per change of the Connection shards held: the controllers whose objects follow
+    /// a Connection reconcile them all again, as owner or as follower.
+    pub fn connection_changes(&self) -> impl futures::Stream<Item = ()> + Send + use<> {
+        let mut owned = self.owned.subscribe();
+        let last = owned.borrow_and_update().connections.clone();
+        futures::stream::unfold((owned, last), |(mut owned, mut last)| async move {
+            loop {
+                owned.changed().await.ok()?;
+                let now = owned.borrow_and_update().connections.clone();
+                if now != last {
+                    last = now;
+                    return Some(((), (owned, last)));
+                }
+            }
+        })
+    }
+
+    /// Publishes the shards held now (the coordinator's, after each change).
+    pub fn publish(&self, connections: BTreeSet<String>, apis: BTreeSet<(String, String)>) {
+        self.owned.send_if_modified(|owned| {
+            let changed = owned.connections != connections || owned.apis != apis;
+            owned.connections = connections;
+            owned.apis = apis;
+            changed
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unsharded_replica_owns_everything() {
+        let ownership = Ownership::default();
+        assert!(ownership.owns_connection("any"));
+        assert!(ownership.owns_api("any", "widgets.example.org"));
+    }
+
+    #[test]
+    fn a_sharded_replica_owns_only_what_it_published() {
+        let ownership = Ownership::new(true, "r1", "kbind");
+        assert!(!ownership.owns_connection("c"));
+        ownership.publish(
+            BTreeSet::from(["c".to_string()]),
+            BTreeSet::from([("d".to_string(), "widgets.example.org".to_string())]),
+        );
+        assert!(ownership.owns_connection("c"));
+        assert!(!ownership.owns_connection("d"));
+        assert!(ownership.owns_api("d", "widgets.example.org"));
+        assert!(!ownership.owns_api("c", "widgets.example.org"));
+    }
+}

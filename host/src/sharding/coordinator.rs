@@ -1,0 +1,464 @@
+//! The shard coordinator: one loop per replica that renews its membership, computes which
+//! shards rendezvous hashing gives it, takes, renews and releases their Leases, and publishes
+//! what it holds to `Shared::ownership`.
+//!
+//! A shard moves in two steps: its holder, no longer assigned, first stops the work (drops it
+//! from ownership, waits for its syncer to finish) and only then releases the Lease; the new
+//! owner takes a released or expired Lease on its next tick. A holder that cannot renew drops
+//! the shard at the renew deadline, before the Lease can expire.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::time::Duration;
+
+use futures::future::join_all;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, ListParams};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use super::leases::{Leases, live_holder, recorded_holder, takeable};
+use super::{Config, MEMBER_LABEL, SHARD_ANNOTATION, SHARD_KIND_LABEL, Shard, member_lease_name};
+use crate::api::Connection;
+use crate::shared::Shared;
+use crate::telemetry::{HandoverLabels, ShardKindLabels, metrics};
+
+/// A shard this replica holds.
+#[derive(Debug)]
+struct Held {
+    /// When its work must have stopped: the start of its last successful renewal plus the
+    /// renew deadline.
+    valid_until: Instant,
+    /// No longer assigned here: its work is stopping and its Lease is released once it has.
+    releasing: bool,
+    /// The Lease as last written.
+    lease: Lease,
+}
+
+/// The coordinator's state between ticks.
+struct Coordinator {
+    shared: Shared,
+    config: Config,
+    leases: Leases,
+    held: BTreeMap<Shard, Held>,
+    member: Option<Lease>,
+    member_valid_until: Option<Instant>,
+}
+
+/// Runs the coordinator until `shutdown`, then releases every Lease it holds (the caller stops
+/// the controllers first, so no work of a released shard is left running).
+pub async fn run(shared: Shared, config: Config, shutdown: CancellationToken) {
+    let duration = i32::try_from(config.lease_duration.as_secs()).unwrap_or(i32::MAX);
+    let leases = Leases::new(
+        shared.consumer.clone(),
+        &config.namespace,
+        &config.identity,
+        duration,
+    );
+    let mut coordinator = Coordinator {
+        shared,
+        config,
+        leases,
+        held: BTreeMap::new(),
+        member: None,
+        member_valid_until: None,
+    };
+    loop {
+        let started = Instant::now();
+        // A tick stuck on a slow apiserver must not keep a shard past its deadline: it is cut
+        // off there, and the shards that lapsed are dropped.
+        match coordinator.earliest_deadline() {
+            Some(deadline) => {
+                if tokio::time::timeout_at(deadline, coordinator.tick(started))
+                    .await
+                    .is_err()
+                {
+                    coordinator.publish();
+                }
+            }
+            None => coordinator.tick(started).await,
+        }
+        let next = started + coordinator.config.retry_period;
+        // Wake early when a held shard reaches its deadline, so it is dropped on time.
+        let wake = coordinator
+            .held
+            .values()
+            .map(|h| h.valid_until)
+            .filter(|deadline| *deadline > Instant::now())
+            .min()
+            .map_or(next, |deadline| deadline.min(next));
+        tokio::select! {
+            () = shutdown.cancelled() => break,
+            () = tokio::time::sleep_until(wake) => coordinator.publish(),
+        }
+    }
+    coordinator.release_all().await;
+}
+
+/// Runs `request` with the coordinator's bound: a Lease request that outlasts the retry period
+/// counts as failed.
+async fn bounded<T>(
+    period: Duration,
+    request: impl Future<Output = kube::Result<T>>,
+) -> Option<kube::Result<T>> {
+    tokio::time::timeout(period, request).await.ok()
+}
+
+impl Coordinator {
+    fn me(&self) -> &str {
+        &self.config.identity
+    }
+
+    /// When the first held shard must stop, if any is held.
+    fn earliest_deadline(&self) -> Option<Instant> {
+        self.held.values().map(|h| h.valid_until).min()
+    }
+
+    async fn tick(&mut self, started: Instant) {
+        self.renew_membership(started).await;
+        let now = Timestamp::now();
+        let period = self.config.retry_period;
+        let members = match bounded(period, self.leases.list(MEMBER_LABEL)).await {
+            Some(Ok(members)) => members,
+            failed => {
+                warn!(error = ?failed.map(|r| r.err()), "listing membership Leases failed; keeping the shards held until their deadline");
+                self.publish();
+                return;
+            }
+        };
+        let mut live: BTreeSet<String> = members
+            .values()
+            .filter_map(|lease| live_holder(lease, now).map(str::to_string))
+            .collect();
+        // A replica whose own membership lapsed is not a member: it takes nothing new.
+        let member = self.member_valid_until.is_some_and(|t| t > Instant::now());
+        if member {
+            live.insert(self.me().to_string());
+        } else {
+            live.remove(self.me());
+        }
+        let Some(shards) = self.shards().await else {
+            self.publish();
+            return;
+        };
+        let recorded = match bounded(period, self.leases.list(SHARD_KIND_LABEL)).await {
+            Some(Ok(recorded)) => recorded,
+            failed => {
+                warn!(error = ?failed.map(|r| r.err()), "listing shard Leases failed");
+                self.publish();
+                return;
+            }
+        };
+        let assigned: BTreeSet<Shard> = shards
+            .into_iter()
+            .filter(|shard| {
+                member
+                    && super::rendezvous::owner(live.iter().map(String::as_str), &shard.key())
+                        == Some(self.me())
+            })
+            .collect();
+        self.step(started, now, &assigned, &recorded).await;
+        self.publish();
+    }
+
+    /// Renews (or creates) this replica's membership Lease.
+    async fn renew_membership(&mut self, started: Instant) {
+        let name = member_lease_name(self.me());
+        let period = self.config.retry_period;
+        let written = match &self.member {
+            Some(lease) => bounded(period, self.leases.renew(lease)).await,
+            None => {
+                let existing = bounded(period, self.leases.list(MEMBER_LABEL)).await;
+                match existing {
+                    Some(Ok(mut found)) => match found.remove(&name) {
+                        Some(lease) => bounded(period, self.leases.take(&lease)).await,
+                        None => {
+                            let labels = BTreeMap::from([(MEMBER_LABEL.into(), "true".into())]);
+                            bounded(period, self.leases.create(&name, labels, BTreeMap::new()))
+                                .await
+                        }
+                    },
+                    other => other.map(|r| r.map(|_| Lease::default())),
+                }
+            }
+        };
+        metrics()
+            .shard_lease_renew
+            .observe(started.elapsed().as_secs_f64());
+        match written {
+            Some(Ok(lease)) if lease.metadata.name.is_some() => {
+                self.member = Some(lease);
+                self.member_valid_until = Some(started + self.config.renew_deadline);
+            }
+            failed => {
+                // A conflict or a refusal: read it again next time.
+                self.member = None;
+                warn!(error = ?failed.and_then(|r| r.err()), "renewing the membership Lease failed");
+            }
+        }
+    }
+
+    /// Every shard there is: one per Connection, one per (Connection, API) the Ready bindings
+    /// use. `None` when the Connections cannot be listed.
+    async fn shards(&self) -> Option<BTreeSet<Shard>> {
+        let api: Api<Connection> = Api::all(self.shared.consumer.clone());
+        let listed = bounded(
+            self.config.retry_period,
+            api.list_metadata(&ListParams::default()),
+        )
+        .await;
+        let connections: BTreeSet<String> = match listed {
+            Some(Ok(list)) => list
+                .items
+                .into_iter()
+                .filter_map(|c| c.metadata.name)
+                .collect(),
+            failed => {
+                warn!(error = ?failed.map(|r| r.err()), "listing Connections for shards failed");
+                return None;
+            }
+        };
+        let apis = self.shared.index.read(|index| index.active());
+        let mut shards: BTreeSet<Shard> = apis
+            .into_keys()
+            .filter(|(connection, _)| connections.contains(connection))
+            .map(|(connection, api)| Shard::Api { connection, api })
+            .collect();
+        shards.extend(connections.into_iter().map(Shard::Connection));
+        Some(shards)
+    }
+
+    /// One pass over the shards assigned here and the shards held here.
+    async fn step(
+        &mut self,
+        started: Instant,
+        now: Timestamp,
+        assigned: &BTreeSet<Shard>,
+        recorded: &BTreeMap<String, Lease>,
+    ) {
+        let mut work = Vec::new();
+        let everything: BTreeSet<&Shard> = assigned.iter().chain(self.held.keys()).collect();
+        for shard in everything {
+            let lease = recorded.get(&shard.lease_name());
+            let mine = assigned.contains(shard);
+            match (self.held.get(shard), lease) {
+                (Some(_), lease) if lease.and_then(recorded_holder) != Some(self.me()) => {
+                    work.push(Action::Lost(shard.clone()));
+                }
+                (Some(held), Some(lease)) if mine && !held.releasing => {
+                    work.push(Action::Renew(shard.clone(), lease.clone()));
+                }
+                (Some(held), Some(lease)) => {
+                    if held.releasing && self.stopped(shard) {
+                        work.push(Action::Release(shard.clone(), lease.clone()));
+                    } else {
+                        // Still stopping: keep the Lease alive until the work is gone.
+                        work.push(Action::Stop(shard.clone(), lease.clone()));
+                    }
+                }
+                (Some(_), None) => work.push(Action::Lost(shard.clone())),
+                (None, Some(lease)) if mine && takeable(lease, self.me(), now) => {
+                    work.push(Action::Take(shard.clone(), lease.clone()));
+                }
+                (None, None) if mine => work.push(Action::Create(shard.clone())),
+                (None, _) => {}
+            }
+        }
+        let leases = &self.leases;
+        let period = self.config.retry_period;
+        let results = join_all(work.into_iter().map(|action| async move {
+            let result = match &action {
+                Action::Lost(_) => None,
+                Action::Renew(_, lease) | Action::Stop(_, lease) => {
+                    bounded(period, leases.renew(lease)).await
+                }
+                Action::Release(_, lease) => bounded(period, leases.release(lease)).await,
+                Action::Take(_, lease) => bounded(period, leases.take(lease)).await,
+                Action::Create(shard) => {
+                    let labels = BTreeMap::from([(SHARD_KIND_LABEL.into(), shard.kind().into())]);
+                    let annotations = BTreeMap::from([(SHARD_ANNOTATION.into(), shard.key())]);
+                    bounded(
+                        period,
+                        leases.create(&shard.lease_name(), labels, annotations),
+                    )
+                    .await
+                }
+            };
+            (action, result)
+        }))
+        .await;
+        for (action, result) in results {
+            self.apply(action, result, started, assigned);
+        }
+    }
+
+    /// Records what one Lease request came to.
+    fn apply(
+        &mut self,
+        action: Action,
+        result: Option<kube::Result<Lease>>,
+        started: Instant,
+        assigned: &BTreeSet<Shard>,
+    ) {
+        let valid_until = started + self.config.renew_deadline;
+        let identity = self.config.identity.clone();
+        match (action, result) {
+            (Action::Lost(shard), _) => {
+                self.held.remove(&shard);
+                warn!(shard = %shard.key(), %identity, "shard lost: another replica holds its Lease");
+                handover(&shard, "lost");
+            }
+            (Action::Renew(shard, _) | Action::Stop(shard, _), Some(Ok(lease))) => {
+                if let Some(held) = self.held.get_mut(&shard) {
+                    held.valid_until = valid_until;
+                    held.lease = lease;
+                    held.releasing |= !assigned.contains(&shard);
+                }
+            }
+            (Action::Release(shard, _), Some(Ok(_))) => {
+                self.held.remove(&shard);
+                info!(shard = %shard.key(), %identity, "shard released");
+                handover(&shard, "released");
+            }
+            (Action::Take(shard, _) | Action::Create(shard), Some(Ok(lease))) => {
+                info!(shard = %shard.key(), %identity, "shard acquired");
+                handover(&shard, "acquired");
+                self.held.insert(
+                    shard,
+                    Held {
+                        valid_until,
+                        releasing: false,
+                        lease,
+                    },
+                );
+            }
+            (Action::Take(..) | Action::Create(..), _) => {
+                // Another replica was faster, or the write failed: try again next tick.
+            }
+            (action, failed) => {
+                warn!(shard = %action.shard().key(), error = ?failed.and_then(|r| r.err()), "renewing a shard Lease failed; its work stops at the renew deadline");
+            }
+        }
+    }
+
+    /// Whether a shard's work has stopped here: an API shard's syncer has finished; a
+    /// Connection shard stops taking reconciles as soon as it leaves ownership, and its
+    /// in-flight requests are bounded by the write timeout, which the next tick outlasts.
+    fn stopped(&self, shard: &Shard) -> bool {
+        match shard {
+            Shard::Connection(_) => true,
+            Shard::Api { connection, api } => !self.shared.syncers.contains(connection, api),
+        }
+    }
+
+    /// Publishes the shards held, renewed within their deadline and not being given up.
+    fn publish(&mut self) {
+        let now = Instant::now();
+        let lapsed: Vec<Shard> = self
+            .held
+            .iter()
+            .filter(|(_, held)| held.valid_until <= now)
+            .map(|(shard, _)| shard.clone())
+            .collect();
+        for shard in lapsed {
+            // Dropped for good: it is taken again (by whoever it is assigned to) through its
+            // Lease, never resumed on a stale renewal.
+            self.held.remove(&shard);
+            warn!(shard = %shard.key(), identity = %self.config.identity, "shard lost: no renewal within the renew deadline; its work stops");
+            handover(&shard, "lost");
+        }
+        let mut connections = BTreeSet::new();
+        let mut apis = BTreeSet::new();
+        for (shard, held) in &self.held {
+            if held.releasing {
+                continue;
+            }
+            match shard {
+                Shard::Connection(c) => {
+                    connections.insert(c.clone());
+                }
+                Shard::Api { connection, api } => {
+                    apis.insert((connection.clone(), api.clone()));
+                }
+            }
+        }
+        let gauge = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        let owned = &metrics().shards_owned;
+        owned
+            .get_or_create(&ShardKindLabels { kind: "connection" })
+            .set(gauge(connections.len()));
+        owned
+            .get_or_create(&ShardKindLabels { kind: "api" })
+            .set(gauge(apis.len()));
+        self.shared.ownership.publish(connections, apis);
+    }
+
+    /// On shutdown: gives every Lease up so the other replicas take the shards at once.
+    async fn release_all(&mut self) {
+        self.shared
+            .ownership
+            .publish(BTreeSet::new(), BTreeSet::new());
+        let period = self.config.retry_period;
+        let held = std::mem::take(&mut self.held);
+        let leases = &self.leases;
+        join_all(held.iter().map(|(shard, held)| async move {
+            match bounded(period, leases.release(&held.lease)).await {
+                Some(Ok(_)) => {
+                    info!(shard = %shard.key(), "shard released");
+                    handover(shard, "released");
+                }
+                failed => {
+                    warn!(shard = %shard.key(), error = ?failed.and_then(|r| r.err()), "releasing a shard Lease failed; it expires instead")
+                }
+            }
+        }))
+        .await;
+        if let Some(member) = self.member.take()
+            && let Some(Err(error)) = bounded(period, leases.release(&member)).await
+        {
+            warn!(%error, "releasing the membership Lease failed; it expires instead");
+        }
+    }
+}
+
+/// What to do with one shard's Lease this tick.
+#[derive(Debug)]
+enum Action {
+    /// Held here but the Lease names another holder (or is gone).
+    Lost(Shard),
+    /// Held and assigned: renew.
+    Renew(Shard, Lease),
+    /// Held, no longer assigned, work still stopping: renew until it has.
+    Stop(Shard, Lease),
+    /// Held, no longer assigned, work stopped: release.
+    Release(Shard, Lease),
+    /// Assigned and free: take.
+    Take(Shard, Lease),
+    /// Assigned and no Lease yet: create it held.
+    Create(Shard),
+}
+
+impl Action {
+    fn shard(&self) -> &Shard {
+        match self {
+            Self::Lost(s)
+            | Self::Renew(s, _)
+            | Self::Stop(s, _)
+            | Self::Release(s, _)
+            | Self::Take(s, _)
+            | Self::Create(s) => s,
+        }
+    }
+}
+
+fn handover(shard: &Shard, change: &'static str) {
+    metrics()
+        .shard_handovers
+        .get_or_create(&HandoverLabels {
+            kind: shard.kind(),
+            change,
+        })
+        .inc();
+}

@@ -1,0 +1,245 @@
+//! Active-active replicas (`konnector run --sharding`): the work split into shards, each held by
+//! one replica through its own consumer Lease, assigned by rendezvous hashing over the live
+//! replicas. Kubernetes Leases are the only coordination; no replica talks to another.
+//!
+//! ```text
+//! every retry period, per replica:
+//!   renew own membership Lease ─▶ live members (membership Leases not expired)
+//!   shards: one per Connection + one per (Connection, API) the Ready bindings use
+//!   for each shard: rendezvous(live members) = me?
+//!       yes, Lease free (released, expired, absent) ─▶ take it ─▶ work may start
+//!       yes, held by me                            ─▶ renew it
+//!       no, held by me ─▶ stop the work ─▶ release the Lease (the new owner takes it at once)
+//!   ownership = shards renewed within the renew deadline ─▶ controllers, supervisor
+//! ```
+//!
+//! Never a second writer: a replica starts a shard's work only once it holds the Lease, i.e.
+//! after the previous holder released it or it expired; and it drops the shard when the last
+//! successful renewal is older than the renew deadline, which is shorter than the Lease
+//! duration. Leases do not fence a write already in flight, so in sharded mode every request
+//! other than a watch carries a timeout of at most the margin between the two
+//! ([`Config::write_timeout`]); this assumes bounded clock skew between replicas and the
+//! apiserver, as kube-controller-manager's leader election does.
+
+mod coordinator;
+mod leases;
+pub mod rendezvous;
+
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+
+pub use coordinator::run;
+pub use leases::{MEMBER_LABEL, SHARD_ANNOTATION, SHARD_KIND_LABEL, live_holder, recorded_holder};
+
+/// Timings and place of the sharding Leases.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Namespace of the membership and shard Leases (the Pod's).
+    pub namespace: String,
+    /// This replica's identity (its Pod name).
+    pub identity: String,
+    /// How long a Lease stays held after its last renewal.
+    pub lease_duration: Duration,
+    /// How long after its last successful renewal a replica stops a shard's work.
+    pub renew_deadline: Duration,
+    /// How often a replica renews its Leases and re-evaluates the assignment.
+    pub retry_period: Duration,
+}
+
+/// Why the sharding settings cannot be used.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ConfigError {
+    /// The renew deadline must leave a margin before the Lease expires.
+    #[error(
+        "--shard-renew-deadline ({deadline:?}) must be shorter than --shard-lease-duration ({duration:?}): \
+         a replica stops a shard's work at the deadline, before another may take its Lease"
+    )]
+    DeadlineNotBeforeExpiry {
+        /// The renew deadline.
+        deadline: Duration,
+        /// The Lease duration.
+        duration: Duration,
+    },
+    /// Renewals must come more often than the deadline, or every shard would lapse.
+    #[error(
+        "--shard-retry-period ({period:?}) must be shorter than --shard-renew-deadline ({deadline:?})"
+    )]
+    PeriodNotBeforeDeadline {
+        /// The retry period.
+        period: Duration,
+        /// The renew deadline.
+        deadline: Duration,
+    },
+    /// Lease durations are whole seconds, at least one.
+    #[error("--shard-lease-duration must be at least 2s, got {0:?}")]
+    DurationTooShort(Duration),
+}
+
+impl Config {
+    /// Checks the timing rules the no-second-writer guarantee rests on.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.lease_duration < Duration::from_secs(2) {
+            return Err(ConfigError::DurationTooShort(self.lease_duration));
+        }
+        if self.renew_deadline >= self.lease_duration {
+            return Err(ConfigError::DeadlineNotBeforeExpiry {
+                deadline: self.renew_deadline,
+                duration: self.lease_duration,
+            });
+        }
+        if self.retry_period >= self.renew_deadline {
+            return Err(ConfigError::PeriodNotBeforeDeadline {
+                period: self.retry_period,
+                deadline: self.renew_deadline,
+            });
+        }
+        Ok(())
+    }
+
+    /// The longest a request may take: the margin between the renew deadline (when this
+    /// replica stops) and the Lease's expiry (when another may start).
+    pub fn write_timeout(&self) -> Duration {
+        self.lease_duration.saturating_sub(self.renew_deadline)
+    }
+
+    /// How long a stopping syncer may finish in-flight reconciles before it is aborted: half
+    /// the margin, so a lost shard's work is gone well before the Lease expires.
+    pub fn stop_grace(&self) -> Duration {
+        self.write_timeout() / 2
+    }
+}
+
+/// One unit of work held through one Lease.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Shard {
+    /// A Connection's own work: its status, discovery, heartbeat, autoBind, schema installs,
+    /// related resources, and its bindings' overall status and finalizers.
+    Connection(String),
+    /// The syncer of one API through one Connection.
+    Api {
+        /// The Connection.
+        connection: String,
+        /// `<plural>.<group>`.
+        api: String,
+    },
+}
+
+impl Shard {
+    /// The shard's key, hashed for assignment and recorded on its Lease: `<connection>` or
+    /// `<connection>/<api>` (Connection names hold no `/`).
+    pub fn key(&self) -> String {
+        match self {
+            Self::Connection(connection) => connection.clone(),
+            Self::Api { connection, api } => format!("{connection}/{api}"),
+        }
+    }
+
+    /// `connection` or `api`: the shard Lease's kind label, and the metric label.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Connection(_) => "connection",
+            Self::Api { .. } => "api",
+        }
+    }
+
+    /// The shard's Lease name: a fixed-length digest of its key, valid whatever the names.
+    pub fn lease_name(&self) -> String {
+        let digest = Sha256::digest(self.key().as_bytes());
+        let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+        format!("kbind-shard-{hex}")
+    }
+
+    /// The shard recorded on a Lease by its kind label and key annotation.
+    pub fn from_recorded(kind: &str, key: &str) -> Option<Self> {
+        match kind {
+            "connection" => Some(Self::Connection(key.to_string())),
+            "api" => {
+                let (connection, api) = key.split_once('/')?;
+                Some(Self::Api {
+                    connection: connection.to_string(),
+                    api: api.to_string(),
+                })
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Whether the syncer of `api` through `connection` may be running on some replica: its API
+/// shard's Lease has a live holder. Always false without sharding; true when the Lease cannot
+/// be read (a drain waiting on it retries rather than racing a syncer).
+pub async fn api_shard_held(shared: &crate::shared::Shared, connection: &str, api: &str) -> bool {
+    if !shared.ownership.sharded() {
+        return false;
+    }
+    let shard = Shard::Api {
+        connection: connection.to_string(),
+        api: api.to_string(),
+    };
+    let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
+        kube::Api::namespaced(shared.consumer.clone(), shared.ownership.lease_namespace());
+    match leases.get_opt(&shard.lease_name()).await {
+        Ok(Some(lease)) => live_holder(&lease, k8s_openapi::jiff::Timestamp::now()).is_some(),
+        Ok(None) => false,
+        Err(_) => true,
+    }
+}
+
+/// The membership Lease name of replica `identity`.
+pub fn member_lease_name(identity: &str) -> String {
+    format!("kbind-member-{identity}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(duration: u64, deadline: u64, period: u64) -> Config {
+        Config {
+            namespace: "kbind".into(),
+            identity: "r".into(),
+            lease_duration: Duration::from_secs(duration),
+            renew_deadline: Duration::from_secs(deadline),
+            retry_period: Duration::from_secs(period),
+        }
+    }
+
+    #[test]
+    fn the_renew_deadline_must_come_before_the_lease_expires() {
+        assert!(config(15, 10, 2).validate().is_ok());
+        assert!(matches!(
+            config(15, 15, 2).validate(),
+            Err(ConfigError::DeadlineNotBeforeExpiry { .. })
+        ));
+        assert!(matches!(
+            config(15, 10, 10).validate(),
+            Err(ConfigError::PeriodNotBeforeDeadline { .. })
+        ));
+    }
+
+    #[test]
+    fn writes_are_bounded_by_the_margin_before_expiry() {
+        let config = config(15, 10, 2);
+        assert_eq!(config.write_timeout(), Duration::from_secs(5));
+        assert!(config.stop_grace() < config.write_timeout());
+    }
+
+    #[test]
+    fn shard_leases_are_named_by_digest_and_keys_round_trip() {
+        let api = Shard::Api {
+            connection: "provider".into(),
+            api: "widgets.example.org".into(),
+        };
+        assert_eq!(api.key(), "provider/widgets.example.org");
+        assert_eq!(Shard::from_recorded("api", &api.key()), Some(api.clone()));
+        let connection = Shard::Connection("provider".into());
+        assert_ne!(api.lease_name(), connection.lease_name());
+        assert_eq!(api.lease_name().len(), "kbind-shard-".len() + 16);
+        assert_eq!(
+            Shard::from_recorded("connection", "provider"),
+            Some(connection)
+        );
+        assert_eq!(Shard::from_recorded("other", "x"), None);
+    }
+}
