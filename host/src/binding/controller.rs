@@ -146,23 +146,28 @@ fn bindings_where<K: BindingObject>(
 
 #[instrument(skip(obj, ctx), fields(kind = %K::kind(&()), namespace = obj.namespace().unwrap_or_default(), name = %obj.name_any()))]
 async fn reconcile<K: BindingObject>(obj: Arc<K>, ctx: Arc<Context>) -> Result<Action> {
-    if !ctx
+    // Held for the whole reconcile: the Connection shard is not handed over while it writes.
+    let Some(_work) = ctx
         .shared
         .ownership
-        .owns_connection(&obj.binding_spec().connection_ref.name)
-    {
+        .claim_connection(&obj.binding_spec().connection_ref.name)
+    else {
         return follow(&*obj, &ctx).await;
-    }
+    };
     let failure_key = failure_key(&*obj);
     let api = obj.api_for(ctx.shared.consumer.clone());
-    let action = finalizer(&api, CLEANUP_FINALIZER, obj, |event| async {
+    let connection = obj.binding_spec().connection_ref.name.clone();
+    let work = finalizer(&api, CLEANUP_FINALIZER, obj, |event| async {
         match event {
             Finalizer::Apply(obj) => apply(&*obj, &api, &ctx).await,
             Finalizer::Cleanup(obj) => cleanup(&*obj, &ctx).await,
         }
-    })
-    .await
-    .map_err(|e| Error::Finalizer(Box::new(e)));
+    });
+    let action = tokio::select! {
+        action = work => action.map_err(|e| Error::Finalizer(Box::new(e))),
+        // The Connection shard lapsed (its Lease could not be renewed): stop here.
+        () = ctx.shared.ownership.connection_lost(&connection) => Err(Error::ShardLost(connection)),
+    };
     if action.is_ok() {
         ctx.failures.succeeded(&failure_key);
     }

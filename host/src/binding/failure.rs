@@ -166,6 +166,7 @@ fn kube_error(error: &Error) -> Option<&kube::Error> {
         Error::ProviderIdentity { source, .. } => source.kube_error(),
         Error::MissingName
         | Error::WaitingForSyncers(_)
+        | Error::ShardLost(_)
         | Error::DrainIncomplete { .. }
         | Error::RelatedPolicy(_)
         | Error::BuildRequest(_)

@@ -90,6 +90,10 @@ pub enum Error {
     /// Connection's, or with sharded replicas those another replica runs) before draining.
     #[error("waiting for the syncers of {0:?} to stop before draining them")]
     WaitingForSyncers(Vec<String>),
+    /// This replica stopped holding the binding's Connection shard during the reconcile; the
+    /// replica that holds it now does the work.
+    #[error("stopped: this replica no longer holds Connection {0}'s shard")]
+    ShardLost(String),
     /// Reading the referenced Connection.
     #[error("reading the Connection: {0}")]
     ReadConnection(#[source] kube::Error),

@@ -153,6 +153,10 @@ pub enum Error {
     /// Listing Connections (to find one sharing the Secret) failed.
     #[error("listing Connections: {0}")]
     ListConnections(#[source] kube::Error),
+    /// This replica stopped holding the Connection's shard during the reconcile; the replica
+    /// that holds it now does the work.
+    #[error("stopped: this replica no longer holds Connection {0}'s shard")]
+    ShardLost(String),
     /// A deleting Connection waits for bindings (requeued after the drain interval, not an error
     /// backoff).
     #[error("waiting for {0} binding(s) that reference this Connection to be deleted")]
@@ -208,20 +212,27 @@ async fn reconcile(
     let mut timer = metrics().reconcile("connection");
     let api: Api<Connection> = Api::all(ctx.shared.consumer.clone());
     let name = connection.name_any();
-    if !ctx.shared.ownership.owns_connection(&name) {
+    // Held for the whole reconcile: the shard is not handed over while it writes.
+    let Some(_work) = ctx.shared.ownership.claim_connection(&name) else {
         // Another replica holds this Connection's shard: engage for the API shards run here,
         // write nothing (not even the finalizer).
         return follow::follow(&connection, &ctx)
             .await
             .map_err(finalizer::Error::ApplyFailed);
-    }
-    let result = finalizer(&api, CLEANUP_FINALIZER, connection, |event| async {
+    };
+    let work = finalizer(&api, CLEANUP_FINALIZER, connection, |event| async {
         match event {
             finalizer::Event::Apply(connection) => apply::apply(&connection, &ctx).await,
             finalizer::Event::Cleanup(connection) => cleanup::cleanup(&connection, &ctx).await,
         }
-    })
-    .await;
+    });
+    let result = tokio::select! {
+        result = work => result,
+        // The shard lapsed (its Lease could not be renewed): stop here, mid-way if need be.
+        () = ctx.shared.ownership.connection_lost(&name) => {
+            Err(finalizer::Error::ApplyFailed(Error::ShardLost(name.clone())))
+        }
+    };
     match &result {
         Ok(_) => ctx.failures.succeeded(&name),
         // Waiting for bindings to drain is the expected path of a deletion, not a failure.

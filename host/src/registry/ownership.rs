@@ -7,8 +7,8 @@
 //! installs, related resources, bindings' overall status and finalizers) or an API shard (the
 //! syncer of one (Connection, API)) only while it holds that shard's Lease.
 
-use std::collections::BTreeSet;
-use std::sync::Arc;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::watch;
 
@@ -47,6 +47,31 @@ pub struct Ownership {
     owned: Arc<watch::Sender<Owned>>,
     identity: Arc<str>,
     lease_namespace: Arc<str>,
+    /// Reconciles doing a Connection shard's work right now, per Connection: its Lease is
+    /// released only once none is left.
+    in_flight: Arc<Mutex<HashMap<String, usize>>>,
+}
+
+/// A reconcile doing a Connection shard's work; the shard cannot be handed over while it lives.
+#[derive(Debug)]
+pub struct ConnectionWork {
+    in_flight: Arc<Mutex<HashMap<String, usize>>>,
+    connection: String,
+}
+
+impl Drop for ConnectionWork {
+    fn drop(&mut self) {
+        let mut in_flight = self
+            .in_flight
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(count) = in_flight.get_mut(&self.connection) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                in_flight.remove(&self.connection);
+            }
+        }
+    }
 }
 
 impl Default for Ownership {
@@ -67,7 +92,43 @@ impl Ownership {
             owned: Arc::new(watch::Sender::new(owned)),
             identity: identity.into(),
             lease_namespace: lease_namespace.into(),
+            in_flight: Arc::default(),
         }
+    }
+
+    /// Starts a piece of the Connection's own work when this replica holds its shard; the
+    /// shard is not released until the returned guard is dropped. `None`: another replica's.
+    pub fn claim_connection(&self, connection: &str) -> Option<ConnectionWork> {
+        let mut in_flight = self
+            .in_flight
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        // Checked under the lock, so the coordinator never sees "given up, nothing running"
+        // while a claim is being made.
+        if !self.owns_connection(connection) {
+            return None;
+        }
+        *in_flight.entry(connection.to_string()).or_default() += 1;
+        Some(ConnectionWork {
+            in_flight: self.in_flight.clone(),
+            connection: connection.to_string(),
+        })
+    }
+
+    /// Resolves once this replica no longer holds the Connection's shard (at once when it
+    /// does not): work racing it is dropped, so no write starts after the renew deadline.
+    pub async fn connection_lost(&self, connection: &str) {
+        let mut owned = self.owned.subscribe();
+        let _ = owned.wait_for(|o| !o.connection(connection)).await;
+    }
+
+    /// Whether some reconcile still does the Connection's own work here.
+    pub fn connection_busy(&self, connection: &str) -> bool {
+        let in_flight = self
+            .in_flight
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        in_flight.contains_key(connection)
     }
 
     /// The namespace of the shard Leases.
@@ -156,5 +217,19 @@ mod tests {
         assert!(!ownership.owns_connection("d"));
         assert!(ownership.owns_api("d", "widgets.example.org"));
         assert!(!ownership.owns_api("c", "widgets.example.org"));
+    }
+
+    #[test]
+    fn a_connection_shard_is_busy_while_its_work_runs() {
+        let ownership = Ownership::new(true, "r1", "kbind");
+        assert!(ownership.claim_connection("c").is_none());
+        ownership.publish(BTreeSet::from(["c".to_string()]), BTreeSet::new());
+        let first = ownership.claim_connection("c");
+        let second = ownership.claim_connection("c");
+        assert!(first.is_some() && second.is_some());
+        drop(first);
+        assert!(ownership.connection_busy("c"));
+        drop(second);
+        assert!(!ownership.connection_busy("c"));
     }
 }

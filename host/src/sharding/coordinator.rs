@@ -344,11 +344,10 @@ impl Coordinator {
     }
 
     /// Whether a shard's work has stopped here: an API shard's syncer has finished; a
-    /// Connection shard stops taking reconciles as soon as it leaves ownership, and its
-    /// in-flight requests are bounded by the write timeout, which the next tick outlasts.
+    /// Connection shard's reconciles that started while it was held have ended.
     fn stopped(&self, shard: &Shard) -> bool {
         match shard {
-            Shard::Connection(_) => true,
+            Shard::Connection(connection) => !self.shared.ownership.connection_busy(connection),
             Shard::Api { connection, api } => !self.shared.syncers.contains(connection, api),
         }
     }
