@@ -62,10 +62,13 @@ BENCH_INSTANCES ?= 1000
 BENCH_APIS ?= 5
 # None, or Namespaced: copies placed in `bench-bench` (each first sync asks the placement policy).
 BENCH_ISOLATION ?= None
+# More than 1: after the run, that many replicas with --sharding take the instances over; one
+# is killed with SIGKILL (per-replica RSS and CPU, takeover time).
+BENCH_REPLICAS ?= 1
 KONNECTOR ?=
 bench: wasm-target kube-bin
 	$(CARGO) bench --workspace --bench policy
-	$(CARGO) bench --workspace --bench sync -- --instances $(BENCH_INSTANCES) --apis $(BENCH_APIS) --isolation $(BENCH_ISOLATION) $(if $(KONNECTOR),--konnector $(KONNECTOR))
+	$(CARGO) bench --workspace --bench sync -- --instances $(BENCH_INSTANCES) --apis $(BENCH_APIS) --isolation $(BENCH_ISOLATION) --replicas $(BENCH_REPLICAS) $(if $(KONNECTOR),--konnector $(KONNECTOR))
 
 # The whole data path on two local kube-apiservers; Ctrl-C tears down.
 demo: tools

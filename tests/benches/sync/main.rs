@@ -35,10 +35,11 @@
 
 mod baselines;
 mod initial;
+mod replicas;
 mod report;
 mod steady;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -66,7 +67,7 @@ pub(crate) const NS: &str = "bench";
 const CONNECTION: &str = "provider";
 /// The consumer prefix of a `--isolation Namespaced` run.
 const ISOLATION_PREFIX: &str = "bench";
-const WAIT: Duration = Duration::from_secs(1800);
+pub(crate) const WAIT: Duration = Duration::from_secs(1800);
 
 /// What one run measures.
 pub(crate) struct Config {
@@ -85,6 +86,9 @@ pub(crate) struct Config {
     /// `a_forced_relist_loses_nothing_and_writes_nothing_again` covers it in `make test`; the
     /// watches' backoff makes it take a minute or two).
     relist: bool,
+    /// `--replicas N` (or `KBIND_BENCH_REPLICAS`): after the run, N replicas with `--sharding`
+    /// take the instances over, and one is killed; 1 (the default) skips that phase.
+    pub(crate) replicas: usize,
     /// `--isolation Namespaced` (or `KBIND_BENCH_ISOLATION`): the Connection places copies in
     /// `<prefix>-bench`, so each instance's first sync also asks the placement policy.
     pub(crate) namespaced: bool,
@@ -123,6 +127,12 @@ impl Config {
                 None => Duration::from_secs(3),
             },
             relist: bench,
+            replicas: match flag("--replicas")
+                .or_else(|| std::env::var("KBIND_BENCH_REPLICAS").ok())
+            {
+                Some(n) => n.parse().context("--replicas")?,
+                None => 1,
+            },
             namespaced: match flag("--isolation")
                 .or_else(|| std::env::var("KBIND_BENCH_ISOLATION").ok())
                 .as_deref()
@@ -160,7 +170,7 @@ fn main() -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     let pair = ClusterPair::start_private()?;
-    let report = rt.block_on(pair.diagnose(run(&config, &pair, binary)))?;
+    let report = rt.block_on(pair.diagnose(run(&config, &pair, &binary)))?;
     print_table(&report);
     let path = output_path();
     if let Some(dir) = path.parent() {
@@ -171,7 +181,7 @@ fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn run(config: &Config, pair: &ClusterPair, binary: PathBuf) -> anyhow::Result<Report> {
+async fn run(config: &Config, pair: &ClusterPair, binary: &Path) -> anyhow::Result<Report> {
     let provider = pair.provider.client().await?;
     let consumer = pair.consumer.client().await?;
     let mut report = Report {
@@ -205,7 +215,7 @@ async fn run(config: &Config, pair: &ClusterPair, binary: PathBuf) -> anyhow::Re
     let kubeconfig = pair.consumer.admin().kubeconfig_path().to_path_buf();
     let requests_before = initial::request_counts(&consumer, &provider).await?;
     let started = Instant::now();
-    let konnector = KonnectorProcess::start(&binary, &kubeconfig, &log, &[])?;
+    let konnector = KonnectorProcess::start(binary, &kubeconfig, &log, &[])?;
     konnector.wait_ready(WAIT).await?;
     report.cold_start_to_ready_seconds = started.elapsed().as_secs_f64();
     report.konnector_cpu_seconds_at_ready = konnector.cpu_seconds()?;
@@ -240,6 +250,10 @@ async fn run(config: &Config, pair: &ClusterPair, binary: PathBuf) -> anyhow::Re
     report.policy_decision_p99_us = p99;
     report.policy_decision_mean_us = mean;
     drop(konnector);
+    if config.replicas > 1 {
+        eprintln!("bench: {} sharded replicas", config.replicas);
+        replicas::replicas(config, binary, pair, &apis, &mut report).await?;
+    }
     Ok(report)
 }
 

@@ -82,6 +82,20 @@ pub struct Report {
     pub sync_cpu_us_per_object: f64,
     pub sync_cpu_seconds_per_1000_objects: f64,
     pub sync_wall_us_per_object: f64,
+    /// `--replicas N`: from starting N sharded replicas until every shard was held and their
+    /// syncers had listed.
+    pub replicas_settle_seconds: f64,
+    /// Spec and status p99 through the sharded replicas.
+    pub replicas_spec_latency_p99_ms: f64,
+    pub replicas_status_latency_p99_ms: f64,
+    /// Shards the SIGKILLed replica held.
+    pub replicas_killed_shards: usize,
+    /// From the SIGKILL until other replicas held every one of its shards.
+    pub replicas_takeover_seconds: f64,
+    /// From the SIGKILL until an update of each of its APIs reached the provider.
+    pub replicas_resumed_seconds: f64,
+    /// Per replica: shards held, RSS and CPU.
+    pub replicas: Vec<crate::replicas::ReplicaFigures>,
 }
 
 /// The `q` quantile of `samples`, in milliseconds.
@@ -281,4 +295,42 @@ pub fn print_table(r: &Report) {
     for (name, value, ratio, target) in rows {
         println!("{name:<44} {value:>28} {ratio:>26} {target:>18}");
     }
+    print_replicas(r);
+}
+
+/// The `--replicas` table: each sharded replica, then the takeover after a SIGKILL.
+fn print_replicas(r: &Report) {
+    if r.replicas.is_empty() {
+        return;
+    }
+    println!(
+        "
+{} sharded replicas (default Lease timings: 15s duration, 10s renew deadline, 2s retry), settled after {:.1} s",
+        r.replicas.len(),
+        r.replicas_settle_seconds
+    );
+    println!(
+        "{:<16} {:>8} {:>10} {:>10} {:>16} {:>16}",
+        "replica", "shards", "API shards", "RSS MiB", "CPU to settle s", "CPU steady s"
+    );
+    for f in &r.replicas {
+        println!(
+            "{:<16} {:>8} {:>10} {:>10.1} {:>16.2} {:>16.2}",
+            f.identity,
+            f.shards,
+            f.api_shards,
+            f.rss_mib,
+            f.cpu_seconds_to_settle,
+            f.cpu_seconds_steady
+        );
+    }
+    println!(
+        "spec / status p99 through the replicas: {:.1} / {:.1} ms",
+        r.replicas_spec_latency_p99_ms, r.replicas_status_latency_p99_ms
+    );
+    println!(
+        "SIGKILL of the busiest replica ({} shards): held elsewhere after {:.1} s (target <= lease duration + retry period = 17 s), \
+         an update of each of its APIs synced after {:.1} s",
+        r.replicas_killed_shards, r.replicas_takeover_seconds, r.replicas_resumed_seconds
+    );
 }
