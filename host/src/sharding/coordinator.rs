@@ -118,16 +118,28 @@ impl Coordinator {
 
     async fn tick(&mut self, started: Instant) {
         self.renew_membership(started).await;
+        if let Err(failed) = self.assign(started).await {
+            warn!(%failed, "shard assignment skipped this tick; the shards held stay until their deadline");
+        }
+        self.publish();
+    }
+
+    /// Lists the Leases carrying `label` within the retry period.
+    async fn list(&self, label: &str, what: &str) -> Result<BTreeMap<String, Lease>, String> {
+        match bounded(self.config.retry_period, self.leases.list(label)).await {
+            Some(Ok(listed)) => Ok(listed),
+            Some(Err(error)) => Err(format!("listing {what}: {error}")),
+            None => Err(format!(
+                "listing {what}: no answer within {:?}",
+                self.config.retry_period
+            )),
+        }
+    }
+
+    /// Which shards are this replica's now, and the Lease requests that follow.
+    async fn assign(&mut self, started: Instant) -> Result<(), String> {
+        let members = self.list(MEMBER_LABEL, "membership Leases").await?;
         let now = Timestamp::now();
-        let period = self.config.retry_period;
-        let members = match bounded(period, self.leases.list(MEMBER_LABEL)).await {
-            Some(Ok(members)) => members,
-            failed => {
-                warn!(error = ?failed.map(|r| r.err()), "listing membership Leases failed; keeping the shards held until their deadline");
-                self.publish();
-                return;
-            }
-        };
         let mut live: BTreeSet<String> = members
             .values()
             .filter_map(|lease| live_holder(lease, now).map(str::to_string))
@@ -139,18 +151,8 @@ impl Coordinator {
         } else {
             live.remove(self.me());
         }
-        let Some(shards) = self.shards().await else {
-            self.publish();
-            return;
-        };
-        let recorded = match bounded(period, self.leases.list(SHARD_KIND_LABEL)).await {
-            Some(Ok(recorded)) => recorded,
-            failed => {
-                warn!(error = ?failed.map(|r| r.err()), "listing shard Leases failed");
-                self.publish();
-                return;
-            }
-        };
+        let shards = self.shards().await?;
+        let recorded = self.list(SHARD_KIND_LABEL, "shard Leases").await?;
         let assigned: BTreeSet<Shard> = shards
             .into_iter()
             .filter(|shard| {
@@ -160,7 +162,7 @@ impl Coordinator {
             })
             .collect();
         self.step(started, now, &assigned, &recorded).await;
-        self.publish();
+        Ok(())
     }
 
     /// Renews (or creates) this replica's membership Lease.
@@ -201,8 +203,8 @@ impl Coordinator {
     }
 
     /// Every shard there is: one per Connection, one per (Connection, API) the Ready bindings
-    /// use. `None` when the Connections cannot be listed.
-    async fn shards(&self) -> Option<BTreeSet<Shard>> {
+    /// use.
+    async fn shards(&self) -> Result<BTreeSet<Shard>, String> {
         let api: Api<Connection> = Api::all(self.shared.consumer.clone());
         let listed = bounded(
             self.config.retry_period,
@@ -215,10 +217,8 @@ impl Coordinator {
                 .into_iter()
                 .filter_map(|c| c.metadata.name)
                 .collect(),
-            failed => {
-                warn!(error = ?failed.map(|r| r.err()), "listing Connections for shards failed");
-                return None;
-            }
+            Some(Err(error)) => return Err(format!("listing Connections: {error}")),
+            None => return Err("listing Connections: no answer in time".to_string()),
         };
         let apis = self.shared.index.read(|index| index.active());
         let mut shards: BTreeSet<Shard> = apis
@@ -227,7 +227,7 @@ impl Coordinator {
             .map(|(connection, api)| Shard::Api { connection, api })
             .collect();
         shards.extend(connections.into_iter().map(Shard::Connection));
-        Some(shards)
+        Ok(shards)
     }
 
     /// One pass over the shards assigned here and the shards held here.
