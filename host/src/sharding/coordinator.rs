@@ -17,9 +17,9 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
-use super::leases::{Leases, live_holder, recorded_holder, takeable};
+use super::leases::{Leases, live_holder, long_abandoned, recorded_holder, takeable};
 use super::{Config, MEMBER_LABEL, SHARD_ANNOTATION, SHARD_KIND_LABEL, Shard, member_lease_name};
 use crate::api::Connection;
 use crate::shared::Shared;
@@ -45,7 +45,13 @@ struct Coordinator {
     held: BTreeMap<Shard, Held>,
     member: Option<Lease>,
     member_valid_until: Option<Instant>,
+    /// Ticks so far, to collect Leases left behind every [`GARBAGE_EVERY`] ticks.
+    ticks: u64,
 }
+
+/// Every this many ticks (about a minute at the default retry period) a replica deletes the
+/// Leases left behind.
+const GARBAGE_EVERY: u64 = 30;
 
 /// Runs the coordinator until `shutdown`, then releases every Lease it holds (the caller stops
 /// the controllers first, so no work of a released shard is left running).
@@ -64,6 +70,7 @@ pub async fn run(shared: Shared, config: Config, shutdown: CancellationToken) {
         held: BTreeMap::new(),
         member: None,
         member_valid_until: None,
+        ticks: 0,
     };
     loop {
         let started = Instant::now();
@@ -153,6 +160,11 @@ impl Coordinator {
         }
         let shards = self.shards().await?;
         let recorded = self.list(SHARD_KIND_LABEL, "shard Leases").await?;
+        self.ticks = self.ticks.wrapping_add(1);
+        if self.ticks.is_multiple_of(GARBAGE_EVERY) {
+            self.collect_garbage(&members, &recorded, &shards, now)
+                .await;
+        }
         let assigned: BTreeSet<Shard> = shards
             .into_iter()
             .filter(|shard| {
@@ -198,6 +210,41 @@ impl Coordinator {
                 // A conflict or a refusal: read it again next time.
                 self.member = None;
                 warn!(error = ?failed.and_then(|r| r.err()), "renewing the membership Lease failed");
+            }
+        }
+    }
+
+    /// Deletes the Leases left behind: membership Leases of replicas gone for long (a
+    /// Deployment's Pods get new names), and released shard Leases of shards that no longer
+    /// exist. Each delete is conditional on the Lease being as read, so it never races a take.
+    async fn collect_garbage(
+        &self,
+        members: &BTreeMap<String, Lease>,
+        recorded: &BTreeMap<String, Lease>,
+        shards: &BTreeSet<Shard>,
+        now: Timestamp,
+    ) {
+        let current: BTreeSet<String> = shards.iter().map(Shard::lease_name).collect();
+        let left_behind = members
+            .values()
+            .chain(recorded.values().filter(|l| {
+                l.metadata
+                    .name
+                    .as_ref()
+                    .is_some_and(|name| !current.contains(name))
+            }))
+            .filter(|lease| long_abandoned(lease, now));
+        for lease in left_behind {
+            match bounded(
+                self.config.retry_period,
+                self.leases.delete_unchanged(lease),
+            )
+            .await
+            {
+                Some(Ok(())) => info!(lease = ?lease.metadata.name, "deleted a Lease left behind"),
+                failed => {
+                    debug!(lease = ?lease.metadata.name, error = ?failed.and_then(|r| r.err()), "a Lease left behind stays for now")
+                }
             }
         }
     }

@@ -15,7 +15,7 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::ResourceExt;
-use kube::api::{Api, ListParams, ObjectMeta, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams, Preconditions};
 
 use crate::api::names::FIELD_MANAGER;
 
@@ -49,6 +49,21 @@ pub fn recorded_holder(lease: &Lease) -> Option<&str> {
         .holder_identity
         .as_deref()
         .filter(|h| !h.is_empty())
+}
+
+/// Whether `lease` has had no live holder for a long time (ten Lease durations after its last
+/// renewal): a replica that is gone, or a shard that no longer exists, left it behind.
+pub fn long_abandoned(lease: &Lease, now: Timestamp) -> bool {
+    let Some(spec) = lease.spec.as_ref() else {
+        return true;
+    };
+    let Some(renewed) = spec.renew_time.as_ref().map(|t| t.0) else {
+        return true;
+    };
+    let ten = SignedDuration::from_secs(10 * i64::from(spec.lease_duration_seconds.unwrap_or(1)));
+    renewed
+        .checked_add(ten)
+        .is_ok_and(|stale_at| stale_at < now)
 }
 
 /// Leases of one namespace, as the coordinator reads and writes them.
@@ -148,6 +163,18 @@ impl Leases {
             .await
     }
 
+    /// Deletes `lease` as read: refused (409) when anyone wrote it since.
+    pub async fn delete_unchanged(&self, lease: &Lease) -> kube::Result<()> {
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                resource_version: lease.metadata.resource_version.clone(),
+                uid: lease.metadata.uid.clone(),
+            }),
+            ..DeleteParams::default()
+        };
+        self.api.delete(&lease.name_any(), &params).await.map(drop)
+    }
+
     /// Gives `lease` up: no holder, so the next replica takes it at once.
     pub async fn release(&self, lease: &Lease) -> kube::Result<Lease> {
         let mut lease = lease.clone();
@@ -191,6 +218,14 @@ mod tests {
         assert_eq!(live_holder(&lease(None, 1, 15), now), None);
         assert_eq!(live_holder(&lease(Some(""), 1, 15), now), None);
         assert!(takeable(&lease(None, 1, 15), "b", now));
+    }
+
+    #[test]
+    fn only_leases_stale_for_ten_durations_are_abandoned() {
+        let now = Timestamp::now();
+        assert!(!long_abandoned(&lease(None, 100, 15), now));
+        assert!(long_abandoned(&lease(None, 200, 15), now));
+        assert!(long_abandoned(&lease(Some("gone"), 200, 15), now));
     }
 
     #[test]
