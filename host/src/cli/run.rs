@@ -301,10 +301,19 @@ fn local(listener: &TcpListener) -> String {
         .unwrap_or_else(|e| e.to_string())
 }
 
-/// The leader-election identity: the Pod's name, or a per-process one outside a Pod.
+/// The leader-election and shard identity: the Pod's name, or else one unique to this host
+/// and process. The process id alone is not enough: in containers every replica is PID 1, and
+/// replicas sharing an identity would all believe they hold every shard.
 fn identity(pod_name: Option<&str>) -> String {
     pod_name.filter(|n| !n.is_empty()).map_or_else(
-        || format!("konnector-{}", std::process::id()),
+        || {
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .ok()
+                .map(|h| h.trim().to_string())
+                .filter(|h| !h.is_empty())
+                .unwrap_or_else(|| "konnector".to_string());
+            format!("{host}-{}", std::process::id())
+        },
         str::to_string,
     )
 }
@@ -370,6 +379,17 @@ mod tests {
         assert_eq!(
             settings.konnector_namespace.as_deref(),
             Some("kbind-system")
+        );
+    }
+
+    #[test]
+    fn without_a_pod_name_the_identity_names_the_host_and_process() {
+        assert_eq!(identity(Some("konnector-7d9f")), "konnector-7d9f");
+        let own = identity(None);
+        assert!(own.ends_with(&format!("-{}", std::process::id())), "{own}");
+        assert!(
+            own.len() > format!("-{}", std::process::id()).len(),
+            "{own}"
         );
     }
 

@@ -449,10 +449,11 @@ impl Coordinator {
         let period = self.config.retry_period;
         let held = std::mem::take(&mut self.held);
         let leases = &self.leases;
+        let identity = &self.config.identity;
         join_all(held.iter().map(|(shard, held)| async move {
             match bounded(period, leases.release(&held.lease)).await {
                 Some(Ok(_)) => {
-                    info!(shard = %shard.key(), "shard released");
+                    info!(shard = %shard.key(), %identity, "shard released");
                     handover(shard, "released");
                 }
                 failed => {
