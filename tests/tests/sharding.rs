@@ -45,6 +45,7 @@ async fn three_replicas_share_thirty_apis_over_two_connections() -> anyhow::Resu
         let holders = lab.settled().await?;
         let total = lab.world.shard_keys().len();
         let shares = shares(&holders);
+        println!("{total} shards held: {shares:?}");
         for identity in lab.replicas.running() {
             let share = shares.get(&identity).copied().unwrap_or(0);
             anyhow::ensure!(
@@ -97,6 +98,7 @@ async fn a_killed_replica_s_shards_resume_elsewhere_within_the_lease_duration() 
         converged_everywhere(&sides, PER_API).await?;
 
         let bound = TIMINGS.takeover_bound() + OBSERVED_WITHIN;
+        let mut slowest = Duration::ZERO;
         for key in &victims {
             let taken = history.first_held_by_another(key, &victim, killed_at);
             let taken = taken.ok_or_else(|| anyhow::anyhow!("{key} never seen taken"))?;
@@ -105,7 +107,12 @@ async fn a_killed_replica_s_shards_resume_elsewhere_within_the_lease_duration() 
                 took <= bound,
                 "{key} of killed {victim} held by another only {took:?} after the kill (bound {bound:?})"
             );
+            slowest = slowest.max(took);
         }
+        println!(
+            "{victim} killed holding {} shards; all held elsewhere within {slowest:?} (bound {bound:?})",
+            victims.len()
+        );
         // Only the killed replica's shards moved.
         for (key, holder) in &before {
             if holder.as_deref() != Some(victim.as_str()) {
@@ -233,6 +240,7 @@ async fn a_replica_whose_renewals_are_refused_stops_its_syncers_first() -> anyho
             last_stop = last_stop.max(stopped.at);
         }
         // ...before any other replica acquired one of them.
+        let mut first_taken: Option<Timestamp> = None;
         for identity in lab.replicas.running().into_iter().filter(|id| id != refused) {
             for logged in lab.replicas.get(&identity)?.events()? {
                 if let Event::Acquired(key) = &logged.event
@@ -244,9 +252,18 @@ async fn a_replica_whose_renewals_are_refused_stops_its_syncers_first() -> anyho
                         "{identity} acquired {key} at {}, before {refused} had stopped everything ({last_stop})",
                         logged.at
                     );
+                    first_taken = Some(first_taken.map_or(logged.at, |t| t.min(logged.at)));
                 }
             }
         }
+        let first_taken = first_taken.ok_or_else(|| anyhow::anyhow!("nobody acquired {its:?}"))?;
+        println!(
+            "{refused}: {} shards ({} API) all stopped {:?} after the revocation, first taken {:?} after",
+            its.len(),
+            its_apis.len(),
+            last_stop.duration_since(revoked_at).unsigned_abs(),
+            first_taken.duration_since(revoked_at).unsigned_abs()
+        );
         lab.replicas.never_two_at_once()?;
 
         // The moved APIs sync on their new owners.
