@@ -168,12 +168,17 @@ async fn a_fourth_replica_takes_only_its_share() -> anyhow::Result<()> {
         }
         let keys = lab.world.shard_keys();
         let bound = TIMINGS.takeover_bound();
-        if let Some((key, gap)) = history.longest_without_holder(&keys) {
-            anyhow::ensure!(
-                gap <= bound,
-                "{key} without a holder for {gap:?} (bound {bound:?})"
-            );
+        let longest = history.longest_without_holder(&keys);
+        if let Some((key, gap)) = &longest {
+            anyhow::ensure!(*gap <= bound, "{key} without a holder for {gap:?} (bound {bound:?})");
         }
+        println!(
+            "{newcomer} took {} of {} shards; longest seen without a holder: {longest:?} ({} readings, {} changes)",
+            taken.len(),
+            keys.len(),
+            history.0.len(),
+            history.changes().len()
+        );
         lab.replicas.never_two_at_once()?;
         lab.syncers_follow_the_shards().await?;
 

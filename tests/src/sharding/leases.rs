@@ -202,13 +202,18 @@ impl Poller {
         let (token, namespace) = (stop.clone(), namespace.to_string());
         let task = tokio::spawn(async move {
             let mut history = History::default();
-            while !token.is_cancelled() {
+            loop {
                 let at = Timestamp::now();
                 let shards = shard_leases(&consumer, &namespace).await?;
                 history.0.push(Sample {
                     at,
                     holders: holders(&shards),
                 });
+                // One last reading after the stop: the history ends no earlier than the
+                // moment it was asked for (a check that just saw a change sees it recorded).
+                if token.is_cancelled() {
+                    break;
+                }
                 tokio::select! {
                     () = token.cancelled() => {}
                     () = tokio::time::sleep(POLL) => {}
@@ -219,7 +224,7 @@ impl Poller {
         Self { stop, task }
     }
 
-    /// Stops polling and returns what was read.
+    /// Stops polling and returns what was read, a last reading taken after the call.
     pub async fn finish(self) -> anyhow::Result<History> {
         self.stop.cancel();
         self.task.await?
