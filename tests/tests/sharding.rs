@@ -28,9 +28,9 @@ use kbind_tests::syncenv::wait_for;
 use kube::Api;
 use kube::api::ListParams;
 
-/// How much later than a bound a change may be *seen*: one poll of the Leases plus the Lease
-/// requests of the tick that made it.
-const OBSERVED_WITHIN: Duration = Duration::from_secs(1);
+/// How much later than a bound a change may be *seen*: one poll of the Leases, and the Lease
+/// requests of the tick that made the change on a machine busy with other tests.
+const OBSERVED_WITHIN: Duration = Duration::from_secs(2);
 /// No replica holds more than this share of the shards.
 const MAX_SHARE_PERCENT: usize = 60;
 
