@@ -261,10 +261,11 @@ Connection provider  Ready=True  source=CRD
     #[test]
     fn a_sharded_konnector_names_the_replica_running_each_bound_api() {
         let mut r = report();
+        let bindings = r.connections[0].apis[1].bindings.clone();
         r.connections[0].apis.push(ApiNode {
             name: "things.example.org".into(),
             exported: true,
-            bindings: r.connections[0].apis[1].bindings.clone(),
+            bindings,
             ..ApiNode::default()
         });
         let leases = [
