@@ -4,7 +4,8 @@
 //! in namespaces of its own, counts its own instances on both clusters (nothing lost, nothing
 //! written twice), and reads three records side by side: the shard Leases (polled every 200 ms
 //! while the membership changes), each replica's JSON log (shards acquired, released and lost,
-//! syncers started and stopped, with timestamps) and each replica's metrics.
+//! syncers started and stopped, with timestamps) and each replica's metrics; and `kubectl kbind
+//! status` names the same holders as the Leases.
 //!
 //! The tests take turns on the pair (every replica shards every Connection of the consumer)
 //! and run with 6 s Leases, a 4 s renew deadline and a 1 s retry period.
@@ -54,6 +55,9 @@ async fn three_replicas_share_thirty_apis_over_two_connections() -> anyhow::Resu
             );
         }
         lab.syncers_follow_the_shards().await?;
+        let kubectl_kbind = kbind_tests::kubectl_kbind_binary!();
+        lab.status_names_the_holders(&kubectl_kbind, &holders)
+            .await?;
         lab.replicas.never_two_at_once()
     }
     .await;

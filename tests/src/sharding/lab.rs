@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::Duration;
 
+use anyhow::Context as _;
 use kube::Client;
 use tokio::sync::{Mutex, MutexGuard};
 
@@ -126,6 +127,58 @@ impl Lab {
             },
         )
         .await
+    }
+
+    /// Runs `kubectl kbind status -o json` (the binary `kubectl_kbind`) as the consumer admin
+    /// and fails unless it names, for both Connections and every bound API, the holder the
+    /// shard Leases name in `holders`.
+    pub async fn status_names_the_holders(
+        &self,
+        kubectl_kbind: &Path,
+        holders: &Holders,
+    ) -> anyhow::Result<()> {
+        let admin = self.pair.consumer.admin().kubeconfig_path();
+        let output = tokio::process::Command::new(kubectl_kbind)
+            .arg("--kubeconfig")
+            .arg(admin)
+            .args([
+                "status",
+                "--konnector-namespace",
+                LEASE_NAMESPACE,
+                "-o",
+                "json",
+            ])
+            .env_remove("KUBECONFIG")
+            .output()
+            .await?;
+        let report: serde_json::Value =
+            serde_json::from_slice(&output.stdout).with_context(|| {
+                format!(
+                    "status printed no JSON: {}",
+                    String::from_utf8_lossy(&output.stderr)
+                )
+            })?;
+        let mut named = BTreeMap::new();
+        for connection in report["connections"].as_array().into_iter().flatten() {
+            let Some(name) = connection["name"].as_str() else {
+                continue;
+            };
+            named.insert(name.to_string(), connection["shard"]["holder"].clone());
+            for api in connection["apis"].as_array().into_iter().flatten() {
+                if let Some(api_name) = api["name"].as_str() {
+                    named.insert(format!("{name}/{api_name}"), api["shard"]["holder"].clone());
+                }
+            }
+        }
+        for key in self.world.shard_keys() {
+            let holder = holders.get(&key).cloned().flatten();
+            let says = named.get(&key);
+            anyhow::ensure!(
+                says.and_then(|v| v.as_str()) == holder.as_deref(),
+                "status says {key} runs on {says:?}, its Lease names {holder:?}"
+            );
+        }
+        Ok(())
     }
 
     /// The shards held now by `identity`.
