@@ -6,10 +6,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use konnector::sharding::{
-    MEMBER_LABEL, SHARD_ANNOTATION, SHARD_KIND_LABEL, live_holder, rendezvous,
-};
+use k8s_openapi::jiff::Timestamp;
+use konnector::sharding::{SHARD_ANNOTATION, SHARD_KIND_LABEL, live_holder, rendezvous};
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 use tokio::task::JoinHandle;
@@ -52,19 +50,6 @@ pub async fn shard_leases(
         shards.insert(key.clone(), shard);
     }
     Ok(shards)
-}
-
-/// The replicas whose membership Lease in `namespace` is held now.
-pub async fn live_members(consumer: &Client, namespace: &str) -> anyhow::Result<BTreeSet<String>> {
-    let listed = Api::<Lease>::namespaced(consumer.clone(), namespace)
-        .list(&ListParams::default().labels(MEMBER_LABEL))
-        .await?;
-    let now = Timestamp::now();
-    Ok(listed
-        .items
-        .iter()
-        .filter_map(|lease| live_holder(lease, now).map(str::to_string))
-        .collect())
 }
 
 /// Holder by shard key.
@@ -231,14 +216,10 @@ impl Poller {
     }
 }
 
-/// A duration as a signed one, for timestamp arithmetic.
-pub fn signed(duration: Duration) -> SignedDuration {
-    SignedDuration::try_from(duration).unwrap_or(SignedDuration::MAX)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::jiff::SignedDuration;
 
     fn sample(secs: i64, holder: Option<&str>) -> Sample {
         let at = Timestamp::UNIX_EPOCH

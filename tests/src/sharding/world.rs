@@ -133,18 +133,6 @@ impl World {
     }
 }
 
-/// The `<connection>/<api>` key of one bound API's sides.
-pub fn api_key(sides: &Sides) -> anyhow::Result<String> {
-    let connection = sides
-        .namespace
-        .rsplit_once('-')
-        .map(|(_, c)| c)
-        .filter(|c| CONNECTIONS.contains(c));
-    let connection = connection
-        .ok_or_else(|| anyhow::anyhow!("namespace {} names no Connection", sides.namespace))?;
-    Ok(format!("{connection}/{}", sides.api.name()))
-}
-
 /// Creates instances `w-<i>` for every `i` in `indexes` of every API in `sides`, counting each
 /// create in `created`.
 pub async fn create_everywhere(
