@@ -140,7 +140,7 @@ async fn a_fourth_replica_takes_only_its_share() -> anyhow::Result<()> {
 
         let poller = Poller::start(lab.consumer.clone(), LEASE_NAMESPACE);
         let newcomer = "join-3";
-        lab.start_replica(newcomer, None)?;
+        lab.start_replica(newcomer, None).await?;
         let after = lab.settled().await?;
         // A few more readings of the settled state, so the last hand-over is seen whole.
         tokio::time::sleep(TIMINGS.retry_period * 2).await;
@@ -205,7 +205,8 @@ async fn a_replica_whose_renewals_are_refused_stops_its_syncers_first() -> anyho
         let leases: Api<Lease> = Api::namespaced(identity.client().await?, LEASE_NAMESPACE);
         let all = ListParams::default();
         eventually(SETTLE, || leases.list(&all)).await?;
-        lab.start_replica(refused, Some(identity.kubeconfig_path()))?;
+        lab.start_replica(refused, Some(identity.kubeconfig_path()))
+            .await?;
 
         let sides = lab.world.bind(lab.pair, "refused").await?;
         create_everywhere(&sides, 0..2, Arc::default()).await?;

@@ -106,6 +106,11 @@ impl KonnectorProcess {
         .await
     }
 
+    /// Whether the process has exited, and how.
+    pub fn exited(&mut self) -> anyhow::Result<Option<std::process::ExitStatus>> {
+        Ok(self.child.try_wait()?)
+    }
+
     /// The konnector's `/metrics` exposition.
     pub async fn metrics(&self) -> anyhow::Result<String> {
         let (status, body) = http_get(self.metrics, "/metrics").await?;

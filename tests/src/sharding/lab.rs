@@ -57,20 +57,22 @@ impl Lab {
             _turn: turn,
         };
         for i in 0..count {
-            lab.start_replica(&format!("{name}-{i}"), None)?;
+            lab.start_replica(&format!("{name}-{i}"), None).await?;
         }
         lab.world.connect(pair).await?;
         Ok(lab)
     }
 
     /// Starts replica `identity`, as the consumer admin or with the given kubeconfig.
-    pub fn start_replica(
+    pub async fn start_replica(
         &mut self,
         identity: &str,
         kubeconfig: Option<&Path>,
     ) -> anyhow::Result<()> {
         let admin = self.pair.consumer.admin().kubeconfig_path();
-        self.replicas.start(identity, kubeconfig.unwrap_or(admin))
+        self.replicas
+            .start(identity, kubeconfig.unwrap_or(admin))
+            .await
     }
 
     /// Waits until every shard is held by the replica rendezvous hashing assigns it among the

@@ -15,9 +15,10 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::Path;
+use std::time::Duration;
 
 use anyhow::Context as _;
-use k8s_openapi::jiff::Timestamp;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use serde_json::Value;
 
 /// One thing a replica logged about its shards or syncers.
@@ -34,6 +35,9 @@ pub enum Event {
     SyncerStarted(String),
     /// `stopping syncer` of `<connection>/<api>`.
     SyncerStopping(String),
+    /// `provider copy created` or `provider copy written` by the syncer of
+    /// `<connection>/<api>`: a write to the provider that landed.
+    Wrote(String),
 }
 
 /// An [`Event`] and when it was logged.
@@ -58,7 +62,13 @@ pub fn parse_line(line: &str) -> Option<Logged> {
         let (connection, api) = (fields["connection"].as_str()?, fields["api"].as_str()?);
         Some(format!("{connection}/{api}"))
     };
+    let writer = || {
+        let span = &value["span"];
+        let (connection, api) = (span["connection"].as_str()?, span["api"].as_str()?);
+        Some(format!("{connection}/{api}"))
+    };
     let event = match message {
+        "provider copy created" | "provider copy written" => Event::Wrote(writer()?),
         "shard acquired" => Event::Acquired(shard()?),
         "shard released" => Event::Released(shard()?),
         m if m.starts_with("shard lost") => Event::Lost(shard()?),
@@ -169,6 +179,42 @@ pub fn overlapping(intervals: &[Interval]) -> Vec<String> {
     found
 }
 
+/// Every provider write in `writes` (`(replica, when, <connection>/<api>)`) that landed while
+/// its replica did not hold the API's shard by `holding` (every replica's shard intervals), or
+/// after another replica had taken the shard: empty when each write came from the one holder.
+/// A write may land up to `margin` (the write timeout, Lease duration − renew deadline) after
+/// its replica dropped the shard, never after the next holder acquired it.
+pub fn writes_outside_holding(
+    holding: &[Interval],
+    writes: &[(String, Timestamp, String)],
+    margin: Duration,
+) -> Vec<String> {
+    let margin = SignedDuration::try_from(margin).unwrap_or(SignedDuration::ZERO);
+    let mut found = Vec::new();
+    for (replica, at, key) in writes {
+        let within = |i: &&Interval| {
+            let end = i.to.and_then(|to| to.checked_add(margin).ok());
+            &i.replica == replica && &i.key == key && i.from <= *at && end.is_none_or(|e| *at <= e)
+        };
+        let Some(held) = holding.iter().find(within) else {
+            found.push(format!(
+                "{replica} wrote {key} at {at} without holding its shard"
+            ));
+            continue;
+        };
+        let taken = holding.iter().find(|i| {
+            &i.key == key && &i.replica != replica && held.from < i.from && i.from <= *at
+        });
+        if let Some(taken) = taken {
+            found.push(format!(
+                "{replica} wrote {key} at {at}, after {} took it at {}",
+                taken.replica, taken.from
+            ));
+        }
+    }
+    found
+}
+
 /// The keys of the intervals still open (what the replica holds or runs now).
 pub fn open_keys(intervals: &[Interval]) -> std::collections::BTreeSet<String> {
     intervals
@@ -224,6 +270,11 @@ mod tests {
             parse_line(&started).map(|l| l.event),
             Some(Event::SyncerStarted("east/a.example.org".into()))
         );
+        let wrote = r#"{"timestamp":"2026-01-01T00:00:04Z","level":"INFO","fields":{"message":"provider copy written"},"span":{"api":"a.example.org","connection":"east","name":"w-1","name":"reconcile"}}"#;
+        assert_eq!(
+            parse_line(wrote).map(|l| l.event),
+            Some(Event::Wrote("east/a.example.org".into()))
+        );
         assert_eq!(parse_line("thread 'main' panicked"), None);
         assert_eq!(parse_line(&line("2026-01-01T00:00:03Z", "other", "")), None);
     }
@@ -250,6 +301,32 @@ mod tests {
         assert_eq!(found[0].to, Some(at("2026-01-01T00:00:02Z")));
         assert_eq!(found[1].to, killed);
         assert!(open_keys(&intervals("r", &events, Kind::Shard, None)).contains("k"));
+    }
+
+    #[test]
+    fn a_write_counts_only_from_the_holder_until_the_next_one_takes_over() {
+        let held = |replica: &str, from: &str, to: Option<&str>| Interval {
+            replica: replica.into(),
+            key: "k".into(),
+            from: at(from),
+            to: to.map(at),
+        };
+        let holding = [
+            held("a", "2026-01-01T00:00:01Z", Some("2026-01-01T00:00:05Z")),
+            held("b", "2026-01-01T00:00:06Z", None),
+        ];
+        let write = |replica: &str, when: &str| (replica.to_string(), at(when), "k".to_string());
+        let margin = Duration::from_secs(2);
+        let fine = [
+            write("a", "2026-01-01T00:00:02Z"),
+            write("a", "2026-01-01T00:00:05.5Z"),
+            write("b", "2026-01-01T00:00:07Z"),
+        ];
+        assert!(writes_outside_holding(&holding, &fine, margin).is_empty());
+        let late = [write("a", "2026-01-01T00:00:06.5Z")];
+        assert_eq!(writes_outside_holding(&holding, &late, margin).len(), 1);
+        let unheld = [write("b", "2026-01-01T00:00:02Z")];
+        assert_eq!(writes_outside_holding(&holding, &unheld, margin).len(), 1);
     }
 
     #[test]

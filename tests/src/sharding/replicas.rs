@@ -11,7 +11,7 @@ use k8s_openapi::jiff::Timestamp;
 
 use super::logs::{self, Interval, Kind, Logged};
 use crate::faults::process::KonnectorProcess;
-use crate::fixtures::metric_value;
+use crate::fixtures::{http_get, metric_value};
 use crate::testenv::tail;
 
 /// The sharding timings the tests run with: short, so a takeover after a kill takes seconds.
@@ -56,6 +56,10 @@ impl Timings {
 
 /// How long a replica stopped with SIGTERM gets to release its Leases and exit.
 const STOP_GRACE: Duration = Duration::from_secs(20);
+/// How long a starting replica may take to serve `/readyz`.
+const READY_WAIT: Duration = Duration::from_secs(30);
+/// How many times a replica that exits at start (a port taken meanwhile) is started again.
+const START_ATTEMPTS: usize = 3;
 
 /// One replica: its identity, process (gone once killed), log and kill time.
 pub struct Replica {
@@ -70,8 +74,10 @@ pub struct Replica {
 
 impl Replica {
     /// Starts replica `identity` against the consumer kubeconfig `kubeconfig`, logging to
-    /// `<dir>/<identity>.log`.
-    pub fn start(
+    /// `<dir>/<identity>.log`, and waits until it serves `/readyz`. Its ports were free when
+    /// picked but may be taken before it listens (by any process's outgoing connection): a
+    /// replica that exits at start is started again on other ports.
+    pub async fn start(
         binary: &Path,
         kubeconfig: &Path,
         dir: &Path,
@@ -79,14 +85,29 @@ impl Replica {
         timings: &Timings,
     ) -> anyhow::Result<Self> {
         let log = dir.join(format!("{identity}.log"));
-        let process =
-            KonnectorProcess::replica(binary, kubeconfig, &log, identity, &timings.args())?;
-        Ok(Self {
-            identity: identity.to_string(),
-            log,
-            process: Some(process),
-            killed_at: None,
-        })
+        for _ in 0..START_ATTEMPTS {
+            let args = timings.args();
+            let mut process = KonnectorProcess::replica(binary, kubeconfig, &log, identity, &args)?;
+            let began = std::time::Instant::now();
+            while began.elapsed() < READY_WAIT {
+                if process.exited()?.is_some() {
+                    break;
+                }
+                if matches!(http_get(process.health, "/readyz").await, Ok((200, _))) {
+                    return Ok(Self {
+                        identity: identity.to_string(),
+                        log,
+                        process: Some(process),
+                        killed_at: None,
+                    });
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+        anyhow::bail!(
+            "replica {identity} did not start in {START_ATTEMPTS} attempts:\n{}",
+            tail(&log, 20)
+        )
     }
 
     /// Kills the replica with SIGKILL (no Lease released, syncers cut off mid-write) and
@@ -159,9 +180,10 @@ impl Replicas {
         })
     }
 
-    /// Starts replica `identity` authenticated by `kubeconfig`.
-    pub fn start(&mut self, identity: &str, kubeconfig: &Path) -> anyhow::Result<()> {
-        let replica = Replica::start(&self.binary, kubeconfig, &self.dir, identity, &self.timings)?;
+    /// Starts replica `identity` authenticated by `kubeconfig`, and waits until it is ready.
+    pub async fn start(&mut self, identity: &str, kubeconfig: &Path) -> anyhow::Result<()> {
+        let (binary, dir) = (&self.binary, &self.dir);
+        let replica = Replica::start(binary, kubeconfig, dir, identity, &self.timings).await?;
         self.replicas.insert(identity.to_string(), replica);
         Ok(())
     }
@@ -199,7 +221,8 @@ impl Replicas {
     }
 
     /// Fails, naming them, if two replicas ever held the same shard or ran the same API's
-    /// syncer at the same time (by their logs; a killed replica's end at its kill time).
+    /// syncer at the same time, or a provider write landed from a replica that did not hold
+    /// the API's shard (by their logs; a killed replica's end at its kill time).
     pub fn never_two_at_once(&self) -> anyhow::Result<()> {
         for (kind, what) in [(Kind::Shard, "shard"), (Kind::Syncer, "syncer")] {
             let overlaps = logs::overlapping(&self.intervals(kind)?);
@@ -210,6 +233,23 @@ impl Replicas {
                 overlaps.join("\n")
             );
         }
+        let mut writes = Vec::new();
+        for replica in self.replicas.values() {
+            for logged in replica.events()? {
+                if let logs::Event::Wrote(key) = logged.event {
+                    writes.push((replica.identity.clone(), logged.at, key));
+                }
+            }
+        }
+        let margin = self.timings.lease_duration - self.timings.renew_deadline;
+        let stray = logs::writes_outside_holding(&self.intervals(Kind::Shard)?, &writes, margin);
+        anyhow::ensure!(
+            stray.is_empty(),
+            "{} of {} provider writes not from the shard's one holder:\n{}",
+            stray.len(),
+            writes.len(),
+            stray.join("\n")
+        );
         Ok(())
     }
 
