@@ -10,6 +10,7 @@ pub mod demo;
 pub mod exports;
 pub mod faults;
 pub mod fixtures;
+pub mod sharding;
 pub mod syncenv;
 pub mod testenv;
 mod wait;

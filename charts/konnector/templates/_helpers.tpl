@@ -43,10 +43,16 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 
 {{/*
 Leader election is on when asked for, and forced on with more than one replica: only one
-konnector may actively reconcile a consumer. Renders "true" or "".
+konnector may actively reconcile a consumer. Sharding replaces it: never with sharding on.
+Renders "true" or "".
 */}}
 {{- define "konnector.leaderElect" -}}
-{{- if or .Values.leaderElect (gt (int .Values.replicaCount) 1) }}true{{ end }}
+{{- if and (not .Values.sharding.enabled) (or .Values.leaderElect (gt (int .Values.replicaCount) 1)) }}true{{ end }}
+{{- end }}
+
+{{/* Whether the konnector holds consumer Leases: to elect a leader or to shard. Renders "true" or "". */}}
+{{- define "konnector.leases" -}}
+{{- if or (include "konnector.leaderElect" .) .Values.sharding.enabled }}true{{ end }}
 {{- end }}
 
 {{/* The policy roles, each with its --<role>-policy flag. */}}

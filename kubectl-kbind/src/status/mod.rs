@@ -2,10 +2,13 @@
 //! (synced, conflicting, failing, pending), naming the instances that are not in sync. Exit
 //! code 1 when anything is not Ready or not in sync, so scripts can gate on it.
 //!
-//! [`collect`] reads the cluster into a [`model::Report`]; [`render::render`] draws it.
+//! [`collect`] reads the cluster into a [`model::Report`]; [`render::render`] draws it. When
+//! the konnector shards its work over replicas, each bound API (and each Connection) also says
+//! which replica runs it, from the shard Leases in the konnector's namespace ([`shards`]).
 
 pub mod model;
 pub mod render;
+pub mod shards;
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
@@ -28,6 +31,10 @@ use model::{ApiNode, BindingNode, ConnectionNode, Placed, Report, State, classif
 pub struct StatusArgs {
     /// Only this Connection.
     pub name: Option<String>,
+    /// The konnector's namespace: where a sharded konnector's shard Leases say which replica
+    /// runs which API.
+    #[arg(long, default_value = konnector::api::names::DEFAULT_SECRET_NAMESPACE, value_name = "NS")]
+    pub konnector_namespace: String,
     /// Output.
     #[command(flatten)]
     pub output: OutputArgs,
@@ -36,12 +43,15 @@ pub struct StatusArgs {
 /// Runs `status`.
 pub async fn run(client: &ClientArgs, args: StatusArgs) -> anyhow::Result<()> {
     let target = client.connect().await?;
-    let report = collect(
+    let mut report = collect(
         &target.client,
         args.name.as_deref(),
         client.namespace.as_deref(),
     )
     .await?;
+    if let Some(holders) = shards::read(&target.client, &args.konnector_namespace).await {
+        report.place(&holders);
+    }
     match args.output.output {
         Some(format) => output::print(format, &report)?,
         None => print!("{}", render::render(&report)),
@@ -181,7 +191,7 @@ async fn connection_node(
         let mut node = ApiNode {
             exported: exported.contains(&api),
             name: api.clone(),
-            bindings: vec![],
+            ..ApiNode::default()
         };
         for b in mine.iter().filter(|b| b.apis.contains(&api)) {
             node.bindings.push(binding_node(b, &api, crds).await);
@@ -205,6 +215,7 @@ async fn connection_node(
             .map(|c| (c.type_.clone(), State::from_condition(c)))
             .collect(),
         apis: nodes,
+        shard: None,
     })
 }
 

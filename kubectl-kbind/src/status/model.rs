@@ -94,6 +94,18 @@ pub struct ConnectionNode {
     pub problems: BTreeMap<String, State>,
     /// Exported APIs, and APIs its bindings list that it does not export.
     pub apis: Vec<ApiNode>,
+    /// The replica running the Connection's own work, when the konnector shards its work.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shard: Option<Shard>,
+}
+
+/// Where a shard of a sharded konnector runs.
+#[derive(Serialize, Debug, Clone, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Shard {
+    /// The replica (Pod name) holding the shard's Lease; `None` when nobody holds it (released
+    /// and not yet taken, or its holder stopped renewing): then that work runs nowhere.
+    pub holder: Option<String>,
 }
 
 /// One API of a Connection.
@@ -106,6 +118,9 @@ pub struct ApiNode {
     pub exported: bool,
     /// Bindings listing it.
     pub bindings: Vec<BindingNode>,
+    /// The replica running its syncer, when the konnector shards its work and the API is bound.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shard: Option<Shard>,
 }
 
 /// One binding's view of one API.
@@ -283,6 +298,19 @@ impl BindingNode {
 }
 
 impl Report {
+    /// Records where each Connection's work and each bound API's syncer run, from a sharded
+    /// konnector's shard holders. An API no binding lists runs nowhere and says nothing.
+    pub fn place(&mut self, holders: &super::shards::Holders) {
+        for connection in &mut self.connections {
+            connection.shard = Some(holders.connection(&connection.name));
+            for api in &mut connection.apis {
+                if !api.bindings.is_empty() {
+                    api.shard = Some(holders.api(&connection.name, &api.name));
+                }
+            }
+        }
+    }
+
     /// Healthy: every Connection and binding Ready, no conflicting or failing instance, no
     /// binding without its Connection. `status` exits 1 otherwise.
     pub fn healthy(&self) -> bool {

@@ -10,11 +10,13 @@
 //! ```
 //!
 //! Under isolation the Connection line names the strategy and each in-sync instance where its
-//! copy lives (`→ team-a/w1  on the provider at east-team-a/w1`).
+//! copy lives (`→ team-a/w1  on the provider at east-team-a/w1`). With a sharded konnector the
+//! Connection line and each bound API's line name the replica running it (`runs on
+//! konnector-7c9f-x2`), or say `no holder` while nobody does.
 
 use std::fmt::Write as _;
 
-use super::model::{BindingNode, ConnectionNode, Report, State};
+use super::model::{BindingNode, ConnectionNode, Report, Shard, State};
 
 /// At most this many failing instances are named per binding and API.
 pub const MAX_NAMED: usize = 10;
@@ -58,6 +60,7 @@ fn render_connection(out: &mut String, c: &ConnectionNode) {
     if c.deleting {
         out.push_str("  (deleting)");
     }
+    render_shard(out, c.shard.as_ref());
     out.push('\n');
     if !c.ready.is_true() && !c.ready.message.is_empty() {
         let _ = writeln!(out, "│   {}", c.ready.message);
@@ -93,11 +96,23 @@ fn render_connection(out: &mut String, c: &ConnectionNode) {
         if api.bindings.is_empty() {
             out.push_str("  (not bound)");
         }
+        render_shard(out, api.shard.as_ref());
         out.push('\n');
         let last_binding = api.bindings.len().saturating_sub(1);
         for (j, binding) in api.bindings.iter().enumerate() {
             render_binding(out, indent, j == last_binding, binding);
         }
+    }
+}
+
+/// Where a sharded konnector runs a Connection's work or an API's syncer.
+fn render_shard(out: &mut String, shard: Option<&Shard>) {
+    match shard.map(|s| s.holder.as_deref()) {
+        Some(Some(holder)) => {
+            let _ = write!(out, "  runs on {holder}");
+        }
+        Some(None) => out.push_str("  no holder"),
+        None => {}
     }
 }
 
@@ -214,14 +229,16 @@ mod tests {
                     ApiNode {
                         name: "gadgets.example.org".into(),
                         exported: true,
-                        bindings: vec![],
+                        ..ApiNode::default()
                     },
                     ApiNode {
                         name: "widgets.example.org".into(),
                         exported: true,
                         bindings: vec![binding],
+                        ..ApiNode::default()
                     },
                 ],
+                shard: None,
             }],
             orphans: vec![],
         }
@@ -239,6 +256,51 @@ Connection provider  Ready=True  source=CRD
         ✗ team-a/w2  OwnedByAnother: someone else's
 ";
         assert_eq!(text, expected);
+    }
+
+    #[test]
+    fn a_sharded_konnector_names_the_replica_running_each_bound_api() {
+        let mut r = report();
+        let bindings = r.connections[0].apis[1].bindings.clone();
+        r.connections[0].apis.push(ApiNode {
+            name: "things.example.org".into(),
+            exported: true,
+            bindings,
+            ..ApiNode::default()
+        });
+        let leases = [
+            ("provider", Some("konnector-0")),
+            ("provider/widgets.example.org", Some("konnector-1")),
+            ("provider/things.example.org", None),
+        ];
+        r.place(&crate::status::shards::tests::holders(&leases));
+        let text = render(&r);
+        assert!(
+            text.starts_with("Connection provider  Ready=True  source=CRD  runs on konnector-0\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("├── widgets.example.org  runs on konnector-1\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("└── things.example.org  no holder\n"),
+            "{text}"
+        );
+        // An API no binding lists has no syncer to place.
+        assert!(
+            text.contains("├── gadgets.example.org  (not bound)\n"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn an_unsharded_konnector_names_no_replica() {
+        let text = render(&report());
+        assert!(
+            !text.contains("runs on") && !text.contains("no holder"),
+            "{text}"
+        );
     }
 
     #[test]

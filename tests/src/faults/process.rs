@@ -1,7 +1,7 @@
 //! The real `konnector run` binary as a child process, for the tests and benchmarks that need
-//! a process (SIGKILL, RSS and CPU time, a Deployment's exact command line): started against a
-//! consumer kubeconfig with loopback probe and metrics ports, or with a container's arguments
-//! and environment, killed on drop.
+//! a process (SIGKILL, RSS and CPU time, a Deployment's exact command line, several sharded
+//! replicas side by side): started against a consumer kubeconfig with loopback probe and
+//! metrics ports of its own, or with a container's arguments and environment, killed on drop.
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -42,6 +42,22 @@ impl KonnectorProcess {
             ])
             .args(extra);
         Self::spawn(command, log, metrics, health)
+    }
+
+    /// Starts one sharded replica: `--sharding` under `identity` (`--pod-name`), JSON logs to
+    /// `log` (each replica its own file, so that its log lines can be told apart), its own
+    /// metrics and probe ports, and `sharding` (the `--shard-*` timing flags) and `extra`
+    /// after. Several run side by side against one consumer.
+    pub fn replica(
+        binary: &Path,
+        kubeconfig: &Path,
+        log: &Path,
+        identity: &str,
+        sharding: &[String],
+    ) -> anyhow::Result<Self> {
+        let mut args = vec!["--sharding", "--pod-name", identity, "--log-format", "json"];
+        args.extend(sharding.iter().map(String::as_str));
+        Self::start(binary, kubeconfig, log, &args)
     }
 
     /// Starts `binary` as a container would run it: exactly `args`, with `env` added to the
@@ -90,6 +106,11 @@ impl KonnectorProcess {
         .await
     }
 
+    /// Whether the process has exited, and how.
+    pub fn exited(&mut self) -> anyhow::Result<Option<std::process::ExitStatus>> {
+        Ok(self.child.try_wait()?)
+    }
+
     /// The konnector's `/metrics` exposition.
     pub async fn metrics(&self) -> anyhow::Result<String> {
         let (status, body) = http_get(self.metrics, "/metrics").await?;
@@ -104,6 +125,27 @@ impl KonnectorProcess {
         let status = self.child.wait()?;
         anyhow::ensure!(!status.success(), "the konnector exited cleanly: {status}");
         Ok(())
+    }
+
+    /// Stops the process as Kubernetes stops a Pod: SIGTERM, then SIGKILL if it has not exited
+    /// within `grace`. Returns whether it exited on its own.
+    pub async fn terminate(&mut self, grace: Duration) -> anyhow::Result<bool> {
+        if self.child.try_wait()?.is_some() {
+            return Ok(true);
+        }
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(self.pid())?);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM)
+            .context("sending SIGTERM")?;
+        let began = std::time::Instant::now();
+        while began.elapsed() < grace {
+            if self.child.try_wait()?.is_some() {
+                return Ok(true);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        self.child.kill().context("sending SIGKILL")?;
+        self.child.wait()?;
+        Ok(false)
     }
 
     /// Resident set size in bytes (`VmRSS` of `/proc/<pid>/status`).

@@ -11,6 +11,7 @@ mod deployment;
 mod installed;
 mod policies;
 mod rbac;
+mod sharding;
 
 use std::io::Write as _;
 use std::process::{Command, Stdio};

@@ -176,7 +176,7 @@ fn related_grants_refuse_duplicates_protected_namespaces_and_unknown_kinds() -> 
 
 /// What `helm install --dry-run=client` prints (NOTES included) with `values` as the values
 /// file.
-fn dry_run_install(values: &str) -> Result<String> {
+pub(super) fn dry_run_install(values: &str) -> Result<String> {
     let install = [
         "install",
         RELEASE,
