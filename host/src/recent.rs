@@ -23,8 +23,8 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use kube::Resource;
 use kube::api::DynamicObject;
+use kube::runtime::reflector::Lookup;
 
 /// How long a remembered write may stand in for the cache.
 const TTL: Duration = Duration::from_secs(10);
@@ -46,13 +46,16 @@ impl<K> Default for RecentWrites<K> {
     }
 }
 
-impl<K: Resource + Clone> RecentWrites<K> {
+impl<K: Lookup + Clone> RecentWrites<K> {
     /// Records an object an apiserver just returned from a write.
     pub fn remember(&self, copy: &K) {
-        let Some(name) = copy.meta().name.clone() else {
+        let Some(name) = copy.name() else {
             return;
         };
-        let key = (copy.meta().namespace.clone(), name);
+        let key = (
+            copy.namespace().map(|ns| ns.into_owned()),
+            name.into_owned(),
+        );
         lock(&self.copies).insert(key, (copy.clone(), Instant::now()));
     }
 
@@ -90,8 +93,8 @@ impl<K: Resource + Clone> RecentWrites<K> {
     }
 }
 
-fn version(obj: &impl Resource) -> Option<u64> {
-    obj.meta().resource_version.as_deref()?.parse().ok()
+fn version(obj: &impl Lookup) -> Option<u64> {
+    obj.resource_version()?.parse().ok()
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -22,18 +22,20 @@ use crate::api::ConflictPolicy;
 use crate::api::Reason;
 use crate::policy::{ConflictInput, ConflictReason, OwnershipMarkers};
 
+use super::cached_copy::CachedCopy;
+
 /// The question for the conflict policy about writing `consumer`'s copy over `target`.
 pub fn conflict_input(
     consumer_cluster_uid: &str,
     consumer_object_uid: &str,
     policy: ConflictPolicy,
-    target: Option<&DynamicObject>,
+    target: Option<&CachedCopy>,
 ) -> ConflictInput {
     ConflictInput {
         consumer_cluster_uid: consumer_cluster_uid.to_string(),
         consumer_object_uid: consumer_object_uid.to_string(),
         conflict_policy: policy,
-        target: target.map(|t| OwnershipMarkers::from_annotations(t.annotations())),
+        target: target.map(|t| t.markers.clone()),
     }
 }
 
@@ -80,7 +82,7 @@ mod tests {
     #[test]
     fn markers_come_from_both_annotations_only() {
         let t = target(&[(CONSUMER_CLUSTER_UID_ANNOTATION, "c")]);
-        let input = conflict_input("c", "o", ConflictPolicy::Adopt, Some(&t));
+        let input = conflict_input("c", "o", ConflictPolicy::Adopt, Some(&CachedCopy::of(&t)));
         let markers = input.target.expect("a target");
         assert_eq!(markers.cluster_uid.as_deref(), Some("c"));
         assert_eq!(markers.object_uid, None);

@@ -19,7 +19,8 @@ use crate::api::{IsolationInForce, IsolationStrategy};
 use crate::backoff::Backoff;
 use crate::policy::Placement;
 
-use super::placement::{self, InstanceKey, Placements, Refused, key_of, origin_of, same_place};
+use super::cached_copy::CachedCopy;
+use super::placement::{self, InstanceKey, Placements, Refused, key_of, same_place};
 use crate::k8s::dynamic_api;
 use crate::registry::Outcome;
 use crate::schema::ApiTarget;
@@ -36,10 +37,11 @@ pub struct SyncContext {
     pub shared: Shared,
     /// `spec.target` as a dynamic resource.
     pub ar: ApiResource,
-    /// The provider watch's cache: this consumer's copies only.
-    pub provider_store: Store<DynamicObject>,
+    /// The provider watch's cache: this consumer's copies only, as much of each as
+    /// reconciles read.
+    pub provider_store: Store<CachedCopy>,
     /// Copies written since the provider watch last caught up.
-    pub recent_writes: RecentWrites,
+    pub recent_writes: RecentWrites<CachedCopy>,
     /// Where each instance's copy lives, when isolation places copies elsewhere.
     pub placements: Arc<Placements>,
     /// Instances as our own last write returned them, until the consumer watch catches up.
@@ -88,7 +90,7 @@ impl SyncContext {
     pub(super) fn new(
         spec: SyncerSpec,
         shared: Shared,
-        provider_store: Store<DynamicObject>,
+        provider_store: Store<CachedCopy>,
         placements: Arc<Placements>,
         settings: SyncSettings,
     ) -> Self {
@@ -141,14 +143,21 @@ impl SyncContext {
     /// This consumer's provider copy at `place`, from the cache or, newer, from our own last
     /// write. `None` says nothing about objects of other consumers: the cache does not hold
     /// them.
-    pub(crate) fn cached_target(&self, place: &Placement) -> Option<DynamicObject> {
-        let cached = self.cached_copy(place).map(|o| (*o).clone());
-        self.recent_writes
-            .newest(place.namespace.as_deref(), &place.name, cached)
+    /// An in-sync reconcile (every periodic resync) shares the cache's entry; only a newer
+    /// remembered write is copied out.
+    pub(crate) fn cached_target(&self, place: &Placement) -> Option<Arc<CachedCopy>> {
+        let cached = self.cached_copy(place);
+        match self
+            .recent_writes
+            .newer(place.namespace.as_deref(), &place.name, cached.as_deref())
+        {
+            Some(written) => Some(Arc::new(written)),
+            None => cached,
+        }
     }
 
     /// The provider cache's copy at `place`.
-    fn cached_copy(&self, place: &Placement) -> Option<Arc<DynamicObject>> {
+    fn cached_copy(&self, place: &Placement) -> Option<Arc<CachedCopy>> {
         let mut key = ObjectRef::new_with(&place.name, self.ar.clone());
         key.namespace = place.namespace.clone();
         self.provider_store.get(&key)
@@ -192,7 +201,7 @@ impl SyncContext {
             })
         };
         if let Some(copy) = self.cached_copy(&place) {
-            let holder = origin_of(&copy, strategy);
+            let holder = copy.origin(strategy);
             if holder != key {
                 return Err(taken(holder));
             }
@@ -231,11 +240,16 @@ impl SyncContext {
     }
 
     /// The provider object at `place`, read live.
-    pub(crate) async fn live_target(&self, place: &Placement) -> Result<Option<DynamicObject>> {
+    pub(crate) async fn live_object(&self, place: &Placement) -> Result<Option<DynamicObject>> {
         self.provider_api(place.namespace.as_deref())
             .get_opt(&place.name)
             .await
             .map_err(Error::ReadTarget)
+    }
+
+    /// The provider object at `place`, read live, as the cache would keep it.
+    pub(crate) async fn live_target(&self, place: &Placement) -> Result<Option<CachedCopy>> {
+        Ok(self.live_object(place).await?.as_ref().map(CachedCopy::of))
     }
 
     /// Whether this syncer already saw namespace `ns` exist on the provider.

@@ -53,7 +53,7 @@ pub async fn cleanup(obj: &DynamicObject, ctx: &SyncContext) -> Result<Action> {
     };
     // Spec: "Reads the provider target and checks both ownership UIDs." A live read: the
     // decision to delete must not rest on a cache.
-    let Some(target) = ctx.live_target(&place).await? else {
+    let Some(target) = ctx.live_object(&place).await? else {
         release_finalizer(obj, ctx).await?;
         return Ok(Action::await_change());
     };

@@ -20,8 +20,8 @@ use crate::api::names::{
     MANAGED_LABEL,
 };
 
-use super::conflict::owned_by;
-use super::placement::{key_of, origin_annotations, origin_of};
+use super::cached_copy::CachedCopy;
+use super::placement::{key_of, origin_annotations};
 use crate::api::IsolationStrategy;
 use crate::policy::Placement;
 
@@ -72,18 +72,16 @@ pub fn provider_copy(
 /// consumer-cluster label existed is rewritten once, so the label-selected provider watch sees
 /// it from then on.
 pub fn provider_copy_matches(
-    target: &DynamicObject,
+    target: &CachedCopy,
     consumer: &DynamicObject,
     strategy: IsolationStrategy,
     consumer_cluster_uid: &str,
     consumer_object_uid: &str,
 ) -> bool {
-    let label = |key: &str| target.metadata.labels.as_ref().and_then(|l| l.get(key));
-    let labelled = label(MANAGED_LABEL).is_some_and(|v| v == "true")
-        && label(CONSUMER_CLUSTER_LABEL).is_some_and(|v| v == consumer_cluster_uid);
-    let owned = owned_by(target, consumer_cluster_uid, consumer_object_uid);
-    let origin = origin_of(target, strategy) == key_of(consumer);
-    labelled && owned && origin && spec_of(target) == spec_of(consumer)
+    target.labelled_for(consumer_cluster_uid)
+        && target.owned_by(consumer_cluster_uid, consumer_object_uid)
+        && target.origin(strategy) == key_of(consumer)
+        && target.spec_is(spec_of(consumer))
 }
 
 /// The object's `spec`, unless absent or null.
@@ -106,7 +104,13 @@ mod tests {
 
     /// Whether `p` is `c`'s copy as written under `None` for object UID `uid`.
     fn matches(p: &DynamicObject, c: &DynamicObject, uid: &str) -> bool {
-        provider_copy_matches(p, c, IsolationStrategy::None, "cluster-uid", uid)
+        provider_copy_matches(
+            &CachedCopy::of(p),
+            c,
+            IsolationStrategy::None,
+            "cluster-uid",
+            uid,
+        )
     }
 
     fn consumer() -> DynamicObject {
@@ -201,7 +205,7 @@ mod tests {
         let mut p: DynamicObject = serde_json::from_value(body).expect("valid object");
         let strategy = IsolationStrategy::Namespaced;
         assert!(provider_copy_matches(
-            &p,
+            &CachedCopy::of(&p),
             &c,
             strategy,
             "cluster-uid",
@@ -211,7 +215,7 @@ mod tests {
             annotations.insert("core.kbind.io/consumer-name".into(), "other".into());
         }
         assert!(
-            !provider_copy_matches(&p, &c, strategy, "cluster-uid", "obj-uid"),
+            !provider_copy_matches(&CachedCopy::of(&p), &c, strategy, "cluster-uid", "obj-uid"),
             "a copy recording another object is rewritten"
         );
     }

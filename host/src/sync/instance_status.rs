@@ -40,17 +40,16 @@ pub enum Synced<'a> {
 }
 
 /// The status-subresource apply body for the instance, or `None` when it already is that:
-/// `provider`'s status when it has one, else the instance's current status, with `Synced` set
+/// the provider copy's status when it has one, else the instance's current status, with `Synced` set
 /// as given (`None` leaves conditions as they are: the API's schema prunes them).
 pub fn instance_status(
     consumer: &DynamicObject,
     ar: &ApiResource,
-    provider: Option<&DynamicObject>,
+    provider_status: Option<&Value>,
     synced: Option<Synced<'_>>,
 ) -> Option<Value> {
     let current = consumer.data.get("status").filter(|s| !s.is_null());
-    let mut status = provider
-        .and_then(|p| p.data.get("status"))
+    let mut status = provider_status
         .filter(|s| !s.is_null())
         .or(current)
         .cloned()
@@ -191,14 +190,18 @@ mod tests {
         let c = object(json!({ "spec": {}, "status": { "phase": "Old" } }));
         let p = object(json!({ "spec": {} }));
         assert_eq!(
-            instance_status(&c, &ar(), Some(&p), None),
+            instance_status(&c, &ar(), p.data.get("status"), None),
             None,
             "absent provider status never clears"
         );
         let p = object(json!({ "status": { "phase": "Old" } }));
-        assert_eq!(instance_status(&c, &ar(), Some(&p), None), None, "equal");
+        assert_eq!(
+            instance_status(&c, &ar(), p.data.get("status"), None),
+            None,
+            "equal"
+        );
         let p = object(json!({ "status": { "phase": "Ready" } }));
-        let body = instance_status(&c, &ar(), Some(&p), None).expect("a write");
+        let body = instance_status(&c, &ar(), p.data.get("status"), None).expect("a write");
         assert_eq!(body["status"], json!({ "phase": "Ready" }));
         assert_eq!(
             body["metadata"],
@@ -230,7 +233,12 @@ mod tests {
             { "type": "Available", "status": "True" },
             { "type": "Synced", "status": "False", "reason": "BackendDown" },
         ] } }));
-        let status = written(instance_status(&c, &ar(), Some(&p), Some(IN_SYNC)));
+        let status = written(instance_status(
+            &c,
+            &ar(),
+            p.data.get("status"),
+            Some(IN_SYNC),
+        ));
         assert_eq!(status["phase"], "Ready");
         let types: Vec<_> = status["conditions"]
             .as_array()

@@ -18,12 +18,14 @@
 //!   [`context`] is what its reconciles share.
 //! - [`reconcile`] and [`delete`] are the per-object logic (`write` creates or applies the
 //!   provider copy); [`desired`] and [`conflict`] are the pure parts they are built from;
-//!   [`placement`] says where on the provider each copy lives.
+//!   [`placement`] says where on the provider each copy lives; [`cached_copy`] is what the
+//!   provider cache keeps of each copy.
 //! - every reconcile leaves what it came to (in sync, conflict, failure reason) in the
 //!   registry's outcomes, for the binding controllers to summarise without listing instances.
 //!
 //! Losing a provider deletes nothing: syncers stop, finalizers stay, objects stay.
 
+pub mod cached_copy;
 pub mod conflict;
 pub mod context;
 mod coverage;

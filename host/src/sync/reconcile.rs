@@ -38,6 +38,7 @@ use crate::policy::{ConflictDecision, Placement};
 use crate::registry::Coverage;
 use crate::telemetry::{ApiLabels, metrics};
 
+use super::cached_copy::CachedCopy;
 use super::conflict::conflict_input;
 use super::context::SyncContext;
 use super::write::{apply_to_provider, create_on_provider};
@@ -86,7 +87,7 @@ async fn reconcile_inner(obj: &DynamicObject, ctx: &SyncContext) -> Result<Actio
         }
     };
     let target = ctx.cached_target(&place);
-    if let Some(copy) = own_copy_in_sync(obj, ctx, uid, has_finalizer, target.as_ref()) {
+    if let Some(copy) = own_copy_in_sync(obj, ctx, uid, has_finalizer, target.as_deref()) {
         report::in_sync(obj, ctx, copy).await?;
         metrics()
             .in_sync_checks
@@ -171,8 +172,8 @@ fn own_copy_in_sync<'a>(
     ctx: &SyncContext,
     uid: &str,
     has_finalizer: bool,
-    target: Option<&'a DynamicObject>,
-) -> Option<&'a DynamicObject> {
+    target: Option<&'a CachedCopy>,
+) -> Option<&'a CachedCopy> {
     let strategy = ctx.spec.isolation.strategy;
     let copy = target.filter(|t| {
         has_finalizer
@@ -199,9 +200,9 @@ enum Outcome {
     /// The target is someone else's; the instance is marked, nothing was written.
     Conflict,
     /// The copy already was what the consumer asks for.
-    Unchanged(DynamicObject),
+    Unchanged(Arc<CachedCopy>),
     /// The copy was created or applied.
-    Written(DynamicObject),
+    Written(Arc<CachedCopy>),
 }
 
 /// The ownership check and the write it allows. `target` is what the cache knows; when the
@@ -213,11 +214,16 @@ async fn decide_and_write(
     ctx: &SyncContext,
     uid: &str,
     policy: ConflictPolicy,
-    mut target: Option<DynamicObject>,
+    mut target: Option<Arc<CachedCopy>>,
 ) -> Result<Outcome> {
     let mut reread = false;
     loop {
-        let input = conflict_input(&ctx.spec.consumer_cluster_uid, uid, policy, target.as_ref());
+        let input = conflict_input(
+            &ctx.spec.consumer_cluster_uid,
+            uid,
+            policy,
+            target.as_deref(),
+        );
         // Spec: force ownership only "after the object-ownership check".
         let decision = match ctx.shared.policies.decide_conflict(&input).await {
             Ok(decision) => decision,
@@ -225,7 +231,7 @@ async fn decide_and_write(
             // object: before calling an answer impossible, look at the provider itself.
             Err(e) if target.is_none() && !reread => {
                 reread = true;
-                target = ctx.live_target(place).await?;
+                target = ctx.live_target(place).await?.map(Arc::new);
                 if target.is_some() {
                     continue;
                 }
@@ -249,7 +255,9 @@ async fn decide_and_write(
                 });
             }
             // No live read first: a create fails on an existing object instead.
-            (ConflictDecision::Create, None) => create_on_provider(obj, place, ctx, uid).await,
+            (ConflictDecision::Create, None) => create_on_provider(obj, place, ctx, uid)
+                .await
+                .map(|created| CachedCopy::of(&created)),
             (decision @ (ConflictDecision::UpdateOwned | ConflictDecision::Adopt), None) => {
                 return Err(Error::UnexpectedDecision {
                     decision: format!("{decision:?}"),
@@ -269,14 +277,16 @@ async fn decide_and_write(
                 if decision == ConflictDecision::Adopt {
                     info!("adopting unmarked provider object");
                 }
-                let version = existing.resource_version();
-                apply_to_provider(obj, place, ctx, uid, version.as_deref()).await
+                let version = existing.resource_version.as_deref();
+                apply_to_provider(obj, place, ctx, uid, version)
+                    .await
+                    .map(|applied| CachedCopy::of(&applied))
             }
         };
         match written {
             Ok(copy) => {
                 ctx.recent_writes.remember(&copy);
-                return Ok(Outcome::Written(copy));
+                return Ok(Outcome::Written(Arc::new(copy)));
             }
             // 409: an object exists where the cache had none (AlreadyExists), or the target
             // changed since it was read (Conflict); decide again on a fresh read.
@@ -287,7 +297,7 @@ async fn decide_and_write(
                 reread = true;
                 ctx.recent_writes
                     .forget(place.namespace.as_deref(), &place.name);
-                target = ctx.live_target(place).await?;
+                target = ctx.live_target(place).await?.map(Arc::new);
             }
             Err(e) => {
                 ctx.recent_writes

@@ -25,6 +25,7 @@ use crate::k8s::ApiErrorExt;
 use crate::policy::ConflictReason;
 use crate::telemetry::{ApiLabels, metrics};
 
+use super::cached_copy::CachedCopy;
 use super::conflict::conflict_annotation_value;
 use super::context::SyncContext;
 use super::instance_status::{Synced, already_says, instance_status, keeps_synced};
@@ -37,19 +38,19 @@ use crate::registry::Outcome;
 pub(super) async fn in_sync(
     obj: &DynamicObject,
     ctx: &SyncContext,
-    copy: &DynamicObject,
+    copy: &CachedCopy,
 ) -> Result<()> {
     if obj.annotations().contains_key(CONFLICT_ANNOTATION) {
         clear_conflict(obj, ctx).await?;
     }
     ctx.record_outcome(obj, Outcome::InSync);
     let placed = (ctx.spec.isolation.strategy != crate::api::IsolationStrategy::None)
-        .then(|| super::placement::display(copy.metadata.namespace.as_deref(), &copy.name_any()));
+        .then(|| super::placement::display(copy.namespace.as_deref(), &copy.name));
     let synced = Synced::True {
         generation: obj.metadata.generation,
         placed_at: placed.as_deref(),
     };
-    write_status(obj, ctx, Some(copy), synced)
+    write_status(obj, ctx, copy.status().as_ref(), synced)
         .await
         .map_err(Error::CopyStatus)
 }
@@ -175,14 +176,14 @@ async fn annotate_conflict(
 async fn write_status(
     obj: &DynamicObject,
     ctx: &SyncContext,
-    provider: Option<&DynamicObject>,
+    provider_status: Option<&serde_json::Value>,
     synced: Synced<'_>,
 ) -> Result<(), kube::Error> {
     if !ctx.spec.target.status_subresource {
         return Ok(());
     }
     let synced = (!ctx.conditions_pruned()).then_some(synced);
-    let Some(body) = instance_status(obj, &ctx.ar, provider, synced) else {
+    let Some(body) = instance_status(obj, &ctx.ar, provider_status, synced) else {
         return Ok(());
     };
     let api = ctx.consumer_api(obj.metadata.namespace.as_deref());
@@ -197,7 +198,7 @@ async fn write_status(
         Err(e) if synced.is_some() && e.is_rejected_object() => {
             debug!(error = %e, "the API's status schema has no conditions; Synced is not written");
             ctx.set_conditions_pruned();
-            let Some(body) = instance_status(obj, &ctx.ar, provider, None) else {
+            let Some(body) = instance_status(obj, &ctx.ar, provider_status, None) else {
                 return Ok(());
             };
             api.patch_status(&obj.name_any(), &params, &Patch::Apply(&body))

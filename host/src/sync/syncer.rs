@@ -8,9 +8,10 @@
 //! ```
 //!
 //! Both caches hold what reconciles read and nothing more: managedFields are dropped as
-//! objects arrive (the drift check reads them from the write's response, not the cache), and
-//! the provider watch selects on `core.kbind.io/consumer-cluster`, so a konnector caches its
-//! own copies only, however many consumers share the provider. A foreign object of the same
+//! objects arrive (the drift check reads them from the write's response, not the cache), the
+//! provider cache keeps each copy as a compact [`CachedCopy`] (markers, labels, a digest of its
+//! spec, its status), and the provider watch selects on `core.kbind.io/consumer-cluster`, so a
+//! konnector caches its own copies only, however many consumers share the provider. A foreign object of the same
 //! name is still found: creating over it fails, and the live read that follows decides.
 //!
 //! The controller gives what the issue asks of the queue: one entry per object however many
@@ -37,8 +38,9 @@ use crate::registry::{DeniedBy, Outcomes};
 use crate::shared::Shared;
 use crate::telemetry::{WatchLabels, metrics};
 
+use super::cached_copy::CachedCopy;
 use super::context::{SyncContext, SyncerSpec};
-use super::placement::{Placements, origin_of};
+use super::placement::Placements;
 use super::{Error, SyncSettings};
 
 /// Caches keep no managedFields: nothing read from a cache needs them, and they are often
@@ -135,6 +137,17 @@ fn count_lists<K>(
     }
 }
 
+/// A provider watch event with each copy as the provider cache keeps it.
+fn compact(event: watcher::Event<DynamicObject>) -> watcher::Event<CachedCopy> {
+    match event {
+        watcher::Event::Apply(copy) => watcher::Event::Apply(CachedCopy::of(&copy)),
+        watcher::Event::Delete(copy) => watcher::Event::Delete(CachedCopy::of(&copy)),
+        watcher::Event::Init => watcher::Event::Init,
+        watcher::Event::InitApply(copy) => watcher::Event::InitApply(CachedCopy::of(&copy)),
+        watcher::Event::InitDone => watcher::Event::InitDone,
+    }
+}
+
 /// Runs one syncer until `shutdown`. Binding changes re-reconcile the instances whose
 /// selection they changed, so newly selected namespaces are picked up without a resync.
 pub async fn run(
@@ -175,10 +188,26 @@ pub async fn run(
             shared.outcomes.clone(),
             key.clone(),
             DeniedBy::Provider,
-        )),
+        ))
+        .map(|event| event.map(compact)),
     )
     .default_backoff()
-    .touched_objects();
+    .touched_objects()
+    // A provider event concerns the consumer object the copy was copied from; the controller
+    // takes triggers as objects, so that object's key comes as one.
+    .map({
+        let ar = ar.clone();
+        move |copy| {
+            copy.map(|copy| {
+                let (namespace, name) = copy.origin(strategy);
+                let key = DynamicObject::new(&name, &ar);
+                match namespace {
+                    Some(ns) => key.within(&ns),
+                    None => key,
+                }
+            })
+        }
+    });
     let ctx = Arc::new(SyncContext::new(
         spec,
         shared,
@@ -226,12 +255,7 @@ pub async fn run(
         // A provider event concerns the consumer object the copy was copied from.
         .watches_stream_with(
             provider_events,
-            move |copy: DynamicObject| {
-                let (namespace, name) = origin_of(&copy, strategy);
-                let mut key = ObjectRef::new_with(&name, mapper_ar.clone());
-                key.namespace = namespace;
-                Some(key)
-            },
+            move |origin: DynamicObject| key_of(origin, mapper_ar.clone()),
             ar.clone(),
         )
         // A binding change concerns the instances whose selection it changed.
