@@ -2,6 +2,7 @@
 //!
 //! ```text
 //!   one Engine (epoch interruption) ◀── ticker thread: increment_epoch() every TICK
+//!                                        while a call runs (it sleeps while none does)
 //!   one Linker: WASI p2, deny-by-default
 //!        │
 //!   Component (compiled once) ──▶ *Pre (type-checked against the role's world, cached)
@@ -25,7 +26,7 @@
 //! says) is cut off by the tokio timeout around the call, which drops the call's fiber.
 
 use std::future::Future;
-use std::sync::OnceLock;
+use std::sync::{Condvar, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use wasmtime::component::{Component, Linker, ResourceTable};
@@ -77,6 +78,7 @@ impl Runtime {
             .name("policy-epoch".into())
             .spawn(move || {
                 loop {
+                    TICKING.wait_for_a_call();
                     std::thread::sleep(TICK);
                     ticker.increment_epoch();
                 }
@@ -311,7 +313,63 @@ pub(crate) async fn within_deadline<T>(
     limits: PolicyLimits,
     call: impl Future<Output = wasmtime::Result<T>>,
 ) -> Result<wasmtime::Result<T>, tokio::time::error::Elapsed> {
+    // Every instantiation and call runs inside this future, so the epoch advances whenever
+    // Wasm may run; dropping the future (a timeout, a cancelled reconcile) ends the count.
+    let _ticking = Running::start();
     tokio::time::timeout(limits.timeout, call).await
+}
+
+/// How many calls are running, and the ticker's wake-up when the first one starts. An idle
+/// konnector (every instance in sync: resyncs ask no module) would otherwise wake every
+/// tick for nothing.
+struct Ticking {
+    running: Mutex<usize>,
+    started: Condvar,
+}
+
+static TICKING: Ticking = Ticking {
+    running: Mutex::new(0),
+    started: Condvar::new(),
+};
+
+impl Ticking {
+    /// Blocks the ticker thread until a call is running.
+    fn wait_for_a_call(&self) {
+        let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+        while *running == 0 {
+            running = self
+                .started
+                .wait(running)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+}
+
+/// One running call, counted from its start until it is dropped.
+struct Running;
+
+impl Running {
+    fn start() -> Self {
+        let mut running = TICKING
+            .running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        *running += 1;
+        if *running == 1 {
+            TICKING.started.notify_one();
+        }
+        Self
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let mut running = TICKING
+            .running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        *running = running.saturating_sub(1);
+    }
 }
 
 /// A clock that always says the Unix epoch: modules get no time source.
