@@ -4,8 +4,9 @@ CARGO ?= cargo
 
 .PHONY: test lint unit e2e tools kube-bin helm wasm-target testenv-up testenv-down demo bench crds image image-check
 
+# The test binaries run KBIND_TEST_JOBS at a time (default 3); see scripts/test.sh.
 test: tools lint
-	$(CARGO) test --workspace --all-targets
+	CARGO='$(CARGO)' scripts/test.sh
 
 lint: tools
 	$(CARGO) fmt --all -- --check
