@@ -27,6 +27,13 @@ cargo=${CARGO:-cargo}
 jobs=${KBIND_TEST_JOBS:-3}
 [[ $jobs =~ ^[1-9][0-9]*$ ]] || { echo "KBIND_TEST_JOBS must be a positive integer" >&2; exit 2; }
 
+# jq reads cargo's JSON messages; installed from the distribution's packages when missing.
+if ! command -v jq >/dev/null; then
+    echo "scripts/test.sh: installing jq" >&2
+    apt-get update -qq >/dev/null && apt-get install -y -qq jq >/dev/null ||
+        { echo "scripts/test.sh: jq is required (apt-get install jq)" >&2; exit 2; }
+fi
+
 target_dir=$("$cargo" metadata --no-deps --format-version 1 | jq -r .target_directory)
 logs=$target_dir/test-logs
 mkdir -p "$logs"
