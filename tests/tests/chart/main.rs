@@ -66,6 +66,18 @@ fn run_helm(args: &[&str], values: &str) -> Result<String> {
     output(&mut helm, values)
 }
 
+/// Each values document is refused by the chart's values schema, with an error naming the
+/// field it gets wrong.
+fn assert_schema_rejects(cases: &[(&str, &str)]) -> Result<()> {
+    for (values, field) in cases {
+        let Err(err) = render(values) else {
+            bail!("{values:?} passed the values schema");
+        };
+        assert!(err.to_string().contains(field), "{values}: {err:#}");
+    }
+    Ok(())
+}
+
 /// The chart rendered with `values` (a values file's YAML; empty for the defaults) by
 /// `helm template kbind charts/konnector -n kbind-system -f <values>`.
 fn render(values: &str) -> Result<Rendered> {
