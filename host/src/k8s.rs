@@ -218,8 +218,31 @@ pub async fn apply_status<K>(
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
 {
-    let mut metadata = json!({ "name": obj.name_any() });
-    if let Some(namespace) = obj.namespace() {
+    let namespace = obj.namespace();
+    apply_status_as(
+        api,
+        &obj.name_any(),
+        namespace.as_deref(),
+        FIELD_MANAGER,
+        status,
+    )
+    .await
+}
+
+/// Server-side applies `status` to the status subresource of `name` (in `namespace`) as field
+/// manager `manager`, forcing ownership of the fields it sets.
+pub async fn apply_status_as<K>(
+    api: &Api<K>,
+    name: &str,
+    namespace: Option<&str>,
+    manager: &str,
+    status: &impl Serialize,
+) -> Result<K, kube::Error>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let mut metadata = json!({ "name": name });
+    if let Some(namespace) = namespace {
         metadata["namespace"] = json!(namespace);
     }
     let body = json!({
@@ -228,9 +251,8 @@ where
         "metadata": metadata,
         "status": status,
     });
-    let params = PatchParams::apply(FIELD_MANAGER).force();
-    api.patch_status(&obj.name_any(), &params, &Patch::Apply(&body))
-        .await
+    let params = PatchParams::apply(manager).force();
+    api.patch_status(name, &params, &Patch::Apply(&body)).await
 }
 
 /// A Warning Event: `reason` (CamelCase), a note saying what happened and what to do, and the

@@ -19,22 +19,18 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube::Resource;
-use kube::api::{Api, Patch, PatchParams};
+use kube::Api;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use crate::api::{ApiReport, Binding, BindingStatus, BoundApi, ClusterBinding, FailingInstances};
-use crate::k8s::ApiErrorExt;
-use crate::registry::outcomes::Failing;
+use crate::k8s::{self, ApiErrorExt};
+use crate::registry::outcomes::{EXAMPLES, Failing};
 use crate::registry::{BindingKey, Summary};
 
 use super::Context;
 use super::summary::instance_failure;
-
-/// Examples kept per failing reason, as the single-replica summary keeps them.
-const EXAMPLES: usize = 5;
 
 /// The fields of a `boundAPIs` entry that the replica running the API's syncer writes.
 const SYNCER_FIELDS: [&str; 4] = ["instances", "conflictCount", "syncer", "report"];
@@ -211,7 +207,7 @@ async fn apply(
     identity: &str,
     entries: &[BoundApi],
 ) -> Result<(), kube::Error> {
-    let params = PatchParams::apply(&field_manager(identity)).force();
+    let manager = field_manager(identity);
     let status = if entries.is_empty() {
         json!({})
     } else {
@@ -221,26 +217,14 @@ async fn apply(
     debug!(binding = %key, apis = entries.len(), "applying boundAPIs entries");
     match key {
         BindingKey::Cluster { name } => {
-            let body = json!({
-                "apiVersion": ClusterBinding::api_version(&()),
-                "kind": ClusterBinding::kind(&()),
-                "metadata": { "name": name },
-                "status": status,
-            });
-            Api::<ClusterBinding>::all(client)
-                .patch_status(name, &params, &Patch::Apply(&body))
+            let api = Api::<ClusterBinding>::all(client);
+            k8s::apply_status_as(&api, name, None, &manager, &status)
                 .await
                 .map(drop)
         }
         BindingKey::Namespaced { namespace, name } => {
-            let body = json!({
-                "apiVersion": Binding::api_version(&()),
-                "kind": Binding::kind(&()),
-                "metadata": { "name": name, "namespace": namespace },
-                "status": status,
-            });
-            Api::<Binding>::namespaced(client, namespace)
-                .patch_status(name, &params, &Patch::Apply(&body))
+            let api = Api::<Binding>::namespaced(client, namespace);
+            k8s::apply_status_as(&api, name, Some(namespace), &manager, &status)
                 .await
                 .map(drop)
         }

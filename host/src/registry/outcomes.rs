@@ -29,7 +29,7 @@ use tokio::sync::watch;
 use crate::api::{InstanceCounts, Reason};
 
 /// How many instance names a summary keeps per failing reason, as examples for the operator.
-const EXAMPLES: usize = 3;
+pub(crate) const EXAMPLES: usize = 3;
 
 /// What the last reconcile of one instance came to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
