@@ -17,6 +17,6 @@ mod syncers;
 
 pub use engagements::{Engaged, Engagement, Engagements};
 pub use index::{BindingIndex, BindingKey, Coverage, Entry, Reach, Scopes, SharedIndex, reach};
-pub use outcomes::{DeniedBy, Outcome, Outcomes, Recorded, Summary};
+pub use outcomes::{ApiKey, DeniedBy, Outcome, Outcomes, Recorded, Summary};
 pub use ownership::{ConnectionWork, Owned, Ownership};
 pub use syncers::RunningSyncers;

@@ -118,7 +118,8 @@ impl Summary {
     }
 }
 
-type ApiKey = (String, String);
+/// Where the registry keeps one syncer's instances: (Connection, API).
+pub type ApiKey = (String, String);
 
 /// The cluster whose watch of a bound API refused the konnector.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -160,8 +161,9 @@ type Namespaces = BTreeMap<Option<String>, BTreeMap<String, Outcome>>;
 struct Listing {
     /// The list (or re-list) is complete.
     done: bool,
-    /// Listed objects no reconcile has left an outcome for yet.
-    pending: BTreeSet<ObjectKey>,
+    /// Listed objects no reconcile has left an outcome for yet, by namespace (so an object is
+    /// looked up without building its key).
+    pending: BTreeMap<Option<String>, BTreeSet<String>>,
     /// Every object of the current list, to prune what disappeared unseen when it completes.
     listed: BTreeSet<ObjectKey>,
 }
@@ -181,17 +183,30 @@ pub struct Recorded {
 }
 
 impl Recorded {
-    /// Removes `object` from its listing's pending set; true when that settled the API.
-    fn reconciled(&mut self, key: &ApiKey, object: &ObjectKey) -> bool {
-        self.listings
-            .get_mut(key)
-            .is_some_and(|listing| listing.pending.remove(object) && listing.settled())
+    /// Removes `namespace/name` from its listing's pending set; true when that settled the API.
+    fn reconciled(&mut self, key: &ApiKey, namespace: &Option<String>, name: &str) -> bool {
+        let Some(listing) = self.listings.get_mut(key) else {
+            return false;
+        };
+        let Some(names) = listing.pending.get_mut(namespace) else {
+            return false;
+        };
+        let removed = names.remove(name);
+        if names.is_empty() {
+            listing.pending.remove(namespace);
+        }
+        removed && listing.settled()
     }
 
-    fn is_pending(&self, key: &ApiKey, object: &ObjectKey) -> bool {
+    fn is_pending(&self, key: &ApiKey, namespace: &Option<String>, name: &str) -> bool {
         self.listings
             .get(key)
-            .is_some_and(|l| l.pending.contains(object))
+            .and_then(|l| l.pending.get(namespace))
+            .is_some_and(|names| names.contains(name))
+    }
+
+    fn outcome_of(&self, key: &ApiKey, namespace: &Option<String>, name: &str) -> Option<&Outcome> {
+        self.instances.get(key)?.get(namespace)?.get(name)
     }
 }
 
@@ -211,27 +226,27 @@ impl Outcomes {
         outcome: Outcome,
     ) {
         let key = (connection.to_string(), api.to_string());
-        let object = (namespace.map(str::to_string), name.to_string());
+        self.record_at(&key, &namespace.map(str::to_string), name, outcome);
+    }
+
+    /// [`Self::record`] for a syncer that keeps its (Connection, API) key: an outcome that did
+    /// not change (every periodic resync of an instance in sync) costs a lookup and no copy.
+    pub fn record_at(&self, key: &ApiKey, namespace: &Option<String>, name: &str, outcome: Outcome) {
         let unchanged = self.read(|s| {
-            !s.is_pending(&key, &object)
-                && s.instances
-                    .get(&key)
-                    .and_then(|n| n.get(&object.0))
-                    .and_then(|n| n.get(name))
-                    == Some(&outcome)
+            !s.is_pending(key, namespace, name) && s.outcome_of(key, namespace, name) == Some(&outcome)
         });
         if unchanged {
             return;
         }
         self.write(|s| {
-            let settled = s.reconciled(&key, &object);
+            let settled = s.reconciled(key, namespace, name);
             let previous = s
                 .instances
-                .entry(key)
+                .entry(key.clone())
                 .or_default()
-                .entry(object.0)
+                .entry(namespace.clone())
                 .or_default()
-                .insert(object.1, outcome);
+                .insert(name.to_string(), outcome);
             settled || previous != Some(outcome)
         });
     }
@@ -239,24 +254,20 @@ impl Outcomes {
     /// Forgets one instance: it was deleted, or no Ready binding selects it any more.
     pub fn forget(&self, connection: &str, api: &str, namespace: Option<&str>, name: &str) {
         let key = (connection.to_string(), api.to_string());
-        let object = (namespace.map(str::to_string), name.to_string());
+        let namespace = namespace.map(str::to_string);
         let present = self.read(|s| {
-            s.is_pending(&key, &object)
-                || s.instances
-                    .get(&key)
-                    .and_then(|n| n.get(&object.0))
-                    .is_some_and(|n| n.contains_key(name))
+            s.is_pending(&key, &namespace, name) || s.outcome_of(&key, &namespace, name).is_some()
         });
         if !present {
             return;
         }
         self.write(|s| {
-            let settled = s.reconciled(&key, &object);
+            let settled = s.reconciled(&key, &namespace, name);
             let Some(namespaces) = s.instances.get_mut(&key) else {
                 return settled;
             };
             let removed = namespaces
-                .get_mut(&object.0)
+                .get_mut(&namespace)
                 .is_some_and(|names| names.remove(name).is_some());
             namespaces.retain(|_, names| !names.is_empty());
             if namespaces.is_empty() {
@@ -270,9 +281,9 @@ impl Outcomes {
     /// reason): the object no longer holds its API's first pass back.
     pub fn attempted(&self, connection: &str, api: &str, namespace: Option<&str>, name: &str) {
         let key = (connection.to_string(), api.to_string());
-        let object = (namespace.map(str::to_string), name.to_string());
-        if self.read(|s| s.is_pending(&key, &object)) {
-            self.write(|s| s.reconciled(&key, &object));
+        let namespace = namespace.map(str::to_string);
+        if self.read(|s| s.is_pending(&key, &namespace, name)) {
+            self.write(|s| s.reconciled(&key, &namespace, name));
         }
     }
 
@@ -293,7 +304,8 @@ impl Outcomes {
         let object = (namespace.map(str::to_string), name.to_string());
         self.write(|s| {
             if let Some(listing) = s.listings.get_mut(&key) {
-                listing.pending.insert(object.clone());
+                let names = listing.pending.entry(object.0.clone()).or_default();
+                names.insert(object.1.clone());
                 listing.listed.insert(object);
             }
             false
@@ -383,10 +395,11 @@ impl Outcomes {
                         .pending
                         .iter()
                         .filter(|(ns, _)| namespace.is_none() || ns.as_deref() == namespace)
-                        .filter(|(ns, name)| {
-                            known
-                                .and_then(|namespaces| namespaces.get(ns))
-                                .is_none_or(|names| !names.contains_key(name))
+                        .flat_map(|(ns, names)| {
+                            let outcomes = known.and_then(|namespaces| namespaces.get(ns));
+                            names
+                                .iter()
+                                .filter(move |name| outcomes.is_none_or(|o| !o.contains_key(*name)))
                         })
                         .count();
                     counts.pending = u64::try_from(pending).unwrap_or(u64::MAX);

@@ -17,7 +17,6 @@
 use std::borrow::Cow;
 
 use kube::api::DynamicObject;
-use kube::core::ApiResource;
 use kube::runtime::reflector::Lookup;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -28,6 +27,7 @@ use crate::api::names::{
 };
 use crate::policy::{OwnershipMarkers, Placement};
 
+use super::cache_type::CacheType;
 use super::placement::InstanceKey;
 
 /// The sha256 of a `spec` in an unambiguous encoding of its JSON value (see [`spec_digest`]).
@@ -120,9 +120,25 @@ impl CachedCopy {
         }
     }
 
+    /// Whether the copy is of the consumer object `namespace/name` (as [`Self::origin`] tells
+    /// it), without building its key.
+    pub fn is_of(&self, strategy: IsolationStrategy, namespace: Option<&str>, name: &str) -> bool {
+        match &self.recorded_origin {
+            Some((ns, recorded)) if strategy != IsolationStrategy::None => {
+                ns.as_deref() == namespace && recorded == name
+            }
+            _ => self.namespace.as_deref() == namespace && self.name == name,
+        }
+    }
+
     /// Whether the copy's `spec` is `spec` (both absent counts as equal).
     pub fn spec_is(&self, spec: Option<&Value>) -> bool {
         self.spec == spec.map(spec_digest)
+    }
+
+    /// Whether the copy's `spec` has `digest` (both absent counts as equal).
+    pub fn spec_digest_is(&self, digest: Option<&SpecDigest>) -> bool {
+        self.spec.as_ref() == digest
     }
 
     /// The copy's `status`, parsed; `None` when it has none.
@@ -181,28 +197,28 @@ fn feed(hasher: &mut Sha256, value: &Value) {
     }
 }
 
-/// The provider cache is keyed like a cache of the full objects: by the API and the copy's
-/// namespace and name.
+/// The provider cache is keyed like a cache of the full objects: by the API's shared
+/// [`CacheType`] and the copy's namespace and name.
 impl Lookup for CachedCopy {
-    type DynamicType = ApiResource;
+    type DynamicType = CacheType;
 
-    fn kind(dyntype: &ApiResource) -> Cow<'_, str> {
+    fn kind(dyntype: &CacheType) -> Cow<'_, str> {
         dyntype.kind.as_str().into()
     }
 
-    fn group(dyntype: &ApiResource) -> Cow<'_, str> {
+    fn group(dyntype: &CacheType) -> Cow<'_, str> {
         dyntype.group.as_str().into()
     }
 
-    fn version(dyntype: &ApiResource) -> Cow<'_, str> {
+    fn version(dyntype: &CacheType) -> Cow<'_, str> {
         dyntype.version.as_str().into()
     }
 
-    fn api_version(dyntype: &ApiResource) -> Cow<'_, str> {
+    fn api_version(dyntype: &CacheType) -> Cow<'_, str> {
         dyntype.api_version.as_str().into()
     }
 
-    fn plural(dyntype: &ApiResource) -> Cow<'_, str> {
+    fn plural(dyntype: &CacheType) -> Cow<'_, str> {
         dyntype.plural.as_str().into()
     }
 

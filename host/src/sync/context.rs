@@ -13,16 +13,21 @@ use kube::api::DynamicObject;
 use kube::core::ApiResource;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
-use kube::{Api, Client, ResourceExt};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::{Api, Client, Resource};
+use prometheus_client::metrics::counter::Counter;
 
 use crate::api::{IsolationInForce, IsolationStrategy};
 use crate::backoff::Backoff;
 use crate::policy::Placement;
 
+use super::cache_type::CacheType;
 use super::cached_copy::CachedCopy;
+use super::cached_instance::CachedInstance;
 use super::placement::{self, InstanceKey, Placements, Refused, key_of, same_place};
 use crate::k8s::dynamic_api;
-use crate::registry::Outcome;
+use crate::registry::{ApiKey, Outcome};
+use crate::telemetry::{ApiLabels, metrics};
 use crate::schema::ApiTarget;
 use crate::shared::Shared;
 
@@ -37,6 +42,8 @@ pub struct SyncContext {
     pub shared: Shared,
     /// `spec.target` as a dynamic resource.
     pub ar: ApiResource,
+    /// `ar`, as both caches' keys share it.
+    pub cache_type: CacheType,
     /// The provider watch's cache: this consumer's copies only, as much of each as
     /// reconciles read.
     pub provider_store: Store<CachedCopy>,
@@ -45,7 +52,11 @@ pub struct SyncContext {
     /// Where each instance's copy lives, when isolation places copies elsewhere.
     pub placements: Arc<Placements>,
     /// Instances as our own last write returned them, until the consumer watch catches up.
-    pub recent_instances: RecentWrites,
+    pub recent_instances: RecentWrites<CachedInstance>,
+    /// Where the outcome registry keeps this syncer's instances: (Connection, API).
+    outcome_api: ApiKey,
+    /// `kbind_in_sync_checks_total` of this API.
+    in_sync_checks: Counter,
     /// Whether this API's status schema prunes the instance `Synced` condition.
     conditions_pruned: AtomicBool,
     /// Timings.
@@ -90,12 +101,22 @@ impl SyncContext {
     pub(super) fn new(
         spec: SyncerSpec,
         shared: Shared,
+        cache_type: CacheType,
         provider_store: Store<CachedCopy>,
         placements: Arc<Placements>,
         settings: SyncSettings,
     ) -> Self {
+        let in_sync_checks = metrics()
+            .in_sync_checks
+            .get_or_create(&ApiLabels {
+                api: spec.api.clone(),
+            })
+            .clone();
         Self {
             ar: spec.target.api_resource(),
+            cache_type,
+            outcome_api: (spec.connection.clone(), spec.api.clone()),
+            in_sync_checks,
             provider_store,
             placements,
             recent_writes: RecentWrites::default(),
@@ -158,7 +179,7 @@ impl SyncContext {
 
     /// The provider cache's copy at `place`.
     fn cached_copy(&self, place: &Placement) -> Option<Arc<CachedCopy>> {
-        let mut key = ObjectRef::new_with(&place.name, self.ar.clone());
+        let mut key = ObjectRef::new_with(&place.name, self.cache_type.clone());
         key.namespace = place.namespace.clone();
         self.provider_store.get(&key)
     }
@@ -214,7 +235,7 @@ impl SyncContext {
     /// one (the provider cache shows every copy once it has listed, and this syncer's
     /// reservations the ones it is writing). For deletions: an instance without one never had
     /// a copy written, and its deletion does not wait on a module.
-    pub(crate) fn recorded_placement(&self, obj: &DynamicObject) -> Option<Placement> {
+    pub(crate) fn recorded_placement(&self, obj: &impl Resource) -> Option<Placement> {
         let key = key_of(obj);
         if self.spec.isolation.strategy == IsolationStrategy::None {
             return Some(same_place(&key));
@@ -225,18 +246,19 @@ impl SyncContext {
     /// The instance as our own last write to it returned it, when that is newer than `obj`
     /// (from the consumer cache). The reconcile that our finalizer patch triggers otherwise
     /// sees the instance without the status written since, and writes that status again.
-    pub(crate) fn newer_instance(&self, obj: &DynamicObject) -> Option<DynamicObject> {
+    pub(crate) fn newer_instance(&self, obj: &CachedInstance) -> Option<CachedInstance> {
+        let meta = &obj.metadata;
         self.recent_instances.newer(
-            obj.metadata.namespace.as_deref(),
-            &obj.name_any(),
+            meta.namespace.as_deref(),
+            meta.name.as_deref().unwrap_or_default(),
             Some(obj),
         )
     }
 
-    /// Remembers what a write to an instance returned (without managedFields, like the cache).
-    pub(crate) fn wrote_instance(&self, mut stored: DynamicObject) {
-        stored.metadata.managed_fields = None;
-        self.recent_instances.remember(&stored);
+    /// Remembers what a write to an instance returned, as the consumer cache keeps it.
+    pub(crate) fn wrote_instance(&self, stored: DynamicObject) {
+        self.recent_instances
+            .remember(&CachedInstance::of(stored));
     }
 
     /// The provider object at `place`, read live.
@@ -277,9 +299,11 @@ impl SyncContext {
         self.conditions_pruned.store(true, Ordering::Relaxed);
     }
 
-    /// Resets the backoff of `obj` after a successful reconcile.
-    pub(crate) fn forget_failures(&self, obj: &DynamicObject) {
-        self.failures.succeeded(&failure_key(obj));
+    /// Resets the backoff of the instance with `meta` after a successful reconcile.
+    pub(crate) fn forget_failures(&self, meta: &ObjectMeta) {
+        if !self.failures.is_empty() {
+            self.failures.succeeded(&failure_key(meta));
+        }
     }
 
     /// Forgets every backoff entry: the syncer stopped.
@@ -287,21 +311,30 @@ impl SyncContext {
         self.failures.clear();
     }
 
-    /// Counts a failed reconcile of `obj` and says how long to wait before the next one.
-    pub(super) fn failed(&self, obj: &DynamicObject) -> Duration {
-        self.failures.failed(failure_key(obj))
+    /// Counts a failed reconcile of the instance with `meta` and says how long to wait before
+    /// the next one.
+    pub(super) fn failed(&self, meta: &ObjectMeta) -> Duration {
+        self.failures.failed(failure_key(meta))
     }
 
     /// Leaves what reconciling `obj` came to in the outcome registry.
-    pub(crate) fn record_outcome(&self, obj: &DynamicObject, outcome: Outcome) {
-        let (connection, api, ns, name) = self.outcome_key(obj);
-        self.shared
-            .outcomes
-            .record(connection, api, ns, &name, outcome);
+    pub(crate) fn record_outcome(&self, obj: &impl Resource, outcome: Outcome) {
+        let meta = obj.meta();
+        self.shared.outcomes.record_at(
+            &self.outcome_api,
+            &meta.namespace,
+            meta.name.as_deref().unwrap_or_default(),
+            outcome,
+        );
+    }
+
+    /// Counts an instance reconcile that found the copy in sync and sent nothing.
+    pub(crate) fn count_in_sync_check(&self) {
+        self.in_sync_checks.inc();
     }
 
     /// Tells the outcome registry what the consumer watch saw.
-    pub(super) fn follow_listing(&self, event: &watcher::Event<DynamicObject>) {
+    pub(super) fn follow_listing(&self, event: &watcher::Event<CachedInstance>) {
         let (connection, api) = (&self.spec.connection, &self.spec.api);
         match event {
             watcher::Event::Init => self.shared.outcomes.listing_started(connection, api),
@@ -315,20 +348,20 @@ impl SyncContext {
                 self.placements.release(&key_of(obj));
                 // A deleted object's backoff entry goes with it (the controller never
                 // reconciles it again to reset it).
-                self.failures.forget(&failure_key(obj));
+                self.failures.forget(&failure_key(&obj.metadata));
             }
             watcher::Event::Apply(_) => {}
         }
     }
 
     /// A reconcile of `obj` failed before it had an outcome to record.
-    pub(crate) fn attempted(&self, obj: &DynamicObject) {
+    pub(crate) fn attempted(&self, obj: &impl Resource) {
         let (connection, api, ns, name) = self.outcome_key(obj);
         self.shared.outcomes.attempted(connection, api, ns, &name);
     }
 
     /// Removes `obj` from the outcome registry: deleted, or no longer selected.
-    pub(crate) fn forget_outcome(&self, obj: &DynamicObject) {
+    pub(crate) fn forget_outcome(&self, obj: &impl Resource) {
         let (connection, api, ns, name) = self.outcome_key(obj);
         self.shared.outcomes.forget(connection, api, ns, &name);
     }
@@ -337,16 +370,17 @@ impl SyncContext {
     /// instance's namespace and name.
     fn outcome_key<'a>(
         &'a self,
-        obj: &'a DynamicObject,
+        obj: &'a impl Resource,
     ) -> (&'a str, &'a str, Option<&'a str>, String) {
-        let ns = obj.metadata.namespace.as_deref();
-        (&self.spec.connection, &self.spec.api, ns, obj.name_any())
+        let meta = obj.meta();
+        let name = meta.name.clone().unwrap_or_default();
+        (&self.spec.connection, &self.spec.api, meta.namespace.as_deref(), name)
     }
 }
 
 /// The backoff key of an instance: namespace and name.
-fn failure_key(obj: &DynamicObject) -> (Option<String>, String) {
-    (obj.metadata.namespace.clone(), obj.name_any())
+fn failure_key(meta: &ObjectMeta) -> (Option<String>, String) {
+    (meta.namespace.clone(), meta.name.clone().unwrap_or_default())
 }
 
 /// Locks `m`, also after a holder panicked.

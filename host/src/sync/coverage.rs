@@ -17,13 +17,15 @@ use tokio::sync::watch;
 
 use crate::registry::{BindingIndex, Reach, Scopes, SharedIndex, reach};
 
+use super::cached_instance::CachedInstance;
+
 /// What the trigger stream carries between index changes.
 struct State {
     index: watch::Receiver<BindingIndex>,
     connection: String,
     api: String,
     last: Scopes,
-    cache: Store<DynamicObject>,
+    cache: Store<CachedInstance>,
     ar: ApiResource,
 }
 
@@ -33,7 +35,7 @@ pub fn selection_changes(
     index: SharedIndex,
     connection: String,
     api: String,
-    cache: Store<DynamicObject>,
+    cache: Store<CachedInstance>,
     ar: ApiResource,
 ) -> impl Stream<Item = Result<DynamicObject, watcher::Error>> + Send + 'static {
     let state = State {
@@ -61,10 +63,10 @@ pub fn selection_changes(
 /// The keys of the cached objects a change reaches.
 fn reached_keys(
     reached: &Reach,
-    cache: &Store<DynamicObject>,
+    cache: &Store<CachedInstance>,
     ar: &ApiResource,
 ) -> Vec<DynamicObject> {
-    let selected = |obj: &DynamicObject| match reached {
+    let selected = |obj: &CachedInstance| match reached {
         Reach::Nothing => false,
         Reach::Everything => true,
         Reach::Namespaces(namespaces) => obj

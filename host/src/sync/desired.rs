@@ -21,6 +21,7 @@ use crate::api::names::{
 };
 
 use super::cached_copy::CachedCopy;
+use super::cached_instance::CachedInstance;
 use super::placement::{key_of, origin_annotations};
 use crate::api::IsolationStrategy;
 use crate::policy::Placement;
@@ -73,15 +74,20 @@ pub fn provider_copy(
 /// it from then on.
 pub fn provider_copy_matches(
     target: &CachedCopy,
-    consumer: &DynamicObject,
+    consumer: &CachedInstance,
     strategy: IsolationStrategy,
     consumer_cluster_uid: &str,
     consumer_object_uid: &str,
 ) -> bool {
+    let meta = &consumer.metadata;
     target.labelled_for(consumer_cluster_uid)
         && target.owned_by(consumer_cluster_uid, consumer_object_uid)
-        && target.origin(strategy) == key_of(consumer)
-        && target.spec_is(spec_of(consumer))
+        && target.is_of(
+            strategy,
+            meta.namespace.as_deref(),
+            meta.name.as_deref().unwrap_or_default(),
+        )
+        && target.spec_digest_is(consumer.spec_digest())
 }
 
 /// The object's `spec`, unless absent or null.
@@ -106,7 +112,7 @@ mod tests {
     fn matches(p: &DynamicObject, c: &DynamicObject, uid: &str) -> bool {
         provider_copy_matches(
             &CachedCopy::of(p),
-            c,
+            &CachedInstance::of(c.clone()),
             IsolationStrategy::None,
             "cluster-uid",
             uid,
@@ -206,7 +212,7 @@ mod tests {
         let strategy = IsolationStrategy::Namespaced;
         assert!(provider_copy_matches(
             &CachedCopy::of(&p),
-            &c,
+            &CachedInstance::of(c.clone()),
             strategy,
             "cluster-uid",
             "obj-uid"
@@ -215,7 +221,13 @@ mod tests {
             annotations.insert("core.kbind.io/consumer-name".into(), "other".into());
         }
         assert!(
-            !provider_copy_matches(&CachedCopy::of(&p), &c, strategy, "cluster-uid", "obj-uid"),
+            !provider_copy_matches(
+                &CachedCopy::of(&p),
+                &CachedInstance::of(c.clone()),
+                strategy,
+                "cluster-uid",
+                "obj-uid"
+            ),
             "a copy recording another object is rewritten"
         );
     }

@@ -18,14 +18,17 @@
 //!   [`context`] is what its reconciles share.
 //! - [`reconcile`] and [`delete`] are the per-object logic (`write` creates or applies the
 //!   provider copy); [`desired`] and [`conflict`] are the pure parts they are built from;
-//!   [`placement`] says where on the provider each copy lives; [`cached_copy`] is what the
-//!   provider cache keeps of each copy.
+//!   [`placement`] says where on the provider each copy lives; [`cached_copy`] and
+//!   [`cached_instance`] are what the two caches keep of each copy and instance, keyed by a
+//!   shared [`cache_type`].
 //! - every reconcile leaves what it came to (in sync, conflict, failure reason) in the
 //!   registry's outcomes, for the binding controllers to summarise without listing instances.
 //!
 //! Losing a provider deletes nothing: syncers stop, finalizers stay, objects stay.
 
+pub mod cache_type;
 pub mod cached_copy;
+pub mod cached_instance;
 pub mod conflict;
 pub mod context;
 mod coverage;

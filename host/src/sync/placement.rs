@@ -20,7 +20,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use kube::ResourceExt;
+use kube::{Resource, ResourceExt};
 use kube::api::DynamicObject;
 
 use crate::api::names::{CONSUMER_NAME_ANNOTATION, CONSUMER_NAMESPACE_ANNOTATION};
@@ -31,8 +31,9 @@ use crate::policy::{Placement, PlacementApi, PlacementInput};
 pub type InstanceKey = (Option<String>, String);
 
 /// The key of `obj`: its namespace and name.
-pub fn key_of(obj: &DynamicObject) -> InstanceKey {
-    (obj.metadata.namespace.clone(), obj.name_any())
+pub fn key_of(obj: &impl Resource) -> InstanceKey {
+    let meta = obj.meta();
+    (meta.namespace.clone(), meta.name.clone().unwrap_or_default())
 }
 
 /// The place of a copy that keeps its object's namespace and name.

@@ -26,6 +26,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 use kube::api::{DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -35,10 +36,12 @@ use tracing::{debug, info, instrument};
 use crate::api::ConflictPolicy;
 use crate::api::names::SYNCER_FINALIZER;
 use crate::policy::{ConflictDecision, Placement};
-use crate::registry::Coverage;
+use crate::registry::{Coverage, Outcome as RegistryOutcome};
 use crate::telemetry::{ApiLabels, metrics};
 
 use super::cached_copy::CachedCopy;
+use super::cached_instance::{CachedInstance, Confirmation};
+use super::report::Reported;
 use super::conflict::conflict_input;
 use super::context::SyncContext;
 use super::write::{apply_to_provider, create_on_provider};
@@ -47,27 +50,60 @@ use super::{desired, report};
 use crate::k8s::{ApiErrorExt, NamespaceState, ensure_namespace};
 
 /// Reconciles one consumer instance. Wired into the syncer's controller.
-#[instrument(skip(obj, ctx), fields(
+#[instrument(skip(instance, ctx), fields(
     connection = %ctx.spec.connection,
     api = %ctx.spec.api,
-    namespace = obj.metadata.namespace.as_deref().unwrap_or(""),
-    name = obj.metadata.name.as_deref().unwrap_or(""),
+    namespace = instance.metadata.namespace.as_deref().unwrap_or(""),
+    name = instance.metadata.name.as_deref().unwrap_or(""),
 ))]
-pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<SyncContext>) -> Result<Action> {
-    let newer = ctx.newer_instance(&obj);
-    let obj = newer.as_ref().unwrap_or(&obj);
-    let action = reconcile_inner(obj, &ctx).await;
+pub async fn reconcile(instance: Arc<CachedInstance>, ctx: Arc<SyncContext>) -> Result<Action> {
+    let newer = ctx.newer_instance(&instance);
+    let instance = newer.as_ref().unwrap_or(&instance);
+    if let Some(action) = still_in_sync(instance, &ctx) {
+        return Ok(action);
+    }
+    let obj = instance.object();
+    let action = reconcile_inner(instance, &obj, &ctx).await;
     match &action {
-        Ok(_) => ctx.forget_failures(obj),
-        Err(_) => ctx.attempted(obj),
+        Ok(_) => ctx.forget_failures(&obj.metadata),
+        Err(_) => ctx.attempted(&obj),
     }
     action
 }
 
+/// The periodic resync of an instance nothing changed for: the instance is the one a reconcile
+/// found in sync and wrote nothing for, and its provider copy is the version that reconcile saw,
+/// so every input of the verdict is the same and it is not computed again. The instance's
+/// selection is still checked (a binding change does not change the instance), and its
+/// outcome recorded (a lookup when unchanged). `None`: reconcile in full.
+fn still_in_sync(instance: &CachedInstance, ctx: &SyncContext) -> Option<Action> {
+    let meta = &instance.metadata;
+    if meta.deletion_timestamp.is_some() || !instance.has_finalizer(SYNCER_FINALIZER) {
+        return None;
+    }
+    let namespace = meta.namespace.as_deref();
+    ctx.shared
+        .index
+        .read(|i| i.covering(&ctx.spec.connection, &ctx.spec.api, namespace))?;
+    let place = ctx.recorded_placement(instance)?;
+    let copy = ctx.cached_target(&place)?;
+    if !instance.confirmed_with(Confirmation::of(&copy, ctx.conditions_pruned())) {
+        return None;
+    }
+    ctx.record_outcome(instance, RegistryOutcome::InSync);
+    ctx.count_in_sync_check();
+    ctx.forget_failures(meta);
+    Some(resync(meta, ctx))
+}
+
 /// The phases of one instance reconcile, in the spec's order (see the module diagram).
-async fn reconcile_inner(obj: &DynamicObject, ctx: &SyncContext) -> Result<Action> {
+async fn reconcile_inner(
+    instance: &CachedInstance,
+    obj: &DynamicObject,
+    ctx: &SyncContext,
+) -> Result<Action> {
     let started = Instant::now();
-    let has_finalizer = obj.finalizers().iter().any(|f| f == SYNCER_FINALIZER);
+    let has_finalizer = instance.has_finalizer(SYNCER_FINALIZER);
     if obj.metadata.deletion_timestamp.is_some() {
         return deleting(obj, ctx, has_finalizer).await;
     }
@@ -87,15 +123,12 @@ async fn reconcile_inner(obj: &DynamicObject, ctx: &SyncContext) -> Result<Actio
         }
     };
     let target = ctx.cached_target(&place);
-    if let Some(copy) = own_copy_in_sync(obj, ctx, uid, has_finalizer, target.as_deref()) {
-        report::in_sync(obj, ctx, copy).await?;
-        metrics()
-            .in_sync_checks
-            .get_or_create(&ApiLabels {
-                api: ctx.spec.api.clone(),
-            })
-            .inc();
-        return Ok(resync(obj, ctx));
+    if let Some(copy) = own_copy_in_sync(instance, ctx, uid, has_finalizer, target.as_deref()) {
+        if report::in_sync(obj, ctx, copy).await? == Reported::Unchanged {
+            instance.confirm(Confirmation::of(copy, ctx.conditions_pruned()));
+        }
+        ctx.count_in_sync_check();
+        return Ok(resync(&obj.metadata, ctx));
     }
     // Spec: "The engine places core.kbind.io/syncer on the consumer instance before its
     // first provider write."
@@ -105,10 +138,18 @@ async fn reconcile_inner(obj: &DynamicObject, ctx: &SyncContext) -> Result<Actio
     if let Some(ns) = place.namespace.as_deref() {
         ctx.ensure_provider_namespace(ns).await?;
     }
-    let written = decide_and_write(obj, &place, ctx, uid, coverage.conflict_policy, target).await?;
+    let written = decide_and_write(
+        (instance, obj),
+        &place,
+        ctx,
+        uid,
+        coverage.conflict_policy,
+        target,
+    )
+    .await?;
     let copy = match written {
         Outcome::Conflict => {
-            return Ok(resync(obj, ctx));
+            return Ok(resync(&obj.metadata, ctx));
         }
         Outcome::Unchanged(copy) => copy,
         Outcome::Written(copy) => {
@@ -116,23 +157,25 @@ async fn reconcile_inner(obj: &DynamicObject, ctx: &SyncContext) -> Result<Actio
             copy
         }
     };
-    report::in_sync(obj, ctx, &copy).await?;
-    Ok(resync(obj, ctx))
+    if report::in_sync(obj, ctx, &copy).await? == Reported::Unchanged {
+        instance.confirm(Confirmation::of(&copy, ctx.conditions_pruned()));
+    }
+    Ok(resync(&obj.metadata, ctx))
 }
 
 /// The periodic resync of an instance, after [`resync_after`].
-fn resync(obj: &DynamicObject, ctx: &SyncContext) -> Action {
-    Action::requeue(resync_after(obj, ctx.settings.resync_interval))
+fn resync(meta: &ObjectMeta, ctx: &SyncContext) -> Action {
+    Action::requeue(resync_after(meta, ctx.settings.resync_interval))
 }
 
 /// When an instance comes back for its periodic resync: the interval scaled by a factor in
 /// [0.75, 1.25) fixed per object (from its UID). Instances synced together (an initial list
 /// of thousands) would otherwise all come back together, every interval, for ever; with a
 /// factor of their own their resyncs drift apart and spread over the interval.
-fn resync_after(obj: &DynamicObject, interval: std::time::Duration) -> std::time::Duration {
+fn resync_after(meta: &ObjectMeta, interval: std::time::Duration) -> std::time::Duration {
     use std::hash::{Hash, Hasher};
     let mut hasher = std::hash::DefaultHasher::new();
-    obj.metadata.uid.hash(&mut hasher);
+    meta.uid.hash(&mut hasher);
     let spread = f64::from(u32::try_from(hasher.finish() % 1000).unwrap_or(0)) / 1000.0;
     interval.mul_f64(0.75 + spread / 2.0)
 }
@@ -168,7 +211,7 @@ fn selection(obj: &DynamicObject, ctx: &SyncContext) -> Option<Coverage> {
 /// finalizer or status write triggered): whatever a policy answered, nothing would be
 /// written, so neither the provider nor the policy is asked.
 fn own_copy_in_sync<'a>(
-    obj: &DynamicObject,
+    obj: &CachedInstance,
     ctx: &SyncContext,
     uid: &str,
     has_finalizer: bool,
@@ -209,7 +252,7 @@ enum Outcome {
 /// write finds the provider different (a foreign object where the cache had none, a copy
 /// changed since it was read), the decision is taken once more on a live read.
 async fn decide_and_write(
-    obj: &DynamicObject,
+    (instance, obj): (&CachedInstance, &DynamicObject),
     place: &Placement,
     ctx: &SyncContext,
     uid: &str,
@@ -267,7 +310,7 @@ async fn decide_and_write(
             (decision, Some(existing)) => {
                 if desired::provider_copy_matches(
                     existing,
-                    obj,
+                    instance,
                     ctx.spec.isolation.strategy,
                     &ctx.spec.consumer_cluster_uid,
                     uid,
@@ -385,10 +428,11 @@ mod tests {
 
     use super::*;
 
-    fn instance(uid: &str) -> DynamicObject {
-        let mut obj = crate::sync::testing::consumer_widget(serde_json::json!({}));
-        obj.metadata.uid = Some(uid.into());
-        obj
+    fn instance(uid: &str) -> ObjectMeta {
+        ObjectMeta {
+            uid: Some(uid.into()),
+            ..ObjectMeta::default()
+        }
     }
 
     #[test]

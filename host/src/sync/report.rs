@@ -39,9 +39,11 @@ pub(super) async fn in_sync(
     obj: &DynamicObject,
     ctx: &SyncContext,
     copy: &CachedCopy,
-) -> Result<()> {
+) -> Result<Reported> {
+    let mut reported = Reported::Unchanged;
     if obj.annotations().contains_key(CONFLICT_ANNOTATION) {
         clear_conflict(obj, ctx).await?;
+        reported = Reported::Written;
     }
     ctx.record_outcome(obj, Outcome::InSync);
     let placed = (ctx.spec.isolation.strategy != crate::api::IsolationStrategy::None)
@@ -50,9 +52,19 @@ pub(super) async fn in_sync(
         generation: obj.metadata.generation,
         placed_at: placed.as_deref(),
     };
-    write_status(obj, ctx, copy.status().as_ref(), synced)
+    let written = write_status(obj, ctx, copy.status().as_ref(), synced)
         .await
-        .map_err(Error::CopyStatus)
+        .map_err(Error::CopyStatus)?;
+    Ok(if written { Reported::Written } else { reported })
+}
+
+/// Whether reporting an instance in sync wrote to it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Reported {
+    /// The instance already said all of it: status, `Synced` and no conflict annotation.
+    Unchanged,
+    /// Its status or annotation was written; the instance changes with it.
+    Written,
 }
 
 /// Conflict: the durable annotation, a Warning Event when the conflict is new or changed, and
@@ -171,20 +183,21 @@ async fn annotate_conflict(
     Ok(())
 }
 
-/// Writes the instance status from [`instance_status`]; learns once per syncer when the API's
-/// schema prunes the `Synced` condition, and then stops writing it.
+/// Writes the instance status from [`instance_status`] (true when it wrote, false when the
+/// instance already said it); learns once per syncer when the API's schema prunes the `Synced`
+/// condition, and then stops writing it.
 async fn write_status(
     obj: &DynamicObject,
     ctx: &SyncContext,
     provider_status: Option<&serde_json::Value>,
     synced: Synced<'_>,
-) -> Result<(), kube::Error> {
+) -> Result<bool, kube::Error> {
     if !ctx.spec.target.status_subresource {
-        return Ok(());
+        return Ok(false);
     }
     let synced = (!ctx.conditions_pruned()).then_some(synced);
     let Some(body) = instance_status(obj, &ctx.ar, provider_status, synced) else {
-        return Ok(());
+        return Ok(false);
     };
     let api = ctx.consumer_api(obj.metadata.namespace.as_deref());
     let params = PatchParams::apply(FIELD_MANAGER).force();
@@ -199,7 +212,7 @@ async fn write_status(
             debug!(error = %e, "the API's status schema has no conditions; Synced is not written");
             ctx.set_conditions_pruned();
             let Some(body) = instance_status(obj, &ctx.ar, provider_status, None) else {
-                return Ok(());
+                return Ok(false);
             };
             api.patch_status(&obj.name_any(), &params, &Patch::Apply(&body))
                 .await?
@@ -212,7 +225,7 @@ async fn write_status(
     }
     ctx.wrote_instance(stored);
     debug!("instance status written");
-    Ok(())
+    Ok(true)
 }
 
 /// Publishes an Event about a consumer instance; failures are logged, never fatal.

@@ -23,7 +23,6 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use kube::api::DynamicObject;
-use kube::core::ApiResource;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::reflector::{self, ObjectRef, reflector};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -38,7 +37,9 @@ use crate::registry::{DeniedBy, Outcomes};
 use crate::shared::Shared;
 use crate::telemetry::{WatchLabels, metrics};
 
+use super::cache_type::CacheType;
 use super::cached_copy::CachedCopy;
+use super::cached_instance::CachedInstance;
 use super::context::{SyncContext, SyncerSpec};
 use super::placement::Placements;
 use super::{Error, SyncSettings};
@@ -49,12 +50,23 @@ fn drop_managed_fields(obj: &mut DynamicObject) {
     obj.metadata.managed_fields = None;
 }
 
+/// A consumer watch event with each instance as the consumer cache keeps it.
+fn compact_instance(event: watcher::Event<DynamicObject>) -> watcher::Event<CachedInstance> {
+    match event {
+        watcher::Event::Apply(obj) => watcher::Event::Apply(CachedInstance::of(obj)),
+        watcher::Event::Delete(obj) => watcher::Event::Delete(CachedInstance::of(obj)),
+        watcher::Event::Init => watcher::Event::Init,
+        watcher::Event::InitApply(obj) => watcher::Event::InitApply(CachedInstance::of(obj)),
+        watcher::Event::InitDone => watcher::Event::InitDone,
+    }
+}
+
 /// Per-object backoff on failure, written down once: the delay doubles per consecutive
 /// failure of the same object, capped; a success resets it.
-fn error_policy(obj: Arc<DynamicObject>, err: &Error, ctx: Arc<SyncContext>) -> Action {
+fn error_policy(obj: Arc<CachedInstance>, err: &Error, ctx: Arc<SyncContext>) -> Action {
     // The backoff grows per failure; a cluster that said when to come back is not asked sooner.
     let asked = crate::k8s::retry_after_in(err).unwrap_or_default();
-    let delay = ctx.failed(&obj).max(asked);
+    let delay = ctx.failed(&obj.metadata).max(asked);
     // Conflicts (409) are expected under concurrency and are not worth a warning.
     let quiet = matches!(err, Error::ApplyToProvider(e) | Error::CreateOnProvider(e) | Error::RemoveFinalizer(e) | Error::AddFinalizer(e) if e.is_conflict() || e.is_already_exists() || e.is_invalid());
     if quiet {
@@ -157,7 +169,8 @@ pub async fn run(
     shutdown: CancellationToken,
 ) {
     let ar = spec.target.api_resource();
-    let writer = reflector::store::Writer::new(ar.clone());
+    let cache_type = CacheType::new(ar.clone());
+    let writer = reflector::store::Writer::new(cache_type.clone());
     let provider_store = writer.as_reader();
     let own_copies =
         watcher::Config::default().labels(&own_copies_selector(&spec.consumer_cluster_uid));
@@ -211,13 +224,14 @@ pub async fn run(
     let ctx = Arc::new(SyncContext::new(
         spec,
         shared,
+        cache_type.clone(),
         provider_store,
         placements,
         settings,
     ));
     info!(connection = %ctx.spec.connection, api = %ctx.spec.api, version = %ar.version, "syncer started");
     let consumer_api = Api::<DynamicObject>::all_with(ctx.shared.consumer.clone(), &ar);
-    let consumer_writer = reflector::store::Writer::new(ar.clone());
+    let consumer_writer = reflector::store::Writer::new(cache_type.clone());
     let consumer_store = consumer_writer.as_reader();
     // The outcome registry follows the consumer listing: what is listed holds the API's first
     // pass back until reconciled, and a deleted instance leaves (the controller does not
@@ -226,13 +240,13 @@ pub async fn run(
     let instances = reflector(
         consumer_writer,
         watcher(consumer_api, watcher::Config::default())
-            .modify(drop_managed_fields)
             .map(count_lists(&ctx.spec.api, "consumer"))
             .map(follow_denials(
                 ctx.shared.outcomes.clone(),
                 key,
                 DeniedBy::Consumer,
-            )),
+            ))
+            .map(|event| event.map(compact_instance)),
     )
     .map(move |event| {
         if let Ok(event) = &event {
@@ -248,20 +262,20 @@ pub async fn run(
         consumer_store.clone(),
         ar.clone(),
     );
-    let mapper_ar = ar.clone();
-    let selection_ar = ar.clone();
-    Controller::for_stream_with(instances, consumer_store, ar.clone())
+    let mapper_type = cache_type.clone();
+    let selection_type = cache_type.clone();
+    Controller::for_stream_with(instances, consumer_store, cache_type)
         .with_config(ControllerConfig::default().concurrency(ctx.settings.concurrency))
         // A provider event concerns the consumer object the copy was copied from.
         .watches_stream_with(
             provider_events,
-            move |origin: DynamicObject| key_of(origin, mapper_ar.clone()),
+            move |origin: DynamicObject| key_of(origin, mapper_type.clone()),
             ar.clone(),
         )
         // A binding change concerns the instances whose selection it changed.
         .watches_stream_with(
             selections,
-            move |obj: DynamicObject| key_of(obj, selection_ar.clone()),
+            move |obj: DynamicObject| key_of(obj, selection_type.clone()),
             ar.clone(),
         )
         .graceful_shutdown_on(shutdown.cancelled_owned())
@@ -277,8 +291,8 @@ pub async fn run(
 }
 
 /// The queue key of the consumer object with the same namespace and name as `obj`.
-fn key_of(obj: DynamicObject, ar: ApiResource) -> Option<ObjectRef<DynamicObject>> {
-    let mut key = ObjectRef::new_with(&obj.name_any(), ar);
+fn key_of(obj: DynamicObject, cache_type: CacheType) -> Option<ObjectRef<CachedInstance>> {
+    let mut key = ObjectRef::new_with(&obj.name_any(), cache_type);
     key.namespace = obj.metadata.namespace;
     Some(key)
 }
