@@ -72,8 +72,12 @@ impl<K: Lookup + Clone> RecentWrites<K> {
     /// The remembered write for `namespace/name` when it is newer than `cached` (or there is
     /// no cached object); `None` when the cache is as new, which also forgets the write.
     pub fn newer(&self, namespace: Option<&str>, name: &str, cached: Option<&K>) -> Option<K> {
-        let key = (namespace.map(str::to_string), name.to_string());
         let mut copies = lock(&self.copies);
+        // Most lookups find nothing remembered (every periodic resync): no key is built for them.
+        if copies.is_empty() {
+            return None;
+        }
+        let key = (namespace.map(str::to_string), name.to_string());
         let (written, at) = copies.get(&key)?;
         let written_is_newer = match cached {
             None => true,
