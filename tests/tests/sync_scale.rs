@@ -1,5 +1,6 @@
 //! Many instances: 1 000 instances reach the provider, and the test reports the time taken;
-//! instances in sync cost no API request when nothing changes, however often they resync; a
+//! instances in sync cost no API request when nothing changes, however often they resync, nor
+//! do the binding's periodic reconciles read its CRDs again; a
 //! watch that cannot resume (`410 Gone`) lists again at a few thousand instances and neither
 //! loses an instance nor writes an unchanged one again.
 
@@ -56,6 +57,7 @@ fn instances_in_sync_cost_no_request_when_idle() -> anyhow::Result<()> {
         // Each instance's Synced=True is written once it is in sync; let the last ones land.
         tokio::time::sleep(Duration::from_secs(3)).await;
         let (requests, checks) = (object_requests(s).await?, in_sync_checks(&s.api.name()));
+        let crd_reads = consumer_crd_reads(s).await?;
         // The test's resync interval is 5 s: every instance comes back at least twice.
         tokio::time::sleep(Duration::from_secs(13)).await;
         let resynced = in_sync_checks(&s.api.name()) - checks;
@@ -65,9 +67,27 @@ fn instances_in_sync_cost_no_request_when_idle() -> anyhow::Result<()> {
         );
         let sent = object_requests(s).await? - requests;
         anyhow::ensure!(sent == 0.0, "{sent} requests for {resynced} idle resyncs");
+        // The binding's periodic reconciles (every 2 s here) read its installed CRD from the
+        // konnector's watch, not from the cluster.
+        let read = consumer_crd_reads(s).await? - crd_reads;
+        anyhow::ensure!(
+            read == 0.0,
+            "{read} reads of consumer CRDs while nothing changed"
+        );
         println!("{resynced} resyncs of {IDLE} idle instances sent no request");
         Ok(())
     })
+}
+
+/// Single-object reads of consumer CRDs that the consumer's apiserver served.
+async fn consumer_crd_reads(s: &Scenario) -> anyhow::Result<f64> {
+    served_requests(
+        &s.consumer,
+        "GET",
+        "apiextensions.k8s.io",
+        "customresourcedefinitions",
+    )
+    .await
 }
 
 /// Instance reconciles of `api` that found its copy in sync, in this process.

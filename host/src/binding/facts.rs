@@ -15,6 +15,7 @@
 //! Reads only (the install aside); [`super::readiness`] judges what is gathered here.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::{Api, ResourceExt};
@@ -99,10 +100,18 @@ pub async fn gather<K: BindingObject>(obj: &K, key: &BindingKey, ctx: &Context) 
     let mut hashes = BTreeMap::new();
     for listed in &spec.apis {
         let name = &listed.name;
-        let crd = crds.get_opt(name).await.map_err(|source| Error::ReadCrd {
-            name: name.clone(),
-            source,
-        })?;
+        // Established and kbind's, as last watched: nothing to ask; else the cluster says.
+        let crd = match ctx.crds.established(name) {
+            Some(crd) => Some(crd),
+            None => crds
+                .get_opt(name)
+                .await
+                .map_err(|source| Error::ReadCrd {
+                    name: name.clone(),
+                    source,
+                })?
+                .map(Arc::new),
+        };
         let exported_versions = engagement
             .as_ref()
             .and_then(|e| e.exported.iter().find(|x| x.name == *name))

@@ -42,6 +42,7 @@
 
 pub mod controller;
 pub mod coverage;
+pub mod crd_cache;
 pub mod dependencies;
 mod drain;
 pub mod drain_provider;
@@ -315,6 +316,8 @@ pub struct Context {
     /// Which consumer CRDs were applied from which provider schema, so an unchanged one is
     /// not applied again.
     pub applied_schemas: AppliedSchemas,
+    /// The consumer CRDs kbind installed, as last watched.
+    pub crds: crd_cache::CrdCache,
     /// Statuses just written, newer than the cache until it catches up.
     status_writes: StatusWrites,
     failures: Backoff<String>,
@@ -342,6 +345,7 @@ impl Context {
                 settings.konnector_namespace.as_deref(),
             ),
             applied_schemas: AppliedSchemas::default(),
+            crds: crd_cache::CrdCache::default(),
             status_writes: StatusWrites::default(),
             settings,
         }
@@ -378,8 +382,9 @@ pub(crate) async fn syncer_may_write(ctx: &Context, connection: &str, api: &str)
 /// nothing.
 pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
     tokio::join!(
+        ctx.crds.run(ctx.shared.consumer.clone(), shutdown.clone()),
         controller::run::<Binding>(ctx.clone(), shutdown.clone()),
-        controller::run::<ClusterBinding>(ctx, shutdown),
+        controller::run::<ClusterBinding>(ctx.clone(), shutdown),
     );
 }
 
