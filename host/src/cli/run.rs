@@ -100,6 +100,7 @@ pub struct RunArgs {
     #[command(flatten)]
     pub policies: PolicyArgs,
     /// Log level or env-filter directives (`info`, `konnector=debug,kube=info`); RUST_LOG wins.
+    /// A bare level up to info leaves kube-runtime's controller at warn (its per-reconcile span).
     #[arg(long, default_value = "info", value_name = "LEVEL")]
     pub log_level: String,
     /// Log format.
