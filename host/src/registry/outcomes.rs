@@ -231,9 +231,16 @@ impl Outcomes {
 
     /// [`Self::record`] for a syncer that keeps its (Connection, API) key: an outcome that did
     /// not change (every periodic resync of an instance in sync) costs a lookup and no copy.
-    pub fn record_at(&self, key: &ApiKey, namespace: &Option<String>, name: &str, outcome: Outcome) {
+    pub fn record_at(
+        &self,
+        key: &ApiKey,
+        namespace: &Option<String>,
+        name: &str,
+        outcome: Outcome,
+    ) {
         let unchanged = self.read(|s| {
-            !s.is_pending(key, namespace, name) && s.outcome_of(key, namespace, name) == Some(&outcome)
+            !s.is_pending(key, namespace, name)
+                && s.outcome_of(key, namespace, name) == Some(&outcome)
         });
         if unchanged {
             return;

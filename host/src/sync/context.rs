@@ -9,11 +9,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::DynamicObject;
 use kube::core::ApiResource;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{Api, Client, Resource};
 use prometheus_client::metrics::counter::Counter;
 
@@ -27,9 +27,9 @@ use super::cached_instance::CachedInstance;
 use super::placement::{self, InstanceKey, Placements, Refused, key_of, same_place};
 use crate::k8s::dynamic_api;
 use crate::registry::{ApiKey, Outcome};
-use crate::telemetry::{ApiLabels, metrics};
 use crate::schema::ApiTarget;
 use crate::shared::Shared;
+use crate::telemetry::{ApiLabels, metrics};
 
 use super::{Error, Result, SyncSettings};
 use crate::recent::RecentWrites;
@@ -257,8 +257,7 @@ impl SyncContext {
 
     /// Remembers what a write to an instance returned, as the consumer cache keeps it.
     pub(crate) fn wrote_instance(&self, stored: DynamicObject) {
-        self.recent_instances
-            .remember(&CachedInstance::of(stored));
+        self.recent_instances.remember(&CachedInstance::of(stored));
     }
 
     /// The provider object at `place`, read live.
@@ -374,13 +373,21 @@ impl SyncContext {
     ) -> (&'a str, &'a str, Option<&'a str>, String) {
         let meta = obj.meta();
         let name = meta.name.clone().unwrap_or_default();
-        (&self.spec.connection, &self.spec.api, meta.namespace.as_deref(), name)
+        (
+            &self.spec.connection,
+            &self.spec.api,
+            meta.namespace.as_deref(),
+            name,
+        )
     }
 }
 
 /// The backoff key of an instance: namespace and name.
 fn failure_key(meta: &ObjectMeta) -> (Option<String>, String) {
-    (meta.namespace.clone(), meta.name.clone().unwrap_or_default())
+    (
+        meta.namespace.clone(),
+        meta.name.clone().unwrap_or_default(),
+    )
 }
 
 /// Locks `m`, also after a holder panicked.

@@ -20,8 +20,8 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use kube::{Resource, ResourceExt};
 use kube::api::DynamicObject;
+use kube::{Resource, ResourceExt};
 
 use crate::api::names::{CONSUMER_NAME_ANNOTATION, CONSUMER_NAMESPACE_ANNOTATION};
 use crate::api::{IsolationStrategy, ResourceScope};
@@ -33,7 +33,10 @@ pub type InstanceKey = (Option<String>, String);
 /// The key of `obj`: its namespace and name.
 pub fn key_of(obj: &impl Resource) -> InstanceKey {
     let meta = obj.meta();
-    (meta.namespace.clone(), meta.name.clone().unwrap_or_default())
+    (
+        meta.namespace.clone(),
+        meta.name.clone().unwrap_or_default(),
+    )
 }
 
 /// The place of a copy that keeps its object's namespace and name.

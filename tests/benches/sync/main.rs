@@ -353,7 +353,8 @@ async fn relist(
         .iter()
         .filter(|(key, _)| key.ends_with(" widgets"))
         .map(|(key, n)| n - before.get(key).copied().unwrap_or(0.0))
-        .sum();
+        // An empty f64 sum is -0.0, printed "-0".
+        .fold(0.0, |sum, n| sum + n);
     Ok(())
 }
 
