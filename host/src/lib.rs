@@ -18,7 +18,6 @@ pub mod fencing;
 pub mod heartbeat;
 pub mod k8s;
 pub mod leader;
-pub mod lists;
 pub mod manager;
 pub mod policy;
 pub mod provider;

@@ -14,7 +14,6 @@ use kube::Client;
 use kube::runtime::events::{Recorder, Reporter};
 
 use crate::api::names::FIELD_MANAGER;
-use crate::lists::ListMode;
 use crate::policy::Policies;
 use crate::registry::{Engagements, Outcomes, Ownership, RunningSyncers, SharedIndex};
 
@@ -23,8 +22,6 @@ use crate::registry::{Engagements, Outcomes, Ownership, RunningSyncers, SharedIn
 pub struct Shared {
     /// Consumer cluster client.
     pub consumer: Client,
-    /// Whether the consumer's apiserver streams the instance watches' lists.
-    pub consumer_lists: ListMode,
     /// Ready Connections' provider clients (written by the Connection controller).
     pub engagements: Engagements,
     /// Which binding selects which instance (written by the binding controllers).
@@ -62,7 +59,6 @@ impl Shared {
         Self {
             recorder: Recorder::new(consumer.clone(), reporter.clone()),
             consumer,
-            consumer_lists: ListMode::default(),
             engagements: Engagements::default(),
             index: SharedIndex::default(),
             outcomes: Outcomes::default(),
