@@ -51,6 +51,9 @@ async fn object_requests(s: &Scenario) -> anyhow::Result<f64> {
 fn instances_in_sync_cost_no_request_when_idle() -> anyhow::Result<()> {
     const IDLE: usize = 100;
     Scenario::bound("scale-idle").run(async |s| {
+        // As the Connection controller engages: with the provider schema's revision, which
+        // tells an unchanged schema without reading it again.
+        s.stack.engage_with_revisions(&s.apis()).await?;
         let sides = Sides::of(s);
         sides.create_many("w", 0..IDLE).await?;
         sides.converged(IDLE).await?;

@@ -7,14 +7,16 @@
 //! selection changes (coverage), per-object resync ─────────────┘   (dedup, N at a time)
 //! ```
 //!
-//! Both caches hold what reconciles read and nothing more: managedFields are dropped as
-//! objects arrive (the drift check reads them from the write's response, not the cache), the
-//! provider cache keeps each copy as a compact [`CachedCopy`] (markers, labels, a digest of its
-//! spec, its status), and the provider watch selects on `core.kbind.io/consumer-cluster`, so a
-//! konnector caches its own copies only, however many consumers share the provider. A foreign object of the same
-//! name is still found: creating over it fails, and the live read that follows decides.
+//! Both caches hold what reconciles read and nothing more: the consumer cache keeps each
+//! instance as a [`CachedInstance`] (kbind's metadata, spec and status as JSON text, a digest
+//! of the spec), the provider cache each copy as a [`CachedCopy`] (markers, labels, a digest of
+//! its spec, its status); managedFields never enter either (the drift check reads them from the
+//! write's response). The provider watch selects on `core.kbind.io/consumer-cluster`, so a
+//! konnector caches its own copies only, however many consumers share the provider. A foreign
+//! object of the same name is still found: creating over it fails, and the live read that
+//! follows decides.
 //!
-//! The controller gives what the issue asks of the queue: one entry per object however many
+//! The controller gives what the queue must: one entry per object however many
 //! events arrive, at most `concurrency` reconciles at once, never two for the same object,
 //! and no task per object. Watch restarts and `410 Gone` are handled by kube-runtime's
 //! `watcher`. Provider events are how drift on a provider copy gets reverted.

@@ -196,6 +196,32 @@ impl Stack {
         self.engage_placed(self.provider.clone(), apis, "admin", in_force)
     }
 
+    /// Engages like [`Self::engage`], with each API's schema revision as the Connection
+    /// controller records it for CRD exports (the provider CRD's `uid/generation`): an
+    /// unchanged schema is then known unchanged without being read again.
+    pub async fn engage_with_revisions(&self, apis: &[&TestApi]) -> anyhow::Result<Engagement> {
+        use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+        let crds = kube::Api::<CustomResourceDefinition>::all(self.provider.clone());
+        let mut revisions = std::collections::BTreeMap::new();
+        for api in apis {
+            let name = api.name();
+            let crd = crds.get(&name).await?;
+            let (uid, generation) = (crd.metadata.uid, crd.metadata.generation);
+            let (Some(uid), Some(generation)) = (uid, generation) else {
+                anyhow::bail!("provider CRD {name} has no uid or generation");
+            };
+            revisions.insert(name, format!("{uid}/{generation}"));
+        }
+        let mut engagement = self.engagement(
+            self.provider.clone(),
+            apis,
+            "admin",
+            IsolationInForce::default(),
+        );
+        engagement.schema_revisions = revisions;
+        Ok(self.engagements.engage(engagement))
+    }
+
     fn engage_placed(
         &self,
         provider: Client,
@@ -203,7 +229,18 @@ impl Stack {
         credentials: &str,
         isolation: IsolationInForce,
     ) -> Engagement {
-        self.engagements.engage(Engagement {
+        self.engagements
+            .engage(self.engagement(provider, apis, credentials, isolation))
+    }
+
+    fn engagement(
+        &self,
+        provider: Client,
+        apis: &[&TestApi],
+        credentials: &str,
+        isolation: IsolationInForce,
+    ) -> Engagement {
+        Engagement {
             connection: self.name.clone(),
             provider,
             provider_uid: self.provider_uid.clone(),
@@ -214,7 +251,7 @@ impl Stack {
             heartbeat_namespace: konnector::api::names::DEFAULT_HEARTBEAT_NAMESPACE.into(),
             credentials_digest: credentials.to_string(),
             epoch: 0,
-        })
+        }
     }
 
     /// Disengages the Connection, as when it leaves Ready.

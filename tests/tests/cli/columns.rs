@@ -56,10 +56,19 @@ fn printer_columns_render_server_side_for_every_kind() -> Result<()> {
         assert_eq!(cells, expected, "the Connection's row");
 
         let binding = "namespaces/cols/bindings/widgets";
-        let (columns, cells) = table(&c.consumer, binding).await?;
+        // Synced is the binding's Synced condition: False (Pending) until the API's syncer
+        // has listed its instances, then True; Conflicts an integer total, always present.
+        let mut settled = None;
+        for _ in 0..60 {
+            let (columns, cells) = table(&c.consumer, binding).await?;
+            if cells["Synced"] != "False" {
+                settled = Some((columns, cells));
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        }
+        let (columns, cells) = settled.context("the binding's Synced stayed False for 30 s")?;
         assert_eq!(columns, BINDING_COLUMNS);
-        // Synced is the binding's Synced condition (none before an instance syncs);
-        // Conflicts an integer total, always present.
         let synced = cells["Synced"].clone();
         ensure!(synced.is_null() || synced == "True", "Synced {synced}");
         let expected = json!({
