@@ -27,6 +27,8 @@ LABEL org.opencontainers.image.title="kbind konnector" \
       org.opencontainers.image.description="Binds provider cluster APIs into a consumer Kubernetes cluster" \
       org.opencontainers.image.licenses="Apache-2.0"
 COPY --from=builder /out/konnector /konnector
+# Two glibc malloc arenas instead of up to eight per core: less fragmentation, less RSS.
+ENV MALLOC_ARENA_MAX=2
 # Numeric, so that the kubelet can verify runAsNonRoot.
 USER 65532:65532
 # Metrics and health probes (the chart's defaults).

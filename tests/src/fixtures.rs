@@ -96,6 +96,14 @@ pub fn shared_konnector(pair: &'static ClusterPair) -> anyhow::Result<&'static K
 
 /// Starts the konnector's controllers for `consumer` on a dedicated runtime thread.
 pub fn start_konnector(consumer: &Cluster) -> anyhow::Result<Konnector> {
+    start_konnector_with(consumer, test_connection_config())
+}
+
+/// [`start_konnector`] with other Connection controller timings (a longer grace period, say).
+pub fn start_konnector_with(
+    consumer: &Cluster,
+    connection: konnector::connection::Config,
+) -> anyhow::Result<Konnector> {
     let admin = consumer.admin().clone();
     let shutdown = CancellationToken::new();
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<anyhow::Result<Engagements>>();
@@ -124,7 +132,7 @@ pub fn start_konnector(consumer: &Cluster) -> anyhow::Result<Konnector> {
                         let shared = Shared::new(client, policies, None);
                         let _ = ready_tx.send(Ok(shared.engagements.clone()));
                         let settings = konnector::manager::Settings {
-                            connection: test_connection_config(),
+                            connection,
                             binding: test_binding_settings(),
                         };
                         konnector::manager::run(shared, settings, thread_shutdown).await;

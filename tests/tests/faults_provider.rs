@@ -4,8 +4,8 @@
 //! - Under the sync machinery alone (5 s, 1 000 instances): the syncer's watches and writes
 //!   ride out the outage on their own (error backoff, watch re-list), and both sides converge
 //!   one to one.
-//! - Under the real Connection controller (10 s, shorter than the grace period): the
-//!   Connection stays Ready and engaged throughout, says `ProviderDegraded` while it lasts, and
+//! - Under the real Connection controller (10 s down, inside the default 60 s grace period
+//!   with the apiserver's start on a loaded machine): the Connection stays Ready and engaged throughout, says `ProviderDegraded` while it lasts, and
 //!   its syncer is never restarted (so the consumer is not listed again), nothing lost.
 //! - Under API Priority and Fairness squeezing the konnector's identity to 3 requests at once
 //!   (the rest answered 429): 250 instances sync, nothing lost, the Connection never leaves
@@ -17,7 +17,8 @@ use std::time::Duration;
 use kbind_tests::access::grant;
 use kbind_tests::faults::{FAULT_WAIT, Sides, create_binding, restart, wait_binding_ready};
 use kbind_tests::fixtures::{
-    self, condition, crd_source, put_kubeconfig_secret, start_konnector, wait_ready,
+    self, condition, crd_source, put_kubeconfig_secret, start_konnector, start_konnector_with,
+    wait_ready,
 };
 use kbind_tests::syncenv::{Scenario, TestApi, wait_for};
 use kbind_tests::testenv::{ClusterPair, Options};
@@ -43,15 +44,24 @@ fn provider_outage_mid_sync_loses_and_duplicates_nothing() -> anyhow::Result<()>
     })
 }
 
-/// The Connection's (Ready, ProviderDegraded) statuses, as seen every 200 ms.
-type Seen = Arc<Mutex<Vec<(String, String)>>>;
+/// The Connection's (Ready, ProviderDegraded) statuses and Ready's message, as seen every
+/// 200 ms.
+type Seen = Arc<Mutex<Vec<(String, String, String)>>>;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_outage_shorter_than_the_grace_period_keeps_the_connection_ready_and_engaged()
 -> anyhow::Result<()> {
     const BLIP_INSTANCES: usize = 300;
     let pair = ClusterPair::start_private()?;
-    let konnector = start_konnector(&pair.consumer)?;
+    // The production grace period: the outage is 10 s, but a restarted apiserver on a machine
+    // running other test binaries can take 20 s more to answer again.
+    let konnector = start_konnector_with(
+        &pair.consumer,
+        konnector::connection::Config {
+            provider_grace_period: Duration::from_secs(60),
+            ..fixtures::test_connection_config()
+        },
+    )?;
     let result = pair.diagnose(async {
         let sides = Sides::on(&pair, TestApi::namespaced("blip.faults.kbind.io"), "blip").await?;
         sides.connect(&pair.provider, "provider").await?;
@@ -91,10 +101,11 @@ async fn an_outage_shorter_than_the_grace_period_keeps_the_connection_ready_and_
             .lock()
             .map_err(|_| anyhow::anyhow!("poisoned"))?
             .clone();
-        let not_ready: Vec<_> = seen.iter().filter(|(ready, _)| ready != "True").collect();
+        let mut not_ready: Vec<_> = seen.iter().filter(|(ready, ..)| ready != "True").collect();
+        not_ready.dedup();
         anyhow::ensure!(not_ready.is_empty(), "Ready flapped: {not_ready:?}");
         anyhow::ensure!(
-            seen.iter().any(|(_, degraded)| degraded == "True"),
+            seen.iter().any(|(_, degraded, _)| degraded == "True"),
             "ProviderDegraded never said the provider was failing: {seen:?}"
         );
         anyhow::ensure!(engaged() == epoch, "the Connection was engaged again");
@@ -142,7 +153,10 @@ async fn record_conditions(
                     .map(|c| c.status.clone())
                     .unwrap_or_default()
             };
-            let entry = (status("Ready"), status("ProviderDegraded"));
+            let ready_message = condition(&connection, "Ready")
+                .map(|c| c.message.clone())
+                .unwrap_or_default();
+            let entry = (status("Ready"), status("ProviderDegraded"), ready_message);
             seen.lock()
                 .map_err(|_| anyhow::anyhow!("poisoned"))?
                 .push(entry);
@@ -248,7 +262,8 @@ async fn a_provider_shedding_load_with_429s_loses_nothing_and_the_connection_sta
             .lock()
             .map_err(|_| anyhow::anyhow!("poisoned"))?
             .clone();
-        let not_ready: Vec<_> = seen.iter().filter(|(ready, _)| ready != "True").collect();
+        let mut not_ready: Vec<_> = seen.iter().filter(|(ready, ..)| ready != "True").collect();
+        not_ready.dedup();
         anyhow::ensure!(
             not_ready.is_empty(),
             "Ready flapped under {rejected} rejected requests: {not_ready:?}"

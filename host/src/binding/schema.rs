@@ -22,10 +22,10 @@ use kube::{Api, ResourceExt};
 use tracing::{info, warn};
 
 use crate::api::names::CONNECTION_ANNOTATION;
-use crate::api::{Connection, PullPolicy, Reason, SchemaSource, UpdatePolicy};
+use crate::api::{Connection, PullPolicy, Reason, SchemaSource};
 use crate::registry::Engagement;
 use crate::schema::is_established;
-use crate::schema::{Refusal, SchemaError, Target, ensure_installed, ownership};
+use crate::schema::{Refusal, SchemaError, Target, as_applied, ensure_installed};
 
 use super::Context;
 
@@ -50,15 +50,6 @@ pub async fn install_bound(
         let Some(api) = engagement.exported.iter().find(|e| e.name == *name) else {
             continue;
         };
-        if installed_as_applied(
-            ctx,
-            &engagement.connection,
-            name,
-            policy.update_policy,
-            engagement,
-        ) {
-            continue;
-        }
         let target = Target {
             connection: &engagement.connection,
             api,
@@ -66,6 +57,14 @@ pub async fn install_bound(
             update: policy.update_policy,
             revision: engagement.schema_revisions.get(*name).map(String::as_str),
         };
+        // The CRD as last watched, when it needs nothing written, needs nothing read either.
+        if ctx
+            .crds
+            .established(name)
+            .is_some_and(|cached| as_applied(&ctx.applied_schemas, &target, &cached))
+        {
+            continue;
+        }
         match ensure_installed(
             &ctx.shared.consumer,
             &engagement.provider,
@@ -89,33 +88,6 @@ pub async fn install_bound(
         }
     }
     problems
-}
-
-/// Whether the consumer CRD of `api`, as last watched, is kbind's for `connection`,
-/// Established and left as installed: the schema last applied from the provider's current
-/// revision (or, under `updatePolicy: Once`, any installed one). Nothing to write, so nothing
-/// to read from the cluster; anything else takes the install path, which reads the live CRD.
-fn installed_as_applied(
-    ctx: &Context,
-    connection: &str,
-    api: &str,
-    update: UpdatePolicy,
-    engagement: &Engagement,
-) -> bool {
-    let Some(cached) = ctx.crds.established(api) else {
-        return false;
-    };
-    if ownership::check(api, Some(&cached), connection).is_err() {
-        return false;
-    }
-    update == UpdatePolicy::Once
-        || engagement
-            .schema_revisions
-            .get(api)
-            .is_some_and(|revision| {
-                ctx.applied_schemas
-                    .unchanged_revision(connection, api, revision, &cached)
-            })
 }
 
 /// Whether a failed installation left a usable CRD behind: the failure was in reading or

@@ -78,17 +78,16 @@ pub async fn ensure_installed(
     // The host decides what may be touched, whatever the source: never a protected group,
     // never a CRD kbind did not install for this Connection.
     ownership::check(&api.name, existing.as_ref(), connection)?;
-    if existing.is_some() && update == UpdatePolicy::Once {
-        return established(consumer, &api.name, wait).await;
-    }
-    if let (Some(existing), Some(revision)) = (&existing, revision)
-        && is_established(existing)
-        && applied.unchanged_revision(connection, &api.name, revision, existing)
+    if let Some(existing) = &existing
+        && as_applied(applied, target, existing)
     {
         return Ok(Installed {
             crd: existing.clone(),
             hash: schema_hash(existing),
         });
+    }
+    if existing.is_some() && update == UpdatePolicy::Once {
+        return established(consumer, &api.name, wait).await;
     }
     let source = fetch_source(provider, api, source).await?;
     let source_hash = source.hash();
@@ -134,6 +133,24 @@ pub async fn ensure_installed(
         &installed.crd,
     );
     Ok(installed)
+}
+
+/// Whether `existing` is the consumer CRD the target wants with nothing to write: kbind's for
+/// the target's Connection, Established, and either kept as installed (`updatePolicy: Once`)
+/// or last applied from the provider's current revision and untouched since. Callers holding a
+/// watched copy use it to skip the install path (and its reads) altogether.
+pub fn as_applied(
+    applied: &AppliedSchemas,
+    target: &Target<'_>,
+    existing: &CustomResourceDefinition,
+) -> bool {
+    let name = &target.api.name;
+    ownership::check(name, Some(existing), target.connection).is_ok()
+        && is_established(existing)
+        && (target.update == UpdatePolicy::Once
+            || target.revision.is_some_and(|revision| {
+                applied.unchanged_revision(target.connection, name, revision, existing)
+            }))
 }
 
 /// Where a consumer CRD comes from: the provider's CRD, or the facts synthesis needs.

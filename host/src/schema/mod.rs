@@ -24,7 +24,9 @@ pub mod versions;
 
 pub use applied::{AppliedSchemas, source_hash};
 pub use error::SchemaError;
-pub use install::{Installed, Target, ensure_installed, established, is_established, schema_hash};
+pub use install::{
+    Installed, Target, as_applied, ensure_installed, established, is_established, schema_hash,
+};
 pub use openapi::{ApiFacts, VersionFacts, fetch_facts};
 pub use ownership::Refusal;
 pub use sanitize::{Versioning, consumer_crd};

@@ -68,6 +68,15 @@ impl CachedInstance {
         }
     }
 
+    /// This instance as a controller trigger: a bare object of its name and namespace.
+    pub fn trigger(&self, ar: &kube::core::ApiResource) -> Option<DynamicObject> {
+        let key = DynamicObject::new(self.metadata.name.as_deref()?, ar);
+        Some(match &self.metadata.namespace {
+            Some(ns) => key.within(ns),
+            None => key,
+        })
+    }
+
     /// The instance as the rest of the reconcile reads it: the kept metadata, with `spec` and
     /// `status` parsed back.
     pub fn object(&self) -> DynamicObject {

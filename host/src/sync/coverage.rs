@@ -82,13 +82,6 @@ fn reached_keys(
         .state()
         .iter()
         .filter(|obj| selected(obj))
-        .filter_map(|obj| {
-            let name = obj.metadata.name.as_deref()?;
-            let key = DynamicObject::new(name, ar);
-            Some(match &obj.metadata.namespace {
-                Some(ns) => key.within(ns),
-                None => key,
-            })
-        })
+        .filter_map(|obj| obj.trigger(ar))
         .collect()
 }

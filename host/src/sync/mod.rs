@@ -6,7 +6,7 @@
 //!  binding index ───────┴▶ supervisor: one syncer per (Connection, API), rebuilt on a new epoch
 //!                              │  consumer watch ─┐
 //!                              │  provider watch ─┴▶ queue keyed by consumer object
-//!                              ▼                     (dedup, bounded concurrency, resync)
+//!                              │  resync sweep ───┘  (dedup, bounded concurrency)
 //!                    reconcile one object ──▶ conflict policy (Wasm) ──▶ provider SSA
 //!                              └─────────────── status copy back ◀───────────┘
 //! ```
@@ -21,6 +21,8 @@
 //!   [`placement`] says where on the provider each copy lives; [`cached_copy`] and
 //!   [`cached_instance`] are what the two caches keep of each copy and instance, keyed by a
 //!   shared [`cache_type`].
+//! - [`resync`] is the periodic backstop: one sweep per syncer over its consumer cache, spread
+//!   over the interval, queueing only the instances no longer in sync.
 //! - every reconcile leaves what it came to (in sync, conflict, failure reason) in the
 //!   registry's outcomes, for the binding controllers to summarise without listing instances.
 //!
@@ -39,6 +41,7 @@ pub mod instance_status;
 pub mod placement;
 pub mod reconcile;
 mod report;
+mod resync;
 pub mod supervisor;
 pub mod syncer;
 mod write;

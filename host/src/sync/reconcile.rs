@@ -26,7 +26,6 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 use kube::api::{DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -55,8 +54,8 @@ use crate::k8s::{ApiErrorExt, NamespaceState, ensure_namespace};
 pub async fn reconcile(instance: Arc<CachedInstance>, ctx: Arc<SyncContext>) -> Result<Action> {
     let newer = ctx.newer_instance(&instance);
     let instance = newer.map_or(instance, Arc::new);
-    if let Some(action) = still_in_sync(&instance, &ctx) {
-        return Ok(action);
+    if still_in_sync(&instance, &ctx) {
+        return Ok(resync());
     }
     let span = info_span!(
         "reconcile",
@@ -83,25 +82,33 @@ async fn reconcile_changed(instance: &CachedInstance, ctx: &SyncContext) -> Resu
 /// found in sync and wrote nothing for, and its provider copy is the version that reconcile saw,
 /// so every input of the verdict is the same and it is not computed again. The instance's
 /// selection is still checked (a binding change does not change the instance), and its
-/// outcome recorded (a lookup when unchanged). `None`: reconcile in full.
-fn still_in_sync(instance: &CachedInstance, ctx: &SyncContext) -> Option<Action> {
+/// outcome recorded (a lookup when unchanged). `false`: reconcile in full. The periodic
+/// resync ([`super::resync`]) asks this first, and queues only the instances it says no for.
+pub(super) fn still_in_sync(instance: &CachedInstance, ctx: &SyncContext) -> bool {
     let meta = &instance.metadata;
     if meta.deletion_timestamp.is_some() || !instance.has_finalizer(SYNCER_FINALIZER) {
-        return None;
+        return false;
     }
     let namespace = meta.namespace.as_deref();
-    ctx.shared
+    let covered = ctx
+        .shared
         .index
-        .read(|i| i.covering(&ctx.spec.connection, &ctx.spec.api, namespace))?;
-    let place = ctx.recorded_placement(instance)?;
-    let copy = ctx.cached_target(&place)?;
+        .read(|i| i.covering(&ctx.spec.connection, &ctx.spec.api, namespace))
+        .is_some();
+    let Some(copy) = covered
+        .then(|| ctx.recorded_placement(instance))
+        .flatten()
+        .and_then(|place| ctx.cached_target(&place))
+    else {
+        return false;
+    };
     if !instance.confirmed_with(Confirmation::of(&copy, ctx.conditions_pruned())) {
-        return None;
+        return false;
     }
     ctx.record_outcome(instance, RegistryOutcome::InSync);
     ctx.count_in_sync_check();
     ctx.forget_failures(meta);
-    Some(resync(meta, ctx))
+    true
 }
 
 /// The phases of one instance reconcile, in the spec's order (see the module diagram).
@@ -136,7 +143,7 @@ async fn reconcile_inner(
             instance.confirm(Confirmation::of(copy, ctx.conditions_pruned()));
         }
         ctx.count_in_sync_check();
-        return Ok(resync(&obj.metadata, ctx));
+        return Ok(resync());
     }
     // Spec: "The engine places core.kbind.io/syncer on the consumer instance before its
     // first provider write."
@@ -157,7 +164,7 @@ async fn reconcile_inner(
     .await?;
     let copy = match written {
         Outcome::Conflict => {
-            return Ok(resync(&obj.metadata, ctx));
+            return Ok(resync());
         }
         Outcome::Unchanged(copy) => copy,
         Outcome::Written(copy) => {
@@ -168,24 +175,14 @@ async fn reconcile_inner(
     if report::in_sync(obj, ctx, &copy).await? == Reported::Unchanged {
         instance.confirm(Confirmation::of(&copy, ctx.conditions_pruned()));
     }
-    Ok(resync(&obj.metadata, ctx))
+    Ok(resync())
 }
 
-/// The periodic resync of an instance, after [`resync_after`].
-fn resync(meta: &ObjectMeta, ctx: &SyncContext) -> Action {
-    Action::requeue(resync_after(meta, ctx.settings.resync_interval))
-}
-
-/// When an instance comes back for its periodic resync: the interval scaled by a factor in
-/// [0.75, 1.25) fixed per object (from its UID). Instances synced together (an initial list
-/// of thousands) would otherwise all come back together, every interval, for ever; with a
-/// factor of their own their resyncs drift apart and spread over the interval.
-fn resync_after(meta: &ObjectMeta, interval: std::time::Duration) -> std::time::Duration {
-    use std::hash::{Hash, Hasher};
-    let mut hasher = std::hash::DefaultHasher::new();
-    meta.uid.hash(&mut hasher);
-    let spread = f64::from(u32::try_from(hasher.finish() % 1000).unwrap_or(0)) / 1000.0;
-    interval.mul_f64(0.75 + spread / 2.0)
+/// Done with an instance until something changes: its watch events, its copy's and its
+/// binding's queue it again, and the periodic resync is the syncer's sweep
+/// ([`super::resync`]), not a timer per instance.
+fn resync() -> Action {
+    Action::await_change()
 }
 
 /// A deleting instance is no longer one a binding waits on to be in sync. A finalizer means
@@ -427,43 +424,5 @@ impl SyncContext {
         }
         self.remember_namespace(ns);
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::time::Duration;
-
-    use super::*;
-
-    fn instance(uid: &str) -> ObjectMeta {
-        ObjectMeta {
-            uid: Some(uid.into()),
-            ..ObjectMeta::default()
-        }
-    }
-
-    #[test]
-    fn resyncs_spread_over_the_interval_and_stay_put_per_object() {
-        let interval = Duration::from_secs(300);
-        let delays: Vec<Duration> = (0..200)
-            .map(|i| resync_after(&instance(&format!("uid-{i}")), interval))
-            .collect();
-        assert!(
-            delays
-                .iter()
-                .all(|d| *d >= interval.mul_f64(0.75) && *d < interval.mul_f64(1.25))
-        );
-        let (min, max) = (delays.iter().min(), delays.iter().max());
-        let spread = max
-            .zip(min)
-            .map(|(max, min)| *max - *min)
-            .unwrap_or_default();
-        assert!(
-            spread > interval.mul_f64(0.4),
-            "200 objects cover most of the window: {spread:?}"
-        );
-        let same = resync_after(&instance("uid-7"), interval);
-        assert_eq!(same, delays[7], "one object keeps its own period");
     }
 }

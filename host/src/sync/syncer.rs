@@ -4,7 +4,7 @@
 //! ```text
 //! consumer watch (DynamicObject, all namespaces) ──────────────┐
 //! provider watch ──▶ provider cache ──▶ same namespace/name ───┼─▶ queue keyed by consumer object
-//! selection changes (coverage), per-object resync ─────────────┘   (dedup, N at a time)
+//! selection changes (coverage), resync sweep (not in sync) ────┘   (dedup, N at a time)
 //! ```
 //!
 //! Both caches hold what reconciles read and nothing more: the consumer cache keeps each
@@ -264,8 +264,10 @@ pub async fn run(
         consumer_store.clone(),
         ar.clone(),
     );
+    let resyncs = super::resync::sweep(consumer_store.clone(), ctx.clone(), ar.clone());
     let mapper_type = cache_type.clone();
     let selection_type = cache_type.clone();
+    let resync_type = cache_type.clone();
     Controller::for_stream_with(instances, consumer_store, cache_type)
         .with_config(ControllerConfig::default().concurrency(ctx.settings.concurrency))
         // A provider event concerns the consumer object the copy was copied from.
@@ -278,6 +280,12 @@ pub async fn run(
         .watches_stream_with(
             selections,
             move |obj: DynamicObject| key_of(obj, selection_type.clone()),
+            ar.clone(),
+        )
+        // The periodic resync: instances its sweep finds not in sync.
+        .watches_stream_with(
+            resyncs,
+            move |obj: DynamicObject| key_of(obj, resync_type.clone()),
             ar.clone(),
         )
         .graceful_shutdown_on(shutdown.cancelled_owned())

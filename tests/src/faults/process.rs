@@ -22,7 +22,8 @@ pub struct KonnectorProcess {
 }
 
 impl KonnectorProcess {
-    /// Starts `binary run --kubeconfig <kubeconfig>` with `extra` arguments, logging to `log`.
+    /// Starts `binary run --kubeconfig <kubeconfig>` with `extra` arguments, logging to `log`,
+    /// with the chart's glibc allocator setting.
     pub fn start(
         binary: &Path,
         kubeconfig: &Path,
@@ -40,7 +41,9 @@ impl KonnectorProcess {
                 "--health-probe-bind-address",
                 &format!("127.0.0.1:{health}"),
             ])
-            .args(extra);
+            .args(extra)
+            // As the chart's Deployment runs it (the bench measures the deployed allocator).
+            .env("MALLOC_ARENA_MAX", "2");
         Self::spawn(command, log, metrics, health)
     }
 

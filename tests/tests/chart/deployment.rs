@@ -213,6 +213,7 @@ Service/kbind-konnector-metrics:
     Ok(())
 }
 
+/// The whole environment: the Pod's identity from the downward API, and two glibc malloc arenas.
 #[test]
 fn pod_identity_comes_from_the_downward_api() -> Result<()> {
     render("")?.expect(
@@ -221,6 +222,7 @@ container:
   env:
     - {name: POD_NAME, valueFrom: {fieldRef: {fieldPath: metadata.name}}}
     - {name: POD_NAMESPACE, valueFrom: {fieldRef: {fieldPath: metadata.namespace}}}
+    - {name: MALLOC_ARENA_MAX, value: "2"}
 pod: {serviceAccountName: kbind-konnector}
 ServiceAccount/kbind-konnector: {}
 "#,
