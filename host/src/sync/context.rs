@@ -327,6 +327,14 @@ impl SyncContext {
         );
     }
 
+    /// Whether a Ready binding selects this syncer's API in `namespace`.
+    pub(crate) fn covers(&self, namespace: Option<&str>) -> bool {
+        self.shared
+            .index
+            .read(|i| i.covering(&self.spec.connection, &self.spec.api, namespace))
+            .is_some()
+    }
+
     /// Counts an instance reconcile that found the copy in sync and sent nothing.
     pub(crate) fn count_in_sync_check(&self) {
         self.in_sync_checks.inc();

@@ -89,13 +89,8 @@ pub(super) fn still_in_sync(instance: &CachedInstance, ctx: &SyncContext) -> boo
     if meta.deletion_timestamp.is_some() || !instance.has_finalizer(SYNCER_FINALIZER) {
         return false;
     }
-    let namespace = meta.namespace.as_deref();
-    let covered = ctx
-        .shared
-        .index
-        .read(|i| i.covering(&ctx.spec.connection, &ctx.spec.api, namespace))
-        .is_some();
-    let Some(copy) = covered
+    let Some(copy) = ctx
+        .covers(meta.namespace.as_deref())
         .then(|| ctx.recorded_placement(instance))
         .flatten()
         .and_then(|place| ctx.cached_target(&place))

@@ -6,12 +6,12 @@
 //!                                                                              no  ──▶ the controller's queue
 //! ```
 //!
-//! Every instance comes back once per interval, the interval's instances spread evenly over
-//! its ticks. One still in sync (the instance and its copy are the versions a reconcile found in
-//! sync) costs a cache lookup and the in-sync check, here; only the others are queued, for a
-//! full reconcile. The controller holds no timer for an instance it is done with: a queue entry
-//! and a spawned reconcile per resync were most of an idle konnector's CPU and a part of its
-//! memory per instance.
+//! Every selected instance comes back once per interval, the interval's instances spread
+//! evenly over its ticks. One still in sync (the instance and its copy are the versions a
+//! reconcile found in sync) costs a cache lookup and the in-sync check, here; only the others
+//! are queued, for a full reconcile. The controller holds no timer for an instance it is done
+//! with: a queue entry and a spawned reconcile per resync were most of an idle konnector's CPU
+//! and a part of its memory per instance.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,10 +38,9 @@ struct Sweep {
     ticker: Interval,
     /// Ticks in one interval.
     ticks: u32,
-    /// This interval's instances, as the cache held them when it began.
+    /// This interval's instances not checked yet, as the cache held them when it began (each
+    /// slice is split off, so a checked instance's old version is not kept to the end).
     round: Vec<Arc<CachedInstance>>,
-    /// How many of `round` were checked.
-    done: usize,
     /// Ticks left in this interval.
     ticks_left: u32,
 }
@@ -51,15 +50,18 @@ impl Sweep {
     fn next_slice(&mut self) -> Vec<DynamicObject> {
         if self.ticks_left == 0 {
             self.round = self.store.state();
-            self.done = 0;
             self.ticks_left = self.ticks;
         }
-        let due = slice_len(self.round.len() - self.done, self.ticks_left);
-        let slice = self.done..self.done + due;
-        self.done += due;
+        let due = slice_len(self.round.len(), self.ticks_left);
+        let slice = self.round.split_off(self.round.len() - due);
         self.ticks_left -= 1;
         let mut triggers = Vec::new();
-        for cached in &self.round[slice] {
+        for cached in &slice {
+            // An instance no binding selects has nothing to sync; a selection change queues
+            // it (`super::coverage`).
+            if !self.ctx.covers(cached.metadata.namespace.as_deref()) {
+                continue;
+            }
             // The cache's current version: the one taken when the interval began may have
             // changed (its watch event queued it already) or gone.
             let key = cached.to_object_ref(self.ctx.cache_type.clone());
@@ -94,7 +96,6 @@ pub fn sweep(
         ticker,
         ticks: ticks_per_interval(interval, tick),
         round: Vec::new(),
-        done: 0,
         ticks_left: 0,
     };
     stream::unfold(state, |mut sweep| async move {
