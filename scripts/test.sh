@@ -16,8 +16,7 @@
 #   - each binary's output goes to target/test-logs/<name>.log and is printed whole when the
 #     binary ends, in order of completion; binaries start longest first (durations of the last
 #     run, kept in target/test-logs/durations; unknown binaries start first of all).
-# The end: a table (binary, result, seconds), each failing binary's failures without their
-# tracing lines, and the line `N passed, M failed`: the sums of the
+# The end: a table (binary, result, seconds), each failing test's error or panic, and the line `N passed, M failed`: the sums of the
 # binaries' "test result:" lines, plus one failure per failing binary that reported none (a
 # crash, a failing bench). Exit status 1 when a binary or the build failed.
 #
@@ -170,17 +169,18 @@ for i in "${order[@]}"; do
     fi
     printf '%-52s %-10s %5d s  %4d passed, %d failed\n' "$label" "${result[$i]}" "${secs_of[$i]}" "$p" "$f"
 done
-# A failing binary's own words, last: its log above is long (every test's tracing output), and
-# CI shows the end of the output.
+# A failing binary's own words, last: its log above is long (every test's tracing output and
+# the clusters' log tails), and CI shows the end of the output. Each failing test's header,
+# its error or panic and the lines right after it, each cut to 300 characters.
 for i in "${order[@]}"; do
     [[ ${result[$i]} == ok ]] && continue
     label=${labels[$i]}
     echo
-    echo "----- $label: what failed (tracing lines left out; the whole log is above) -----"
+    echo "----- $label: what failed (the whole log is above) -----"
     sed -E 's/\x1b\[[0-9;]*m//g' "$logs/${label//\//-}.log" |
-        sed -n '/^failures:$/,$p' |
-        grep -vE '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[^ ]+Z +(TRACE|DEBUG|INFO|WARN|ERROR) ' |
-        tail -n 40 || true
+        grep -E -A3 "^---- .* ----$|^Error: |^thread '.*' panicked at |^test result: " |
+        grep -vE '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[^ ]+Z +(TRACE|DEBUG|INFO|WARN|ERROR) |^ +[0-9]+: |^ +at |^Stack backtrace:$' |
+        cut -c1-300 | head -n 60 || true
 done
 echo
 echo "$passed passed, $failed failed"
