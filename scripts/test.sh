@@ -16,9 +16,10 @@
 #   - each binary's output goes to target/test-logs/<name>.log and is printed whole when the
 #     binary ends, in order of completion; binaries start longest first (durations of the last
 #     run, kept in target/test-logs/durations; unknown binaries start first of all).
-# The end: a table (binary, result, seconds), each failing test's error or panic, and the line `N passed, M failed`: the sums of the
-# binaries' "test result:" lines, plus one failure per failing binary that reported none (a
-# crash, a failing bench). Exit status 1 when a binary or the build failed.
+# The end: a table (binary, result, seconds), each failing test's error or panic, and the line
+# `N passed, M failed`: the sums of the binaries' "test result:" lines, plus one failure per
+# failing binary that reported none (a crash, a failing bench). Exit status 1 when a binary or
+# the build failed.
 #
 # Usage: scripts/test.sh [ARGS passed to every test binary]
 set -euo pipefail
