@@ -82,17 +82,21 @@ async fn reconcile_changed(instance: &CachedInstance, ctx: &SyncContext) -> Resu
 /// found in sync and wrote nothing for, and its provider copy is the version that reconcile saw,
 /// so every input of the verdict is the same and it is not computed again. The instance's
 /// selection is still checked (a binding change does not change the instance), and its
-/// outcome recorded (a lookup when unchanged). `false`: reconcile in full. The periodic
-/// resync ([`super::resync`]) asks this first, and queues only the instances it says no for.
-pub(super) fn still_in_sync(instance: &CachedInstance, ctx: &SyncContext) -> bool {
+/// outcome recorded (a lookup when unchanged). `false`: reconcile in full.
+fn still_in_sync(instance: &CachedInstance, ctx: &SyncContext) -> bool {
+    ctx.covers(instance.metadata.namespace.as_deref()) && selected_still_in_sync(instance, ctx)
+}
+
+/// [`still_in_sync`] for an instance already known to be selected: the periodic resync
+/// ([`super::resync`]) checks the selection first, skips the instances no binding selects, and
+/// queues only the others this says no for.
+pub(super) fn selected_still_in_sync(instance: &CachedInstance, ctx: &SyncContext) -> bool {
     let meta = &instance.metadata;
     if meta.deletion_timestamp.is_some() || !instance.has_finalizer(SYNCER_FINALIZER) {
         return false;
     }
     let Some(copy) = ctx
-        .covers(meta.namespace.as_deref())
-        .then(|| ctx.recorded_placement(instance))
-        .flatten()
+        .recorded_placement(instance)
         .and_then(|place| ctx.cached_target(&place))
     else {
         return false;

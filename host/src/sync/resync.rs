@@ -25,7 +25,7 @@ use tokio::time::{Interval, MissedTickBehavior};
 
 use super::cached_instance::CachedInstance;
 use super::context::SyncContext;
-use super::reconcile::still_in_sync;
+use super::reconcile::selected_still_in_sync;
 
 /// How often a slice of the interval's instances is checked.
 const TICK: Duration = Duration::from_secs(1);
@@ -69,7 +69,7 @@ impl Sweep {
                 continue;
             };
             let current = self.ctx.newer_instance(&current).map_or(current, Arc::new);
-            if still_in_sync(&current, &self.ctx) {
+            if selected_still_in_sync(&current, &self.ctx) {
                 continue;
             }
             triggers.extend(current.trigger(&self.ar));
