@@ -178,9 +178,12 @@ for i in "${order[@]}"; do
     label=${labels[$i]}
     echo
     echo "----- $label: what failed (the whole log is above) -----"
+    # Log lines go first (tracing, JSON, klog, backtraces), so the lines after a match are its
+    # message. An `Error: ` printed after output that did not end its line is cut out of it.
     sed -E 's/\x1b\[[0-9;]*m//g' "$logs/${label//\//-}.log" |
-        grep -E -A3 "^---- .* ----$|^Error: |^thread '.*' panicked at |^test result: " |
-        grep -vE '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[^ ]+Z +(TRACE|DEBUG|INFO|WARN|ERROR) |^ +[0-9]+: |^ +at |^Stack backtrace:$' |
+        grep -vE '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[^ ]+Z +(TRACE|DEBUG|INFO|WARN|ERROR) |^\{"timestamp"|^[IWEF][0-9]{4} [0-9:.]+ +[0-9]+ |^ +[0-9]+: |^ +at |^Stack backtrace:$' |
+        grep -E -A3 "^---- .* ----$|Error: |^thread '.*' panicked at |^test result: " |
+        sed -E 's/Error: /\x01/; s/^[^\x01]*\x01/Error: /' |
         cut -c1-300 | head -n 60 || true
 done
 echo

@@ -84,7 +84,7 @@ pub async fn gather<K: BindingObject>(obj: &K, key: &BindingKey, ctx: &Context) 
     // them. An API pinned to another Connection is never installed from here.
     // Installs are the Connection shard's work: a replica that does not hold it only reads.
     let installs = ctx.shared.ownership.owns_connection(&connection);
-    let mut install_problems = match (&engagement, &state) {
+    let mut installs = match (&engagement, &state) {
         (Some(engagement), ConnectionState::Engaged { .. }) if installs => {
             let ours: Vec<&str> = pins
                 .iter()
@@ -93,15 +93,20 @@ pub async fn gather<K: BindingObject>(obj: &K, key: &BindingKey, ctx: &Context) 
                 .collect();
             schema::install_bound(ctx, connection_obj.as_ref(), engagement, &ours).await
         }
-        _ => BTreeMap::new(),
+        _ => schema::Installs::default(),
     };
     let crds = Api::<CustomResourceDefinition>::all(ctx.shared.consumer.clone());
     let mut apis = Vec::with_capacity(spec.apis.len());
     let mut hashes = BTreeMap::new();
     for listed in &spec.apis {
         let name = &listed.name;
-        // Established and kbind's, as last watched: nothing to ask; else the cluster says.
-        let crd = match ctx.crds.established(name) {
+        // Just installed: as written. Established and kbind's, as last watched: nothing to
+        // ask. Else the cluster says.
+        let crd = match installs
+            .crds
+            .remove(name)
+            .or_else(|| ctx.crds.established(name))
+        {
             Some(crd) => Some(crd),
             None => crds
                 .get_opt(name)
@@ -129,7 +134,7 @@ pub async fn gather<K: BindingObject>(obj: &K, key: &BindingKey, ctx: &Context) 
                 versions_note: left_out_note(&crd).map(str::to_string),
             }),
             index_pin: pins.get(name).cloned().flatten(),
-            install_problem: install_problems.remove(name),
+            install_problem: installs.problems.remove(name),
         });
     }
     Ok(Facts {

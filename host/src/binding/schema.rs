@@ -16,6 +16,7 @@
 //! manages them.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::{Api, ResourceExt};
@@ -29,21 +30,31 @@ use crate::schema::{Refusal, SchemaError, Target, as_applied, ensure_installed};
 
 use super::Context;
 
+/// What installing a binding's CRDs came to.
+#[derive(Default)]
+pub struct Installs {
+    /// The failures per API, as readiness reasons.
+    pub problems: BTreeMap<String, (Reason, String)>,
+    /// The CRDs this pass wrote or read from the cluster, per API: newer than the watched
+    /// copies until the watch catches up, so readiness judges these.
+    pub crds: BTreeMap<String, Arc<CustomResourceDefinition>>,
+}
+
 /// Installs the consumer CRDs of `apis` (those this binding's Connection serves) when the
-/// Connection's pull policy is Bound. Returns the failures per API, as readiness reasons.
+/// Connection's pull policy is Bound.
 pub async fn install_bound(
     ctx: &Context,
     connection: Option<&Connection>,
     engagement: &Engagement,
     apis: &[&str],
-) -> BTreeMap<String, (Reason, String)> {
-    let mut problems = BTreeMap::new();
+) -> Installs {
+    let mut installs = Installs::default();
     let Some(connection) = connection else {
-        return problems;
+        return installs;
     };
     let policy = &connection.spec.schema;
     if policy.pull_policy != PullPolicy::Bound {
-        return problems;
+        return installs;
     }
     let source = active_source(connection);
     for name in apis {
@@ -75,7 +86,12 @@ pub async fn install_bound(
         )
         .await
         {
-            Ok(installed) => info!(api = %name, hash = %installed.hash, "consumer CRD installed"),
+            Ok(installed) => {
+                info!(api = %name, hash = %installed.hash, "consumer CRD installed");
+                installs
+                    .crds
+                    .insert((*name).to_string(), Arc::new(installed.crd));
+            }
             Err(error) if still_serving(ctx, name, &engagement.connection, &error).await => {
                 // Refreshing an installed schema failed (provider briefly unreachable, say):
                 // the installed CRD keeps serving, so sync goes on; the next reconcile retries.
@@ -83,11 +99,13 @@ pub async fn install_bound(
             }
             Err(error) => {
                 warn!(api = %name, %error, "consumer CRD not installed");
-                problems.insert((*name).to_string(), (reason(&error), error.to_string()));
+                installs
+                    .problems
+                    .insert((*name).to_string(), (reason(&error), error.to_string()));
             }
         }
     }
-    problems
+    installs
 }
 
 /// Whether a failed installation left a usable CRD behind: the failure was in reading or

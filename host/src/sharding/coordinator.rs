@@ -313,6 +313,16 @@ impl Coordinator {
                 (None, _) => {}
             }
         }
+        // A shard whose work has stopped is given up here, before its Lease is: from this line
+        // on this replica does not count it as held, so its log never shows it held after the
+        // next holder took the Lease. A release that fails leaves the Lease to expire.
+        for action in &work {
+            if let Action::Release(shard, _) = action {
+                self.held.remove(shard);
+                info!(shard = %shard.key(), identity = %self.config.identity, "shard released");
+                handover(shard, "released");
+            }
+        }
         let leases = &self.leases;
         let period = self.config.retry_period;
         let results = join_all(work.into_iter().map(|action| async move {
@@ -364,10 +374,9 @@ impl Coordinator {
                     held.releasing |= !assigned.contains(&shard);
                 }
             }
-            (Action::Release(shard, _), Some(Ok(_))) => {
-                self.held.remove(&shard);
-                info!(shard = %shard.key(), %identity, "shard released");
-                handover(&shard, "released");
+            (Action::Release(..), Some(Ok(_))) => {}
+            (Action::Release(shard, _), failed) => {
+                warn!(shard = %shard.key(), error = ?failed.and_then(|r| r.err()), "releasing a shard Lease failed; it expires instead");
             }
             (Action::Take(shard, _) | Action::Create(shard), Some(Ok(lease))) => {
                 info!(shard = %shard.key(), %identity, "shard acquired");
@@ -451,11 +460,11 @@ impl Coordinator {
         let leases = &self.leases;
         let identity = &self.config.identity;
         join_all(held.iter().map(|(shard, held)| async move {
+            // As in a tick: given up here first, then its Lease.
+            info!(shard = %shard.key(), %identity, "shard released");
+            handover(shard, "released");
             match bounded(period, leases.release(&held.lease)).await {
-                Some(Ok(_)) => {
-                    info!(shard = %shard.key(), %identity, "shard released");
-                    handover(shard, "released");
-                }
+                Some(Ok(_)) => {}
                 failed => {
                     warn!(shard = %shard.key(), error = ?failed.and_then(|r| r.err()), "releasing a shard Lease failed; it expires instead")
                 }

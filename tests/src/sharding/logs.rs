@@ -26,7 +26,8 @@ use serde_json::Value;
 pub enum Event {
     /// `shard acquired`: the replica took the shard's Lease; its work may start.
     Acquired(String),
-    /// `shard released`: the replica gave the Lease up after the work stopped.
+    /// `shard released`: the replica gave the shard up after its work stopped; logged before
+    /// the request that frees the Lease, so it always precedes the next holder's `acquired`.
     Released(String),
     /// `shard lost ...`: the replica dropped the shard (another holds it, or no renewal
     /// within the renew deadline).
