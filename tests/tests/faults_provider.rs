@@ -8,6 +8,9 @@
 //!   grace period): the Connection stays Ready and engaged throughout, says `ProviderDegraded`
 //!   while it lasts, and its syncer is never restarted (so the consumer is not listed again),
 //!   nothing lost.
+//! - Instances created while the provider is down (each failing once, with a first backoff of
+//!   two minutes): the provider back, they are all copied well within that backoff, because the
+//!   one probing the provider gets through and wakes the rest.
 //! - Under API Priority and Fairness squeezing the konnector's identity to 3 requests at once
 //!   (the rest answered 429): 250 instances sync, nothing lost, the Connection never leaves
 //!   Ready.
@@ -43,6 +46,61 @@ fn provider_outage_mid_sync_loses_and_duplicates_nothing() -> anyhow::Result<()>
         let provider = s.pair().provider.client().await?;
         Sides { provider, ..sides }.converged(INSTANCES).await
     })
+}
+
+#[test]
+fn instances_failing_while_the_provider_is_down_sync_as_soon_as_it_answers() -> anyhow::Result<()> {
+    const WAITING: usize = 20;
+    // Far longer than the wait below: an instance that waited out its backoff fails the test.
+    const BACKOFF: Duration = Duration::from_secs(120);
+    const WITHIN: Duration = Duration::from_secs(45);
+    Scenario::bound("wake")
+        .private_pair()
+        .settings(|settings| {
+            settings.sync.error_backoff_base = BACKOFF;
+            settings.sync.error_backoff_max = BACKOFF;
+            settings.sync.recovery_probe = Duration::from_secs(1);
+            // The periodic resync retries every instance not in sync too: out of the way.
+            settings.sync.resync_interval = BACKOFF * 5;
+        })
+        .run(async |s| {
+            let sides = Sides::of(s);
+            sides.create("before", json!({"size": 1})).await?;
+            sides.wait_copies(1).await?;
+            let provider = &s.pair().provider;
+            tokio::task::block_in_place(|| provider.stop());
+            sides.create_many("w", 0..WAITING).await?;
+            // Each instance got its finalizer, then failed on the provider: its backoff runs.
+            wait_for("the syncer finalizer on every instance", FAULT_WAIT, || async {
+                let listed = sides.instances().list(&Default::default()).await?;
+                let held = listed
+                    .items
+                    .iter()
+                    .filter(|i| !i.metadata.finalizers.clone().unwrap_or_default().is_empty())
+                    .count();
+                Ok((held == WAITING + 1).then_some(()))
+            })
+            .await?;
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            tokio::task::block_in_place(|| provider.start())?;
+            let back = Instant::now();
+            let sides = Sides {
+                provider: provider.client().await?,
+                ..sides
+            };
+            let what = format!("{} copies within {WITHIN:?} of the provider answering", WAITING + 1);
+            wait_for(&what, WITHIN, || async {
+                let n = kbind_tests::faults::count_copies(&sides.api, &sides.provider, &sides.namespace)
+                    .await?;
+                Ok((n == WAITING + 1).then_some(()))
+            })
+            .await?;
+            println!(
+                "{WAITING} instances failed while the provider was down; all copied {:?} after it answered (their backoff: {BACKOFF:?})",
+                back.elapsed()
+            );
+            sides.converged(WAITING + 1).await
+        })
 }
 
 /// The Connection's (Ready, ProviderDegraded) statuses and Ready's message, as seen every

@@ -1,8 +1,8 @@
 //! What one syncer's reconciles share: the (Connection, API) it was built for, the provider
 //! cache, the copies it wrote since that cache caught up, and what it remembers between
-//! reconciles (namespaces seen on the provider, per-object backoff, whether the API's status
-//! schema keeps conditions). It is also where a reconcile tells the outcome registry what it
-//! came to.
+//! reconciles (namespaces seen on the provider, per-object backoff, the instances waiting on
+//! the provider, whether the API's status schema keeps conditions). It is also where a
+//! reconcile tells the outcome registry what it came to.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -16,6 +16,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Api, Client, Resource};
 use prometheus_client::metrics::counter::Counter;
+use tracing::info;
 
 use crate::api::{IsolationInForce, IsolationStrategy};
 use crate::backoff::Backoff;
@@ -25,6 +26,7 @@ use super::cache_type::CacheType;
 use super::cached_copy::CachedCopy;
 use super::cached_instance::CachedInstance;
 use super::placement::{self, InstanceKey, Placements, Refused, key_of, same_place};
+use super::recovery::{self, Waiting};
 use crate::k8s::dynamic_api;
 use crate::registry::{ApiKey, Outcome};
 use crate::schema::ApiTarget;
@@ -64,7 +66,11 @@ pub struct SyncContext {
     known_namespaces: Mutex<HashSet<String>>,
     /// Held while a provider namespace is being created.
     pub(super) namespace_creation: tokio::sync::Mutex<()>,
-    failures: Backoff<(Option<String>, String)>,
+    failures: Backoff<recovery::Key>,
+    /// Instances whose last reconcile failed because the provider did not answer.
+    waiting: Mutex<Waiting>,
+    /// Queues instances for a reconcile now (the controller reads the other end).
+    wake: futures::channel::mpsc::UnboundedSender<recovery::Key>,
 }
 
 impl std::fmt::Debug for SyncContext {
@@ -105,6 +111,7 @@ impl SyncContext {
         provider_store: Store<CachedCopy>,
         placements: Arc<Placements>,
         settings: SyncSettings,
+        wake: futures::channel::mpsc::UnboundedSender<recovery::Key>,
     ) -> Self {
         let in_sync_checks = metrics()
             .in_sync_checks
@@ -125,6 +132,8 @@ impl SyncContext {
             known_namespaces: Mutex::default(),
             namespace_creation: tokio::sync::Mutex::default(),
             failures: Backoff::new(settings.error_backoff_base, settings.error_backoff_max),
+            waiting: Mutex::default(),
+            wake,
             settings,
             spec,
             shared,
@@ -298,22 +307,77 @@ impl SyncContext {
         self.conditions_pruned.store(true, Ordering::Relaxed);
     }
 
-    /// Resets the backoff of the instance with `meta` after a successful reconcile.
+    /// Resets the backoff of the instance with `meta`, found in sync without a request: it
+    /// no longer waits on the provider, and proves nothing about it.
     pub(crate) fn forget_failures(&self, meta: &ObjectMeta) {
         if !self.failures.is_empty() {
-            self.failures.succeeded(&failure_key(meta));
+            let key = failure_key(meta);
+            self.failures.succeeded(&key);
+            self.stop_waiting(&key);
+        }
+    }
+
+    /// Resets the backoff of the instance with `meta` after a successful full reconcile. If
+    /// it was waiting on the provider, the provider answers again: every other instance
+    /// waiting on it is queued now instead of at the end of its backoff.
+    pub(crate) fn reconciled(&self, meta: &ObjectMeta) {
+        if self.failures.is_empty() {
+            return;
+        }
+        let key = failure_key(meta);
+        self.failures.succeeded(&key);
+        let woken = {
+            let mut waiting = lock(&self.waiting);
+            if waiting.is_empty() {
+                return;
+            }
+            waiting.succeeded(&key)
+        };
+        if !woken.is_empty() {
+            info!(
+                connection = %self.spec.connection,
+                api = %self.spec.api,
+                instances = woken.len(),
+                "the provider answers again; retrying the instances waiting on it now"
+            );
+        }
+        for key in woken {
+            // Fails only once the controller has stopped: nothing left to wake.
+            let _ = self.wake.unbounded_send(key);
         }
     }
 
     /// Forgets every backoff entry: the syncer stopped.
     pub(super) fn forget_all_failures(&self) {
         self.failures.clear();
+        lock(&self.waiting).clear();
     }
 
     /// Counts a failed reconcile of the instance with `meta` and says how long to wait before
-    /// the next one.
-    pub(super) fn failed(&self, meta: &ObjectMeta) -> Duration {
-        self.failures.failed(failure_key(meta))
+    /// the next one: the backoff, or at most `recovery_probe` for the instance probing a
+    /// provider that did not answer.
+    pub(super) fn failed(&self, meta: &ObjectMeta, provider_down: bool) -> Duration {
+        let key = failure_key(meta);
+        let delay = self.failures.failed(key.clone());
+        if provider_down && lock(&self.waiting).failed(key) {
+            delay.min(self.settings.recovery_probe)
+        } else {
+            delay
+        }
+    }
+
+    /// `key` waits on the provider no longer; a probe that goes hands over, now.
+    fn stop_waiting(&self, key: &recovery::Key) {
+        let next = {
+            let mut waiting = lock(&self.waiting);
+            if waiting.is_empty() {
+                return;
+            }
+            waiting.forget(key)
+        };
+        if let Some(next) = next {
+            let _ = self.wake.unbounded_send(next);
+        }
     }
 
     /// Leaves what reconciling `obj` came to in the outcome registry.
@@ -355,7 +419,9 @@ impl SyncContext {
                 self.placements.release(&key_of(obj));
                 // A deleted object's backoff entry goes with it (the controller never
                 // reconciles it again to reset it).
-                self.failures.forget(&failure_key(&obj.metadata));
+                let key = failure_key(&obj.metadata);
+                self.failures.forget(&key);
+                self.stop_waiting(&key);
             }
             watcher::Event::Apply(_) => {}
         }
@@ -391,7 +457,7 @@ impl SyncContext {
 }
 
 /// The backoff key of an instance: namespace and name.
-fn failure_key(meta: &ObjectMeta) -> (Option<String>, String) {
+fn failure_key(meta: &ObjectMeta) -> recovery::Key {
     (
         meta.namespace.clone(),
         meta.name.clone().unwrap_or_default(),

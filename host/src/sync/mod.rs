@@ -40,6 +40,7 @@ pub mod fields;
 pub mod instance_status;
 pub mod placement;
 pub mod reconcile;
+mod recovery;
 mod report;
 mod resync;
 pub mod supervisor;
@@ -115,6 +116,22 @@ pub enum Error {
     ClearConflict(#[source] kube::Error),
 }
 
+impl Error {
+    /// Whether the provider failed in a way that passes on its own (no answer, 429, 5xx): the
+    /// instance waits on the provider rather than on anything of its own.
+    pub fn provider_unavailable(&self) -> bool {
+        use crate::k8s::ApiErrorExt as _;
+        match self {
+            Self::CreateNamespace { source, .. }
+            | Self::ReadTarget(source)
+            | Self::CreateOnProvider(source)
+            | Self::ApplyToProvider(source)
+            | Self::DeleteFromProvider(source) => source.is_transient(),
+            _ => false,
+        }
+    }
+}
+
 /// Result of instance operations.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -138,6 +155,9 @@ pub struct SyncSettings {
     /// How long a stopping syncer may finish its in-flight reconciles before it is aborted
     /// (sharded replicas: well within the margin before their shard Lease expires).
     pub stop_grace: Duration,
+    /// While instances wait on a provider that did not answer, one of them retries at least
+    /// this often; the first to get through wakes the rest (see `recovery`).
+    pub recovery_probe: Duration,
 }
 
 impl Default for SyncSettings {
@@ -150,6 +170,7 @@ impl Default for SyncSettings {
             deletion_poll: Duration::from_secs(10),
             supervisor_tick: Duration::from_secs(10),
             stop_grace: Duration::from_secs(30),
+            recovery_probe: Duration::from_secs(10),
         }
     }
 }

@@ -72,7 +72,7 @@ async fn reconcile_changed(instance: &CachedInstance, ctx: &SyncContext) -> Resu
     let obj = instance.object();
     let action = reconcile_inner(instance, &obj, ctx).await;
     match &action {
-        Ok(_) => ctx.forget_failures(&obj.metadata),
+        Ok(_) => ctx.reconciled(&obj.metadata),
         Err(_) => ctx.attempted(&obj),
     }
     action

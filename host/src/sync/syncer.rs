@@ -68,7 +68,9 @@ fn compact_instance(event: watcher::Event<DynamicObject>) -> watcher::Event<Cach
 fn error_policy(obj: Arc<CachedInstance>, err: &Error, ctx: Arc<SyncContext>) -> Action {
     // The backoff grows per failure; a cluster that said when to come back is not asked sooner.
     let asked = crate::k8s::retry_after_in(err).unwrap_or_default();
-    let delay = ctx.failed(&obj.metadata).max(asked);
+    let delay = ctx
+        .failed(&obj.metadata, err.provider_unavailable())
+        .max(asked);
     // Conflicts (409) are expected under concurrency and are not worth a warning.
     let quiet = matches!(err, Error::ApplyToProvider(e) | Error::CreateOnProvider(e) | Error::RemoveFinalizer(e) | Error::AddFinalizer(e) if e.is_conflict() || e.is_already_exists() || e.is_invalid());
     if quiet {
@@ -223,6 +225,8 @@ pub async fn run(
             })
         }
     });
+    // Instances queued now, not at the end of their backoff (the provider answers again).
+    let (wake, woken) = futures::channel::mpsc::unbounded();
     let ctx = Arc::new(SyncContext::new(
         spec,
         shared,
@@ -230,6 +234,7 @@ pub async fn run(
         provider_store,
         placements,
         settings,
+        wake,
     ));
     info!(connection = %ctx.spec.connection, api = %ctx.spec.api, version = %ar.version, "syncer started");
     let consumer_api = Api::<DynamicObject>::all_with(ctx.shared.consumer.clone(), &ar);
@@ -268,6 +273,17 @@ pub async fn run(
     let mapper_type = cache_type.clone();
     let selection_type = cache_type.clone();
     let resync_type = cache_type.clone();
+    let wake_type = cache_type.clone();
+    let woken = woken.map({
+        let ar = ar.clone();
+        move |(namespace, name): super::recovery::Key| {
+            let key = DynamicObject::new(&name, &ar);
+            Ok::<_, watcher::Error>(match namespace {
+                Some(ns) => key.within(&ns),
+                None => key,
+            })
+        }
+    });
     Controller::for_stream_with(instances, consumer_store, cache_type)
         .with_config(ControllerConfig::default().concurrency(ctx.settings.concurrency))
         // A provider event concerns the consumer object the copy was copied from.
@@ -286,6 +302,12 @@ pub async fn run(
         .watches_stream_with(
             resyncs,
             move |obj: DynamicObject| key_of(obj, resync_type.clone()),
+            ar.clone(),
+        )
+        // Instances waiting on the provider, once one of them got through.
+        .watches_stream_with(
+            woken,
+            move |obj: DynamicObject| key_of(obj, wake_type.clone()),
             ar.clone(),
         )
         .graceful_shutdown_on(shutdown.cancelled_owned())
