@@ -14,6 +14,7 @@ pub mod index;
 pub mod outcomes;
 mod ownership;
 mod syncers;
+mod tally;
 
 pub use engagements::{Engaged, Engagement, Engagements};
 pub use index::{BindingIndex, BindingKey, Coverage, Entry, Reach, Scopes, SharedIndex, reach};

@@ -28,6 +28,8 @@ use tokio::sync::watch;
 
 use crate::api::{InstanceCounts, Reason};
 
+use super::tally::Tally;
+
 /// How many instance names a summary keeps per failing reason, as examples for the operator.
 pub(crate) const EXAMPLES: usize = 3;
 
@@ -154,7 +156,7 @@ impl Denials {
     }
 }
 type ObjectKey = (Option<String>, String);
-type Namespaces = BTreeMap<Option<String>, BTreeMap<String, Outcome>>;
+type Namespaces = BTreeMap<Option<String>, Tally>;
 
 /// A syncer's consumer listing: which listed objects still wait for their first reconcile.
 #[derive(Debug, Default)]
@@ -164,6 +166,9 @@ struct Listing {
     /// Listed objects no reconcile has left an outcome for yet, by namespace (so an object is
     /// looked up without building its key).
     pending: BTreeMap<Option<String>, BTreeSet<String>>,
+    /// Per namespace, how many of `pending` have no outcome recorded at all (a summary's
+    /// `pending` count, kept as it changes rather than counted per summary).
+    unknown: BTreeMap<Option<String>, u64>,
     /// Every object of the current list, to prune what disappeared unseen when it completes.
     listed: BTreeSet<ObjectKey>,
 }
@@ -171,6 +176,25 @@ struct Listing {
 impl Listing {
     fn settled(&self) -> bool {
         self.done && self.pending.is_empty()
+    }
+
+    /// A pending object without an outcome is no longer pending.
+    fn unknown_left(&mut self, namespace: &Option<String>) {
+        if let Some(n) = self.unknown.get_mut(namespace) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.unknown.remove(namespace);
+            }
+        }
+    }
+
+    /// Pending objects without an outcome in the namespaces `in_scope` accepts.
+    fn unknown_in(&self, in_scope: impl Fn(&Option<String>) -> bool) -> u64 {
+        self.unknown
+            .iter()
+            .filter(|(ns, _)| in_scope(ns))
+            .map(|(_, n)| *n)
+            .sum()
     }
 }
 
@@ -184,7 +208,9 @@ pub struct Recorded {
 
 impl Recorded {
     /// Removes `namespace/name` from its listing's pending set; true when that settled the API.
+    /// Called before the object's outcome is recorded or forgotten.
     fn reconciled(&mut self, key: &ApiKey, namespace: &Option<String>, name: &str) -> bool {
+        let known = self.outcome_of(key, namespace, name).is_some();
         let Some(listing) = self.listings.get_mut(key) else {
             return false;
         };
@@ -194,6 +220,9 @@ impl Recorded {
         let removed = names.remove(name);
         if names.is_empty() {
             listing.pending.remove(namespace);
+        }
+        if removed && !known {
+            listing.unknown_left(namespace);
         }
         removed && listing.settled()
     }
@@ -253,7 +282,7 @@ impl Outcomes {
                 .or_default()
                 .entry(namespace.clone())
                 .or_default()
-                .insert(name.to_string(), outcome);
+                .set(name, outcome);
             settled || previous != Some(outcome)
         });
     }
@@ -310,9 +339,12 @@ impl Outcomes {
         let key = (connection.to_string(), api.to_string());
         let object = (namespace.map(str::to_string), name.to_string());
         self.write(|s| {
+            let known = s.outcome_of(&key, &object.0, &object.1).is_some();
             if let Some(listing) = s.listings.get_mut(&key) {
                 let names = listing.pending.entry(object.0.clone()).or_default();
-                names.insert(object.1.clone());
+                if names.insert(object.1.clone()) && !known {
+                    *listing.unknown.entry(object.0.clone()).or_default() += 1;
+                }
                 listing.listed.insert(object);
             }
             false
@@ -330,7 +362,7 @@ impl Outcomes {
             let listed = std::mem::take(&mut listing.listed);
             if let Some(namespaces) = s.instances.get_mut(&key) {
                 for (ns, names) in namespaces.iter_mut() {
-                    names.retain(|name, _| listed.contains(&(ns.clone(), name.clone())));
+                    names.retain(|name| listed.contains(&(ns.clone(), name.to_string())));
                 }
                 namespaces.retain(|_, names| !names.is_empty());
             }
@@ -396,46 +428,28 @@ impl Outcomes {
                 let settled = s.listings.get(key).is_some_and(Listing::settled);
                 summary.settling |= !settled && denied.is_none();
                 let counts = summary.per_api.entry(key.1.clone()).or_default();
-                let known = s.instances.get(key);
+                let in_scope =
+                    |ns: &Option<String>| namespace.is_none() || ns.as_deref() == namespace;
                 if let Some(listing) = s.listings.get(key) {
-                    let pending = listing
-                        .pending
-                        .iter()
-                        .filter(|(ns, _)| namespace.is_none() || ns.as_deref() == namespace)
-                        .flat_map(|(ns, names)| {
-                            let outcomes = known.and_then(|namespaces| namespaces.get(ns));
-                            names
-                                .iter()
-                                .filter(move |name| outcomes.is_none_or(|o| !o.contains_key(*name)))
-                        })
-                        .count();
-                    counts.pending = u64::try_from(pending).unwrap_or(u64::MAX);
+                    counts.pending = listing.unknown_in(in_scope);
                 }
-                let Some(namespaces) = known else {
+                let Some(namespaces) = s.instances.get(key) else {
                     continue;
                 };
-                let in_scope = namespaces
-                    .iter()
-                    .filter(|(ns, _)| namespace.is_none() || ns.as_deref() == namespace);
-                for (ns, names) in in_scope {
-                    for (name, outcome) in names {
-                        let Some(reason) = outcome.reason() else {
-                            counts.synced += 1;
-                            continue;
-                        };
-                        if matches!(outcome, Outcome::Conflict(_)) {
-                            counts.conflicting += 1;
-                        } else {
-                            counts.failing += 1;
-                        }
+                for (ns, tally) in namespaces.iter().filter(|(ns, _)| in_scope(ns)) {
+                    counts.synced += tally.synced();
+                    counts.conflicting += tally.conflicting();
+                    counts.failing += tally.failing();
+                    for (reason, names) in tally.not_in_sync() {
                         let failing = summary.failing.entry(reason).or_default();
-                        failing.count += 1;
-                        if failing.examples.len() < EXAMPLES {
-                            failing.examples.push(match ns {
+                        failing.count += u64::try_from(names.len()).unwrap_or(u64::MAX);
+                        let room = EXAMPLES.saturating_sub(failing.examples.len());
+                        failing
+                            .examples
+                            .extend(names.iter().take(room).map(|name| match ns {
                                 Some(ns) => format!("{ns}/{name}"),
                                 None => name.clone(),
-                            });
-                        }
+                            }));
                     }
                 }
             }
@@ -459,198 +473,4 @@ impl Outcomes {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const C: &str = "provider";
-    const API: &str = "widgets.example.org";
-
-    fn registry() -> Outcomes {
-        let outcomes = Outcomes::default();
-        outcomes.listing_started(C, API);
-        outcomes.listing_done(C, API);
-        outcomes.record(C, API, Some("a"), "ok", Outcome::InSync);
-        outcomes.record(
-            C,
-            API,
-            Some("a"),
-            "taken",
-            Outcome::failure(Reason::ForeignObjectExists),
-        );
-        outcomes.record(
-            C,
-            API,
-            Some("b"),
-            "bad",
-            Outcome::failure(Reason::ProviderRejected),
-        );
-        outcomes.record(C, API, None, "cluster-wide", Outcome::InSync);
-        outcomes
-    }
-
-    #[test]
-    fn a_binding_summarises_its_namespace_and_a_cluster_binding_everything() {
-        let outcomes = registry();
-        let a = outcomes.summarise(C, [API], Some("a"));
-        assert_eq!(a.in_sync(), 1);
-        assert_eq!(a.conflicts(), 1);
-        assert_eq!(a.failing_total(), 1);
-        assert_eq!(
-            a.failing[&Reason::ForeignObjectExists].examples,
-            vec!["a/taken"]
-        );
-        let all = outcomes.summarise(C, [API], None);
-        assert_eq!(all.in_sync(), 2);
-        assert_eq!(all.failing_total(), 2);
-        assert_eq!(all.conflicts_per_api()[API], 1);
-        assert_eq!(all.failing[&Reason::ProviderRejected].count, 1);
-    }
-
-    #[test]
-    fn instances_are_counted_per_api_pending_included() {
-        let outcomes = registry();
-        // A re-list: "ok" keeps its outcome while it waits, "new" has none yet.
-        outcomes.listing_started(C, API);
-        outcomes.listed(C, API, Some("a"), "ok");
-        outcomes.listed(C, API, Some("a"), "new");
-        let a = outcomes.summarise(C, [API], Some("a"));
-        let expected = InstanceCounts {
-            synced: 1,
-            conflicting: 1,
-            failing: 0,
-            pending: 1,
-        };
-        assert_eq!(a.per_api.get(API), Some(&expected));
-        let all = outcomes.summarise(C, [API], None);
-        assert_eq!(
-            all.per_api.get(API).map(|c| (c.synced, c.failing)),
-            Some((2, 1))
-        );
-    }
-
-    #[test]
-    fn only_the_binding_s_connection_and_apis_count() {
-        let outcomes = registry();
-        let other = outcomes.summarise("other", [API], None);
-        assert_eq!(other.in_sync() + other.failing_total(), 0);
-        assert_eq!(
-            other.conflicts_per_api(),
-            BTreeMap::from([(API.to_string(), 0)])
-        );
-        let gadgets = outcomes.summarise(C, ["gadgets.example.org"], None);
-        assert_eq!(gadgets.in_sync() + gadgets.failing_total(), 0);
-        assert!(gadgets.settling, "no syncer for it");
-    }
-
-    #[test]
-    fn a_cleared_cause_and_a_deleted_instance_leave_the_summary() {
-        let outcomes = registry();
-        outcomes.record(C, API, Some("a"), "taken", Outcome::InSync);
-        outcomes.forget(C, API, Some("b"), "bad");
-        let all = outcomes.summarise(C, [API], None);
-        assert_eq!(all.failing_total(), 0);
-        assert_eq!(all.in_sync(), 3);
-        assert_eq!(all.conflicts_per_api()[API], 0, "still listed, with zero");
-    }
-
-    #[test]
-    fn a_stopped_syncer_leaves_nothing_behind() {
-        let outcomes = registry();
-        outcomes.set_denied(C, API, DeniedBy::Provider, Some("forbidden".into()));
-        outcomes.forget_api(C, API);
-        let s = outcomes.summarise(C, [API], None);
-        assert!(s.settling, "a restarted syncer starts over");
-        assert_eq!(s.in_sync() + s.failing_total(), 0);
-        assert!(s.denied_apis.is_empty());
-    }
-
-    #[test]
-    fn the_change_counter_moves_only_when_a_summary_can_change() {
-        let outcomes = registry();
-        let mut rx = outcomes.subscribe();
-        rx.mark_unchanged();
-        outcomes.record(C, API, Some("a"), "ok", Outcome::InSync);
-        outcomes.forget(C, API, Some("a"), "never-seen");
-        outcomes.set_denied(C, API, DeniedBy::Provider, None);
-        assert!(!rx.has_changed().unwrap_or(true), "nothing changed");
-        outcomes.record(C, API, Some("a"), "ok", Outcome::failure(Reason::Forbidden));
-        assert!(rx.has_changed().unwrap_or(false));
-        rx.mark_unchanged();
-        outcomes.set_denied(C, API, DeniedBy::Provider, Some("no list".into()));
-        assert!(rx.has_changed().unwrap_or(false));
-    }
-
-    #[test]
-    fn denials_are_reported_per_api_and_cleared() {
-        let outcomes = registry();
-        outcomes.set_denied(
-            C,
-            API,
-            DeniedBy::Provider,
-            Some("widgets is forbidden".into()),
-        );
-        let s = outcomes.summarise(C, [API], Some("a"));
-        assert_eq!(s.denied_apis[API], "widgets is forbidden");
-        outcomes.set_denied(C, API, DeniedBy::Provider, None);
-        assert!(
-            outcomes
-                .summarise(C, [API], Some("a"))
-                .denied_apis
-                .is_empty()
-        );
-    }
-
-    #[test]
-    fn an_api_settles_once_every_listed_object_was_reconciled() {
-        let outcomes = Outcomes::default();
-        assert!(outcomes.summarise(C, [API], None).settling, "no syncer yet");
-        outcomes.listing_started(C, API);
-        outcomes.listed(C, API, Some("a"), "one");
-        outcomes.listed(C, API, Some("b"), "two");
-        outcomes.listed(C, API, Some("c"), "failing");
-        outcomes.listing_done(C, API);
-        outcomes.record(C, API, Some("a"), "one", Outcome::InSync);
-        outcomes.forget(C, API, Some("b"), "two");
-        assert!(outcomes.summarise(C, [API], None).settling, "one left");
-        let mut rx = outcomes.subscribe();
-        rx.mark_unchanged();
-        outcomes.attempted(C, API, Some("c"), "failing");
-        assert!(!outcomes.summarise(C, [API], None).settling);
-        assert!(rx.has_changed().unwrap_or(false), "settling is a change");
-    }
-
-    #[test]
-    fn a_relist_prunes_objects_that_disappeared_unseen() {
-        let outcomes = registry();
-        outcomes.listing_started(C, API);
-        outcomes.listed(C, API, Some("a"), "ok");
-        outcomes.listing_done(C, API);
-        let s = outcomes.summarise(C, [API], None);
-        assert!(s.settling, "ok is listed again and not yet reconciled");
-        assert_eq!(s.failing_total(), 0, "taken and bad disappeared");
-        outcomes.record(C, API, Some("a"), "ok", Outcome::InSync);
-        let s = outcomes.summarise(C, [API], None);
-        assert!(!s.settling);
-        assert_eq!(s.in_sync(), 1);
-    }
-
-    #[test]
-    fn a_refused_watch_is_not_settling() {
-        let outcomes = Outcomes::default();
-        outcomes.set_denied(C, API, DeniedBy::Provider, Some("forbidden".into()));
-        assert!(!outcomes.summarise(C, [API], None).settling);
-    }
-
-    #[test]
-    fn ownership_reasons_are_conflicts_and_the_rest_failures() {
-        assert_eq!(
-            Outcome::failure(Reason::OwnedByAnother),
-            Outcome::Conflict(Reason::OwnedByAnother)
-        );
-        assert_eq!(
-            Outcome::failure(Reason::PolicyFailed),
-            Outcome::Failed(Reason::PolicyFailed)
-        );
-        assert_eq!(Outcome::InSync.reason(), None);
-    }
-}
+mod tests;
