@@ -69,6 +69,7 @@ BENCH_REPLICAS ?= 1
 KONNECTOR ?=
 bench: wasm-target kube-bin
 	$(CARGO) bench --workspace --bench policy
+	$(CARGO) bench --workspace --bench decode
 	$(CARGO) bench --workspace --bench sync -- --instances $(BENCH_INSTANCES) --apis $(BENCH_APIS) --isolation $(BENCH_ISOLATION) --replicas $(BENCH_REPLICAS) $(if $(KONNECTOR),--konnector $(KONNECTOR))
 
 # The whole data path on two local kube-apiservers; Ctrl-C tears down.

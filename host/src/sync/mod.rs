@@ -45,6 +45,7 @@ mod report;
 mod resync;
 pub mod supervisor;
 pub mod syncer;
+pub mod watched;
 mod write;
 
 use std::time::Duration;

@@ -10,8 +10,9 @@
 //! Both caches hold what reconciles read and nothing more: the consumer cache keeps each
 //! instance as a [`CachedInstance`] (kbind's metadata, spec and status as JSON text, a digest
 //! of the spec), the provider cache each copy as a [`CachedCopy`] (markers, labels, a digest of
-//! its spec, its status); managedFields never enter either (the drift check reads them from the
-//! write's response). The provider watch selects on `core.kbind.io/consumer-cluster`, so a
+//! its spec, its status); managedFields never enter either: both watches read objects as
+//! [`Watched`], which skips them unparsed (the drift check reads them from the write's
+//! response). The provider watch selects on `core.kbind.io/consumer-cluster`, so a
 //! konnector caches its own copies only, however many consumers share the provider. A foreign
 //! object of the same name is still found: creating over it fails, and the live read that
 //! follows decides.
@@ -44,13 +45,8 @@ use super::cached_copy::CachedCopy;
 use super::cached_instance::CachedInstance;
 use super::context::{SyncContext, SyncerSpec};
 use super::placement::Placements;
+use super::watched::{self, Watched};
 use super::{Error, SyncSettings};
-
-/// Caches keep no managedFields: nothing read from a cache needs them, and they are often
-/// larger than the object they describe.
-fn drop_managed_fields(obj: &mut DynamicObject) {
-    obj.metadata.managed_fields = None;
-}
 
 /// A consumer watch event with each instance as the consumer cache keeps it.
 fn compact_instance(event: watcher::Event<DynamicObject>) -> watcher::Event<CachedInstance> {
@@ -187,10 +183,10 @@ pub async fn run(
     let provider_events = reflector(
         writer,
         watcher(
-            Api::<DynamicObject>::all_with(spec.provider.clone(), &ar),
+            Api::<Watched>::all_with(spec.provider.clone(), &ar),
             own_copies,
         )
-        .modify(drop_managed_fields)
+        .map(|event| event.map(watched::unwrap))
         // Every copy the watch shows is its instance's place (nothing to record under None).
         .map(move |event| {
             if strategy != IsolationStrategy::None
@@ -237,7 +233,7 @@ pub async fn run(
         wake,
     ));
     info!(connection = %ctx.spec.connection, api = %ctx.spec.api, version = %ar.version, "syncer started");
-    let consumer_api = Api::<DynamicObject>::all_with(ctx.shared.consumer.clone(), &ar);
+    let consumer_api = Api::<Watched>::all_with(ctx.shared.consumer.clone(), &ar);
     let consumer_writer = reflector::store::Writer::new(cache_type.clone());
     let consumer_store = consumer_writer.as_reader();
     // The outcome registry follows the consumer listing: what is listed holds the API's first
@@ -247,6 +243,7 @@ pub async fn run(
     let instances = reflector(
         consumer_writer,
         watcher(consumer_api, watcher::Config::default())
+            .map(|event| event.map(watched::unwrap))
             .map(count_lists(&ctx.spec.api, "consumer"))
             .map(follow_denials(
                 ctx.shared.outcomes.clone(),
