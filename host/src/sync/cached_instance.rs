@@ -220,10 +220,11 @@ impl Resource for CachedInstance {
     }
 }
 
-/// Read as the full object it is kept of (the controller asks for it to be deserialisable).
+/// Read as the watches read the object it is kept of (the controller asks for it to be
+/// deserialisable).
 impl<'de> Deserialize<'de> for CachedInstance {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        DynamicObject::deserialize(deserializer).map(Self::of)
+        super::watched::Watched::deserialize(deserializer).map(|watched| Self::of(watched.0))
     }
 }
 

@@ -355,11 +355,16 @@ impl SyncContext {
 
     /// Counts a failed reconcile of the instance with `meta` and says how long to wait before
     /// the next one: the backoff, or at most `recovery_probe` for the instance probing a
-    /// provider that did not answer.
+    /// provider that did not answer. A failure of another kind ends the instance's wait on the
+    /// provider (a probe hands over).
     pub(super) fn failed(&self, meta: &ObjectMeta, provider_down: bool) -> Duration {
         let key = failure_key(meta);
         let delay = self.failures.failed(key.clone());
-        if provider_down && lock(&self.waiting).failed(key) {
+        if !provider_down {
+            self.stop_waiting(&key);
+            return delay;
+        }
+        if lock(&self.waiting).failed(key) {
             delay.min(self.settings.recovery_probe)
         } else {
             delay
