@@ -92,37 +92,45 @@ impl Tally {
     }
 
     fn count(&mut self, name: &str, outcome: Outcome) {
-        match outcome {
-            Outcome::InSync => self.synced += 1,
-            Outcome::Conflict(reason) | Outcome::Failed(reason) => {
-                if matches!(outcome, Outcome::Conflict(_)) {
-                    self.conflicting += 1;
-                } else {
-                    self.failing += 1;
-                }
-                self.not_in_sync
-                    .entry(reason)
-                    .or_default()
-                    .insert(name.to_string());
+        let reason = match outcome {
+            Outcome::InSync => {
+                self.synced += 1;
+                return;
             }
-        }
+            Outcome::Conflict(reason) => {
+                self.conflicting += 1;
+                reason
+            }
+            Outcome::Failed(reason) => {
+                self.failing += 1;
+                reason
+            }
+        };
+        self.not_in_sync
+            .entry(reason)
+            .or_default()
+            .insert(name.to_string());
     }
 
     fn uncount(&mut self, name: &str, outcome: Outcome) {
-        match outcome {
-            Outcome::InSync => self.synced = self.synced.saturating_sub(1),
-            Outcome::Conflict(reason) | Outcome::Failed(reason) => {
-                if matches!(outcome, Outcome::Conflict(_)) {
-                    self.conflicting = self.conflicting.saturating_sub(1);
-                } else {
-                    self.failing = self.failing.saturating_sub(1);
-                }
-                if let Some(names) = self.not_in_sync.get_mut(&reason) {
-                    names.remove(name);
-                    if names.is_empty() {
-                        self.not_in_sync.remove(&reason);
-                    }
-                }
+        let reason = match outcome {
+            Outcome::InSync => {
+                self.synced = self.synced.saturating_sub(1);
+                return;
+            }
+            Outcome::Conflict(reason) => {
+                self.conflicting = self.conflicting.saturating_sub(1);
+                reason
+            }
+            Outcome::Failed(reason) => {
+                self.failing = self.failing.saturating_sub(1);
+                reason
+            }
+        };
+        if let Some(names) = self.not_in_sync.get_mut(&reason) {
+            names.remove(name);
+            if names.is_empty() {
+                self.not_in_sync.remove(&reason);
             }
         }
     }

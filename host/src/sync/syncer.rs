@@ -45,16 +45,16 @@ use super::cached_copy::CachedCopy;
 use super::cached_instance::CachedInstance;
 use super::context::{SyncContext, SyncerSpec};
 use super::placement::Placements;
-use super::watched::{self, Watched};
+use super::watched::Watched;
 use super::{Error, SyncSettings};
 
-/// A consumer watch event with each instance as the consumer cache keeps it.
-fn compact_instance(event: watcher::Event<DynamicObject>) -> watcher::Event<CachedInstance> {
+/// A watch event with each object it carries turned into what a cache keeps of it.
+fn each_object<A, B>(event: watcher::Event<A>, keep: impl Fn(A) -> B) -> watcher::Event<B> {
     match event {
-        watcher::Event::Apply(obj) => watcher::Event::Apply(CachedInstance::of(obj)),
-        watcher::Event::Delete(obj) => watcher::Event::Delete(CachedInstance::of(obj)),
+        watcher::Event::Apply(obj) => watcher::Event::Apply(keep(obj)),
+        watcher::Event::Delete(obj) => watcher::Event::Delete(keep(obj)),
         watcher::Event::Init => watcher::Event::Init,
-        watcher::Event::InitApply(obj) => watcher::Event::InitApply(CachedInstance::of(obj)),
+        watcher::Event::InitApply(obj) => watcher::Event::InitApply(keep(obj)),
         watcher::Event::InitDone => watcher::Event::InitDone,
     }
 }
@@ -149,17 +149,6 @@ fn count_lists<K>(
     }
 }
 
-/// A provider watch event with each copy as the provider cache keeps it.
-fn compact(event: watcher::Event<DynamicObject>) -> watcher::Event<CachedCopy> {
-    match event {
-        watcher::Event::Apply(copy) => watcher::Event::Apply(CachedCopy::of(&copy)),
-        watcher::Event::Delete(copy) => watcher::Event::Delete(CachedCopy::of(&copy)),
-        watcher::Event::Init => watcher::Event::Init,
-        watcher::Event::InitApply(copy) => watcher::Event::InitApply(CachedCopy::of(&copy)),
-        watcher::Event::InitDone => watcher::Event::InitDone,
-    }
-}
-
 /// Runs one syncer until `shutdown`. Binding changes re-reconcile the instances whose
 /// selection they changed, so newly selected namespaces are picked up without a resync.
 pub async fn run(
@@ -186,13 +175,12 @@ pub async fn run(
             Api::<Watched>::all_with(spec.provider.clone(), &ar),
             own_copies,
         )
-        .map(|event| event.map(watched::unwrap))
         // Every copy the watch shows is its instance's place (nothing to record under None).
         .map(move |event| {
             if strategy != IsolationStrategy::None
                 && let Ok(watcher::Event::Apply(copy) | watcher::Event::InitApply(copy)) = &event
             {
-                observing.observed(copy, strategy);
+                observing.observed(&copy.0, strategy);
             }
             event
         })
@@ -202,7 +190,7 @@ pub async fn run(
             key.clone(),
             DeniedBy::Provider,
         ))
-        .map(|event| event.map(compact)),
+        .map(|event| event.map(|e| each_object(e, |copy| CachedCopy::of(&copy.0)))),
     )
     .default_backoff()
     .touched_objects()
@@ -243,14 +231,13 @@ pub async fn run(
     let instances = reflector(
         consumer_writer,
         watcher(consumer_api, watcher::Config::default())
-            .map(|event| event.map(watched::unwrap))
             .map(count_lists(&ctx.spec.api, "consumer"))
             .map(follow_denials(
                 ctx.shared.outcomes.clone(),
                 key,
                 DeniedBy::Consumer,
             ))
-            .map(|event| event.map(compact_instance)),
+            .map(|event| event.map(|e| each_object(e, |obj| CachedInstance::of(obj.0)))),
     )
     .map(move |event| {
         if let Ok(event) = &event {

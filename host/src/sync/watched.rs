@@ -148,20 +148,6 @@ impl<'de> Visitor<'de> for ObjectVisitor {
     }
 }
 
-/// A watch event of `Watched` objects as one of the objects the rest of the syncer reads.
-pub fn unwrap(
-    event: kube::runtime::watcher::Event<Watched>,
-) -> kube::runtime::watcher::Event<DynamicObject> {
-    use kube::runtime::watcher::Event;
-    match event {
-        Event::Apply(obj) => Event::Apply(obj.0),
-        Event::Delete(obj) => Event::Delete(obj.0),
-        Event::Init => Event::Init,
-        Event::InitApply(obj) => Event::InitApply(obj.0),
-        Event::InitDone => Event::InitDone,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
