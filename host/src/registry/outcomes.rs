@@ -26,7 +26,6 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
-
 pub use super::summary::Outcome;
 use super::summary::Summary;
 use super::tally::Tally;

@@ -23,8 +23,8 @@ use std::sync::Mutex;
 use kube::ResourceExt;
 use kube::api::DynamicObject;
 
-use crate::api::names::{CONSUMER_NAME_ANNOTATION, CONSUMER_NAMESPACE_ANNOTATION};
 use crate::api::IsolationStrategy;
+use crate::api::names::{CONSUMER_NAME_ANNOTATION, CONSUMER_NAMESPACE_ANNOTATION};
 use crate::markers::{InstanceKey, origin_of};
 use crate::policy::Placement;
 
