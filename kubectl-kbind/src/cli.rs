@@ -85,6 +85,8 @@ pub enum Command {
     /// Print the provider-side RBAC the konnector needs, as YAML for `kubectl apply -f -`.
     #[command(after_help = RBAC_EXAMPLES)]
     ProviderRbac(crate::rbac::RbacArgs),
+    /// Create (or --rotate) the provider ServiceAccount, its RBAC and token; write its kubeconfig.
+    ProviderSetup(crate::provider_setup::ProviderSetupArgs),
 }
 
 /// A usage error found after parsing (flags that only make sense together); exit code 2.
@@ -156,6 +158,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Status(args) => crate::status::run(&cli.client, args).await,
         Command::Unbind(args) => crate::unbind::run(&cli.client, args).await,
         Command::Disconnect(args) => crate::disconnect::run(&cli.client, args).await,
+        Command::ProviderSetup(args) => crate::provider_setup::run(&cli.client, args).await,
     }
 }
 

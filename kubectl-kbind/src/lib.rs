@@ -28,6 +28,7 @@ pub mod drain;
 pub mod hints;
 pub mod kubeconfig;
 pub mod output;
+pub mod provider_setup;
 pub mod rbac;
 pub mod status;
 pub mod teardown;
