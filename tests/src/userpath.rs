@@ -289,7 +289,6 @@ pub async fn run_as_deployed(
 
 /// A walk through marked blocks: runs each, starts the konnector after the chart's install,
 /// and stands in for the blocks that cannot run here.
-#[derive(Debug)]
 pub struct Walk<'a> {
     /// The clusters.
     pub pair: &'a ClusterPair,

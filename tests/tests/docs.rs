@@ -180,7 +180,7 @@ async fn after(walk: &Walk<'_>, block: &Block) -> Result<()> {
             let connections = Api::<Connection>::all(consumer).list(&ListParams::default());
             ensure!(connections.await?.items.is_empty(), "a Connection is left");
         }
-        _ if block.page == PAGES[0] && block.script.contains(" status") => {
+        _ if block.page == PAGES[0] && block.script.starts_with("kubectl kbind") && block.script.trim_end().ends_with(" status") => {
             let copy = copies.get("my-widget").await?;
             ensure!(copy.data["spec"]["size"] == 3, "{:?}", copy.data);
         }

@@ -231,8 +231,8 @@ mod tests {
     }
 
     #[test]
-    fn angle_brackets_in_help_are_not_taken_for_html() {
+    fn the_examples_after_a_command_are_kept_as_written() {
         let page = kubectl_kbind();
-        assert!(page.contains("&lt;plural&gt;.&lt;group&gt;"));
+        assert!(page.contains("kubectl kbind bind widgets.example.org --connection provider -n team-a"));
     }
 }

@@ -121,16 +121,30 @@ pub fn cell(text: &str) -> String {
     escape(&joined).replace('|', "\\|")
 }
 
-/// Angle brackets and ampersands as entities (prose outside code spans).
+/// Angle brackets and ampersands as entities, outside code spans (inside one they are shown
+/// as they are, and an entity would be shown literally).
 pub fn escape(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
+    let mut out = String::with_capacity(text.len());
+    let mut in_code = false;
+    for c in text.chars() {
+        match c {
+            '`' => {
+                in_code = !in_code;
+                out.push(c);
+            }
+            '&' if !in_code => out.push_str("&amp;"),
+            '<' if !in_code => out.push_str("&lt;"),
+            '>' if !in_code => out.push_str("&gt;"),
+            _ => out.push(c),
+        }
+    }
+    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use anyhow::Context as _;
 
     #[test]
     fn committed_reference_pages_are_what_their_sources_give() -> anyhow::Result<()> {
@@ -155,5 +169,10 @@ mod tests {
     #[test]
     fn table_cells_keep_one_line_and_no_raw_pipes_or_tags() {
         assert_eq!(cell("a | b\n <plural>"), "a \\| b &lt;plural&gt;");
+    }
+
+    #[test]
+    fn code_spans_keep_their_angle_brackets() {
+        assert_eq!(escape("a <b> `<c>` &"), "a &lt;b&gt; `<c>` &amp;");
     }
 }
