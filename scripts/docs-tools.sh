@@ -27,8 +27,12 @@ start=$(date +%s)
 tmp="$root.tmp.$$"
 trap 'rm -rf "$tmp"' EXIT
 # A private target directory: the workspace's stays untouched, and a failed build leaves no
-# half-installed tool behind (the cache entry appears only when complete).
-nice -n 10 cargo install --quiet --locked "$tool" --version "=$version" "${features[@]}" \
+# half-installed tool behind (the cache entry appears only when complete). Built without
+# optimisation: both tools run for about a second on this book, and an optimised build of
+# lychee alone costs minutes of CPU.
+CARGO_PROFILE_RELEASE_OPT_LEVEL=0 CARGO_PROFILE_RELEASE_CODEGEN_UNITS=256 \
+CARGO_PROFILE_RELEASE_DEBUG=false CARGO_PROFILE_RELEASE_INCREMENTAL=false \
+  nice -n 10 cargo install --quiet --locked "$tool" --version "=$version" "${features[@]}" \
   --root "$tmp" --target-dir "$cache/cargo-target-docs-tools/$tool" >&2
 mkdir -p "$root/bin"
 mv "$tmp/bin/$tool" "$bin"

@@ -32,9 +32,9 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{Namespace, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use kube::api::ObjectMeta;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::api::ObjectMeta;
 use kube::core::ApiResource;
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
@@ -117,16 +117,23 @@ pub struct Issued {
 /// Runs `provider-setup`; `consumer` are the global cluster flags (used by `--rotate`).
 pub async fn run(consumer: &ClientArgs, args: ProviderSetupArgs) -> anyhow::Result<()> {
     if args.output.is_none() && !args.rotate {
-        return Err(UsageError("--output PATH (or -o -) is needed to hand over the kubeconfig".into()).into());
+        return Err(UsageError(
+            "--output PATH (or -o -) is needed to hand over the kubeconfig".into(),
+        )
+        .into());
     }
     let admin_yaml =
         crate::kubeconfig::prepare(&args.provider_kubeconfig, args.provider_context.as_deref())?;
-    let provider = client_of(&admin_yaml).await.context("connecting to the provider")?;
+    let provider = client_of(&admin_yaml)
+        .await
+        .context("connecting to the provider")?;
     let (ns, sa) = (&args.lease_namespace, &args.service_account);
     if args.rotate {
         let accounts = Api::<ServiceAccount>::namespaced(provider.clone(), ns);
         if accounts.get_opt(sa).await?.is_none() {
-            bail!("ServiceAccount {ns}/{sa} does not exist on the provider: run provider-setup without --rotate first");
+            bail!(
+                "ServiceAccount {ns}/{sa} does not exist on the provider: run provider-setup without --rotate first"
+            );
         }
     } else {
         apply_identity(&provider, &args).await?;
@@ -137,7 +144,11 @@ pub async fn run(consumer: &ClientArgs, args: ProviderSetupArgs) -> anyhow::Resu
     progress(format!(
         "token issued for ServiceAccount {ns}/{sa}, bound to Secret {ns}/{}{}",
         issued.anchor,
-        issued.expires.as_deref().map(|e| format!(", expires {e}")).unwrap_or_default()
+        issued
+            .expires
+            .as_deref()
+            .map(|e| format!(", expires {e}"))
+            .unwrap_or_default()
     ));
     if let Some(output) = &args.output {
         write_kubeconfig(output, &issued.kubeconfig)?;
@@ -151,13 +162,21 @@ pub async fn run(consumer: &ClientArgs, args: ProviderSetupArgs) -> anyhow::Resu
         }
         return Ok(());
     }
-    let connection = args.connection.as_deref().context("--rotate needs --connection")?;
+    let connection = args
+        .connection
+        .as_deref()
+        .context("--rotate needs --connection")?;
     let target = consumer.connect().await?;
     let old = replace_secret(&target.client, connection, &issued.kubeconfig).await?;
-    progress(format!("Secret of Connection {connection} now holds the new kubeconfig"));
+    progress(format!(
+        "Secret of Connection {connection} now holds the new kubeconfig"
+    ));
     stay_ready(&target.client, connection, args.revoke_after, args.timeout).await?;
     let revoked = revoke_others(&provider, ns, sa, &issued.anchor).await?;
-    progress(format!("revoked: deleted anchor Secret(s) {}", revoked.join(", ")));
+    progress(format!(
+        "revoked: deleted anchor Secret(s) {}",
+        revoked.join(", ")
+    ));
     if let Some(old) = old {
         refused(&old, args.timeout).await?;
         progress("the previous token is refused by the provider");
@@ -249,12 +268,17 @@ async fn issue(
         metadata: ObjectMeta {
             generate_name: Some(format!("{sa}-token-")),
             labels: Some(BTreeMap::from([
-                ("app.kubernetes.io/managed-by".to_string(), FIELD_MANAGER.to_string()),
+                (
+                    "app.kubernetes.io/managed-by".to_string(),
+                    FIELD_MANAGER.to_string(),
+                ),
                 (TOKEN_OF_LABEL.to_string(), sa.clone()),
             ])),
             annotations: Some(BTreeMap::from([(
                 "kubernetes.io/description".to_string(),
-                format!("Deleting this Secret revokes the token of ServiceAccount {sa} bound to it"),
+                format!(
+                    "Deleting this Secret revokes the token of ServiceAccount {sa} bound to it"
+                ),
             )])),
             ..ObjectMeta::default()
         },
@@ -268,7 +292,6 @@ async fn issue(
     let anchor_name = anchor.name_any();
     let request = TokenRequest {
         spec: Some(TokenRequestSpec {
-            audiences: Vec::new(),
             bound_object_ref: Some(BoundObjectReference {
                 api_version: Some("v1".into()),
                 kind: Some("Secret".into()),
@@ -276,6 +299,7 @@ async fn issue(
                 uid: anchor.metadata.uid.clone(),
             }),
             expiration_seconds: Some(i64::try_from(args.token_duration.as_secs())?),
+            ..TokenRequestSpec::default()
         }),
         ..TokenRequest::default()
     };
@@ -284,15 +308,15 @@ async fn issue(
         .create_token_request(sa, &PostParams::default(), &request)
         .await
         .with_context(|| format!("requesting a token for ServiceAccount {ns}/{sa}"))?;
-    let status = issued.status.context("the TokenRequest was answered without a status")?;
-    if status.token.is_empty() {
+    let status = issued.status.unwrap_or_default();
+    let Some(token) = status.token.filter(|t| !t.is_empty()) else {
         bail!("the TokenRequest for {ns}/{sa} was answered without a token");
-    }
-    let kubeconfig = token_kubeconfig(admin_yaml, ns, sa, &status.token)?;
+    };
+    let kubeconfig = token_kubeconfig(admin_yaml, ns, sa, &token)?;
     Ok(Issued {
         kubeconfig,
         anchor: anchor_name,
-        expires: Some(status.expiration_timestamp.0.to_string()),
+        expires: status.expiration_timestamp.map(|t| t.0.to_string()),
     })
 }
 
@@ -307,7 +331,9 @@ pub fn token_kubeconfig(
 ) -> anyhow::Result<String> {
     let admin: Value = serde_yaml::from_str(admin_yaml)?;
     let cluster = admin["clusters"][0].clone();
-    let cluster_name = cluster["name"].as_str().context("the kubeconfig names no cluster")?;
+    let cluster_name = cluster["name"]
+        .as_str()
+        .context("the kubeconfig names no cluster")?;
     let user = format!("{account}@{cluster_name}");
     let doc = json!({
         "apiVersion": "v1",
@@ -323,7 +349,8 @@ pub fn token_kubeconfig(
 /// A client for a kubeconfig given as YAML.
 async fn client_of(kubeconfig: &str) -> anyhow::Result<Client> {
     let parsed = Kubeconfig::from_yaml(kubeconfig)?;
-    let config = kube::Config::from_custom_kubeconfig(parsed, &KubeConfigOptions::default()).await?;
+    let config =
+        kube::Config::from_custom_kubeconfig(parsed, &KubeConfigOptions::default()).await?;
     Ok(Client::try_from(config)?)
 }
 
@@ -348,7 +375,9 @@ async fn prove(client: &Client, timeout: Duration) -> anyhow::Result<()> {
 fn say_waiting_once(error: &kube::Error) {
     static SAID: std::sync::OnceLock<()> = std::sync::OnceLock::new();
     if SAID.set(()).is_ok() {
-        progress(format!("  … waiting for the new token to be accepted ({error})"));
+        progress(format!(
+            "  … waiting for the new token to be accepted ({error})"
+        ));
     }
 }
 
@@ -383,24 +412,33 @@ async fn replace_secret(
         .with_context(|| format!("Connection {connection} does not exist on the consumer"))?;
     let reference = &found.spec.kubeconfig_secret_ref;
     let secrets = Api::<Secret>::namespaced(consumer.clone(), &reference.namespace);
-    let secret = secrets
-        .get_opt(&reference.name)
-        .await?
-        .with_context(|| format!("Secret {}/{} does not exist", reference.namespace, reference.name))?;
+    let secret = secrets.get_opt(&reference.name).await?.with_context(|| {
+        format!(
+            "Secret {}/{} does not exist",
+            reference.namespace, reference.name
+        )
+    })?;
     let old = secret
         .data
         .as_ref()
         .and_then(|d| d.get(&reference.key))
         .and_then(|v| String::from_utf8(v.0.clone()).ok());
     let mut data = BTreeMap::new();
-    data.insert(reference.key.clone(), ByteString(kubeconfig.as_bytes().to_vec()));
+    data.insert(
+        reference.key.clone(),
+        ByteString(kubeconfig.as_bytes().to_vec()),
+    );
     // Under the resourceVersion read: a concurrent edit fails this instead of being lost.
     let patch = json!({
         "metadata": {"resourceVersion": secret.resource_version()},
         "data": serde_json::to_value(&data)?,
     });
     secrets
-        .patch(&reference.name, &PatchParams::default(), &Patch::Merge(&patch))
+        .patch(
+            &reference.name,
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
         .await
         .with_context(|| format!("updating Secret {}/{}", reference.namespace, reference.name))?;
     Ok(old)
@@ -474,7 +512,9 @@ async fn refused(old_kubeconfig: &str, timeout: Duration) -> anyhow::Result<()> 
         match namespaces.get("kube-system").await {
             Err(kube::Error::Api(status)) if status.code == 401 => return Ok(()),
             _ if start.elapsed() >= timeout => {
-                bail!("the previous token still authenticates after {timeout:?}: was it bound to an anchor Secret?")
+                bail!(
+                    "the previous token still authenticates after {timeout:?}: was it bound to an anchor Secret?"
+                )
             }
             _ => tokio::time::sleep(Duration::from_millis(500)).await,
         }
@@ -500,11 +540,18 @@ current-context: admin@provider
 ";
 
     #[test]
-    fn the_konnector_kubeconfig_keeps_the_cluster_and_carries_only_the_token() -> anyhow::Result<()> {
+    fn the_konnector_kubeconfig_keeps_the_cluster_and_carries_only_the_token() -> anyhow::Result<()>
+    {
         let written = token_kubeconfig(ADMIN, "kbind", "konnector", "t0ken")?;
         let doc: Value = serde_yaml::from_str(&written)?;
-        assert_eq!(doc["clusters"][0]["cluster"]["server"], "https://127.0.0.1:6443");
-        assert_eq!(doc["clusters"][0]["cluster"]["certificate-authority-data"], "Q0E=");
+        assert_eq!(
+            doc["clusters"][0]["cluster"]["server"],
+            "https://127.0.0.1:6443"
+        );
+        assert_eq!(
+            doc["clusters"][0]["cluster"]["certificate-authority-data"],
+            "Q0E="
+        );
         assert_eq!(doc["users"][0]["user"], json!({"token": "t0ken"}));
         assert_eq!(doc["contexts"][0]["context"]["namespace"], "kbind");
         assert_eq!(doc["current-context"], "konnector@provider");

@@ -94,12 +94,14 @@ pub async fn run(dir: &Path, binaries: &Binaries, interactive: bool) -> anyhow::
         &GroupVersionKind::gvk("example.org", "v1", "Widget"),
         "widgets",
     );
-    let copy = Api::<DynamicObject>::namespaced_with(pair.provider.client().await?, NAMESPACE, &resource)
-        .get("my-widget")
-        .await?;
-    let back = Api::<DynamicObject>::namespaced_with(pair.consumer.client().await?, NAMESPACE, &resource)
-        .get("my-widget")
-        .await?;
+    let copy =
+        Api::<DynamicObject>::namespaced_with(pair.provider.client().await?, NAMESPACE, &resource)
+            .get("my-widget")
+            .await?;
+    let back =
+        Api::<DynamicObject>::namespaced_with(pair.consumer.client().await?, NAMESPACE, &resource)
+            .get("my-widget")
+            .await?;
     let outcome = Outcome {
         provider_spec: copy.data["spec"].clone(),
         consumer_status: back.data["status"].clone(),
@@ -108,7 +110,10 @@ pub async fn run(dir: &Path, binaries: &Binaries, interactive: bool) -> anyhow::
         say("both clusters are yours. In another shell:");
         println!("  cd {}", walk.shell.dir.display());
         for (name, value) in walk.shell.env() {
-            if matches!(name.as_str(), "PATH" | "PROVIDER_KUBECONFIG" | "CONSUMER_KUBECONFIG") {
+            if matches!(
+                name.as_str(),
+                "PATH" | "PROVIDER_KUBECONFIG" | "CONSUMER_KUBECONFIG"
+            ) {
                 println!("  export {name}={value}");
             }
         }

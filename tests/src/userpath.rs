@@ -155,7 +155,10 @@ impl Shell {
             ("PATH".to_string(), path),
             ("HOME".to_string(), text(home.clone())),
             ("HELM_CACHE_HOME".to_string(), text(home.join("helm/cache"))),
-            ("HELM_CONFIG_HOME".to_string(), text(home.join("helm/config"))),
+            (
+                "HELM_CONFIG_HOME".to_string(),
+                text(home.join("helm/config")),
+            ),
             ("HELM_DATA_HOME".to_string(), text(home.join("helm/data"))),
             (
                 "PROVIDER_KUBECONFIG".to_string(),
@@ -166,7 +169,10 @@ impl Shell {
                 text(pair.consumer.admin().kubeconfig_path()),
             ),
             // The image the chart's Deployment names; nothing pulls it here.
-            ("IMAGE_REPOSITORY".to_string(), "kbind-local/konnector".to_string()),
+            (
+                "IMAGE_REPOSITORY".to_string(),
+                "kbind-local/konnector".to_string(),
+            ),
             ("IMAGE_TAG".to_string(), "docs-test".to_string()),
             ("NO_COLOR".to_string(), "1".to_string()),
         ];
@@ -199,7 +205,10 @@ impl Shell {
                 println!("{}{line}", if continued { "" } else { "$ " });
             }
             let status = command.status().await.context("running bash")?;
-            ensure!(status.success(), "the commands failed ({status}):\n{script}");
+            ensure!(
+                status.success(),
+                "the commands failed ({status}):\n{script}"
+            );
             return Ok(String::new());
         }
         let output = command.output().await.context("running bash")?;
@@ -272,7 +281,10 @@ pub async fn run_as_deployed(
             (Some(value), None) => value.clone(),
             (None, Some("metadata.name")) => format!("{name}-0"),
             (None, Some("metadata.namespace")) => namespace.to_string(),
-            _ => bail!("env {} is neither a value nor a Pod name or namespace", var.name),
+            _ => bail!(
+                "env {} is neither a value nor a Pod name or namespace",
+                var.name
+            ),
         };
         env.push((var.name.clone(), value));
     }
@@ -321,7 +333,8 @@ impl Walk<'_> {
             return match block.id.as_deref() {
                 Some("konnector-rollout") => {
                     let process = self.process.as_ref();
-                    let process = process.context("the konnector is not running: no chart installed before")?;
+                    let process = process
+                        .context("the konnector is not running: no chart installed before")?;
                     process.wait_ready(Duration::from_secs(90)).await?;
                     Ok(String::new())
                 }

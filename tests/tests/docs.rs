@@ -97,12 +97,17 @@ fn every_marked_block_is_on_a_listed_page_and_every_substitute_is_known() -> Res
         }
     }
     for (id, _) in userpath::SUBSTITUTES {
-        ensure!(used.iter().any(|u| u == id), "stand-in {id:?} stands in for no block");
+        ensure!(
+            used.iter().any(|u| u == id),
+            "stand-in {id:?} stands in for no block"
+        );
     }
     let quick = page_blocks(PAGES[0])?;
     for block in page_blocks("README.md")? {
         ensure!(
-            quick.iter().any(|q| q.script == block.script && q.id == block.id),
+            quick
+                .iter()
+                .any(|q| q.script == block.script && q.id == block.id),
             "README.md:{}: a quick-start block the book's quick start does not run:\n{}",
             block.line,
             block.script
@@ -112,8 +117,8 @@ fn every_marked_block_is_on_a_listed_page_and_every_substitute_is_known() -> Res
 }
 
 #[test]
-fn the_docs_marked_commands_take_a_reader_from_two_clusters_to_a_bound_api_and_back()
--> Result<()> {
+fn the_docs_marked_commands_take_a_reader_from_two_clusters_to_a_bound_api_and_back() -> Result<()>
+{
     let pair = ClusterPair::start_private()?;
     let log = pair.root().join("konnector.log");
     let result = kbind_tests::runtime()?.block_on(pair.diagnose(async {
@@ -133,9 +138,9 @@ fn the_docs_marked_commands_take_a_reader_from_two_clusters_to_a_bound_api_and_b
         for page in PAGES {
             for block in page_blocks(page)? {
                 walk.step(&block).await?;
-                after(&walk, &block).await.with_context(|| {
-                    format!("after {}:{}", block.page, block.line)
-                })?;
+                after(&walk, &block)
+                    .await
+                    .with_context(|| format!("after {}:{}", block.page, block.line))?;
             }
         }
         Ok::<_, anyhow::Error>(())
@@ -154,7 +159,11 @@ async fn after(walk: &Walk<'_>, block: &Block) -> Result<()> {
             let anchors = Api::<Secret>::namespaced(provider, "kbind")
                 .list(&ListParams::default().labels("core.kbind.io/token-of=konnector"))
                 .await?;
-            ensure!(anchors.items.len() == 1, "{} anchors left", anchors.items.len());
+            ensure!(
+                anchors.items.len() == 1,
+                "{} anchors left",
+                anchors.items.len()
+            );
             let connection = Api::<Connection>::all(consumer).get("provider").await?;
             ensure!(is_ready(&connection), "{:?}", connection.status);
         }
@@ -176,11 +185,17 @@ async fn after(walk: &Walk<'_>, block: &Block) -> Result<()> {
             ensure!(copies.get_opt("my-widget").await?.is_none(), "copy kept");
             let instances =
                 Api::<DynamicObject>::namespaced_with(consumer.clone(), "team-a", &widgets());
-            ensure!(instances.get_opt("my-widget").await?.is_some(), "instance gone");
+            ensure!(
+                instances.get_opt("my-widget").await?.is_some(),
+                "instance gone"
+            );
             let connections = Api::<Connection>::all(consumer).list(&ListParams::default());
             ensure!(connections.await?.items.is_empty(), "a Connection is left");
         }
-        _ if block.page == PAGES[0] && block.script.starts_with("kubectl kbind") && block.script.trim_end().ends_with(" status") => {
+        _ if block.page == PAGES[0]
+            && block.script.starts_with("kubectl kbind")
+            && block.script.trim_end().ends_with(" status") =>
+        {
             let copy = copies.get("my-widget").await?;
             ensure!(copy.data["spec"]["size"] == 3, "{:?}", copy.data);
         }

@@ -14,11 +14,7 @@ pub fn kubectl_kbind() -> String {
     let intro = "The `kubectl kbind` plugin (binary `kubectl-kbind`). Global flags (`--kubeconfig`, \
                  `--context`, `-n`) address the consumer cluster unless a command says otherwise. \
                  Exit codes: 0 done, 1 failed or not ready, 2 usage error.";
-    page(
-        "kubectl kbind",
-        intro,
-        kubectl_kbind::cli::Cli::command(),
-    )
+    page("kubectl kbind", intro, kubectl_kbind::cli::Cli::command())
 }
 
 /// `konnector`, with the flags of `run` and `policy` from their own types.
@@ -85,7 +81,16 @@ fn section(out: &mut String, command: &Command, path: &str, root: bool) {
     let _ = write!(out, "\n```text\n{usage}\n```\n");
     let args: Vec<&Arg> = command
         .get_arguments()
-        .filter(|a| !a.is_hide_set() && !matches!(a.get_action(), ArgAction::Help | ArgAction::HelpShort | ArgAction::HelpLong | ArgAction::Version))
+        .filter(|a| {
+            !a.is_hide_set()
+                && !matches!(
+                    a.get_action(),
+                    ArgAction::Help
+                        | ArgAction::HelpShort
+                        | ArgAction::HelpLong
+                        | ArgAction::Version
+                )
+        })
         .filter(|a| root || !a.is_global_set())
         .collect();
     if !args.is_empty() {
@@ -168,7 +173,12 @@ fn value(arg: &Arg) -> String {
     }
     let names = arg
         .get_value_names()
-        .map(|n| n.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(" "))
+        .map(|n| {
+            n.iter()
+                .map(|n| n.to_string())
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
         .unwrap_or_else(|| arg.get_id().to_string().to_uppercase());
     let repeat = if matches!(arg.get_action(), ArgAction::Append) {
         " (repeatable)"
@@ -198,6 +208,9 @@ fn description(arg: &Arg) -> String {
         .map(|h| h.to_string())
         .unwrap_or_default();
     let mut text = cell(&help);
+    if !text.is_empty() && !text.ends_with(['.', '!', '?', ')']) {
+        text.push('.');
+    }
     if arg.is_required_set() {
         text.push_str(" Required.");
     }
@@ -227,12 +240,17 @@ mod tests {
         let page = konnector();
         assert!(page.contains("## konnector run"));
         assert!(page.contains("`--kubeconfig`"));
-        assert!(page.contains("Environment: `KBIND_CONFLICT_POLICY`"), "{page}");
+        assert!(
+            page.contains("Environment: `KBIND_CONFLICT_POLICY`"),
+            "{page}"
+        );
     }
 
     #[test]
     fn the_examples_after_a_command_are_kept_as_written() {
         let page = kubectl_kbind();
-        assert!(page.contains("kubectl kbind bind widgets.example.org --connection provider -n team-a"));
+        assert!(
+            page.contains("kubectl kbind bind widgets.example.org --connection provider -n team-a")
+        );
     }
 }

@@ -72,8 +72,12 @@ pub fn page(path: &Path) -> anyhow::Result<String> {
          ## Condition types\n\n| type | Event action | meaning |\n|---|---|---|\n"
     );
     for variant in &types {
-        let parsed = ConditionType::parse(&variant.name)
-            .with_context(|| format!("{} is not a condition type the konnector writes", variant.name))?;
+        let parsed = ConditionType::parse(&variant.name).with_context(|| {
+            format!(
+                "{} is not a condition type the konnector writes",
+                variant.name
+            )
+        })?;
         let _ = writeln!(
             out,
             "| `{}` | `{}` | {} |",
@@ -107,8 +111,14 @@ mod tests {
         assert_eq!(
             variants(source, "Reason"),
             vec![
-                Variant { name: "A".into(), doc: "First line second.".into() },
-                Variant { name: "B".into(), doc: "B's.".into() },
+                Variant {
+                    name: "A".into(),
+                    doc: "First line second.".into()
+                },
+                Variant {
+                    name: "B".into(),
+                    doc: "B's.".into()
+                },
             ]
         );
     }

@@ -19,7 +19,10 @@ pub fn page(dir: &Path) -> anyhow::Result<String> {
         .collect();
     // Connections first: bindings refer to them.
     files.sort_by_key(|p| {
-        let name = p.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+        let name = p
+            .file_name()
+            .map(|n| n.to_string_lossy().to_string())
+            .unwrap_or_default();
         (!name.contains("connections"), name)
     });
     let mut out = format!(
@@ -39,7 +42,9 @@ pub fn page(dir: &Path) -> anyhow::Result<String> {
 fn kind(out: &mut String, crd: &Value) -> anyhow::Result<()> {
     let spec = &crd["spec"];
     let names = &spec["names"];
-    let kind = names["kind"].as_str().context("a CRD without spec.names.kind")?;
+    let kind = names["kind"]
+        .as_str()
+        .context("a CRD without spec.names.kind")?;
     let _ = write!(out, "\n## {kind}\n\n");
     let list = |v: &Value| -> String {
         v.as_sequence()
@@ -53,7 +58,12 @@ fn kind(out: &mut String, crd: &Value) -> anyhow::Result<()> {
             .unwrap_or_default()
     };
     let _ = writeln!(out, "| | |\n|---|---|");
-    let _ = writeln!(out, "| resource | `{}.{}` |", str_of(&names["plural"]), str_of(&spec["group"]));
+    let _ = writeln!(
+        out,
+        "| resource | `{}.{}` |",
+        str_of(&names["plural"]),
+        str_of(&spec["group"])
+    );
     let _ = writeln!(out, "| scope | {} |", str_of(&spec["scope"]));
     let _ = writeln!(out, "| short names | {} |", list(&names["shortNames"]));
     let _ = writeln!(out, "| categories | {} |", list(&names["categories"]));
@@ -65,11 +75,19 @@ fn kind(out: &mut String, crd: &Value) -> anyhow::Result<()> {
             .flatten()
             .map(|c| {
                 let wide = c["priority"].as_i64().is_some_and(|p| p > 0);
-                format!("{}{}", str_of(&c["name"]), if wide { " (wide)" } else { "" })
+                format!(
+                    "{}{}",
+                    str_of(&c["name"]),
+                    if wide { " (wide)" } else { "" }
+                )
             })
             .collect();
         let _ = writeln!(out, "| version | `{name}` |");
-        let _ = writeln!(out, "| `kubectl get` columns | {} |", cell(&columns.join(", ")));
+        let _ = writeln!(
+            out,
+            "| `kubectl get` columns | {} |",
+            cell(&columns.join(", "))
+        );
         let schema = &version["schema"]["openAPIV3Schema"];
         if let Some(description) = schema["description"].as_str() {
             let _ = write!(out, "\n{}\n", crate::escape(description));
@@ -107,14 +125,24 @@ fn fields(out: &mut String, path: &str, node: &Value, required: bool) {
     if let Some(properties) = node["properties"].as_mapping() {
         for (name, child) in properties {
             let name = name.as_str().unwrap_or_default();
-            fields(out, &format!("{path}.{name}"), child, is_required(node, name));
+            fields(
+                out,
+                &format!("{path}.{name}"),
+                child,
+                is_required(node, name),
+            );
         }
     }
     let items = &node["items"];
     if let Some(properties) = items["properties"].as_mapping() {
         for (name, child) in properties {
             let name = name.as_str().unwrap_or_default();
-            fields(out, &format!("{path}[].{name}"), child, is_required(items, name));
+            fields(
+                out,
+                &format!("{path}[].{name}"),
+                child,
+                is_required(items, name),
+            );
         }
     }
 }
@@ -125,7 +153,9 @@ fn type_of(node: &Value) -> String {
         "array" => format!("[]{}", node["items"]["type"].as_str().unwrap_or("object")),
         "object" if node["additionalProperties"].is_mapping() => format!(
             "map[string]{}",
-            node["additionalProperties"]["type"].as_str().unwrap_or("object")
+            node["additionalProperties"]["type"]
+                .as_str()
+                .unwrap_or("object")
         ),
         other => other.to_string(),
     }
@@ -138,10 +168,7 @@ fn describe(node: &Value, required: bool) -> String {
         facts.push("Required.".to_string());
     }
     if let Some(values) = node["enum"].as_sequence() {
-        let values: Vec<String> = values
-            .iter()
-            .map(|v| format!("`{}`", scalar(v)))
-            .collect();
+        let values: Vec<String> = values.iter().map(|v| format!("`{}`", scalar(v))).collect();
         facts.push(format!("One of {}.", values.join(", ")));
     }
     if !node["default"].is_null() {
@@ -150,7 +177,11 @@ fn describe(node: &Value, required: bool) -> String {
     if let Some(min) = node["minItems"].as_u64() {
         facts.push(format!("At least {min} item(s)."));
     }
-    for rule in node["x-kubernetes-validations"].as_sequence().into_iter().flatten() {
+    for rule in node["x-kubernetes-validations"]
+        .as_sequence()
+        .into_iter()
+        .flatten()
+    {
         if let Some(message) = rule["message"].as_str() {
             facts.push(format!("{}.", cell(message).trim_end_matches('.')));
         }
