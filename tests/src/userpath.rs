@@ -150,16 +150,16 @@ impl Shell {
             std::env::var("PATH").unwrap_or_default()
         );
         let home = dir.join("home");
-        let text = |p: PathBuf| p.display().to_string();
+        let text = |p: &Path| p.display().to_string();
         let env = vec![
             ("PATH".to_string(), path),
-            ("HOME".to_string(), text(home.clone())),
-            ("HELM_CACHE_HOME".to_string(), text(home.join("helm/cache"))),
+            ("HOME".to_string(), text(&home)),
+            ("HELM_CACHE_HOME".to_string(), text(&home.join("helm/cache"))),
             (
                 "HELM_CONFIG_HOME".to_string(),
-                text(home.join("helm/config")),
+                text(&home.join("helm/config")),
             ),
-            ("HELM_DATA_HOME".to_string(), text(home.join("helm/data"))),
+            ("HELM_DATA_HOME".to_string(), text(&home.join("helm/data"))),
             (
                 "PROVIDER_KUBECONFIG".to_string(),
                 text(pair.provider.admin().kubeconfig_path()),
@@ -255,7 +255,7 @@ pub async fn run_as_deployed(
         .get(name)
         .await
         .with_context(|| format!("reading Deployment {namespace}/{name}"))?;
-    let pod = deployment.spec.and_then(|s| s.template.spec);
+    let pod = deployment.spec.template.spec;
     let pod = pod.context("the Deployment has no pod spec")?;
     let [container] = pod.containers.as_slice() else {
         bail!("expected one container, got {}", pod.containers.len());

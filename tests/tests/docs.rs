@@ -171,7 +171,7 @@ async fn after(walk: &Walk<'_>, block: &Block) -> Result<()> {
             let deployment = Api::<Deployment>::namespaced(consumer, "kbind-system")
                 .get("konnector")
                 .await?;
-            let spec = deployment.spec.context("no spec")?;
+            let spec = deployment.spec;
             ensure!(spec.replicas == Some(3), "{:?}", spec.replicas);
             let pod = spec.template.spec.context("no pod spec")?;
             let args = pod.containers.first().and_then(|c| c.args.clone());
@@ -189,8 +189,9 @@ async fn after(walk: &Walk<'_>, block: &Block) -> Result<()> {
                 instances.get_opt("my-widget").await?.is_some(),
                 "instance gone"
             );
-            let connections = Api::<Connection>::all(consumer).list(&ListParams::default());
-            ensure!(connections.await?.items.is_empty(), "a Connection is left");
+            let connections = Api::<Connection>::all(consumer);
+            let left = connections.list(&ListParams::default()).await?;
+            ensure!(left.items.is_empty(), "a Connection is left");
         }
         _ if block.page == PAGES[0]
             && block.script.starts_with("kubectl kbind")
