@@ -154,7 +154,10 @@ impl Shell {
         let env = vec![
             ("PATH".to_string(), path),
             ("HOME".to_string(), text(&home)),
-            ("HELM_CACHE_HOME".to_string(), text(&home.join("helm/cache"))),
+            (
+                "HELM_CACHE_HOME".to_string(),
+                text(&home.join("helm/cache")),
+            ),
             (
                 "HELM_CONFIG_HOME".to_string(),
                 text(&home.join("helm/config")),
@@ -191,27 +194,18 @@ impl Shell {
     /// With `echo`, the commands are printed as written, after a `$ ` prompt, and their output
     /// shown as it comes.
     pub async fn run(&self, script: &str, echo: bool) -> anyhow::Result<String> {
-        let mut command = tokio::process::Command::new("bash");
-        command
-            .args(["-euo", "pipefail", "-c", script])
-            .current_dir(&self.dir)
-            .env_remove("KUBECONFIG")
-            .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::null());
         if echo {
-            println!();
-            for line in script.lines() {
-                let continued = line.starts_with(' ');
-                println!("{}{line}", if continued { "" } else { "$ " });
+            for command in commands(script) {
+                println!("\n$ {command}");
+                let status = self.bash(&command).status().await.context("running bash")?;
+                ensure!(
+                    status.success(),
+                    "the command failed ({status}):\n{command}"
+                );
             }
-            let status = command.status().await.context("running bash")?;
-            ensure!(
-                status.success(),
-                "the commands failed ({status}):\n{script}"
-            );
             return Ok(String::new());
         }
-        let output = command.output().await.context("running bash")?;
+        let output = self.bash(script).output().await.context("running bash")?;
         let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
         let stderr = String::from_utf8_lossy(&output.stderr);
         ensure!(
@@ -221,6 +215,39 @@ impl Shell {
         );
         Ok(stdout)
     }
+
+    fn bash(&self, script: &str) -> tokio::process::Command {
+        let mut command = tokio::process::Command::new("bash");
+        command
+            .args(["-euo", "pipefail", "-c", script])
+            .current_dir(&self.dir)
+            .env_remove("KUBECONFIG")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null());
+        command
+    }
+}
+
+/// The commands of a script, one per logical line (lines ending in `\` continue).
+fn commands(script: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut current = String::new();
+    for line in script.lines() {
+        if !current.is_empty() {
+            current.push('\n');
+        }
+        current.push_str(line);
+        if !line.ends_with('\\') {
+            if !current.trim().is_empty() {
+                out.push(std::mem::take(&mut current));
+            }
+            current.clear();
+        }
+    }
+    if !current.trim().is_empty() {
+        out.push(current);
+    }
+    out
 }
 
 fn write_executable(path: &Path, text: &str) -> anyhow::Result<()> {
@@ -372,6 +399,12 @@ mod tests {
         assert_eq!(found[0].line, 10);
         assert!(found[1].substituted);
         Ok(())
+    }
+
+    #[test]
+    fn continued_lines_make_one_command() {
+        let script = "kubectl a \\\n  --b\nkubectl c\n";
+        assert_eq!(commands(script), vec!["kubectl a \\\n  --b", "kubectl c"]);
     }
 
     #[test]
