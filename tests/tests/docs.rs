@@ -231,7 +231,7 @@ fn rotating_the_provider_token_keeps_the_connection_ready_and_loses_no_write() -
         ensure_namespace(&consumer, SECRET_NAMESPACE).await?;
         let konnector = KonnectorProcess::start(
             &kbind_tests::konnector_binary!(),
-            &pair.consumer.admin().kubeconfig_path(),
+            pair.consumer.admin().kubeconfig_path(),
             &log,
             &["--connection-resync", "2s", "--binding-resync", "2s"],
         )?;
