@@ -539,6 +539,28 @@ contexts:
 current-context: admin@provider
 ";
 
+    fn parse(args: &[&str]) -> Result<crate::cli::Cli, clap::Error> {
+        use clap::Parser as _;
+        let argv = [
+            "kubectl-kbind",
+            "provider-setup",
+            "--provider-kubeconfig",
+            "p.kubeconfig",
+        ];
+        crate::cli::Cli::try_parse_from(argv.iter().chain(args))
+    }
+
+    #[test]
+    fn a_setup_needs_an_api_and_a_rotation_needs_a_connection() {
+        assert!(parse(&["-o", "k"]).is_err(), "no --api");
+        assert!(parse(&["--api", "widgets.example.org", "-o", "k"]).is_ok());
+        assert!(
+            parse(&["--rotate"]).is_err(),
+            "--rotate without --connection"
+        );
+        assert!(parse(&["--rotate", "--connection", "provider"]).is_ok());
+    }
+
     #[test]
     fn the_konnector_kubeconfig_keeps_the_cluster_and_carries_only_the_token() -> anyhow::Result<()>
     {
