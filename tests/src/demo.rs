@@ -109,11 +109,12 @@ pub async fn run(dir: &Path, binaries: &Binaries, interactive: bool) -> anyhow::
     if interactive {
         say("both clusters are yours. In another shell:");
         println!("  cd {}", walk.shell.dir.display());
+        println!(
+            "  export PATH=\"{}:$PATH\"",
+            walk.shell.dir.join("bin").display()
+        );
         for (name, value) in walk.shell.env() {
-            if matches!(
-                name.as_str(),
-                "PATH" | "PROVIDER_KUBECONFIG" | "CONSUMER_KUBECONFIG"
-            ) {
+            if matches!(name.as_str(), "PROVIDER_KUBECONFIG" | "CONSUMER_KUBECONFIG") {
                 println!("  export {name}={value}");
             }
         }
