@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use konnector::sync::watched::Watched;
+use konnector::sync::Watched;
 use kube::api::{DynamicObject, WatchEvent};
 use serde::de::DeserializeOwned;
 use serde_json::json;

@@ -21,6 +21,27 @@ use serde_json::json;
 
 use crate::api::names::FIELD_MANAGER;
 
+/// How a failed request reads to an operator: what to tell them to do about it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RequestFailure {
+    /// Refused by RBAC: grant the identity that was refused.
+    Forbidden,
+    /// No answer from the cluster: retrying, check the endpoint and network.
+    Unreachable,
+    /// Refused for another reason, or no request behind the failure at all.
+    Other,
+}
+
+/// `error` (the request failure behind some operation's failure, if any) as an operator reads
+/// it.
+pub fn request_failure(error: Option<&kube::Error>) -> RequestFailure {
+    match error {
+        Some(e) if e.is_forbidden() => RequestFailure::Forbidden,
+        Some(kube::Error::Api(_)) | None => RequestFailure::Other,
+        Some(_) => RequestFailure::Unreachable,
+    }
+}
+
 /// What an API error says, in client-go's vocabulary.
 pub trait ApiErrorExt {
     /// The object does not exist (404).
@@ -286,6 +307,17 @@ pub fn event_note(note: String) -> String {
     let mut cut = note[..end].to_string();
     cut.push('…');
     cut
+}
+
+/// Errors as an apiserver answers them, for the tests of every module that classifies one.
+#[cfg(test)]
+pub(crate) mod testing {
+    /// An API error with this status code and reason.
+    pub(crate) fn api_error(code: u16, reason: &str) -> kube::Error {
+        kube::Error::Api(Box::new(
+            kube::core::Status::failure("refused", reason).with_code(code),
+        ))
+    }
 }
 
 #[cfg(test)]

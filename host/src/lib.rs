@@ -8,23 +8,40 @@
 //!      Binding / ClusterBinding ─────────────────────▶ per-API instance syncers
 //! ```
 
+// Modules bottom-up, a layer per group: each uses only the groups above it in this list.
+
+// The vocabulary: the API types and names, and what marks a provider copy as a consumer's.
 pub mod api;
+pub mod markers;
+
+// Kubernetes client idioms and small shared mechanisms; metrics, logs and health.
 pub mod backoff;
-pub mod binding;
-pub mod cli;
 pub mod conditions;
-pub mod connection;
 pub mod fencing;
-pub mod heartbeat;
 pub mod k8s;
-pub mod leader;
-pub mod manager;
+pub mod recent;
+pub mod telemetry;
+
+// Reaching providers, their schemas on the consumer, and the Wasm policy modules.
 pub mod policy;
 pub mod provider;
-pub mod recent;
-pub mod registry;
 pub mod schema;
-pub mod sharding;
+
+// In-memory state shared by the controllers, each part with one writer.
+pub mod registry;
 pub mod shared;
+
+// The controllers: instance sync, bindings, related copies, Connections (with heartbeats).
+pub mod binding;
+pub mod connection;
+pub mod heartbeat;
+pub mod related;
 pub mod sync;
-pub mod telemetry;
+
+// Who does the work when several replicas run.
+pub mod leader;
+pub mod sharding;
+
+// The one wiring place, and the command line at the top.
+pub mod cli;
+pub mod manager;

@@ -18,17 +18,17 @@ use crate::shared::Shared;
 use crate::sync::Supervisor;
 use crate::{binding, connection};
 
-/// Settings of every controller.
+/// Config of every controller.
 #[derive(Debug, Clone, Default)]
-pub struct Settings {
+pub struct Config {
     /// Connection controller timings and credential namespace.
     pub connection: connection::Config,
     /// Binding controllers and instance sync engine settings.
-    pub binding: binding::Settings,
+    pub binding: binding::Config,
 }
 
 /// Runs every controller against the consumer until `shutdown` is cancelled.
-pub async fn run(shared: Shared, settings: Settings, shutdown: CancellationToken) {
+pub async fn run(shared: Shared, settings: Config, shutdown: CancellationToken) {
     let connections = Arc::new(connection::Context::new(
         shared.clone(),
         settings.connection,
@@ -41,18 +41,14 @@ pub async fn run(shared: Shared, settings: Settings, shutdown: CancellationToken
 
 /// Runs the binding controllers and the syncer supervisor without the Connection
 /// controller: engagements then come from whoever fills `shared.engagements` (tests do).
-pub async fn run_bindings(
-    shared: Shared,
-    settings: binding::Settings,
-    shutdown: CancellationToken,
-) {
-    let sharded = shared.ownership.sharded();
+pub async fn run_bindings(shared: Shared, settings: binding::Config, shutdown: CancellationToken) {
+    let sharded = shared.shards.sharded();
     let supervisor = Supervisor::new(shared.clone(), settings.sync.clone());
     let bindings = Arc::new(binding::Context::new(shared, settings));
     let entries = async {
         // Sharded replicas write the binding status entries of the APIs they sync.
         if sharded {
-            binding::shard_status::run(bindings.clone(), shutdown.clone()).await;
+            binding::run_shard_status(bindings.clone(), shutdown.clone()).await;
         }
     };
     tokio::join!(

@@ -7,7 +7,7 @@
 //!                  ┌─ engagements ◀── Connection controller
 //! manager ─Shared ─┼─ index, syncers' outcomes ◀── binding controllers / syncers
 //!                  ├─ running syncers ◀── supervisor
-//!                  └─ ownership ◀── shard coordinator (with --sharding)
+//!                  └─ shards ◀──── shard coordinator (with --sharding)
 //! ```
 
 use kube::Client;
@@ -15,7 +15,7 @@ use kube::runtime::events::{Recorder, Reporter};
 
 use crate::api::names::FIELD_MANAGER;
 use crate::policy::Policies;
-use crate::registry::{Engagements, Outcomes, Ownership, RunningSyncers, SharedIndex};
+use crate::registry::{Engagements, Outcomes, RunningSyncers, Shards, SharedIndex};
 
 /// What the controllers share; cheap to clone, every clone sees the same registries.
 #[derive(Clone)]
@@ -32,7 +32,7 @@ pub struct Shared {
     pub syncers: RunningSyncers,
     /// Which shards this replica holds (written by the shard coordinator; everything when
     /// not sharded).
-    pub ownership: Ownership,
+    pub shards: Shards,
     /// The policy modules (Wasm components in production).
     pub policies: Policies,
     /// Who Events are reported as: the konnector, and its Pod when known.
@@ -63,7 +63,7 @@ impl Shared {
             index: SharedIndex::default(),
             outcomes: Outcomes::default(),
             syncers: RunningSyncers::default(),
-            ownership: Ownership::default(),
+            shards: Shards::default(),
             policies,
             reporter,
         }

@@ -6,7 +6,7 @@ use std::borrow::Cow;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
-pub use konnector::binding::object::BindingObject;
+pub use konnector::binding::BindingObject;
 
 /// `Binding` or `ClusterBinding`, for messages.
 pub fn kind<B: BindingObject>() -> Cow<'static, str> {

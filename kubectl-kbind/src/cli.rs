@@ -1,18 +1,15 @@
-//! The command line: kubectl-style global flags, one subcommand per operator task, and the
-//! exit codes scripts rely on (0 done, 1 failed or not ready, 2 usage error).
+//! The command line: kubectl-style global flags and one subcommand per operator task; the
+//! dispatcher at the top of the crate (every arrow points down from here: commands, the
+//! shared argument types in `args`, the exit codes in `exit`).
 
 use std::process::ExitCode;
-use std::time::Duration;
 
-use clap::{ArgAction, Args, Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
+use crate::args::CompletionArgs;
 use crate::client::ClientArgs;
-use crate::output::OutputFormat;
-
-/// Exit code of a usage error (clap uses the same for parse errors).
-pub const EXIT_USAGE: u8 = 2;
-/// Exit code of a failure or of something that is not ready.
-pub const EXIT_FAILURE: u8 = 1;
+use crate::commands::{bind, connect, disconnect, provider_rbac, provider_setup, status, unbind};
+use crate::exit::{EXIT_FAILURE, exit_code};
 
 /// Connect provider clusters, bind their APIs and inspect or tear down kbind.
 #[derive(Parser, Debug)]
@@ -24,26 +21,6 @@ pub struct Cli {
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
-}
-
-/// `--wait` and `--timeout`, shared by every command that waits for the konnector.
-#[derive(Args, Debug, Clone, Copy)]
-pub struct WaitArgs {
-    /// Wait until the konnector reports the outcome (`--wait=false` returns after the write).
-    #[arg(long, default_value_t = true, action = ArgAction::Set, num_args = 0..=1,
-          default_missing_value = "true", value_name = "BOOL")]
-    pub wait: bool,
-    /// How long to wait, e.g. `90s`, `2m`.
-    #[arg(long, default_value = "2m", value_parser = humantime::parse_duration, value_name = "DURATION")]
-    pub timeout: Duration,
-}
-
-/// `-o json|yaml` for commands that print objects.
-#[derive(Args, Debug, Clone, Copy)]
-pub struct OutputArgs {
-    /// Print the resulting object(s) as json or yaml instead of a human summary.
-    #[arg(short = 'o', long = "output", value_enum, value_name = "FORMAT")]
-    pub output: Option<OutputFormat>,
 }
 
 const CONNECT_EXAMPLES: &str = "Examples:
@@ -67,52 +44,43 @@ const RBAC_EXAMPLES: &str = "Examples:
     --api widgets.example.org --related secrets:FromProvider \\
     | kubectl --context provider apply -f -";
 
+const COMPLETION_EXAMPLES: &str = "Examples:
+  # Load completion for this bash session
+  source <(kubectl-kbind completion bash)
+
+  # Install it for zsh
+  kubectl-kbind completion zsh > \"${fpath[1]}/_kubectl-kbind\"";
+
 /// The subcommands.
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Store a provider kubeconfig in a Secret and create a Connection; wait for Ready.
     #[command(after_help = CONNECT_EXAMPLES)]
-    Connect(crate::connect::ConnectArgs),
+    Connect(connect::ConnectArgs),
     /// Create a Binding (or ClusterBinding) for exported APIs; wait for Ready.
     #[command(after_help = BIND_EXAMPLES)]
-    Bind(crate::bind::BindArgs),
+    Bind(bind::BindArgs),
     /// Show Connections → exported APIs → bindings → instance counts; exit 1 when unhealthy.
-    Status(crate::status::StatusArgs),
+    Status(status::StatusArgs),
     /// Delete a Binding or ClusterBinding and follow its drain until it is gone.
-    Unbind(crate::unbind::UnbindArgs),
+    Unbind(unbind::UnbindArgs),
     /// Delete a Connection after its bindings, then its credential Secret.
-    Disconnect(crate::disconnect::DisconnectArgs),
+    Disconnect(disconnect::DisconnectArgs),
     /// Print the provider-side RBAC the konnector needs, as YAML for `kubectl apply -f -`.
     #[command(after_help = RBAC_EXAMPLES)]
-    ProviderRbac(crate::rbac::RbacArgs),
+    ProviderRbac(provider_rbac::RbacArgs),
     /// Create (or --rotate) the provider ServiceAccount, its RBAC and token; write its kubeconfig.
-    ProviderSetup(crate::provider_setup::ProviderSetupArgs),
+    ProviderSetup(provider_setup::ProviderSetupArgs),
+    /// Print the shell completion script of kubectl-kbind (bash, zsh, fish, powershell, elvish).
+    #[command(after_help = COMPLETION_EXAMPLES)]
+    Completion(CompletionArgs),
 }
 
-/// A usage error found after parsing (flags that only make sense together); exit code 2.
-#[derive(Debug)]
-pub struct UsageError(pub String);
-
-impl std::fmt::Display for UsageError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
+/// Writes the completion script for `shell`, generated from this very definition so it never
+/// drifts from the flags.
+pub fn completion(shell: clap_complete::Shell, out: &mut impl std::io::Write) {
+    clap_complete::generate(shell, &mut Cli::command(), "kubectl-kbind", out);
 }
-
-impl std::error::Error for UsageError {}
-
-/// The command did its job but the result is not healthy (not Ready, blocked, failing
-/// instances); what and why were already printed. Exit code 1.
-#[derive(Debug)]
-pub struct NotReady(pub String);
-
-impl std::fmt::Display for NotReady {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for NotReady {}
 
 /// Parses the command line, runs the command and maps the outcome to an exit code.
 pub fn main() -> ExitCode {
@@ -133,40 +101,30 @@ pub fn main() -> ExitCode {
     }
 }
 
-/// Prints the error the way kubectl does and picks the exit code for it.
-fn exit_code(e: &anyhow::Error) -> ExitCode {
-    if let Some(usage) = e.downcast_ref::<UsageError>() {
-        eprintln!("error: {usage}\nSee 'kubectl kbind --help' for usage.");
-        return ExitCode::from(EXIT_USAGE);
-    }
-    if let Some(not_ready) = e.downcast_ref::<NotReady>() {
-        eprintln!("{not_ready}");
-        return ExitCode::from(EXIT_FAILURE);
-    }
-    eprintln!("error: {e:#}");
-    ExitCode::from(EXIT_FAILURE)
-}
-
 /// Runs one parsed command.
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::ProviderRbac(args) => {
-            crate::rbac::run(&args, cli.client.namespace.as_deref()).await
+            provider_rbac::run(&args, cli.client.namespace.as_deref()).await
         }
-        Command::Connect(args) => crate::connect::run(&cli.client, args).await,
-        Command::Bind(args) => crate::bind::run(&cli.client, args).await,
-        Command::Status(args) => crate::status::run(&cli.client, args).await,
-        Command::Unbind(args) => crate::unbind::run(&cli.client, args).await,
-        Command::Disconnect(args) => crate::disconnect::run(&cli.client, args).await,
-        Command::ProviderSetup(args) => crate::provider_setup::run(&cli.client, args).await,
+        Command::Connect(args) => connect::run(&cli.client, args).await,
+        Command::Bind(args) => bind::run(&cli.client, args).await,
+        Command::Status(args) => status::run(&cli.client, args).await,
+        Command::Unbind(args) => unbind::run(&cli.client, args).await,
+        Command::Disconnect(args) => disconnect::run(&cli.client, args).await,
+        Command::ProviderSetup(args) => provider_setup::run(&cli.client, args).await,
+        Command::Completion(args) => {
+            completion(args.shell, &mut std::io::stdout());
+            Ok(())
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::CommandFactory;
     use std::path::PathBuf;
+    use std::time::Duration;
 
     #[test]
     fn the_command_line_definition_is_consistent() {
@@ -188,6 +146,25 @@ mod tests {
         assert_eq!(cli.client.context.as_deref(), Some("consumer"));
         assert_eq!(cli.client.namespace.as_deref(), Some("team-a"));
         assert_eq!(cli.client.kubeconfig, Some(PathBuf::from("/tmp/k")));
+        Ok(())
+    }
+
+    #[test]
+    fn the_bash_completion_script_completes_every_subcommand() -> anyhow::Result<()> {
+        let mut out = Vec::new();
+        completion(clap_complete::Shell::Bash, &mut out);
+        let text = String::from_utf8(out)?;
+        assert!(text.contains("kubectl-kbind"), "{text}");
+        for subcommand in [
+            "connect",
+            "bind",
+            "status",
+            "unbind",
+            "disconnect",
+            "provider-rbac",
+        ] {
+            assert!(text.contains(subcommand), "{subcommand} missing");
+        }
         Ok(())
     }
 

@@ -11,26 +11,28 @@
 //! ```
 //!
 //! Every command follows kubectl's conventions: `--kubeconfig`/`KUBECONFIG`, `--context`,
-//! `-n/--namespace`, `-o json|yaml`, `--wait`/`--timeout`, and exit codes scripts can use:
+//! `-n/--namespace`, `-o json|yaml|name`, `--wait`/`--timeout`, and exit codes scripts can use:
 //! 0 done, 1 failed or not ready, 2 usage error. Pure decisions (reason hints, the status
 //! tree, teardown plans, RBAC rules) live apart from the cluster calls and are unit-tested.
 
 #![forbid(unsafe_code)]
 
-pub mod admin_check;
-pub mod bind;
+// Bottom-up: what every command shares, then the pure plans, then the commands, then the
+// dispatcher that calls them.
+pub mod args;
+pub mod exit;
+pub mod marks;
+
 pub mod binding;
-pub mod cli;
 pub mod client;
-pub mod connect;
-pub mod disconnect;
-pub mod drain;
 pub mod hints;
 pub mod kubeconfig;
 pub mod output;
-pub mod provider_setup;
-pub mod rbac;
-pub mod status;
-pub mod teardown;
-pub mod unbind;
 pub mod wait;
+
+pub mod admin_check;
+pub mod plan;
+
+pub mod commands;
+
+pub mod cli;

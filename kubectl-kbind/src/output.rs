@@ -1,4 +1,4 @@
-//! What the commands print: objects as `-o json|yaml` on stdout (so scripts can pipe them),
+//! What the commands print: objects as `-o json|yaml|name` on stdout (so scripts can pipe them),
 //! human progress on stderr, and condition summaries in one wording everywhere.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -12,6 +12,8 @@ pub enum OutputFormat {
     Json,
     /// YAML; several objects as a `List`.
     Yaml,
+    /// kubectl's `kind.group/name`, one line per object.
+    Name,
 }
 
 /// Prints `value` on stdout in `format`.
@@ -26,7 +28,33 @@ pub fn render<T: Serialize>(format: OutputFormat, value: &T) -> anyhow::Result<S
     Ok(match format {
         OutputFormat::Json => format!("{}\n", serde_json::to_string_pretty(value)?),
         OutputFormat::Yaml => serde_yaml::to_string(value)?,
+        OutputFormat::Name => names(&serde_json::to_value(value)?)?,
     })
+}
+
+/// Each object of `value` (one, or the items of a `List`) as `kind.group/name`, a line each, as
+/// `kubectl get -o name` prints them; a value that is not an object (a report) is refused.
+fn names(value: &serde_json::Value) -> anyhow::Result<String> {
+    let items = match value["kind"].as_str() {
+        Some("List") => value["items"].as_array().cloned().unwrap_or_default(),
+        _ => vec![value.clone()],
+    };
+    let mut out = String::new();
+    for item in &items {
+        let (Some(kind), Some(name)) = (item["kind"].as_str(), item["metadata"]["name"].as_str())
+        else {
+            anyhow::bail!(
+                "-o name prints objects, and this command prints a report: use -o json or -o yaml"
+            );
+        };
+        let group = item["apiVersion"]
+            .as_str()
+            .and_then(|v| v.split_once('/'))
+            .map(|(group, _)| format!(".{group}"))
+            .unwrap_or_default();
+        out.push_str(&format!("{}{group}/{name}\n", kind.to_lowercase()));
+    }
+    Ok(out)
 }
 
 /// Wraps several objects into a `v1/List`, as kubectl prints them.
@@ -94,6 +122,28 @@ mod tests {
             summary(&conditions, ConditionType::Conflicts),
             "Conflicts=Unknown"
         );
+    }
+
+    #[test]
+    fn name_output_is_kind_dot_group_slash_name_per_object() -> anyhow::Result<()> {
+        let connection = serde_json::json!({
+            "apiVersion": "core.kbind.io/v1alpha1", "kind": "Connection",
+            "metadata": { "name": "provider" },
+        });
+        assert_eq!(
+            render(OutputFormat::Name, &connection)?,
+            "connection.core.kbind.io/provider\n"
+        );
+        let secret = serde_json::json!({
+            "apiVersion": "v1", "kind": "Secret", "metadata": { "name": "s" },
+        });
+        assert_eq!(
+            render(OutputFormat::Name, &list(&[connection, secret])?)?,
+            "connection.core.kbind.io/provider\nsecret/s\n"
+        );
+        let report = serde_json::json!({ "connections": [] });
+        assert!(render(OutputFormat::Name, &report).is_err());
+        Ok(())
     }
 
     #[test]

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use konnector::api::BindingStatus;
-use konnector::binding::object::BindingObject;
+use konnector::binding::BindingObject;
 use kube::api::DynamicObject;
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};

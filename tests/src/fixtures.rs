@@ -73,15 +73,15 @@ pub fn test_connection_config() -> konnector::connection::Config {
 }
 
 /// Binding and sync timings used by test konnectors.
-pub fn test_binding_settings() -> konnector::binding::Settings {
-    konnector::binding::Settings {
+pub fn test_binding_settings() -> konnector::binding::Config {
+    konnector::binding::Config {
         status_interval: Duration::from_secs(1),
         pending_requeue: Duration::from_secs(1),
-        sync: konnector::sync::SyncSettings {
+        sync: konnector::sync::SyncConfig {
             resync_interval: Duration::from_secs(10),
-            ..konnector::sync::SyncSettings::default()
+            ..konnector::sync::SyncConfig::default()
         },
-        ..konnector::binding::Settings::default()
+        ..konnector::binding::Config::default()
     }
 }
 
@@ -131,7 +131,7 @@ pub fn start_konnector_with(
                     Ok((client, policies)) => {
                         let shared = Shared::new(client, policies, None);
                         let _ = ready_tx.send(Ok(shared.engagements.clone()));
-                        let settings = konnector::manager::Settings {
+                        let settings = konnector::manager::Config {
                             connection,
                             binding: test_binding_settings(),
                         };

@@ -16,10 +16,10 @@ use kbind_tests::syncenv::related::{
 use kbind_tests::syncenv::{BINDING, Scenario, condition, ensure_namespace, stays, wait_for};
 use konnector::api::names::RELATED_BINDING_ANNOTATION;
 use konnector::api::{RelatedDirection::FromProvider, RelatedResourceKind::Secrets};
-use konnector::binding::related::{self, Outcome, RelatedScope};
-use konnector::binding::related_guard::RelatedGuard;
 use konnector::policy::{ConflictInput, Policies, PolicyRole};
 use konnector::registry::Engagement;
+use konnector::related::RelatedGuard;
+use konnector::related::{self, PassReport, RelatedScope};
 use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 
@@ -184,7 +184,7 @@ fn related_copy_never_takes_an_object_created_meanwhile() -> anyhow::Result<()> 
         let policies = Policies::builtin()?;
         let consumer = Api::<Secret>::namespaced(s.consumer.clone(), ns);
         // A first pass copies `replaced`: a copy of ours exists.
-        let mut first = Outcome::default();
+        let mut first = PassReport::default();
         related::sync_entry(
             &scope,
             &entries[0],
@@ -207,7 +207,7 @@ fn related_copy_never_takes_an_object_created_meanwhile() -> anyhow::Result<()> 
         // The pass under test lists (`raced` absent, `replaced` ours); then, before it writes,
         // someone creates an unmarked `raced` and replaces `replaced` by an unmarked object.
         let foreign_before = skipped_from_provider("foreign-target");
-        let mut outcome = Outcome::default();
+        let mut outcome = PassReport::default();
         let theirs = |name: &str| {
             let mut secret = Secret::default();
             secret.metadata.name = Some(name.to_string());
@@ -249,7 +249,7 @@ fn related_copy_never_takes_an_object_created_meanwhile() -> anyhow::Result<()> 
             "the raced objects untouched",
             Duration::from_secs(2),
             || async {
-                let mut again = Outcome::default();
+                let mut again = PassReport::default();
                 related::sync_entry(
                     &scope,
                     &entries[0],

@@ -40,18 +40,19 @@ use crate::conditions::{self, Desired};
 
 use super::facts::{self, Facts};
 use super::object::BindingObject;
-use super::publish::{publish_status, write_condition};
 use super::readiness::{self, ConnectionState, Verdict};
-use super::related::{self, RelatedScope};
-use super::release::{self, Release};
+use super::status::publish::{publish_status, write_condition};
 use super::status::{self, Related};
+use super::status::{failure, shard_status, summary};
+use super::teardown::release::{self, Release};
 use super::teardown::{self, Dropped};
 use super::{Context, Error, Result};
-use super::{dependencies, failure, shard_status, summary, triggers};
+use super::{dependencies, triggers};
 use crate::registry::{BindingKey, Entry};
+use crate::related::{self, RelatedScope};
 
 /// Runs the controller for one binding kind until `shutdown`.
-pub async fn run<K: BindingObject>(ctx: Arc<Context>, shutdown: CancellationToken) {
+pub(super) async fn run<K: BindingObject>(ctx: Arc<Context>, shutdown: CancellationToken) {
     let client = ctx.shared.consumer.clone();
     let mut config = watcher::Config::default();
     if let Some(selector) = &ctx.settings.binding_selector {
@@ -119,7 +120,7 @@ pub async fn run<K: BindingObject>(ctx: Arc<Context>, shutdown: CancellationToke
         ))
         // A Connection shard acquired or given up: its bindings switch between owner and
         // follower at once.
-        .reconcile_all_on(ctx.shared.ownership.connection_changes())
+        .reconcile_all_on(ctx.shared.shards.connection_changes())
         .graceful_shutdown_on(shutdown.cancelled_owned())
         .run(reconcile::<K>, error_policy::<K>, ctx)
         .for_each(|result| async move {
@@ -149,7 +150,7 @@ async fn reconcile<K: BindingObject>(obj: Arc<K>, ctx: Arc<Context>) -> Result<A
     // Held for the whole reconcile: the Connection shard is not handed over while it writes.
     let Some(_work) = ctx
         .shared
-        .ownership
+        .shards
         .claim_connection(&obj.binding_spec().connection_ref.name)
     else {
         return follow(&*obj, &ctx).await;
@@ -166,7 +167,7 @@ async fn reconcile<K: BindingObject>(obj: Arc<K>, ctx: Arc<Context>) -> Result<A
     let action = tokio::select! {
         action = work => action.map_err(|e| Error::Finalizer(Box::new(e))),
         // The Connection shard lapsed (its Lease could not be renewed): stop here.
-        () = ctx.shared.ownership.connection_lost(&connection) => Err(Error::ShardLost(connection)),
+        () = ctx.shared.shards.connection_lost(&connection) => Err(Error::ShardLost(connection)),
     };
     if action.is_ok() {
         ctx.failures.succeeded(&failure_key);
@@ -197,7 +198,7 @@ async fn apply<K: BindingObject>(obj: &K, api: &Api<K>, ctx: &Context) -> Result
     // An un-export releases (never drains): finalizers go, everything else stays.
     let released = release::run(obj, ctx, &verdict.released).await?;
     let (related, related_error) = sync_related(obj, ctx, &facts, verdict.is_ready()).await;
-    let summary = if ctx.shared.ownership.sharded() {
+    let summary = if ctx.shared.shards.sharded() {
         // The syncers run on whichever replicas hold the API shards: judge from their entries.
         let released = &verdict.released;
         let apis = obj.binding_spec().apis.iter().map(|a| a.name.as_str());
@@ -394,10 +395,10 @@ async fn sync_related<K: BindingObject>(
     )
     .await;
     match outcome.first {
-        None => (Related::Ran(failure::related_synced(entries.len())), None),
+        None => (Related::Ran(related::related_synced(entries.len())), None),
         Some(error) => (
-            Related::Ran(failure::related_partly_failed(outcome.failed, &error)),
-            Some(error),
+            Related::Ran(related::related_partly_failed(outcome.failed, &error)),
+            Some(error.into()),
         ),
     }
 }

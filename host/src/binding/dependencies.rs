@@ -85,7 +85,7 @@ struct State<K: BindingObject> {
 
 /// The bindings (of the controller's `bindings` store) that a change of the engagements or
 /// of the index concerns.
-pub fn dependency_changes<K: BindingObject>(
+pub(super) fn dependency_changes<K: BindingObject>(
     mut engaged: watch::Receiver<Engaged>,
     mut index: watch::Receiver<BindingIndex>,
     bindings: Store<K>,

@@ -35,7 +35,7 @@ use crate::registry::{BindingKey, Entry};
 
 /// What one reconcile knows about a binding's surroundings.
 #[derive(Clone, Debug)]
-pub struct Facts {
+pub(super) struct Facts {
     /// The referenced Connection's name.
     pub connection: String,
     /// Its engagement, when it is Ready.
@@ -51,7 +51,11 @@ pub struct Facts {
 }
 
 /// Gathers the facts for `obj`, whose index key is `key`.
-pub async fn gather<K: BindingObject>(obj: &K, key: &BindingKey, ctx: &Context) -> Result<Facts> {
+pub(super) async fn gather<K: BindingObject>(
+    obj: &K,
+    key: &BindingKey,
+    ctx: &Context,
+) -> Result<Facts> {
     let spec = obj.binding_spec();
     let connection = spec.connection_ref.name.clone();
     let engagement = ctx.shared.engagements.get(&connection);
@@ -83,7 +87,7 @@ pub async fn gather<K: BindingObject>(obj: &K, key: &BindingKey, ctx: &Context) 
     // pullPolicy Bound: install the CRDs of the APIs this Connection serves, before reading
     // them. An API pinned to another Connection is never installed from here.
     // Installs are the Connection shard's work: a replica that does not hold it only reads.
-    let installs = ctx.shared.ownership.owns_connection(&connection);
+    let installs = ctx.shared.shards.owns_connection(&connection);
     let mut installs = match (&engagement, &state) {
         (Some(engagement), ConnectionState::Engaged { .. }) if installs => {
             let ours: Vec<&str> = pins

@@ -20,7 +20,7 @@ use kube::core::{Selector, SelectorExt};
 
 /// Whether a Binding in `namespace` (with `labels`) may use a Connection whose
 /// `bindingNamespaceSelector` is `selector`. `Err` is the condition message for a refusal.
-pub fn allowed(
+pub(super) fn allowed(
     connection: &str,
     selector: Option<&LabelSelector>,
     namespace: &str,

@@ -29,11 +29,11 @@ use crate::api::{ConditionType, ExportedApi, Reason};
 use crate::conditions::Desired;
 use crate::schema::ApiTarget;
 use crate::schema::Refusal;
-use crate::schema::ownership::{api_group, is_protected_api};
+use crate::schema::managed::{api_group, is_protected_api};
 
 /// What the engagement registry and the consumer say about the referenced Connection.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ConnectionState {
+pub(super) enum ConnectionState {
     /// No Connection object of that name.
     NotFound,
     /// The Connection exists but its `bindingNamespaceSelector` leaves this binding's
@@ -53,7 +53,7 @@ pub enum ConnectionState {
 
 /// What the consumer cluster has for one listed API.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CrdFacts {
+pub(super) struct CrdFacts {
     /// The CRD has `Established=True`.
     pub established: bool,
     /// Its `core.kbind.io/connection` annotation, if any.
@@ -66,7 +66,7 @@ pub struct CrdFacts {
 
 /// The facts about one listed API.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ApiFacts {
+pub(super) struct ApiFacts {
     /// `<plural>.<group>`.
     pub name: String,
     /// The consumer CRD, if it exists.
@@ -79,7 +79,7 @@ pub struct ApiFacts {
 
 /// The judgement on one binding.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Verdict {
+pub(super) struct Verdict {
     /// The `Ready` condition to set.
     pub ready: Desired,
     /// Every listed API with its target, resolved only when the binding is Ready (a released
@@ -91,7 +91,7 @@ pub struct Verdict {
 
 impl Verdict {
     /// Whether the binding is Ready.
-    pub fn is_ready(&self) -> bool {
+    pub(super) fn is_ready(&self) -> bool {
         self.ready.status
     }
 }
@@ -100,7 +100,7 @@ impl Verdict {
 /// consumer CRD is kbind's for that Connection (it was bound through it). A listed API that
 /// was never exported (a typo, or a CRD of the consumer's own) is not released: that is
 /// `APINotExported`, for the binding's author to fix.
-pub fn released(connection: &str, exported: &[ExportedApi], api: &ApiFacts) -> bool {
+pub(super) fn released(connection: &str, exported: &[ExportedApi], api: &ApiFacts) -> bool {
     !is_protected_api(&api.name)
         && !exported.iter().any(|e| e.name == api.name)
         && api
@@ -110,7 +110,7 @@ pub fn released(connection: &str, exported: &[ExportedApi], api: &ApiFacts) -> b
 }
 
 /// Judges a binding that references `connection`.
-pub fn evaluate(connection: &str, state: &ConnectionState, apis: &[ApiFacts]) -> Verdict {
+pub(super) fn evaluate(connection: &str, state: &ConnectionState, apis: &[ApiFacts]) -> Verdict {
     let unresolved = || apis.iter().map(|a| (a.name.clone(), None)).collect();
     let released_none = Vec::new;
     let exported = match state {
@@ -475,7 +475,7 @@ mod tests {
         not_ready(&v, Reason::APIReleased, &[W]);
         assert_eq!(v.released, [W]);
         assert!(
-            crate::binding::summary::is_waiting(v.ready.reason.as_str()),
+            crate::binding::status::summary::is_waiting(v.ready.reason.as_str()),
             "its author has nothing to fix"
         );
     }

@@ -32,7 +32,7 @@ use super::Context;
 
 /// What installing a binding's CRDs came to.
 #[derive(Default)]
-pub struct Installs {
+pub(super) struct Installs {
     /// The failures per API, as readiness reasons.
     pub problems: BTreeMap<String, (Reason, String)>,
     /// The CRDs this pass wrote or read from the cluster, per API: newer than the watched
@@ -42,7 +42,7 @@ pub struct Installs {
 
 /// Installs the consumer CRDs of `apis` (those this binding's Connection serves) when the
 /// Connection's pull policy is Bound.
-pub async fn install_bound(
+pub(super) async fn install_bound(
     ctx: &Context,
     connection: Option<&Connection>,
     engagement: &Engagement,

@@ -20,7 +20,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use crate::registry::{Outcomes, Summary};
 
 use super::object::BindingObject;
-use super::summary;
+use super::status::summary;
 
 /// How long a burst of outcome changes may settle before summaries are compared.
 const SETTLE: Duration = Duration::from_millis(250);
@@ -34,7 +34,7 @@ struct State<K: BindingObject> {
 }
 
 /// The bindings (of the controller's `bindings` store) whose scope's summary changed.
-pub fn summary_changes<K: BindingObject>(
+pub(super) fn summary_changes<K: BindingObject>(
     outcomes: Outcomes,
     bindings: Store<K>,
 ) -> impl Stream<Item = ObjectRef<K>> + Send + 'static {

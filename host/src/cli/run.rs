@@ -18,12 +18,12 @@ use tracing::{error, info};
 
 use crate::api::names::{DEFAULT_SECRET_NAMESPACE, LEADER_ELECTION_ID};
 use crate::leader::{self, ElectionConfig};
-use crate::manager::{self, Settings};
+use crate::manager::{self, Config};
 use crate::policy::{Policies, PolicyArgs};
 use crate::provider::kubeconfig::Transport;
-use crate::registry::Ownership;
+use crate::registry::Shards;
 use crate::shared::Shared;
-use crate::sync::SyncSettings;
+use crate::sync::SyncConfig;
 use crate::telemetry::{Health, LogFormat, init_logging, serve_health, serve_metrics};
 use crate::{binding, connection, sharding};
 
@@ -120,13 +120,13 @@ impl RunArgs {
         })
     }
 
-    fn settings(&self) -> Settings {
+    fn settings(&self) -> Config {
         let provider_transport = if self.allow_insecure_provider {
             Transport::AllowInsecure
         } else {
             Transport::VerifiedTls
         };
-        Settings {
+        Config {
             connection: connection::Config {
                 resync: self.connection_resync,
                 secret_namespace: self.secret_namespace.clone(),
@@ -134,20 +134,20 @@ impl RunArgs {
                 provider_grace_period: self.provider_grace_period,
                 ..connection::Config::default()
             },
-            binding: binding::Settings {
+            binding: binding::Config {
                 status_interval: self.binding_resync,
                 secret_namespace: self.secret_namespace.clone(),
                 konnector_namespace: self.namespace.clone().filter(|ns| !ns.is_empty()),
                 provider_transport,
-                sync: SyncSettings {
+                sync: SyncConfig {
                     resync_interval: self.instance_resync,
                     concurrency: self.sync_concurrency.max(1),
                     stop_grace: self
                         .sharding()
-                        .map_or(SyncSettings::default().stop_grace, |s| s.stop_grace()),
-                    ..SyncSettings::default()
+                        .map_or(SyncConfig::default().stop_grace, |s| s.stop_grace()),
+                    ..SyncConfig::default()
                 },
-                ..binding::Settings::default()
+                ..binding::Config::default()
             },
         }
     }
@@ -226,7 +226,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let mut shared = Shared::new(client, policies, args.pod_name.clone());
     let coordinator = sharding.map(|config| {
         info!(identity = %config.identity, namespace = %config.namespace, "sharding the work over replicas");
-        shared.ownership = Ownership::new(true, &config.identity, &config.namespace);
+        shared.shards = Shards::new(true, &config.identity, &config.namespace);
         // Its own token: it releases the Leases only after the controllers have stopped.
         let token = CancellationToken::new();
         let task = tokio::spawn(crate::sharding::run(shared.clone(), config, token.clone()));

@@ -193,7 +193,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
         )
         // A Connection shard acquired or given up: its Connection is reconciled at once, as
         // owner or as follower.
-        .reconcile_all_on(ctx.shared.ownership.connection_changes())
+        .reconcile_all_on(ctx.shared.shards.connection_changes())
         .graceful_shutdown_on(shutdown.cancelled_owned())
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
@@ -213,7 +213,7 @@ async fn reconcile(
     let api: Api<Connection> = Api::all(ctx.shared.consumer.clone());
     let name = connection.name_any();
     // Held for the whole reconcile: the shard is not handed over while it writes.
-    let Some(_work) = ctx.shared.ownership.claim_connection(&name) else {
+    let Some(_work) = ctx.shared.shards.claim_connection(&name) else {
         // Another replica holds this Connection's shard: engage for the API shards run here,
         // write nothing (not even the finalizer).
         return follow::follow(&connection, &ctx)
@@ -229,7 +229,7 @@ async fn reconcile(
     let result = tokio::select! {
         result = work => result,
         // The shard lapsed (its Lease could not be renewed): stop here, mid-way if need be.
-        () = ctx.shared.ownership.connection_lost(&name) => {
+        () = ctx.shared.shards.connection_lost(&name) => {
             Err(finalizer::Error::ApplyFailed(Error::ShardLost(name.clone())))
         }
     };

@@ -57,7 +57,7 @@ pub use types::{
     SchemaInput, SchemaVersion, SkipReason, SkippedObject,
 };
 
-pub use validate::{PROTECTED_NAMESPACES, is_protected_namespace, placement as check_placement};
+pub use validate::placement as check_placement;
 pub use warm::DEFAULT_REUSE;
 
 use bindings::{conflict, placement, related, schema};

@@ -89,10 +89,8 @@ macro_rules! role_module {
     };
     (
         $world:ident::$pre:ident for $role:ident as $instance:ident;
-        input $input:ident by $convert:path;
-        output $wit_output:ty => $output:ty;
-        invoke |$inst:ident, $store:ident, $arg:ident| $invoke:expr;
-        $($finish:tt)+
+        $input:ident by $convert:path => $wit_output:ty => $output:ty;
+        $interface:ident.$export:ident, $($finish:tt)+
     ) => {
         impl RoleModule for $world::$pre<HostState> {
             const ROLE: PolicyRole = PolicyRole::$role;
@@ -119,11 +117,11 @@ macro_rules! role_module {
                 self.instantiate_async(store)
             }
             fn invoke<'a>(
-                $inst: &'a Self::Instance,
-                $store: &'a mut Store<HostState>,
-                $arg: &'a Self::WitInput,
+                instance: &'a Self::Instance,
+                store: &'a mut Store<HostState>,
+                input: &'a Self::WitInput,
             ) -> impl Future<Output = wasmtime::Result<Self::WitOutput>> + Send + 'a {
-                $invoke
+                instance.$interface().$export(store, input)
             }
             role_module!(@finish $input => $output; $($finish)+);
         }
@@ -140,18 +138,14 @@ macro_rules! role_module {
 
 role_module! {
     conflict::ConflictPolicyPre for ConflictPolicy;
-    input ConflictInput by bindings::conflict_input;
-    output Result<conflict::iface::Decision, String> => ConflictDecision;
-    invoke |instance, store, input| instance.kbind_policy_conflict().call_decide(store, input);
-    checked by bindings::conflict_decision, validate::decision;
+    ConflictInput by bindings::conflict_input => Result<conflict::iface::Decision, String> => ConflictDecision;
+    kbind_policy_conflict.call_decide, checked by bindings::conflict_decision, validate::decision;
 }
 
 role_module! {
     schema::SchemaSynthesisPre for SchemaSynthesis;
-    input SchemaInput by bindings::schema_input;
-    output Result<String, schema::iface::SynthesisError> => CustomResourceDefinition;
-    invoke |instance, store, input| instance.kbind_policy_schema().call_synthesize(store, input);
-    finish |answer, input| {
+    SchemaInput by bindings::schema_input => Result<String, schema::iface::SynthesisError> => CustomResourceDefinition;
+    kbind_policy_schema.call_synthesize, finish |answer, input| {
         let json = answer.map_err(|e| {
             Refusal::Rejected(if e.path.is_empty() {
                 e.message
@@ -165,16 +159,12 @@ role_module! {
 
 role_module! {
     related::RelatedSelectionPre for RelatedSelection;
-    input RelatedInput by bindings::related_input;
-    output Result<related::iface::RelatedPlan, String> => RelatedPlan;
-    invoke |instance, store, input| instance.kbind_policy_related().call_select(store, input);
-    checked by bindings::related_plan, validate::plan;
+    RelatedInput by bindings::related_input => Result<related::iface::RelatedPlan, String> => RelatedPlan;
+    kbind_policy_related.call_select, checked by bindings::related_plan, validate::plan;
 }
 
 role_module! {
     placement::PlacementPolicyPre for Placement as PlacementPolicy;
-    input PlacementInput by bindings::placement_input;
-    output Result<placement::iface::Location, String> => Placement;
-    invoke |instance, store, input| instance.kbind_policy_placement().call_place(store, input);
-    checked by bindings::placement_location, validate::placement;
+    PlacementInput by bindings::placement_input => Result<placement::iface::Location, String> => Placement;
+    kbind_policy_placement.call_place, checked by bindings::placement_location, validate::placement;
 }

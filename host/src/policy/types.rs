@@ -8,13 +8,12 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::api::names::{
-    CONSUMER_CLUSTER_UID_ANNOTATION, CONSUMER_OBJECT_UID_ANNOTATION, RELATED_BINDING_ANNOTATION,
-};
+use crate::api::names::RELATED_BINDING_ANNOTATION;
 use crate::api::{
     ConflictPolicy, IsolationInForce, Reason, RelatedDirection, RelatedResource,
     RelatedResourceKind, ResourceScope,
 };
+pub use crate::markers::OwnershipMarkers;
 
 /// What the conflict policy is asked before a provider write.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
@@ -31,28 +30,6 @@ pub struct ConflictInput {
     /// when no such object exists.
     #[serde(default)]
     pub target: Option<OwnershipMarkers>,
-}
-
-/// The consumer ownership annotations found on a provider object.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
-#[serde(rename_all = "camelCase")]
-pub struct OwnershipMarkers {
-    /// `core.kbind.io/consumer-cluster-uid`, if present.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cluster_uid: Option<String>,
-    /// `core.kbind.io/consumer-object-uid`, if present.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub object_uid: Option<String>,
-}
-
-impl OwnershipMarkers {
-    /// Reads the markers from an object's annotations.
-    pub fn from_annotations(annotations: &BTreeMap<String, String>) -> Self {
-        Self {
-            cluster_uid: annotations.get(CONSUMER_CLUSTER_UID_ANNOTATION).cloned(),
-            object_uid: annotations.get(CONSUMER_OBJECT_UID_ANNOTATION).cloned(),
-        }
-    }
 }
 
 /// The conflict policy's verdict.

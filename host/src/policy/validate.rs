@@ -12,6 +12,7 @@ use std::collections::BTreeSet;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 
 use crate::api::{ConflictPolicy, ResourceScope};
+use crate::markers::{PROTECTED_NAMESPACES, is_protected_namespace};
 
 use super::types::{
     ConflictDecision, ConflictInput, Placement, PlacementInput, RelatedInput, RelatedPlan,
@@ -180,18 +181,6 @@ pub(crate) fn plan(plan: &RelatedPlan, input: &RelatedInput) -> Result<(), Strin
         }
     }
     Ok(())
-}
-
-/// The cluster's own namespaces, where no placement may put a copy (the WIT `placement`
-/// interface). The sync engine adds the Connection's heartbeat namespace, which only it knows,
-/// through [`is_protected_namespace`]. The same list guards related copies
-/// (`binding::related_guard::SYSTEM_NAMESPACES`).
-pub const PROTECTED_NAMESPACES: [&str; 3] = ["kube-system", "kube-public", "kube-node-lease"];
-
-/// Whether `namespace` is one of [`PROTECTED_NAMESPACES`], so that every caller refuses the same
-/// namespaces the placement check refuses.
-pub fn is_protected_namespace(namespace: &str) -> bool {
-    PROTECTED_NAMESPACES.contains(&namespace)
 }
 
 /// Checks a placement before anything is written there: the namespace matches the API's scope,
@@ -690,14 +679,6 @@ mod tests {
             assert!(e.is_err_and(|e| e.contains("is protected")), "{namespace}");
         }
         assert!(!is_protected_namespace("team-a"));
-    }
-
-    #[test]
-    fn the_protected_namespaces_are_those_related_copies_never_touch() {
-        assert_eq!(
-            PROTECTED_NAMESPACES,
-            crate::binding::related_guard::SYSTEM_NAMESPACES
-        );
     }
 
     #[test]

@@ -20,6 +20,8 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::APIGroup;
 use kube::api::{Api, ListParams};
 use kube::core::Version;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
 
 use super::{ApiFailure, classify};
 use crate::api::names::EXPORTED_LABEL;
@@ -183,7 +185,7 @@ pub fn exported_from_crd(crd: &CustomResourceDefinition) -> ExportedApi {
 }
 
 /// Whether a group is one of Kubernetes' (or kcp's, or kbind's) own: never exported, whichever
-/// the source, and never installed, bound or deleted on the consumer (`schema::ownership`).
+/// the source, and never installed, bound or deleted on the consumer (`schema::managed`).
 pub fn is_builtin_group(group: &str) -> bool {
     group.is_empty()
         || !group.contains('.')
@@ -284,7 +286,18 @@ fn openapi_revision(
         .map(|version| documents.get(&format!("apis/{}/{version}", api.group)))
         .collect::<Option<Vec<_>>>()?;
     let facts = serde_json::json!({ "entries": entries, "documents": urls });
-    Some(crate::schema::source_hash(&facts))
+    Some(source_hash(&facts))
+}
+
+/// Hash of a schema source as JSON: what discovery reports as an API's revision and what
+/// the schema installer records as applied, so the two compare.
+pub fn source_hash(source: &impl Serialize) -> String {
+    let bytes = serde_json::to_vec(source).unwrap_or_default();
+    Sha256::digest(&bytes)
+        .iter()
+        .take(16)
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// The resources (not subresources) of every version a group serves, versions in

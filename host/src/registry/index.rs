@@ -72,7 +72,7 @@ pub struct Entry {
 
 /// The binding that selects an instance, and the policy it brings.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Coverage {
+pub struct Selection {
     /// The selecting binding.
     pub binding: BindingKey,
     /// Its conflict policy.
@@ -82,7 +82,7 @@ pub struct Coverage {
 /// Who selects instances of one (Connection, API), per scope: `None` is the ClusterBinding
 /// that selects in every namespace and cluster-scoped instances, `Some(ns)` the Binding of a
 /// namespace (each the first by rank).
-pub type Scopes = BTreeMap<Option<String>, Coverage>;
+pub type Scopes = BTreeMap<Option<String>, Selection>;
 
 /// Which instances of an API a change of its [`Scopes`] concerns.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -185,12 +185,12 @@ impl BindingIndex {
 
     /// The Ready binding that selects an instance of `api` through `connection` in
     /// `namespace` (`None` for a cluster-scoped instance, which only a ClusterBinding selects).
-    pub fn covering(
+    pub fn selecting(
         &self,
         connection: &str,
         api: &str,
         namespace: Option<&str>,
-    ) -> Option<Coverage> {
+    ) -> Option<Selection> {
         self.entries
             .iter()
             .filter(|(_, e)| e.ready && e.connection == connection && e.apis.contains_key(api))
@@ -199,7 +199,7 @@ impl BindingIndex {
                 BindingKey::Namespaced { namespace: ns, .. } => Some(ns.as_str()) == namespace,
             })
             .min_by(|(ka, ea), (kb, eb)| rank(ka, ea).cmp(&rank(kb, eb)))
-            .map(|(key, e)| Coverage {
+            .map(|(key, e)| Selection {
                 binding: key.clone(),
                 conflict_policy: e.conflict_policy,
             })
@@ -219,7 +219,7 @@ impl BindingIndex {
                 BindingKey::Cluster { .. } => None,
                 BindingKey::Namespaced { namespace, .. } => Some(namespace.clone()),
             };
-            scopes.entry(scope).or_insert_with(|| Coverage {
+            scopes.entry(scope).or_insert_with(|| Selection {
                 binding: key.clone(),
                 conflict_policy: entry.conflict_policy,
             });
@@ -356,19 +356,19 @@ mod tests {
     fn namespaced_binding_selects_only_its_namespace() {
         let mut index = BindingIndex::default();
         index.apply(ns("team-a", "b"), entry("p", &[W], Fail, 1));
-        assert!(index.covering("p", W, Some("team-a")).is_some());
-        assert!(index.covering("p", W, Some("team-b")).is_none());
+        assert!(index.selecting("p", W, Some("team-a")).is_some());
+        assert!(index.selecting("p", W, Some("team-b")).is_none());
         assert!(
-            index.covering("p", W, None).is_none(),
+            index.selecting("p", W, None).is_none(),
             "cluster-scoped needs a ClusterBinding"
         );
         assert!(
-            index.covering("q", W, Some("team-a")).is_none(),
+            index.selecting("q", W, Some("team-a")).is_none(),
             "other Connection"
         );
         assert!(
             index
-                .covering("p", "gadgets.example.org", Some("team-a"))
+                .selecting("p", "gadgets.example.org", Some("team-a"))
                 .is_none()
         );
     }
@@ -377,8 +377,8 @@ mod tests {
     fn cluster_binding_selects_every_namespace_and_cluster_scope() {
         let mut index = BindingIndex::default();
         index.apply(cluster("all"), entry("p", &[W], Fail, 1));
-        assert!(index.covering("p", W, Some("anything")).is_some());
-        assert!(index.covering("p", W, None).is_some());
+        assert!(index.selecting("p", W, Some("anything")).is_some());
+        assert!(index.selecting("p", W, None).is_some());
     }
 
     #[test]
@@ -388,7 +388,7 @@ mod tests {
             (ns("team-a", "b"), entry("p", &[W], Adopt, 1)),
             (cluster("c"), entry("p", &[W], Fail, 9)),
         ]);
-        let cov = index.covering("p", W, Some("team-a")).expect("covered");
+        let cov = index.selecting("p", W, Some("team-a")).expect("covered");
         assert_eq!(cov.binding, cluster("c"));
         assert_eq!(cov.conflict_policy, Fail);
     }
@@ -396,7 +396,7 @@ mod tests {
     #[test]
     fn binding_policy_applies_when_no_cluster_binding_covers() {
         let index = index_of([(ns("team-a", "b"), entry("p", &[W], Adopt, 1))]);
-        let cov = index.covering("p", W, Some("team-a")).expect("covered");
+        let cov = index.selecting("p", W, Some("team-a")).expect("covered");
         assert_eq!(cov.conflict_policy, Adopt);
     }
 
@@ -406,7 +406,7 @@ mod tests {
         let mut e = entry("p", &[W], Fail, 1);
         e.ready = false;
         index.apply(cluster("c"), e);
-        assert!(index.covering("p", W, Some("x")).is_none());
+        assert!(index.selecting("p", W, Some("x")).is_none());
         assert!(index.active().is_empty());
     }
 

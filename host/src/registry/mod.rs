@@ -4,7 +4,7 @@
 //! supervisor and the syncers only read.
 //!
 //! ```text
-//! shard coordinator ─────▶ Ownership (what this replica may write)
+//! shard coordinator ─────▶ Shards (what this replica may write)
 //! Connection controller ──▶ Engagements ──┐
 //! binding controllers ────▶ BindingIndex ─┴──▶ supervisor, syncers, binding controllers
 //! ```
@@ -12,12 +12,14 @@
 mod engagements;
 pub mod index;
 pub mod outcomes;
-mod ownership;
+mod shards;
+mod summary;
 mod syncers;
 mod tally;
 
 pub use engagements::{Engaged, Engagement, Engagements};
-pub use index::{BindingIndex, BindingKey, Coverage, Entry, Reach, Scopes, SharedIndex, reach};
-pub use outcomes::{ApiKey, DeniedBy, Outcome, Outcomes, Recorded, Summary};
-pub use ownership::{ConnectionWork, Owned, Ownership};
+pub use index::{BindingIndex, BindingKey, Entry, Reach, Scopes, Selection, SharedIndex, reach};
+pub use outcomes::{ApiKey, DeniedBy, Outcome, Outcomes, Recorded};
+pub use shards::{ConnectionWork, Held, Shards};
+pub use summary::{Failing, Summary};
 pub use syncers::RunningSyncers;

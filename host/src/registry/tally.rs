@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::api::Reason;
 
-use super::outcomes::Outcome;
+use super::summary::Outcome;
 
 /// One namespace's outcomes and their running counts.
 #[derive(Debug, Default)]

@@ -13,8 +13,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use serde::Serialize;
-use sha2::{Digest, Sha256};
 
 /// The memory of applied schemas; cheap to clone, shared by the binding controllers.
 #[derive(Clone, Default)]
@@ -114,16 +112,6 @@ impl AppliedSchemas {
             map.remove(&(connection.to_owned(), api.to_owned()));
         }
     }
-}
-
-/// Hash of a schema source as JSON.
-pub fn source_hash(source: &impl Serialize) -> String {
-    let bytes = serde_json::to_vec(source).unwrap_or_default();
-    Sha256::digest(&bytes)
-        .iter()
-        .take(16)
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::ownership::Refusal;
+use super::managed::Refusal;
 use crate::policy::PolicyError;
 
 /// Why a schema could not be installed.

@@ -7,16 +7,17 @@ use kube::api::{Api, Patch, PatchParams};
 use sha2::{Digest, Sha256};
 use tracing::debug;
 
-use super::applied::{AppliedSchemas, source_hash};
+use super::applied::AppliedSchemas;
 use super::error::SchemaError;
+use super::managed;
 use super::openapi::fetch_facts;
-use super::ownership;
 use super::sanitize::{Versioning, consumer_crd};
 use super::taken::{TakenNames, collision};
 use super::versions::Conversion;
 use crate::api::names::FIELD_MANAGER;
 use crate::api::{ExportedApi, SchemaSource, UpdatePolicy};
 use crate::policy::{Policies, SchemaInput};
+use crate::provider::discovery::source_hash;
 use crate::telemetry::{ApiLabels, metrics};
 
 /// How often the Established condition is polled while waiting.
@@ -77,7 +78,7 @@ pub async fn ensure_installed(
     let existing = crds.get_opt(&api.name).await.map_err(apply_failed)?;
     // The host decides what may be touched, whatever the source: never a protected group,
     // never a CRD kbind did not install for this Connection.
-    ownership::check(&api.name, existing.as_ref(), connection)?;
+    managed::check(&api.name, existing.as_ref(), connection)?;
     if let Some(existing) = &existing
         && as_applied(applied, target, existing)
     {
@@ -145,7 +146,7 @@ pub fn as_applied(
     existing: &CustomResourceDefinition,
 ) -> bool {
     let name = &target.api.name;
-    ownership::check(name, Some(existing), target.connection).is_ok()
+    managed::check(name, Some(existing), target.connection).is_ok()
         && is_established(existing)
         && (target.update == UpdatePolicy::Once
             || target.revision.is_some_and(|revision| {

@@ -3,7 +3,7 @@
 //! The CRD comes from the provider's own CRD (CRD source) or is synthesized from discovery and
 //! `/openapi/v3` by the schema-synthesis policy (OpenAPI source); either way the host cuts it
 //! down to what a consumer needs ([`sanitize`]). Installed CRDs carry
-//! `core.kbind.io/connection`, which pins the API to that Connection; [`ownership`] is the one
+//! `core.kbind.io/connection`, which pins the API to that Connection; [`managed`] is the one
 //! rule deciding which consumer CRDs kbind may install, update or delete: never one of a
 //! protected group, never one kbind did not install for the same Connection.
 //! `updatePolicy: Once` leaves an installed CRD as it is; `Always` applies again only when
@@ -15,20 +15,20 @@
 mod applied;
 mod error;
 mod install;
+pub mod managed;
 mod openapi;
-pub mod ownership;
 pub mod sanitize;
 pub mod taken;
 mod target;
 pub mod versions;
 
-pub use applied::{AppliedSchemas, source_hash};
+pub use applied::AppliedSchemas;
 pub use error::SchemaError;
 pub use install::{
     Installed, Target, as_applied, ensure_installed, established, is_established, schema_hash,
 };
+pub use managed::Refusal;
 pub use openapi::{ApiFacts, VersionFacts, fetch_facts};
-pub use ownership::Refusal;
 pub use sanitize::{Versioning, consumer_crd};
 pub use taken::{Collision, TakenNames};
 pub use target::ApiTarget;

@@ -17,17 +17,18 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
-use super::leases::{Leases, live_holder, long_abandoned, recorded_holder, takeable};
-use super::{Config, MEMBER_LABEL, SHARD_ANNOTATION, SHARD_KIND_LABEL, Shard, member_lease_name};
+use super::decision::{Decision, Hold, decide};
+use super::leases::{Leases, live_holder};
+use super::{Config, MEMBER_LABEL, SHARD_ANNOTATION, SHARD_KIND_LABEL, Shard};
 use crate::api::Connection;
 use crate::shared::Shared;
 use crate::telemetry::{HandoverLabels, ShardKindLabels, metrics};
 
 /// A shard this replica holds.
 #[derive(Debug)]
-struct Held {
+pub(super) struct HeldShard {
     /// When its work must have stopped: the start of its last successful renewal plus the
     /// renew deadline.
     valid_until: Instant,
@@ -38,15 +39,15 @@ struct Held {
 }
 
 /// The coordinator's state between ticks.
-struct Coordinator {
-    shared: Shared,
-    config: Config,
-    leases: Leases,
-    held: BTreeMap<Shard, Held>,
-    member: Option<Lease>,
-    member_valid_until: Option<Instant>,
+pub(super) struct Coordinator {
+    pub(super) shared: Shared,
+    pub(super) config: Config,
+    pub(super) leases: Leases,
+    pub(super) held: BTreeMap<Shard, HeldShard>,
+    pub(super) member: Option<Lease>,
+    pub(super) member_valid_until: Option<Instant>,
     /// Ticks so far, to collect Leases left behind every [`GARBAGE_EVERY`] ticks.
-    ticks: u64,
+    pub(super) ticks: u64,
 }
 
 /// Every this many ticks (about a minute at the default retry period) a replica deletes the
@@ -106,7 +107,7 @@ pub async fn run(shared: Shared, config: Config, shutdown: CancellationToken) {
 
 /// Runs `request` with the coordinator's bound: a Lease request that outlasts the retry period
 /// counts as failed.
-async fn bounded<T>(
+pub(super) async fn bounded<T>(
     period: Duration,
     request: impl Future<Output = kube::Result<T>>,
 ) -> Option<kube::Result<T>> {
@@ -114,7 +115,7 @@ async fn bounded<T>(
 }
 
 impl Coordinator {
-    fn me(&self) -> &str {
+    pub(super) fn me(&self) -> &str {
         &self.config.identity
     }
 
@@ -177,78 +178,6 @@ impl Coordinator {
         Ok(())
     }
 
-    /// Renews (or creates) this replica's membership Lease.
-    async fn renew_membership(&mut self, started: Instant) {
-        let name = member_lease_name(self.me());
-        let period = self.config.retry_period;
-        let written = match &self.member {
-            Some(lease) => bounded(period, self.leases.renew(lease)).await,
-            None => {
-                let existing = bounded(period, self.leases.list(MEMBER_LABEL)).await;
-                match existing {
-                    Some(Ok(mut found)) => match found.remove(&name) {
-                        Some(lease) => bounded(period, self.leases.take(&lease)).await,
-                        None => {
-                            let labels = BTreeMap::from([(MEMBER_LABEL.into(), "true".into())]);
-                            bounded(period, self.leases.create(&name, labels, BTreeMap::new()))
-                                .await
-                        }
-                    },
-                    other => other.map(|r| r.map(|_| Lease::default())),
-                }
-            }
-        };
-        metrics()
-            .shard_lease_renew
-            .observe(started.elapsed().as_secs_f64());
-        match written {
-            Some(Ok(lease)) if lease.metadata.name.is_some() => {
-                self.member = Some(lease);
-                self.member_valid_until = Some(started + self.config.renew_deadline);
-            }
-            failed => {
-                // A conflict or a refusal: read it again next time.
-                self.member = None;
-                warn!(error = ?failed.and_then(|r| r.err()), "renewing the membership Lease failed");
-            }
-        }
-    }
-
-    /// Deletes the Leases left behind: membership Leases of replicas gone for long (a
-    /// Deployment's Pods get new names), and released shard Leases of shards that no longer
-    /// exist. Each delete is conditional on the Lease being as read, so it never races a take.
-    async fn collect_garbage(
-        &self,
-        members: &BTreeMap<String, Lease>,
-        recorded: &BTreeMap<String, Lease>,
-        shards: &BTreeSet<Shard>,
-        now: Timestamp,
-    ) {
-        let current: BTreeSet<String> = shards.iter().map(Shard::lease_name).collect();
-        let left_behind = members
-            .values()
-            .chain(recorded.values().filter(|l| {
-                l.metadata
-                    .name
-                    .as_ref()
-                    .is_some_and(|name| !current.contains(name))
-            }))
-            .filter(|lease| long_abandoned(lease, now));
-        for lease in left_behind {
-            match bounded(
-                self.config.retry_period,
-                self.leases.delete_unchanged(lease),
-            )
-            .await
-            {
-                Some(Ok(())) => info!(lease = ?lease.metadata.name, "deleted a Lease left behind"),
-                failed => {
-                    debug!(lease = ?lease.metadata.name, error = ?failed.and_then(|r| r.err()), "a Lease left behind stays for now")
-                }
-            }
-        }
-    }
-
     /// Every shard there is: one per Connection, one per (Connection, API) the Ready bindings
     /// use.
     async fn shards(&self) -> Result<BTreeSet<Shard>, String> {
@@ -289,29 +218,30 @@ impl Coordinator {
         let everything: BTreeSet<&Shard> = assigned.iter().chain(self.held.keys()).collect();
         for shard in everything {
             let lease = recorded.get(&shard.lease_name());
-            let mine = assigned.contains(shard);
-            match (self.held.get(shard), lease) {
-                (Some(_), lease) if lease.and_then(recorded_holder) != Some(self.me()) => {
-                    work.push(Action::Lost(shard.clone()));
-                }
-                (Some(held), Some(lease)) if mine && !held.releasing => {
-                    work.push(Action::Renew(shard.clone(), lease.clone()));
-                }
-                (Some(held), Some(lease)) => {
-                    if held.releasing && self.stopped(shard) {
-                        work.push(Action::Release(shard.clone(), lease.clone()));
-                    } else {
-                        // Still stopping: keep the Lease alive until the work is gone.
-                        work.push(Action::Stop(shard.clone(), lease.clone()));
-                    }
-                }
-                (Some(_), None) => work.push(Action::Lost(shard.clone())),
-                (None, Some(lease)) if mine && takeable(lease, self.me(), now) => {
-                    work.push(Action::Take(shard.clone(), lease.clone()));
-                }
-                (None, None) if mine => work.push(Action::Create(shard.clone())),
-                (None, _) => {}
-            }
+            let hold = self.held.get(shard).map(|held| Hold {
+                releasing: held.releasing,
+                stopped: held.releasing && self.stopped(shard),
+            });
+            let shard = shard.clone();
+            work.push(
+                match (
+                    decide(self.me(), hold, lease, assigned.contains(&shard), now),
+                    lease,
+                ) {
+                    (Decision::Lost, _) => Action::Lost(shard),
+                    (Decision::Renew, Some(lease)) => Action::Renew(shard, lease.clone()),
+                    (Decision::Stop, Some(lease)) => Action::Stop(shard, lease.clone()),
+                    (Decision::Release, Some(lease)) => Action::Release(shard, lease.clone()),
+                    (Decision::Take, Some(lease)) => Action::Take(shard, lease.clone()),
+                    (Decision::Create, _) => Action::Create(shard),
+                    // A decision that needs a Lease is only ever taken with one.
+                    (
+                        Decision::Renew | Decision::Stop | Decision::Release | Decision::Take,
+                        None,
+                    )
+                    | (Decision::Wait, _) => continue,
+                },
+            );
         }
         // A shard whose work has stopped is given up here, before its Lease is: from this line
         // on this replica does not count it as held, so its log never shows it held after the
@@ -383,7 +313,7 @@ impl Coordinator {
                 handover(&shard, "acquired");
                 self.held.insert(
                     shard,
-                    Held {
+                    HeldShard {
                         valid_until,
                         releasing: false,
                         lease,
@@ -403,7 +333,7 @@ impl Coordinator {
     /// Connection shard's reconciles that started while it was held have ended.
     fn stopped(&self, shard: &Shard) -> bool {
         match shard {
-            Shard::Connection(connection) => !self.shared.ownership.connection_busy(connection),
+            Shard::Connection(connection) => !self.shared.shards.connection_busy(connection),
             Shard::Api { connection, api } => !self.shared.syncers.contains(connection, api),
         }
     }
@@ -447,14 +377,12 @@ impl Coordinator {
         owned
             .get_or_create(&ShardKindLabels { kind: "api" })
             .set(gauge(apis.len()));
-        self.shared.ownership.publish(connections, apis);
+        self.shared.shards.publish(connections, apis);
     }
 
     /// On shutdown: gives every Lease up so the other replicas take the shards at once.
     async fn release_all(&mut self) {
-        self.shared
-            .ownership
-            .publish(BTreeSet::new(), BTreeSet::new());
+        self.shared.shards.publish(BTreeSet::new(), BTreeSet::new());
         let period = self.config.retry_period;
         let held = std::mem::take(&mut self.held);
         let leases = &self.leases;
@@ -479,7 +407,7 @@ impl Coordinator {
     }
 }
 
-/// What to do with one shard's Lease this tick.
+/// One shard's Lease request this tick, as [`decide`] chose it.
 #[derive(Debug)]
 enum Action {
     /// Held here but the Lease names another holder (or is gone).

@@ -22,7 +22,9 @@
 //! apiserver, as kube-controller-manager's leader election does.
 
 mod coordinator;
+mod decision;
 mod leases;
+mod membership;
 pub mod rendezvous;
 
 use std::time::Duration;
@@ -170,7 +172,7 @@ impl Shard {
 /// shard's Lease has a live holder. Always false without sharding; true when the Lease cannot
 /// be read (a drain waiting on it retries rather than racing a syncer).
 pub async fn api_shard_held(shared: &crate::shared::Shared, connection: &str, api: &str) -> bool {
-    if !shared.ownership.sharded() {
+    if !shared.shards.sharded() {
         return false;
     }
     let shard = Shard::Api {
@@ -178,7 +180,7 @@ pub async fn api_shard_held(shared: &crate::shared::Shared, connection: &str, ap
         api: api.to_string(),
     };
     let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
-        kube::Api::namespaced(shared.consumer.clone(), shared.ownership.lease_namespace());
+        kube::Api::namespaced(shared.consumer.clone(), shared.shards.lease_namespace());
     match leases.get_opt(&shard.lease_name()).await {
         Ok(Some(lease)) => live_holder(&lease, k8s_openapi::jiff::Timestamp::now()).is_some(),
         Ok(None) => false,

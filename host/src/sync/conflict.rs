@@ -11,21 +11,17 @@
 //! (`Create` only for an absent target, `UpdateOwned` only on both of our markers, `Adopt`
 //! only under `conflictPolicy: Adopt` on an unmarked target); a refused answer is a policy
 //! failure on the object. What stays here is reading the markers (both UID annotations, never
-//! the managed label or the name: spec, "The ownership check uses both UIDs") and the
-//! deletion path's "is this copy ours" check, which is not a policy choice: deletion only
-//! ever touches a copy carrying exactly this object's markers.
-
-use kube::ResourceExt;
-use kube::api::DynamicObject;
+//! the managed label or the name: spec, "The ownership check uses both UIDs"). The deletion
+//! path's "is this copy ours" check is not a policy choice and lives in `crate::markers`.
 
 use crate::api::ConflictPolicy;
 use crate::api::Reason;
-use crate::policy::{ConflictInput, ConflictReason, OwnershipMarkers};
+use crate::policy::{ConflictInput, ConflictReason};
 
-use super::cached_copy::CachedCopy;
+use super::cache::copy::CachedCopy;
 
 /// The question for the conflict policy about writing `consumer`'s copy over `target`.
-pub fn conflict_input(
+pub(super) fn conflict_input(
     consumer_cluster_uid: &str,
     consumer_object_uid: &str,
     policy: ConflictPolicy,
@@ -39,19 +35,8 @@ pub fn conflict_input(
     }
 }
 
-/// Whether `target` carries both markers naming exactly this consumer cluster and object.
-pub fn owned_by(
-    target: &DynamicObject,
-    consumer_cluster_uid: &str,
-    consumer_object_uid: &str,
-) -> bool {
-    let markers = OwnershipMarkers::from_annotations(target.annotations());
-    markers.cluster_uid.as_deref() == Some(consumer_cluster_uid)
-        && markers.object_uid.as_deref() == Some(consumer_object_uid)
-}
-
 /// The text stored in the consumer's `core.kbind.io/conflict` annotation: reason and message.
-pub fn conflict_annotation_value(reason: ConflictReason, message: &str) -> String {
+pub(super) fn conflict_annotation_value(reason: ConflictReason, message: &str) -> String {
     format!("{}: {message}", Reason::from(reason).as_str())
 }
 
@@ -61,6 +46,8 @@ mod tests {
     use crate::api::names::{
         CONSUMER_CLUSTER_UID_ANNOTATION, CONSUMER_OBJECT_UID_ANNOTATION, MANAGED_LABEL,
     };
+    use crate::markers::owned_by;
+    use kube::api::DynamicObject;
     use std::collections::BTreeMap;
 
     fn target(annotations: &[(&str, &str)]) -> DynamicObject {

@@ -14,28 +14,23 @@
 //! An unreachable provider or a provider-side finalizer therefore holds the consumer deletion
 //! open, visibly: the finalizer stays and an Event says what it waits for.
 
-use kube::ResourceExt;
-use kube::api::{DeleteParams, DynamicObject, Preconditions};
+use kube::api::DynamicObject;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use tracing::{debug, info};
 
 use crate::api::Reason;
-use crate::api::names::{DELETION_POLICY_ANNOTATION, DELETION_POLICY_ORPHAN, SYNCER_FINALIZER};
+use crate::api::names::SYNCER_FINALIZER;
+use crate::markers::{CopyDeletion, copy_deletion, orphaned};
 
-use super::conflict::owned_by;
 use super::context::SyncContext;
 use super::report::publish;
 use super::{Error, Result};
 use crate::k8s::{ApiErrorExt, remove_finalizer};
 
 /// Runs the deletion path for an instance that carries the syncer finalizer.
-pub async fn cleanup(obj: &DynamicObject, ctx: &SyncContext) -> Result<Action> {
-    if obj
-        .annotations()
-        .get(DELETION_POLICY_ANNOTATION)
-        .is_some_and(|v| v == DELETION_POLICY_ORPHAN)
-    {
+pub(super) async fn cleanup(obj: &DynamicObject, ctx: &SyncContext) -> Result<Action> {
+    if orphaned(obj) {
         info!("deletion-policy Orphan: keeping the provider copy");
         release_finalizer(obj, ctx).await?;
         return Ok(Action::await_change());
@@ -53,53 +48,49 @@ pub async fn cleanup(obj: &DynamicObject, ctx: &SyncContext) -> Result<Action> {
     };
     // Spec: "Reads the provider target and checks both ownership UIDs." A live read: the
     // decision to delete must not rest on a cache.
-    let Some(target) = ctx.live_object(&place).await? else {
-        release_finalizer(obj, ctx).await?;
-        return Ok(Action::await_change());
-    };
-    let owned = owned_by(&target, &ctx.spec.consumer_cluster_uid, uid);
-    if !owned {
-        // Spec: "Deleting a conflicting consumer object does not delete the foreign provider
-        // object."
-        info!("provider object is not ours; releasing without deleting it");
-        release_finalizer(obj, ctx).await?;
-        return Ok(Action::await_change());
-    }
-    if target.metadata.deletion_timestamp.is_none() {
-        let params = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: target.metadata.uid.clone(),
-                resource_version: None,
-            }),
-            ..DeleteParams::default()
-        };
-        match ctx
-            .provider_api(place.namespace.as_deref())
-            .delete(&place.name, &params)
-            .await
-        {
-            Ok(_) => info!("provider copy deletion requested"),
-            Err(e) if e.is_not_found() => {
-                release_finalizer(obj, ctx).await?;
-                return Ok(Action::await_change());
-            }
-            // 409: the precondition failed, the object was replaced; look again.
-            Err(e) if e.is_conflict() => {
-                return Ok(Action::requeue(ctx.settings.error_backoff_base));
-            }
-            Err(e) => return Err(Error::DeleteFromProvider(e)),
+    let target = ctx.live_object(&place).await?;
+    match copy_deletion(target.as_ref(), &ctx.spec.consumer_cluster_uid, uid) {
+        CopyDeletion::Absent => {
+            release_finalizer(obj, ctx).await?;
+            return Ok(Action::await_change());
         }
-    } else {
-        debug!("provider copy is terminating");
-        publish(
-            ctx,
-            obj,
-            EventType::Normal,
-            Reason::Pending,
-            "Delete",
-            "waiting for the provider copy to be deleted (provider-side finalizers)",
-        )
-        .await;
+        CopyDeletion::NotOurs => {
+            // Spec: "Deleting a conflicting consumer object does not delete the foreign provider
+            // object."
+            info!("provider object is not ours; releasing without deleting it");
+            release_finalizer(obj, ctx).await?;
+            return Ok(Action::await_change());
+        }
+        CopyDeletion::Delete(params) => {
+            match ctx
+                .provider_api(place.namespace.as_deref())
+                .delete(&place.name, &params)
+                .await
+            {
+                Ok(_) => info!("provider copy deletion requested"),
+                Err(e) if e.is_not_found() => {
+                    release_finalizer(obj, ctx).await?;
+                    return Ok(Action::await_change());
+                }
+                // 409: the precondition failed, the object was replaced; look again.
+                Err(e) if e.is_conflict() => {
+                    return Ok(Action::requeue(ctx.settings.error_backoff_base));
+                }
+                Err(e) => return Err(Error::DeleteFromProvider(e)),
+            }
+        }
+        CopyDeletion::Terminating => {
+            debug!("provider copy is terminating");
+            publish(
+                ctx,
+                obj,
+                EventType::Normal,
+                Reason::Pending,
+                "Delete",
+                "waiting for the provider copy to be deleted (provider-side finalizers)",
+            )
+            .await;
+        }
     }
     // Spec: "Waits for the provider object to disappear before releasing the consumer
     // finalizer." The provider watch reports the disappearance; the poll is a backstop.

@@ -20,10 +20,11 @@ use crate::api::names::{
     MANAGED_LABEL,
 };
 
-use super::cached_copy::CachedCopy;
-use super::cached_instance::CachedInstance;
-use super::placement::{key_of, origin_annotations};
+use super::cache::copy::CachedCopy;
+use super::cache::instance::CachedInstance;
+use super::placement::origin_annotations;
 use crate::api::IsolationStrategy;
+use crate::markers::key_of;
 use crate::policy::Placement;
 
 /// The server-side apply body for the provider copy: identity, the managed label, the
@@ -31,7 +32,7 @@ use crate::policy::Placement;
 /// `spec`, nothing else. `resource_version` makes the apply fail if
 /// the target changed since it was read (the ownership check must hold for the object that
 /// is actually written).
-pub fn provider_copy(
+pub(super) fn provider_copy(
     consumer: &DynamicObject,
     place: &Placement,
     ar: &ApiResource,
@@ -72,7 +73,7 @@ pub fn provider_copy(
 /// (when placed elsewhere) is this one, identical `spec`. A copy written before the
 /// consumer-cluster label existed is rewritten once, so the label-selected provider watch sees
 /// it from then on.
-pub fn provider_copy_matches(
+pub(super) fn provider_copy_matches(
     target: &CachedCopy,
     consumer: &CachedInstance,
     strategy: IsolationStrategy,

@@ -23,7 +23,7 @@ use super::desired::spec_of;
 ///
 /// Fields nobody else owns (defaults, or what a mutating webhook adds to our own writes) are
 /// left alone: removing them would only bring them back and loop.
-pub fn foreign_extra_spec_fields(
+pub(super) fn foreign_extra_spec_fields(
     target: &DynamicObject,
     consumer: &DynamicObject,
 ) -> Vec<Vec<String>> {
@@ -91,7 +91,7 @@ fn owns(fields: &Value, path: &[String]) -> bool {
 /// longer has is still ours through that entry), this JSON patch folds the entry into our
 /// `Apply` entry, as client-go's `csaupgrade` does; the next apply then removes the field.
 /// Guarded by the resourceVersion it was computed on.
-pub fn create_time_ownership_patch(
+pub(super) fn create_time_ownership_patch(
     target: &DynamicObject,
     consumer: &DynamicObject,
 ) -> Option<Value> {
@@ -163,7 +163,7 @@ fn union_fields(into: &mut Value, other: &Value) {
 
 /// A JSON merge patch removing `paths` under `spec`, guarded by the resourceVersion the
 /// decision was made on.
-pub fn prune_patch(paths: &[Vec<String>], resource_version: Option<&str>) -> Value {
+pub(super) fn prune_patch(paths: &[Vec<String>], resource_version: Option<&str>) -> Value {
     let mut spec = json!({});
     for path in paths {
         let mut node = &mut spec;
@@ -197,7 +197,7 @@ mod tests {
 
     fn provider_of(c: &DynamicObject) -> DynamicObject {
         let ar = widgets();
-        let place = crate::sync::placement::same_place(&crate::sync::placement::key_of(c));
+        let place = crate::sync::placement::same_place(&crate::markers::key_of(c));
         let body = provider_copy(c, &place, &ar, "cluster-uid", "obj-uid", None);
         let mut p: DynamicObject = serde_json::from_value(body).expect("valid object");
         p.metadata.uid = Some("provider-uid".into());

@@ -21,7 +21,7 @@ use crate::api::{ConditionType, Reason};
 
 /// What the instance's `Synced` condition says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Synced<'a> {
+pub(super) enum Synced<'a> {
     /// The provider copy matches the spec of this generation.
     True {
         /// `metadata.generation` of the instance the copy was written from.
@@ -42,7 +42,7 @@ pub enum Synced<'a> {
 /// The status-subresource apply body for the instance, or `None` when it already is that:
 /// the provider copy's status when it has one, else the instance's current status, with `Synced` set
 /// as given (`None` leaves conditions as they are: the API's schema prunes them).
-pub fn instance_status(
+pub(super) fn instance_status(
     consumer: &DynamicObject,
     ar: &ApiResource,
     provider_status: Option<&Value>,
@@ -69,13 +69,13 @@ pub fn instance_status(
 
 /// Whether `status` (as the apiserver stored it) kept kbind's `Synced` condition; an API
 /// whose status schema prunes conditions never does.
-pub fn keeps_synced(status: Option<&Value>) -> bool {
+pub(super) fn keeps_synced(status: Option<&Value>) -> bool {
     conditions(status).any(|c| c["type"] == ConditionType::Synced.as_str())
 }
 
 /// Whether `status` already carries kbind's `Synced=False` with this reason and message: the
 /// failure was reported before, and its Warning Event need not be published again.
-pub fn already_says(status: Option<&Value>, reason: Reason, message: &str) -> bool {
+pub(super) fn already_says(status: Option<&Value>, reason: Reason, message: &str) -> bool {
     conditions(status).any(|c| {
         c["type"] == ConditionType::Synced.as_str()
             && c["status"] == "False"

@@ -11,45 +11,45 @@
 //!                              └─────────────── status copy back ◀───────────┘
 //! ```
 //!
-//! - [`supervisor`] owns syncer lifetimes; a syncer never outlives its Connection's engagement
+//! - `supervisor` owns syncer lifetimes; a syncer never outlives its Connection's engagement
 //!   (spec: "When a Connection becomes not Ready ... its per-API instance syncers stop").
-//! - [`syncer`] wires the two watches into one kube-runtime `Controller` keyed by the consumer
+//! - `syncer` wires the two watches into one kube-runtime `Controller` keyed by the consumer
 //!   object, which gives deduplication, bounded concurrency and no per-object tasks;
-//!   [`context`] is what its reconciles share.
-//! - [`reconcile`] and [`delete`] are the per-object logic (`write` creates or applies the
-//!   provider copy); [`desired`] and [`conflict`] are the pure parts they are built from;
-//!   [`placement`] says where on the provider each copy lives; [`cached_copy`] and
-//!   [`cached_instance`] are what the two caches keep of each copy and instance, keyed by a
-//!   shared [`cache_type`].
-//! - [`resync`] is the periodic backstop: one sweep per syncer over its consumer cache, spread
+//!   `context` is what its reconciles share.
+//! - `reconcile` and `delete` are the per-object logic (`write` creates or applies the
+//!   provider copy); `desired` and `conflict` are the pure parts they are built from;
+//!   `placement` says where on the provider each copy lives; `cache/` holds what the two
+//!   caches keep of each copy and instance, keyed by a shared type.
+//! - `resync` is the periodic backstop: one sweep per syncer over its consumer cache, spread
 //!   over the interval, queueing only the instances no longer in sync.
 //! - every reconcile leaves what it came to (in sync, conflict, failure reason) in the
 //!   registry's outcomes, for the binding controllers to summarise without listing instances.
 //!
 //! Losing a provider deletes nothing: syncers stop, finalizers stay, objects stay.
 
-pub mod cache_type;
-pub mod cached_copy;
-pub mod cached_instance;
-pub mod conflict;
-pub mod context;
-mod coverage;
-pub mod delete;
-pub mod desired;
-pub mod fields;
-pub mod instance_status;
-pub mod placement;
-pub mod reconcile;
+#![warn(unreachable_pub)]
+
+mod cache;
+mod conflict;
+mod context;
+mod delete;
+mod desired;
+mod fields;
+mod instance_status;
+mod placement;
+mod reconcile;
 mod recovery;
 mod report;
 mod resync;
-pub mod supervisor;
-pub mod syncer;
-pub mod watched;
+mod selection_changes;
+mod supervisor;
+mod syncer;
 mod write;
 
 use std::time::Duration;
 
+pub use cache::watched::Watched;
+pub use instance_status::PLACED_PREFIX;
 pub use supervisor::Supervisor;
 
 use crate::api::names::SYNCER_FINALIZER;
@@ -138,7 +138,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Timing and concurrency of the sync engine.
 #[derive(Clone, Debug)]
-pub struct SyncSettings {
+pub struct SyncConfig {
     /// Every instance is reconciled again after this long, as a backstop for missed events
     /// (spec: "There are periodic resyncs as a backstop").
     pub resync_interval: Duration,
@@ -161,7 +161,7 @@ pub struct SyncSettings {
     pub recovery_probe: Duration,
 }
 
-impl Default for SyncSettings {
+impl Default for SyncConfig {
     fn default() -> Self {
         Self {
             resync_interval: Duration::from_secs(300),
@@ -184,7 +184,7 @@ pub(crate) mod testing {
     use serde_json::Value;
 
     /// `widgets.example.org/v1`, kind Widget.
-    pub fn widgets() -> ApiResource {
+    pub(crate) fn widgets() -> ApiResource {
         ApiResource {
             group: "example.org".into(),
             version: "v1".into(),
@@ -195,7 +195,7 @@ pub(crate) mod testing {
     }
 
     /// Consumer widget `team-a/w` (uid `obj-uid`) with `data` as its body.
-    pub fn consumer_widget(data: Value) -> DynamicObject {
+    pub(crate) fn consumer_widget(data: Value) -> DynamicObject {
         DynamicObject {
             types: None,
             metadata: ObjectMeta {

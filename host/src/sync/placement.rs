@@ -20,53 +20,28 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+use kube::ResourceExt;
 use kube::api::DynamicObject;
-use kube::{Resource, ResourceExt};
 
+use crate::api::IsolationStrategy;
 use crate::api::names::{CONSUMER_NAME_ANNOTATION, CONSUMER_NAMESPACE_ANNOTATION};
-use crate::api::{IsolationStrategy, ResourceScope};
-use crate::policy::{Placement, PlacementApi, PlacementInput};
-
-/// The namespace and name of a consumer instance.
-pub type InstanceKey = (Option<String>, String);
-
-/// The key of `obj`: its namespace and name.
-pub fn key_of(obj: &impl Resource) -> InstanceKey {
-    let meta = obj.meta();
-    (
-        meta.namespace.clone(),
-        meta.name.clone().unwrap_or_default(),
-    )
-}
+use crate::markers::{InstanceKey, origin_of};
+use crate::policy::Placement;
 
 /// The place of a copy that keeps its object's namespace and name.
-pub fn same_place(key: &InstanceKey) -> Placement {
+pub(super) fn same_place(key: &InstanceKey) -> Placement {
     Placement {
         namespace: key.0.clone(),
         name: key.1.clone(),
     }
 }
 
-/// The consumer instance a provider copy was copied from: the recorded namespace and name, or
-/// the copy's own when it records none (placed where its object is). Under `None` copies are
-/// where their objects are, whatever a copy's annotations say.
-pub fn origin_of(copy: &DynamicObject, strategy: IsolationStrategy) -> InstanceKey {
-    if strategy == IsolationStrategy::None {
-        return key_of(copy);
-    }
-    let annotations = copy.annotations();
-    match annotations.get(CONSUMER_NAME_ANNOTATION) {
-        Some(name) => (
-            annotations.get(CONSUMER_NAMESPACE_ANNOTATION).cloned(),
-            name.clone(),
-        ),
-        None => key_of(copy),
-    }
-}
-
 /// The annotations a copy at `place` records for the instance `key`: none when it is where
 /// its object is.
-pub fn origin_annotations(key: &InstanceKey, place: &Placement) -> Vec<(&'static str, String)> {
+pub(super) fn origin_annotations(
+    key: &InstanceKey,
+    place: &Placement,
+) -> Vec<(&'static str, String)> {
     if *place == same_place(key) {
         return Vec::new();
     }
@@ -107,7 +82,7 @@ pub enum Refused {
 }
 
 /// Namespace and name as one string, for messages.
-pub fn display(namespace: Option<&str>, name: &str) -> String {
+pub(super) fn display(namespace: Option<&str>, name: &str) -> String {
     match namespace {
         Some(ns) => format!("{ns}/{name}"),
         None => name.to_string(),
@@ -117,7 +92,7 @@ pub fn display(namespace: Option<&str>, name: &str) -> String {
 /// The places one syncer's instances have: observed on their copies or reserved before a
 /// first write. Both directions are kept so that a place is given to one instance only.
 #[derive(Debug, Default)]
-pub struct Placements {
+pub(super) struct Placements {
     inner: Mutex<Places>,
 }
 
@@ -129,13 +104,13 @@ struct Places {
 
 impl Placements {
     /// The place recorded for `key`, if any.
-    pub fn get(&self, key: &InstanceKey) -> Option<Placement> {
+    pub(super) fn get(&self, key: &InstanceKey) -> Option<Placement> {
         lock(&self.inner).by_instance.get(key).cloned()
     }
 
     /// Records a copy the provider watch shows: it is its instance's place from now on,
     /// whatever was reserved before (the copy is what exists).
-    pub fn observed(&self, copy: &DynamicObject, strategy: IsolationStrategy) {
+    pub(super) fn observed(&self, copy: &DynamicObject, strategy: IsolationStrategy) {
         let origin = origin_of(copy, strategy);
         let place = Placement {
             namespace: copy.metadata.namespace.clone(),
@@ -159,7 +134,7 @@ impl Placements {
     }
 
     /// Reserves `place` for `key`, unless another instance has it.
-    pub fn reserve(&self, key: &InstanceKey, place: &Placement) -> Result<(), InstanceKey> {
+    pub(super) fn reserve(&self, key: &InstanceKey, place: &Placement) -> Result<(), InstanceKey> {
         let mut places = lock(&self.inner);
         match places.by_place.get(place) {
             Some(holder) if holder != key => return Err(holder.clone()),
@@ -176,47 +151,13 @@ impl Placements {
 
     /// Forgets the place of a deleted instance. Its copy, if one stays (Orphan), is still seen
     /// by the cache check of a later placement.
-    pub fn release(&self, key: &InstanceKey) {
+    pub(super) fn release(&self, key: &InstanceKey) {
         let mut places = lock(&self.inner);
         if let Some(place) = places.by_instance.remove(key)
             && places.by_place.get(&place) == Some(key)
         {
             places.by_place.remove(&place);
         }
-    }
-}
-
-/// What the placement policy is asked for `key`.
-pub fn input(spec: &super::context::SyncerSpec, key: &InstanceKey) -> PlacementInput {
-    let target = &spec.target;
-    PlacementInput {
-        consumer_cluster_uid: spec.consumer_cluster_uid.clone(),
-        connection: spec.connection.clone(),
-        api: PlacementApi {
-            group: target.group.clone(),
-            resource: target.plural.clone(),
-            kind: target.kind.clone(),
-            scope: if target.namespaced {
-                ResourceScope::Namespaced
-            } else {
-                ResourceScope::Cluster
-            },
-        },
-        namespace: key.0.clone(),
-        name: key.1.clone(),
-        isolation: spec.isolation.clone(),
-    }
-}
-
-/// Namespaces no copy goes to whatever a module answers: the cluster's own, and the one the
-/// heartbeat Lease lives in.
-pub fn protected(namespace: &str, heartbeat_namespace: &str) -> Option<&'static str> {
-    if crate::policy::is_protected_namespace(namespace) {
-        Some("a Kubernetes system namespace")
-    } else if namespace == heartbeat_namespace {
-        Some("the namespace of the konnector's heartbeat Lease")
-    } else {
-        None
     }
 }
 
@@ -227,6 +168,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::markers::protected;
     use kube::api::ObjectMeta;
     use std::collections::BTreeMap;
 

@@ -35,11 +35,11 @@ use tracing::{Instrument, debug, info, info_span};
 use crate::api::ConflictPolicy;
 use crate::api::names::SYNCER_FINALIZER;
 use crate::policy::{ConflictDecision, Placement};
-use crate::registry::{Coverage, Outcome as RegistryOutcome};
+use crate::registry::{Outcome, Selection};
 use crate::telemetry::{ApiLabels, metrics};
 
-use super::cached_copy::CachedCopy;
-use super::cached_instance::{CachedInstance, Confirmation};
+use super::cache::copy::CachedCopy;
+use super::cache::instance::{CachedInstance, Confirmation};
 use super::conflict::conflict_input;
 use super::context::SyncContext;
 use super::report::Reported;
@@ -51,7 +51,10 @@ use crate::k8s::{ApiErrorExt, NamespaceState, ensure_namespace};
 /// Reconciles one consumer instance. Wired into the syncer's controller. A periodic resync of
 /// an instance still in sync is answered before any span is made (at 100 000 instances, 333 a
 /// second, formatting the span's fields would be most of an idle konnector's CPU).
-pub async fn reconcile(instance: Arc<CachedInstance>, ctx: Arc<SyncContext>) -> Result<Action> {
+pub(super) async fn reconcile(
+    instance: Arc<CachedInstance>,
+    ctx: Arc<SyncContext>,
+) -> Result<Action> {
     let newer = ctx.newer_instance(&instance);
     let instance = newer.map_or(instance, Arc::new);
     if still_in_sync(&instance, &ctx) {
@@ -84,7 +87,7 @@ async fn reconcile_changed(instance: &CachedInstance, ctx: &SyncContext) -> Resu
 /// selection is still checked (a binding change does not change the instance), and its
 /// outcome recorded (a lookup when unchanged). `false`: reconcile in full.
 fn still_in_sync(instance: &CachedInstance, ctx: &SyncContext) -> bool {
-    ctx.covers(instance.metadata.namespace.as_deref()) && selected_still_in_sync(instance, ctx)
+    ctx.selects(instance.metadata.namespace.as_deref()) && selected_still_in_sync(instance, ctx)
 }
 
 /// [`still_in_sync`] for an instance already known to be selected: the periodic resync
@@ -104,7 +107,7 @@ pub(super) fn selected_still_in_sync(instance: &CachedInstance, ctx: &SyncContex
     if !instance.confirmed_with(Confirmation::of(&copy, ctx.conditions_pruned())) {
         return false;
     }
-    ctx.record_outcome(instance, RegistryOutcome::InSync);
+    ctx.record_outcome(instance, Outcome::InSync);
     ctx.count_in_sync_check();
     ctx.forget_failures(meta);
     true
@@ -121,7 +124,7 @@ async fn reconcile_inner(
     if obj.metadata.deletion_timestamp.is_some() {
         return deleting(obj, ctx, has_finalizer).await;
     }
-    let Some(coverage) = selection(obj, ctx) else {
+    let Some(selection) = selection(obj, ctx) else {
         return Ok(Action::await_change());
     };
     let uid = obj.metadata.uid.as_deref().ok_or(Error::MissingIdentity)?;
@@ -157,16 +160,16 @@ async fn reconcile_inner(
         &place,
         ctx,
         uid,
-        coverage.conflict_policy,
+        selection.conflict_policy,
         target,
     )
     .await?;
     let copy = match written {
-        Outcome::Conflict => {
+        WriteResult::Conflict => {
             return Ok(resync());
         }
-        Outcome::Unchanged(copy) => copy,
-        Outcome::Written(copy) => {
+        WriteResult::Unchanged(copy) => copy,
+        WriteResult::Written(copy) => {
             count_write(ctx, started);
             copy
         }
@@ -196,19 +199,19 @@ async fn deleting(obj: &DynamicObject, ctx: &SyncContext, has_finalizer: bool) -
     }
 }
 
-/// The binding coverage that selects `obj`; `None` (and its outcome forgotten) when no Ready
+/// The binding that selects `obj`; `None` (and its outcome forgotten) when no Ready
 /// binding does.
-fn selection(obj: &DynamicObject, ctx: &SyncContext) -> Option<Coverage> {
+fn selection(obj: &DynamicObject, ctx: &SyncContext) -> Option<Selection> {
     let namespace = obj.metadata.namespace.as_deref();
-    let coverage = ctx
+    let selected = ctx
         .shared
         .index
-        .read(|i| i.covering(&ctx.spec.connection, &ctx.spec.api, namespace));
-    if coverage.is_none() {
+        .read(|i| i.selecting(&ctx.spec.connection, &ctx.spec.api, namespace));
+    if selected.is_none() {
         debug!("not selected by any Ready binding");
         ctx.forget_outcome(obj);
     }
-    coverage
+    selected
 }
 
 /// The cached copy when it is our own and already right (typically the reconcile our own
@@ -243,7 +246,7 @@ fn count_write(ctx: &SyncContext, started: Instant) {
 }
 
 /// What the ownership check and the write came to.
-enum Outcome {
+enum WriteResult {
     /// The target is someone else's; the instance is marked, nothing was written.
     Conflict,
     /// The copy already was what the consumer asks for.
@@ -262,7 +265,7 @@ async fn decide_and_write(
     uid: &str,
     policy: ConflictPolicy,
     mut target: Option<Arc<CachedCopy>>,
-) -> Result<Outcome> {
+) -> Result<WriteResult> {
     let mut reread = false;
     loop {
         let input = conflict_input(
@@ -293,7 +296,7 @@ async fn decide_and_write(
         let written = match (decision, target.as_ref()) {
             (ConflictDecision::Conflict { reason, message }, _) => {
                 report::conflict(obj, ctx, reason, &message).await?;
-                return Ok(Outcome::Conflict);
+                return Ok(WriteResult::Conflict);
             }
             (ConflictDecision::Create, Some(_)) => {
                 return Err(Error::UnexpectedDecision {
@@ -319,7 +322,7 @@ async fn decide_and_write(
                     &ctx.spec.consumer_cluster_uid,
                     uid,
                 ) {
-                    return Ok(Outcome::Unchanged(existing.clone()));
+                    return Ok(WriteResult::Unchanged(existing.clone()));
                 }
                 if decision == ConflictDecision::Adopt {
                     info!("adopting unmarked provider object");
@@ -333,7 +336,7 @@ async fn decide_and_write(
         match written {
             Ok(copy) => {
                 ctx.recent_writes.remember(&copy);
-                return Ok(Outcome::Written(Arc::new(copy)));
+                return Ok(WriteResult::Written(Arc::new(copy)));
             }
             // 409: an object exists where the cache had none (AlreadyExists), or the target
             // changed since it was read (Conflict); decide again on a fresh read.

@@ -20,18 +20,18 @@
 use std::collections::BTreeSet;
 
 /// An instance as the syncer's backoff knows it: namespace and name.
-pub type Key = (Option<String>, String);
+pub(super) type Key = (Option<String>, String);
 
 /// The instances waiting on the provider, and which of them probes.
 #[derive(Debug, Default)]
-pub struct Waiting {
+pub(super) struct Waiting {
     keys: BTreeSet<Key>,
     probe: Option<Key>,
 }
 
 impl Waiting {
     /// Records that `key` failed transiently on the provider. True when `key` is the probe.
-    pub fn failed(&mut self, key: Key) -> bool {
+    pub(super) fn failed(&mut self, key: Key) -> bool {
         if self.probe.is_none() {
             self.probe = Some(key.clone());
         }
@@ -42,7 +42,7 @@ impl Waiting {
 
     /// `key` reconciled successfully. When it was waiting, the provider answers again: every
     /// other waiting instance is returned to be queued now, and nothing waits any more.
-    pub fn succeeded(&mut self, key: &Key) -> Vec<Key> {
+    pub(super) fn succeeded(&mut self, key: &Key) -> Vec<Key> {
         if !self.keys.remove(key) {
             return Vec::new();
         }
@@ -52,7 +52,7 @@ impl Waiting {
 
     /// `key` no longer needs a retry (deleted, found in sync, no longer selected). When it was
     /// the probe, the next waiting instance takes over and is returned to be queued now.
-    pub fn forget(&mut self, key: &Key) -> Option<Key> {
+    pub(super) fn forget(&mut self, key: &Key) -> Option<Key> {
         if !self.keys.remove(key) {
             return None;
         }
@@ -64,12 +64,12 @@ impl Waiting {
     }
 
     /// Whether nothing waits (the common case, checked without further work).
-    pub fn is_empty(&self) -> bool {
+    pub(super) fn is_empty(&self) -> bool {
         self.keys.is_empty()
     }
 
     /// Forgets everything: the syncer stopped.
-    pub fn clear(&mut self) {
+    pub(super) fn clear(&mut self) {
         self.keys.clear();
         self.probe = None;
     }

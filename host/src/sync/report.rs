@@ -25,7 +25,7 @@ use crate::k8s::ApiErrorExt;
 use crate::policy::ConflictReason;
 use crate::telemetry::{ApiLabels, metrics};
 
-use super::cached_copy::CachedCopy;
+use super::cache::copy::CachedCopy;
 use super::conflict::conflict_annotation_value;
 use super::context::SyncContext;
 use super::instance_status::{Synced, already_says, instance_status, keeps_synced};

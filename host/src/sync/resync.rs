@@ -23,7 +23,7 @@ use kube::runtime::reflector::{Lookup, Store};
 use kube::runtime::watcher;
 use tokio::time::{Interval, MissedTickBehavior};
 
-use super::cached_instance::CachedInstance;
+use super::cache::instance::CachedInstance;
 use super::context::SyncContext;
 use super::reconcile::selected_still_in_sync;
 
@@ -58,8 +58,8 @@ impl Sweep {
         let mut triggers = Vec::new();
         for cached in &slice {
             // An instance no binding selects has nothing to sync; a selection change queues
-            // it (`super::coverage`).
-            if !self.ctx.covers(cached.metadata.namespace.as_deref()) {
+            // it (`super::selection_changes`).
+            if !self.ctx.selects(cached.metadata.namespace.as_deref()) {
                 continue;
             }
             // The cache's current version: the one taken when the interval began may have
@@ -80,7 +80,7 @@ impl Sweep {
 
 /// The instances of `store` that their periodic resync finds not in sync, spread over the
 /// syncer's resync interval, for `Controller::watches_stream_with`.
-pub fn sweep(
+pub(super) fn sweep(
     store: Store<CachedInstance>,
     ctx: Arc<SyncContext>,
     ar: ApiResource,

@@ -22,12 +22,12 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::registry::{BindingIndex, Engaged, Engagement, Owned};
+use crate::registry::{BindingIndex, Engaged, Engagement, Held};
 use crate::schema::ApiTarget;
 use crate::shared::Shared;
 use crate::telemetry::{ApiLabels, metrics};
 
-use super::SyncSettings;
+use super::SyncConfig;
 use super::context::SyncerSpec;
 use super::syncer;
 
@@ -45,7 +45,7 @@ type Desired = BTreeMap<(String, String), (Identity, Engagement)>;
 
 /// Which syncers the engaged Connections and the Ready bindings call for, of the API shards
 /// this replica holds (all of them without sharding).
-fn desired(engaged: &Engaged, index: &BindingIndex, owned: &Owned) -> Desired {
+fn desired(engaged: &Engaged, index: &BindingIndex, owned: &Held) -> Desired {
     index
         .active()
         .into_iter()
@@ -72,7 +72,7 @@ struct Handle {
 /// Starts, stops and rebuilds syncers as engagements and bindings change.
 pub struct Supervisor {
     shared: Shared,
-    settings: SyncSettings,
+    settings: SyncConfig,
     handles: HashMap<(String, String), Handle>,
 }
 
@@ -87,7 +87,7 @@ impl std::fmt::Debug for Supervisor {
 impl Supervisor {
     /// A supervisor with no syncers yet. It publishes the syncers it runs to the shared
     /// `syncers`, and forgets a stopped syncer's instance outcomes.
-    pub fn new(shared: Shared, settings: SyncSettings) -> Self {
+    pub fn new(shared: Shared, settings: SyncConfig) -> Self {
         Self {
             shared,
             settings,
@@ -99,7 +99,7 @@ impl Supervisor {
     pub async fn run(mut self, shutdown: CancellationToken) {
         let mut engagements = self.shared.engagements.subscribe();
         let mut index = self.shared.index.subscribe();
-        let mut ownership = self.shared.ownership.subscribe();
+        let mut shards = self.shared.shards.subscribe();
         let mut tick = tokio::time::interval(self.settings.supervisor_tick);
         loop {
             // Both values are read (and marked seen) before converging, so a change made
@@ -107,16 +107,16 @@ impl Supervisor {
             let desired = desired(
                 &engagements.borrow_and_update(),
                 &index.borrow_and_update(),
-                &ownership.borrow_and_update(),
+                &shards.borrow_and_update(),
             );
             self.converge(desired).await;
             tokio::select! {
                 () = shutdown.cancelled() => break,
                 changed = engagements.changed() => if changed.is_err() { break },
-                // Running syncers follow selection changes themselves (see `coverage`).
+                // Running syncers follow selection changes themselves (see `selection_changes`).
                 changed = index.changed() => if changed.is_err() { break },
                 // A shard acquired or given up (sharded replicas only).
-                changed = ownership.changed() => if changed.is_err() { break },
+                changed = shards.changed() => if changed.is_err() { break },
                 _ = tick.tick() => {}
             }
         }

@@ -4,7 +4,7 @@
 //! ```text
 //! consumer watch (DynamicObject, all namespaces) ──────────────┐
 //! provider watch ──▶ provider cache ──▶ same namespace/name ───┼─▶ queue keyed by consumer object
-//! selection changes (coverage), resync sweep (not in sync) ────┘   (dedup, N at a time)
+//! selection changes, resync sweep (not in sync) ────┘   (dedup, N at a time)
 //! ```
 //!
 //! Both caches hold what reconciles read and nothing more: the consumer cache keeps each
@@ -40,13 +40,13 @@ use crate::registry::{DeniedBy, Outcomes};
 use crate::shared::Shared;
 use crate::telemetry::{WatchLabels, metrics};
 
-use super::cache_type::CacheType;
-use super::cached_copy::CachedCopy;
-use super::cached_instance::CachedInstance;
+use super::cache::CacheType;
+use super::cache::copy::CachedCopy;
+use super::cache::instance::CachedInstance;
+use super::cache::watched::Watched;
 use super::context::{SyncContext, SyncerSpec};
 use super::placement::Placements;
-use super::watched::Watched;
-use super::{Error, SyncSettings};
+use super::{Error, SyncConfig};
 
 /// A watch event with each object it carries turned into what a cache keeps of it.
 fn each_object<A, B>(event: watcher::Event<A>, keep: impl Fn(A) -> B) -> watcher::Event<B> {
@@ -151,10 +151,10 @@ fn count_lists<K>(
 
 /// Runs one syncer until `shutdown`. Binding changes re-reconcile the instances whose
 /// selection they changed, so newly selected namespaces are picked up without a resync.
-pub async fn run(
+pub(super) async fn run(
     spec: SyncerSpec,
     shared: Shared,
-    settings: SyncSettings,
+    settings: SyncConfig,
     shutdown: CancellationToken,
 ) {
     let ar = spec.target.api_resource();
@@ -246,7 +246,7 @@ pub async fn run(
         event
     })
     .applied_objects();
-    let selections = super::coverage::selection_changes(
+    let selections = super::selection_changes::selection_changes(
         ctx.shared.index.clone(),
         ctx.spec.connection.clone(),
         ctx.spec.api.clone(),
@@ -254,10 +254,6 @@ pub async fn run(
         ar.clone(),
     );
     let resyncs = super::resync::sweep(consumer_store.clone(), ctx.clone(), ar.clone());
-    let mapper_type = cache_type.clone();
-    let selection_type = cache_type.clone();
-    let resync_type = cache_type.clone();
-    let wake_type = cache_type.clone();
     let woken = woken.map({
         let ar = ar.clone();
         move |(namespace, name): super::recovery::Key| {
@@ -268,30 +264,22 @@ pub async fn run(
             })
         }
     });
+    // What else queues an instance, each as the instance's key: a provider event (for the
+    // consumer object the copy was copied from), a binding change (for the instances whose
+    // selection it changed), the periodic resync (instances its sweep finds not in sync) and
+    // instances waiting on the provider, once one of them got through.
+    let triggers = futures::stream::select_all([
+        provider_events.boxed(),
+        selections.boxed(),
+        resyncs.boxed(),
+        woken.boxed(),
+    ]);
+    let trigger_type = cache_type.clone();
     Controller::for_stream_with(instances, consumer_store, cache_type)
         .with_config(ControllerConfig::default().concurrency(ctx.settings.concurrency))
-        // A provider event concerns the consumer object the copy was copied from.
         .watches_stream_with(
-            provider_events,
-            move |origin: DynamicObject| key_of(origin, mapper_type.clone()),
-            ar.clone(),
-        )
-        // A binding change concerns the instances whose selection it changed.
-        .watches_stream_with(
-            selections,
-            move |obj: DynamicObject| key_of(obj, selection_type.clone()),
-            ar.clone(),
-        )
-        // The periodic resync: instances its sweep finds not in sync.
-        .watches_stream_with(
-            resyncs,
-            move |obj: DynamicObject| key_of(obj, resync_type.clone()),
-            ar.clone(),
-        )
-        // Instances waiting on the provider, once one of them got through.
-        .watches_stream_with(
-            woken,
-            move |obj: DynamicObject| key_of(obj, wake_type.clone()),
+            triggers,
+            move |obj: DynamicObject| key_of(obj, trigger_type.clone()),
             ar.clone(),
         )
         .graceful_shutdown_on(shutdown.cancelled_owned())

@@ -15,6 +15,24 @@ use super::context::SyncContext;
 use super::{Error, Result};
 use super::{desired, fields};
 
+/// The provider copy of `obj` (instance uid `uid`) at `place`, as this syncer writes it.
+fn provider_copy(
+    obj: &DynamicObject,
+    place: &Placement,
+    ctx: &SyncContext,
+    uid: &str,
+    resource_version: Option<&str>,
+) -> serde_json::Value {
+    desired::provider_copy(
+        obj,
+        place,
+        &ctx.ar,
+        &ctx.spec.consumer_cluster_uid,
+        uid,
+        resource_version,
+    )
+}
+
 /// Creates the provider copy where the cache has none. A create, not an apply: it fails with
 /// AlreadyExists on an object the cache does not hold (another consumer's, or one nobody
 /// marked) instead of writing over it, which is what lets a first sync skip the live read.
@@ -24,14 +42,7 @@ pub(super) async fn create_on_provider(
     ctx: &SyncContext,
     uid: &str,
 ) -> Result<DynamicObject> {
-    let body = desired::provider_copy(
-        obj,
-        place,
-        &ctx.ar,
-        &ctx.spec.consumer_cluster_uid,
-        uid,
-        None,
-    );
+    let body = provider_copy(obj, place, ctx, uid, None);
     let copy: DynamicObject = serde_json::from_value(body)
         .map_err(|e| Error::CreateOnProvider(kube::Error::SerdeError(e)))?;
     let params = PostParams {
@@ -60,14 +71,7 @@ pub(super) async fn apply_to_provider(
     let api = ctx.provider_api(place.namespace.as_deref());
     let name = place.name.clone();
     let apply = |resource_version: Option<&str>| {
-        let body = desired::provider_copy(
-            obj,
-            place,
-            &ctx.ar,
-            &ctx.spec.consumer_cluster_uid,
-            uid,
-            resource_version,
-        );
+        let body = provider_copy(obj, place, ctx, uid, resource_version);
         let (api, name) = (&api, &name);
         async move {
             api.patch(

@@ -22,13 +22,13 @@ use konnector::api::{
     ConnectionReference, ConnectionSpec, PullPolicy, SchemaPolicy, SecretReference,
 };
 use konnector::api::{ConditionType, Isolation, IsolationInForce};
-use konnector::binding::Settings;
-use konnector::binding::object::BindingObject;
+use konnector::binding::BindingObject;
+use konnector::binding::Config;
 use konnector::conditions::is_true;
 use konnector::policy::Policies;
 use konnector::registry::{Engagement, Engagements};
 use konnector::shared::Shared;
-use konnector::sync::SyncSettings;
+use konnector::sync::SyncConfig;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use tokio::task::JoinHandle;
@@ -62,9 +62,9 @@ const DUMP_ITEMS: usize = 40;
 /// Field manager of the tests' own writes.
 pub const TEST_MANAGER: &str = "kbind-e2e";
 
-/// Settings for tests: short periods, the same logic.
-pub fn fast_settings(stack: &str) -> Settings {
-    Settings {
+/// Config for tests: short periods, the same logic.
+pub fn fast_settings(stack: &str) -> Config {
+    Config {
         status_interval: Duration::from_secs(2),
         pending_requeue: Duration::from_millis(500),
         schema_wait: Duration::from_secs(30),
@@ -72,14 +72,14 @@ pub fn fast_settings(stack: &str) -> Settings {
         secret_namespace: DEFAULT_SECRET_NAMESPACE.to_string(),
         konnector_namespace: None,
         provider_transport: Default::default(),
-        sync: SyncSettings {
+        sync: SyncConfig {
             resync_interval: Duration::from_secs(5),
             concurrency: 16,
             error_backoff_base: Duration::from_millis(200),
             error_backoff_max: Duration::from_secs(3),
             deletion_poll: Duration::from_secs(1),
             supervisor_tick: Duration::from_secs(1),
-            ..SyncSettings::default()
+            ..SyncConfig::default()
         },
     }
 }
@@ -114,7 +114,7 @@ impl Stack {
     pub async fn start_with(
         pair: &ClusterPair,
         name: &str,
-        settings: Settings,
+        settings: Config,
     ) -> anyhow::Result<Self> {
         Self::start_with_policies(pair, name, settings, Policies::builtin()?).await
     }
@@ -124,7 +124,7 @@ impl Stack {
     pub async fn start_with_policies(
         pair: &ClusterPair,
         name: &str,
-        settings: Settings,
+        settings: Config,
         policies: Policies,
     ) -> anyhow::Result<Self> {
         Self::start_on(&pair.provider, &pair.consumer, name, settings, policies).await
@@ -136,7 +136,7 @@ impl Stack {
         provider: &Cluster,
         consumer: &Cluster,
         name: &str,
-        settings: Settings,
+        settings: Config,
         policies: Policies,
     ) -> anyhow::Result<Self> {
         init_logging();

@@ -3,9 +3,8 @@
 //! environment variable) and examples.
 
 use std::fmt::Write as _;
-use std::path::PathBuf;
 
-use clap::{Arg, ArgAction, Command, CommandFactory, Parser, Subcommand};
+use clap::{Arg, ArgAction, Command, CommandFactory};
 
 use crate::{GENERATED, cell, escape};
 
@@ -22,34 +21,7 @@ pub fn konnector() -> String {
     let intro = "The `konnector` binary: the controller process (`run`, what the chart's \
                  Deployment starts), the core CRD manifests (`crds`) and the policy tools \
                  (`policy eval`, `policy test`).";
-    page("konnector", intro, Konnector::command())
-}
-
-/// The konnector's top level as `konnector::cli` declares it. Its own `Cli` type is private to
-/// that module, so this mirrors its three subcommands around the public argument types that
-/// carry every flag (`RunArgs`, `PolicyCommand`); it becomes `konnector::cli::Cli::command()`
-/// once that type is public.
-#[derive(Parser, Debug)]
-#[command(name = "konnector", version)]
-#[command(about = "kbind konnector: binds provider cluster APIs into this consumer cluster.")]
-struct Konnector {
-    #[command(subcommand)]
-    command: KonnectorCommand,
-}
-
-#[derive(Subcommand, Debug)]
-enum KonnectorCommand {
-    /// Run the konnector's controllers against the consumer cluster.
-    Run(Box<konnector::cli::run::RunArgs>),
-    /// Write the three core.kbind.io CRD manifests into a directory (or print them).
-    Crds {
-        /// Directory to write into; prints a multi-document YAML stream when omitted.
-        #[arg(long)]
-        out: Option<PathBuf>,
-    },
-    /// Evaluate and test policy modules (built-in or .wasm files) without a cluster.
-    #[command(subcommand)]
-    Policy(konnector::cli::policy::PolicyCommand),
+    page("konnector", intro, konnector::cli::Cli::command())
 }
 
 fn page(title: &str, intro: &str, mut root: Command) -> String {

@@ -16,7 +16,7 @@ use crate::connection::{Error, Result};
 use crate::provider::discovery::Discovered;
 use crate::provider::kubeconfig::ProviderCredentials;
 use crate::schema::versions::left_out_note;
-use crate::schema::{self, Refusal, SchemaError, Target, ownership};
+use crate::schema::{self, Refusal, SchemaError, Target, managed};
 
 impl Steps<'_> {
     /// Which exported APIs kbind may not install for this Connection (a consumer CRD it does
@@ -149,7 +149,7 @@ fn failure_reason(error: &SchemaError) -> Reason {
 }
 
 /// The exported APIs whose consumer CRD kbind may not install or update for `connection`
-/// (`schema::ownership`), each with the reason.
+/// (`schema::managed`), each with the reason.
 async fn refused_installs(
     consumer: &kube::Client,
     connection: &str,
@@ -162,7 +162,7 @@ async fn refused_installs(
             .get_opt(&api.name)
             .await
             .map_err(|e| Error::ReadCrd(api.name.clone(), e))?;
-        if let Err(refusal) = ownership::check(&api.name, existing.as_ref(), connection) {
+        if let Err(refusal) = managed::check(&api.name, existing.as_ref(), connection) {
             refused.insert(api.name.clone(), refusal);
         }
     }

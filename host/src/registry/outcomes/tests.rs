@@ -1,6 +1,7 @@
 //! The registry's documented behaviour, one test each.
 
 use super::*;
+use crate::api::{InstanceCounts, Reason};
 
 const C: &str = "provider";
 const API: &str = "widgets.example.org";

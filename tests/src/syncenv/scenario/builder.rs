@@ -2,7 +2,7 @@
 //! [`Scenario::bound`] promises before a test body runs.
 
 use konnector::api::{ConflictPolicy, Isolation, PullPolicy, RelatedResource};
-use konnector::binding::Settings;
+use konnector::binding::Config;
 use konnector::policy::Policies;
 
 use super::{Pair, Scenario};
@@ -19,7 +19,7 @@ pub struct ScenarioBuilder {
     cluster_binding: bool,
     policy: ConflictPolicy,
     related: Vec<RelatedResource>,
-    settings: Settings,
+    settings: Config,
     policies: Option<Policies>,
     pull_policy: Option<PullPolicy>,
     private_pair: bool,
@@ -103,7 +103,7 @@ impl ScenarioBuilder {
     }
 
     /// Changes the stack's settings (from [`fast_settings`]).
-    pub fn settings(mut self, change: impl FnOnce(&mut Settings)) -> Self {
+    pub fn settings(mut self, change: impl FnOnce(&mut Config)) -> Self {
         change(&mut self.settings);
         self
     }
