@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: test lint unit e2e tools kube-bin helm wasm-target testenv-up testenv-down demo bench crds image image-check
+.PHONY: test lint unit e2e tools kube-bin helm wasm-target testenv-up testenv-down demo bench crds image image-check docs docs-tools
 
 # The test binaries run KBIND_TEST_JOBS at a time (default 3); see scripts/test.sh.
 test: tools lint
@@ -12,7 +12,7 @@ lint: tools
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
-tools: wasm-target kube-bin helm
+tools: wasm-target kube-bin helm docs-tools
 
 # The policy modules are built for wasm32-wasip2; install the target when it is missing.
 wasm-target:
@@ -72,10 +72,23 @@ bench: wasm-target kube-bin
 	$(CARGO) bench --workspace --bench decode
 	$(CARGO) bench --workspace --bench sync -- --instances $(BENCH_INSTANCES) --apis $(BENCH_APIS) --isolation $(BENCH_ISOLATION) --replicas $(BENCH_REPLICAS) $(if $(KONNECTOR),--konnector $(KONNECTOR))
 
-# The whole data path on two local kube-apiservers; Ctrl-C tears down.
+# The quick start on two local kube-apiservers: the chart installed, the konnector run as its
+# Deployment would, each kubectl / kubectl kbind / helm command printed as typed; Ctrl-C tears down.
 demo: tools
-	$(CARGO) build -q --workspace --bin konnector --bin demo
-	$(TARGET_DIR)/debug/demo --konnector $(TARGET_DIR)/debug/konnector
+	$(CARGO) build -q --workspace --bin konnector --bin kubectl-kbind --bin demo
+	$(TARGET_DIR)/debug/demo --konnector $(TARGET_DIR)/debug/konnector --kubectl-kbind $(TARGET_DIR)/debug/kubectl-kbind
+
+# Regenerate the reference pages (CLI, CRDs, metrics, conditions) and build the book into
+# $(TARGET_DIR)/book. `make test` fails when a page is stale, the book does not build or an
+# internal link or anchor is broken (tools/docgen's tests).
+docs: docs-tools
+	$(CARGO) run -q -p kbind-docgen -- write
+	CARGO_TARGET_DIR='$(TARGET_DIR)' scripts/docs.sh build
+
+# mdBook and lychee, built from crates.io once per machine (cached in ~/.cache/kbind), both
+# at once.
+docs-tools:
+	@scripts/docs-tools.sh mdbook >/dev/null & m=$$!; scripts/docs-tools.sh lychee >/dev/null; l=$$?; wait $$m && exit $$l
 
 # Regenerate the committed core CRDs from the Rust types.
 crds:

@@ -8,7 +8,7 @@ use clap::{CommandFactory, Parser, Subcommand};
 
 use crate::args::CompletionArgs;
 use crate::client::ClientArgs;
-use crate::commands::{bind, connect, disconnect, provider_rbac, status, unbind};
+use crate::commands::{bind, connect, disconnect, provider_rbac, provider_setup, status, unbind};
 use crate::exit::{EXIT_FAILURE, exit_code};
 
 /// Connect provider clusters, bind their APIs and inspect or tear down kbind.
@@ -69,6 +69,8 @@ pub enum Command {
     /// Print the provider-side RBAC the konnector needs, as YAML for `kubectl apply -f -`.
     #[command(after_help = RBAC_EXAMPLES)]
     ProviderRbac(provider_rbac::RbacArgs),
+    /// Create (or --rotate) the provider ServiceAccount, its RBAC and token; write its kubeconfig.
+    ProviderSetup(provider_setup::ProviderSetupArgs),
     /// Print the shell completion script of kubectl-kbind (bash, zsh, fish, powershell, elvish).
     #[command(after_help = COMPLETION_EXAMPLES)]
     Completion(CompletionArgs),
@@ -110,6 +112,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Status(args) => status::run(&cli.client, args).await,
         Command::Unbind(args) => unbind::run(&cli.client, args).await,
         Command::Disconnect(args) => disconnect::run(&cli.client, args).await,
+        Command::ProviderSetup(args) => provider_setup::run(&cli.client, args).await,
         Command::Completion(args) => {
             completion(args.shell, &mut std::io::stdout());
             Ok(())

@@ -13,6 +13,7 @@ pub mod fixtures;
 pub mod sharding;
 pub mod syncenv;
 pub mod testenv;
+pub mod userpath;
 mod wait;
 
 pub use wait::eventually;

@@ -15,7 +15,7 @@ fn root() -> PathBuf {
 }
 
 /// The page holding the layout table.
-const LAYOUT_PAGE: &str = "README.md";
+const LAYOUT_PAGE: &str = "docs/src/contributing/layout.md";
 
 /// The first-column entries of the `host/src` layout table: the table right after the line
 /// that starts "`host/src`".

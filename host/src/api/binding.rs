@@ -30,9 +30,13 @@ macro_rules! binding_kind {
 }
 
 binding_kind! {
-/// Binds APIs of a Connection for instances in this namespace.
+/// Which exported APIs of which Connection to bind, what to do with provider objects that
+/// are not this consumer's, and which Secrets and ConfigMaps travel alongside.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(kind = "Binding", namespaced, shortname = "kb", shortname = "kbinding")]
+#[kube(
+    doc = "Binds exported APIs of a Connection for the instances in this namespace: their specs are copied to the provider and their status back. Deleting it drains what it bound (owned provider copies deleted, instances kept)."
+)]
 #[serde(rename_all = "camelCase")]
 pub struct BindingSpec {
     /// The Connection whose provider serves these APIs.
@@ -40,7 +44,10 @@ pub struct BindingSpec {
     /// Exported APIs to bind, as `<plural>.<group>`.
     #[schemars(length(min = 1))]
     pub apis: Vec<ApiReference>,
-    /// What to do with a provider target that exists without this consumer's markers.
+    /// What to do with a provider target that exists without this consumer's markers:
+    /// `Fail` (default) leaves it alone and reports the conflict on the instance; `Adopt`
+    /// takes it over when it carries no ownership marker at all. A target owned by another
+    /// consumer or object is never taken.
     #[serde(default)]
     pub conflict_policy: ConflictPolicy,
     /// Secrets and ConfigMaps copied alongside the bound instances.
@@ -50,9 +57,12 @@ pub struct BindingSpec {
 }
 
 binding_kind! {
-/// Binds APIs of a Connection for instances in every namespace, and cluster-scoped ones.
+/// The same fields as a Binding's spec, for every namespace.
 #[derive(CustomResource, JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(kind = "ClusterBinding", shortname = "kcb", shortname = "kclusterbinding")]
+#[kube(
+    doc = "Binds exported APIs of a Connection for instances in every namespace, and cluster-scoped ones. Where it and a Binding cover the same API on the same Connection, it wins. The last ClusterBinding of an API deletes the consumer CRD kbind installed, with every instance."
+)]
 pub struct ClusterBindingSpec {
     /// The same fields as a Binding's spec.
     #[serde(flatten)]
@@ -120,9 +130,10 @@ pub struct RelatedResource {
     #[serde(default)]
     #[x_kube(validation = Rule::new("self == ''").message("only the core group \"\" is supported"))]
     pub group: String,
-    /// secrets or configmaps.
+    /// `secrets` or `configmaps`.
     pub resource: RelatedResourceKind,
-    /// Which way the copies go.
+    /// Which way the copies go: `FromProvider` (provider objects copied into the binding's
+    /// scope on the consumer) or `FromConsumer` (consumer objects copied to the provider).
     pub direction: RelatedDirection,
     /// Which sources to copy; empty matches everything in scope.
     #[serde(default)]

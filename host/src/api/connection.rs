@@ -8,12 +8,14 @@ use serde::{Deserialize, Serialize};
 use super::isolation::{Isolation, IsolationInForce};
 use super::names::DEFAULT_KUBECONFIG_KEY;
 
-/// A provider cluster the konnector connects out to, with a kubeconfig from a consumer Secret.
+/// Which provider to reach (the kubeconfig Secret) and how its exported APIs are found,
+/// installed and bound on this consumer.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
     group = "core.kbind.io",
     version = "v1alpha1",
     kind = "Connection",
+    doc = "A provider cluster the konnector connects out to, with a kubeconfig from a Secret in the konnector's credential namespace (default kbind). Ready when both cluster identities are pinned and the provider's exported APIs are discovered; Bindings and ClusterBindings then bind those APIs.",
     status = "ConnectionStatus",
     category = "kbind",
     shortname = "kconn",
@@ -32,7 +34,9 @@ pub struct ConnectionSpec {
     /// How exported API schemas are found and installed on the consumer.
     #[serde(default)]
     pub schema: SchemaPolicy,
-    /// Maintain one ClusterBinding, named after this Connection, listing every exported API.
+    /// Maintain one ClusterBinding, named after this Connection and labelled
+    /// `core.kbind.io/managed: "true"`, listing every bindable exported API. An API the
+    /// provider stops exporting stays listed (released), never deleted.
     #[serde(default)]
     pub auto_bind: bool,
     /// The namespaces whose Bindings may use this Connection; absent: every namespace.
@@ -72,13 +76,19 @@ fn default_kubeconfig_key() -> String {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SchemaPolicy {
-    /// Where the provider's exported APIs and their schemas are read from.
+    /// Where the provider's exported APIs and their schemas are read from: `CRD` (CRDs
+    /// labelled `core.kbind.io/exported: "true"`), `OpenAPI` (every discovered resource outside
+    /// the built-in groups, schema from `/openapi/v3`), or `Auto` (default: CRDs, and OpenAPI
+    /// only after a successful list found no labelled CRD).
     #[serde(default)]
     pub source: SchemaSource,
-    /// When exported schemas are installed on the consumer.
+    /// Which exported schemas are installed on the consumer: `Bound` (default: those a
+    /// binding lists), `All` (every export, as soon as discovered) or `None` (you install
+    /// them, annotated `core.kbind.io/connection: <this Connection>`).
     #[serde(default)]
     pub pull_policy: PullPolicy,
-    /// Whether installed schemas follow provider changes.
+    /// Whether installed schemas follow provider changes: `Always` (default) or `Once`
+    /// (pinned at the first pull).
     #[serde(default)]
     pub update_policy: UpdatePolicy,
 }

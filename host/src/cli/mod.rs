@@ -16,7 +16,8 @@ use clap::{Parser, Subcommand};
 /// kbind konnector: binds provider cluster APIs into this consumer cluster.
 #[derive(Parser, Debug)]
 #[command(name = "konnector", version)]
-struct Cli {
+pub struct Cli {
+    /// What to do.
     #[command(subcommand)]
     command: Command,
 }
@@ -34,6 +35,7 @@ const RUN_EXAMPLES: &str = "Examples:
   # Verbose sync logs as JSON
   konnector run --log-level konnector=debug,kube=info --log-format json";
 
+/// The konnector's subcommands.
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run the konnector's controllers against the consumer cluster.

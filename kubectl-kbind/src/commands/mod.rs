@@ -5,5 +5,6 @@ pub mod bind;
 pub mod connect;
 pub mod disconnect;
 pub mod provider_rbac;
+pub mod provider_setup;
 pub mod status;
 pub mod unbind;

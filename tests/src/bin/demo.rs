@@ -3,17 +3,22 @@
 use std::path::PathBuf;
 
 use clap::Parser;
+use kbind_tests::demo::Binaries;
 
-/// Runs kbind end to end on two local kube-apiservers and shows the round trip.
+/// Walks the quick start on two local kube-apiservers: the chart installed, the konnector run
+/// as it would run it, every step a `kubectl` / `kubectl kbind` / `helm` command shown as typed.
 #[derive(Parser, Debug)]
 struct Args {
     /// Path of the konnector binary to run.
     #[arg(long)]
     konnector: PathBuf,
-    /// Directory for the clusters' data and logs.
+    /// Path of the kubectl-kbind plugin binary.
+    #[arg(long)]
+    kubectl_kbind: PathBuf,
+    /// Directory for the clusters' data, logs and the commands' working directory.
     #[arg(long, default_value = ".testenv/demo")]
     dir: PathBuf,
-    /// Exit after the round trip instead of waiting for Ctrl-C.
+    /// Exit after the walk instead of waiting for Ctrl-C.
     #[arg(long)]
     non_interactive: bool,
 }
@@ -25,7 +30,12 @@ async fn main() -> anyhow::Result<()> {
         std::fs::remove_dir_all(&args.dir)?;
     }
     std::fs::create_dir_all(&args.dir)?;
-    let outcome = kbind_tests::demo::run(&args.dir, &args.konnector, !args.non_interactive).await?;
+    let dir = std::fs::canonicalize(&args.dir)?;
+    let binaries = Binaries {
+        konnector: std::fs::canonicalize(&args.konnector)?,
+        kubectl_kbind: std::fs::canonicalize(&args.kubectl_kbind)?,
+    };
+    let outcome = kbind_tests::demo::run(&dir, &binaries, !args.non_interactive).await?;
     println!(
         "\nround trip complete: provider spec {}, consumer status {}",
         outcome.provider_spec, outcome.consumer_status
