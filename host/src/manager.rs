@@ -44,6 +44,8 @@ pub async fn run(shared: Shared, settings: Config, shutdown: CancellationToken) 
 pub async fn run_bindings(shared: Shared, settings: binding::Config, shutdown: CancellationToken) {
     let sharded = shared.shards.sharded();
     let supervisor = Supervisor::new(shared.clone(), settings.sync.clone());
+    let gauges =
+        crate::registry::publish_instance_counts(shared.outcomes.clone(), shutdown.clone());
     let bindings = Arc::new(binding::Context::new(shared, settings));
     let entries = async {
         // Sharded replicas write the binding status entries of the APIs they sync.
@@ -55,5 +57,6 @@ pub async fn run_bindings(shared: Shared, settings: binding::Config, shutdown: C
         binding::run(bindings.clone(), shutdown.clone()),
         supervisor.run(shutdown.clone()),
         entries,
+        gauges,
     );
 }

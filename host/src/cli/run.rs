@@ -217,6 +217,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             }
         }
         info!("became leader");
+        crate::telemetry::metrics().leader.set(1);
         Some(leadership)
     } else {
         None
@@ -246,6 +247,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         _ = shutdown.cancelled() => false,
         _ = lost => true,
     };
+    crate::telemetry::metrics().leader.set(0);
     controllers.cancel();
     if lost_leadership {
         error!("lost the leader lease; stopped reconciling");

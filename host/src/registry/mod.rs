@@ -10,6 +10,7 @@
 //! ```
 
 mod engagements;
+mod gauges;
 pub mod index;
 pub mod outcomes;
 mod shards;
@@ -18,6 +19,7 @@ mod syncers;
 mod tally;
 
 pub use engagements::{Engaged, Engagement, Engagements};
+pub use gauges::publish_instance_counts;
 pub use index::{BindingIndex, BindingKey, Entry, Reach, Scopes, Selection, SharedIndex, reach};
 pub use outcomes::{ApiKey, DeniedBy, Outcome, Outcomes, Recorded};
 pub use shards::{ConnectionWork, Held, Shards};

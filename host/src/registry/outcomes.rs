@@ -29,6 +29,7 @@ use tokio::sync::watch;
 pub use super::summary::Outcome;
 use super::summary::Summary;
 use super::tally::Tally;
+use crate::api::InstanceCounts;
 
 /// How many instance names a summary keeps per failing reason, as examples for the operator.
 pub(crate) const EXAMPLES: usize = 3;
@@ -371,6 +372,31 @@ impl Outcomes {
     }
 
     /// A receiver marked changed whenever a summary may have changed.
+    /// Instance counts per API over every Connection and namespace (for the gauges).
+    pub fn counts_per_api(&self) -> BTreeMap<String, InstanceCounts> {
+        let mut apis: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        self.read(|s| {
+            for (connection, api) in s.listings.keys().chain(s.instances.keys()) {
+                apis.entry(connection.clone())
+                    .or_default()
+                    .insert(api.clone());
+            }
+        });
+        let mut out: BTreeMap<String, InstanceCounts> = BTreeMap::new();
+        for (connection, names) in &apis {
+            let summary = self.summarise(connection, names.iter().map(String::as_str), None);
+            for (api, counts) in summary.per_api {
+                let sum = out.entry(api).or_default();
+                sum.synced += counts.synced;
+                sum.conflicting += counts.conflicting;
+                sum.failing += counts.failing;
+                sum.pending += counts.pending;
+            }
+        }
+        out
+    }
+
+    /// Wakes on every change a summary shows.
     pub fn subscribe(&self) -> watch::Receiver<Recorded> {
         self.0.subscribe()
     }

@@ -89,6 +89,24 @@ pub struct HandoverLabels {
     pub change: &'static str,
 }
 
+/// Labels of the build info.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BuildLabels {
+    /// The workspace version.
+    pub version: &'static str,
+    /// The git commit it was built from (`unknown` outside a checkout).
+    pub commit: &'static str,
+}
+
+/// Labels of instance counts by state.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct InstanceStateLabels {
+    /// `<plural>.<group>`.
+    pub api: String,
+    /// `synced`, `conflicting`, `failing` or `pending`.
+    pub state: &'static str,
+}
+
 /// Every metric the konnector exports.
 pub struct Metrics {
     registry: Registry,
@@ -135,6 +153,13 @@ pub struct Metrics {
     pub shard_handovers: Family<HandoverLabels, Counter>,
     /// How long renewing this replica's membership Lease took.
     pub shard_lease_renew: Histogram,
+    /// 1 while this replica leads (leader election), 0 while it stands by.
+    pub leader: Gauge,
+    /// Bound instances by state, per API, as the running syncers know them: what alerts on
+    /// failing or conflicting instances read.
+    pub instances: Family<InstanceStateLabels, Gauge>,
+    /// Always 1, labelled with the version and commit of the running build.
+    pub build_info: Family<BuildLabels, Gauge>,
 }
 
 fn latency_histogram() -> Histogram {
@@ -165,6 +190,9 @@ impl Metrics {
             shards_owned: Family::default(),
             shard_handovers: Family::default(),
             shard_lease_renew: latency_histogram(),
+            leader: Gauge::default(),
+            instances: Family::default(),
+            build_info: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -262,6 +290,28 @@ impl Metrics {
             "Time to renew this replica's membership Lease",
             metrics.shard_lease_renew.clone(),
         );
+        registry.register(
+            "leader",
+            "1 while this replica leads (leader election)",
+            metrics.leader.clone(),
+        );
+        registry.register(
+            "instances",
+            "Bound instances by state (synced, conflicting, failing, pending), per API",
+            metrics.instances.clone(),
+        );
+        registry.register(
+            "build_info",
+            "The running build: version and commit labels, value 1",
+            metrics.build_info.clone(),
+        );
+        metrics
+            .build_info
+            .get_or_create(&BuildLabels {
+                version: env!("CARGO_PKG_VERSION"),
+                commit: option_env!("KBIND_GIT_COMMIT").unwrap_or("unknown"),
+            })
+            .set(1);
         Self {
             registry,
             ..metrics
@@ -358,6 +408,20 @@ mod tests {
         assert!(
             text.contains("kbind_reconcile_duration_seconds_count{controller=\"connection\"} 1"),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn the_build_is_announced_with_its_version() {
+        let text = Metrics::new().encode();
+        let version = format!("version=\"{}\"", env!("CARGO_PKG_VERSION"));
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("kbind_build_info{"))
+            .unwrap_or_else(|| panic!("no build info in {text}"));
+        assert!(
+            line.contains(&version) && line.contains("commit=\"") && line.ends_with(" 1"),
+            "{line}"
         );
     }
 }

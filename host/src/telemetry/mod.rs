@@ -8,7 +8,8 @@ mod server;
 
 pub use logging::{LogFormat, init_logging};
 pub use metrics::{
-    ApiLabels, ControllerLabels, HandoverLabels, Metrics, PolicyFailureLabels, PolicyLabels,
-    ReconcileTimer, RelatedLabels, RelatedReadLabels, ShardKindLabels, WatchLabels, metrics,
+    ApiLabels, BuildLabels, ControllerLabels, HandoverLabels, InstanceStateLabels, Metrics,
+    PolicyFailureLabels, PolicyLabels, ReconcileTimer, RelatedLabels, RelatedReadLabels,
+    ShardKindLabels, WatchLabels, metrics,
 };
 pub use server::{Health, serve_health, serve_metrics};

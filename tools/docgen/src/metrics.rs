@@ -8,8 +8,8 @@ use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
 use konnector::telemetry::{
-    ApiLabels, ControllerLabels, HandoverLabels, Metrics, PolicyFailureLabels, PolicyLabels,
-    RelatedLabels, RelatedReadLabels, ShardKindLabels, WatchLabels,
+    ApiLabels, ControllerLabels, HandoverLabels, InstanceStateLabels, Metrics, PolicyFailureLabels,
+    PolicyLabels, RelatedLabels, RelatedReadLabels, ShardKindLabels, WatchLabels,
 };
 
 use crate::{GENERATED, cell};
@@ -57,6 +57,10 @@ fn populate(m: &Metrics) {
     let _ = m.shard_handovers.get_or_create(&HandoverLabels {
         kind: "api",
         change: "acquired",
+    });
+    let _ = m.instances.get_or_create(&InstanceStateLabels {
+        api: "widgets.example.org".into(),
+        state: "synced",
     });
 }
 
