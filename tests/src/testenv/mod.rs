@@ -55,6 +55,7 @@ pub use pair::{
 };
 pub use pki::MAX_CERT_GROUPS;
 pub use process::{Component, Supervision};
+pub(crate) use process::WATCHDOG;
 
 /// Errors of the test environment, named after the step that failed.
 #[derive(Debug, thiserror::Error)]
