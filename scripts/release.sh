@@ -119,15 +119,14 @@ YAML
 } >"$dist/kbind.yaml"
 
 echo "release: writing the SBOMs" >&2
-# cargo-cyclonedx writes <package>.cdx.json beside each workspace member's Cargo.toml.
+# cargo-cyclonedx writes <package>.cdx.json beside each workspace member's Cargo.toml: the
+# konnector's and the plugin's go to $dist, the others' are removed.
 sbom_target=${triple[${built[0]}]}
 cargo cyclonedx --format json --spec-version 1.5 --target "$sbom_target" >&2
-for package in host:konnector kubectl-kbind:kubectl-kbind; do
-  dir=${package%%:*} name=${package#*:}
-  mv "$dir/$name.cdx.json" "$dist/${name}_${version}.cdx.json"
-done
-git ls-files --others --exclude-standard -- '*.cdx.json' | xargs -r rm -f
-find . -name '*.cdx.json' -not -path './target/*' -not -path "./${dist#"$root"/}/*" -delete
+mv host/konnector.cdx.json "$dist/konnector_${version}.cdx.json"
+mv kubectl-kbind/kubectl-kbind.cdx.json "$dist/kubectl-kbind_${version}.cdx.json"
+cargo metadata --no-deps --format-version 1 | jq -r '.packages[].manifest_path' |
+  while read -r manifest; do rm -f "$(dirname "$manifest")"/*.cdx.json; done
 
 {
   echo "kbind $version"
