@@ -17,6 +17,7 @@ use kube::Api;
 use serde_json::json;
 
 use super::installed::{free_ports_values, helm_install, helm_on, run_as_deployment};
+use super::monitoring::helm_test_lines;
 use super::*;
 
 /// The API group this test binds.
@@ -165,7 +166,7 @@ fn chart_and_image_pushed_to_a_registry_install_with_helm_from_oci_and_sync() ->
             // The Deployment's image, pulled and run as its Pod would be.
             let deployments = Api::<Deployment>::namespaced(consumer.clone(), NAMESPACE);
             let deployment = deployments.get(FULLNAME).await?;
-            let pod = deployment.spec.and_then(|s| s.template.spec);
+            let pod = deployment.spec.template.spec;
             let image = pod
                 .and_then(|p| p.containers.into_iter().next())
                 .and_then(|c| c.image)
@@ -174,6 +175,15 @@ fn chart_and_image_pushed_to_a_registry_install_with_helm_from_oci_and_sync() ->
             let binary = pull_konnector(&registry, &image, &work).await?;
             let konnector = run_as_deployment(&pair, &consumer, &log, &binary).await?;
             konnector.wait_ready(WAIT).await?;
+            // The release's `helm test` Pod would pass against it: every line it looks for is
+            // in this konnector's /metrics, before it has any Connection.
+            let hooks = Rendered::parse(&helm_on(&pair, &["get", "hooks", RELEASE], "")?)?;
+            let test_pod = hooks.get("Pod", &format!("{FULLNAME}-test-metrics"))?;
+            let exposition = konnector.metrics().await?;
+            for line in helm_test_lines(test_pod)? {
+                let served = exposition.lines().any(|l| l.starts_with(&line));
+                ensure!(served, "helm test looks for {line:?}; /metrics has:\n{exposition}");
+            }
 
             let sides = Sides::on(&pair, TestApi::namespaced(GROUP), TEAM).await?;
             bind_and_sync(&sides, &pair, "w", json!({"size": 2})).await
