@@ -39,7 +39,9 @@ fn tinyproxy_binary() -> Result<PathBuf> {
     if !output.status.success() {
         bail!("{script} failed ({})", output.status);
     }
-    Ok(PathBuf::from(String::from_utf8_lossy(&output.stdout).trim()))
+    Ok(PathBuf::from(
+        String::from_utf8_lossy(&output.stdout).trim(),
+    ))
 }
 
 /// `unshare` arguments for a private mount namespace: as root, a plain one; otherwise a user
@@ -81,7 +83,11 @@ impl Tinyproxy {
             args.extend(["/bin/sh", "-c", &script]);
             let out = dir.join("tinyproxy.out");
             let daemon = Daemon::spawn("tinyproxy", Path::new("unshare"), &args, &[], &out)?;
-            let mut proxy = Self { daemon, port, log: log.clone() };
+            let mut proxy = Self {
+                daemon,
+                port,
+                log: log.clone(),
+            };
             match proxy.wait_listening() {
                 Ok(()) => return Ok(proxy),
                 Err(e) => last = e.context(proxy.daemon.log_tail(20)),
@@ -100,7 +106,10 @@ impl Tinyproxy {
                 return Ok(());
             }
             if std::time::Instant::now() > deadline {
-                bail!("tinyproxy does not accept connections on port {}", self.port);
+                bail!(
+                    "tinyproxy does not accept connections on port {}",
+                    self.port
+                );
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -114,7 +123,8 @@ impl Tinyproxy {
     /// tinyproxy's own log: a `Request (file descriptor N): CONNECT host:port HTTP/1.1` line
     /// per tunnel it was asked for.
     pub fn log_text(&self) -> Result<String> {
-        std::fs::read_to_string(&self.log).with_context(|| format!("reading {}", self.log.display()))
+        std::fs::read_to_string(&self.log)
+            .with_context(|| format!("reading {}", self.log.display()))
     }
 
     /// The last lines of the proxy's log, for failure messages.

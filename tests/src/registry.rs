@@ -170,7 +170,12 @@ impl Registry {
     /// Uploads one blob (monolithically) unless the registry has it already.
     async fn push_blob(&self, repository: &str, digest: &str, data: Bytes) -> Result<()> {
         let exists = format!("/v2/{repository}/blobs/{digest}");
-        if self.request("HEAD", &exists, None, Bytes::new()).await?.status == 200 {
+        if self
+            .request("HEAD", &exists, None, Bytes::new())
+            .await?
+            .status
+            == 200
+        {
             return Ok(());
         }
         let start = format!("/v2/{repository}/blobs/uploads/");
@@ -182,7 +187,11 @@ impl Registry {
         let octets = Some("application/octet-stream");
         let done = self.request("PUT", &put, octets, data).await?;
         let text = String::from_utf8_lossy(&done.body);
-        ensure!(done.status == 201, "PUT blob {digest}: {} {text}", done.status);
+        ensure!(
+            done.status == 201,
+            "PUT blob {digest}: {} {text}",
+            done.status
+        );
         Ok(())
     }
 
@@ -191,42 +200,71 @@ impl Registry {
     /// every manifest by digest, and the top one under the tag. Returns the tag's digest.
     pub async fn push_layout(&self, layout: &Path, repository: &str, tag: &str) -> Result<String> {
         let index: Value = serde_json::from_slice(&read_blob_file(&layout.join("index.json"))?)?;
-        let manifests = index["manifests"].as_array().context("index.json has no manifests")?;
+        let manifests = index["manifests"]
+            .as_array()
+            .context("index.json has no manifests")?;
         let blob = |digest: &str| -> Result<Bytes> {
-            let hex = digest.strip_prefix("sha256:").context("not a sha256 digest")?;
+            let hex = digest
+                .strip_prefix("sha256:")
+                .context("not a sha256 digest")?;
             let data = read_blob_file(&layout.join("blobs/sha256").join(hex))?;
-            ensure!(sha256_digest(&data) == digest, "blob {digest} does not match its digest");
+            ensure!(
+                sha256_digest(&data) == digest,
+                "blob {digest} does not match its digest"
+            );
             Ok(Bytes::from(data))
         };
         let mut pushed = Vec::new();
         for descriptor in manifests {
-            let digest = descriptor["digest"].as_str().context("a manifest without digest")?;
-            let media_type = descriptor["mediaType"].as_str().unwrap_or(MANIFEST_MEDIA_TYPE);
+            let digest = descriptor["digest"]
+                .as_str()
+                .context("a manifest without digest")?;
+            let media_type = descriptor["mediaType"]
+                .as_str()
+                .unwrap_or(MANIFEST_MEDIA_TYPE);
             let manifest_bytes = blob(digest)?;
             let manifest: Value = serde_json::from_slice(&manifest_bytes)?;
             // An index in the layout: push the images it lists first.
             let images = match media_type {
-                INDEX_MEDIA_TYPE => manifest["manifests"].as_array().cloned().unwrap_or_default(),
+                INDEX_MEDIA_TYPE => manifest["manifests"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default(),
                 _ => vec![descriptor.clone()],
             };
             for image in &images {
                 let image_digest = image["digest"].as_str().context("no digest")?;
                 let image_manifest: Value = serde_json::from_slice(&blob(image_digest)?)?;
-                let layers = image_manifest["layers"].as_array().cloned().unwrap_or_default();
+                let layers = image_manifest["layers"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default();
                 for part in layers.iter().chain([&image_manifest["config"]]) {
-                    let part = part["digest"].as_str().context("a descriptor without digest")?;
+                    let part = part["digest"]
+                        .as_str()
+                        .context("a descriptor without digest")?;
                     self.push_blob(repository, part, blob(part)?).await?;
                 }
                 if image_digest != digest {
-                    self.put_manifest(repository, image_digest, MANIFEST_MEDIA_TYPE, blob(image_digest)?)
-                        .await?;
+                    self.put_manifest(
+                        repository,
+                        image_digest,
+                        MANIFEST_MEDIA_TYPE,
+                        blob(image_digest)?,
+                    )
+                    .await?;
                 }
             }
             pushed.push((digest.to_string(), media_type.to_string(), manifest_bytes));
         }
-        let [(digest, media_type, bytes)] = <[_; 1]>::try_from(pushed)
-            .map_err(|p| anyhow!("index.json lists {} manifests; push one image or one index", p.len()))?;
-        self.put_manifest(repository, tag, &media_type, bytes).await?;
+        let [(digest, media_type, bytes)] = <[_; 1]>::try_from(pushed).map_err(|p| {
+            anyhow!(
+                "index.json lists {} manifests; push one image or one index",
+                p.len()
+            )
+        })?;
+        self.put_manifest(repository, tag, &media_type, bytes)
+            .await?;
         Ok(digest)
     }
 
@@ -258,7 +296,10 @@ impl Registry {
         let path = format!("/v2/{repository}/blobs/{digest}");
         let answer = self.request("GET", &path, None, Bytes::new()).await?;
         ensure!(answer.status == 200, "GET {path}: {}", answer.status);
-        ensure!(sha256_digest(&answer.body) == digest, "blob {digest} came back different");
+        ensure!(
+            sha256_digest(&answer.body) == digest,
+            "blob {digest} came back different"
+        );
         Ok(answer.body)
     }
 }

@@ -35,11 +35,16 @@ const WAIT: Duration = Duration::from_secs(60);
 fn renamed_kubeconfig(pair: &ClusterPair, proxy_url: Option<&str>) -> Result<(String, u16)> {
     let mut kubeconfig = Kubeconfig::from_yaml(&pair.provider.admin().kubeconfig_yaml()?)?;
     let server: http::Uri = pair.provider.server().parse()?;
-    let port = server.port_u16().context("the provider server has no port")?;
+    let port = server
+        .port_u16()
+        .context("the provider server has no port")?;
     let [named] = kubeconfig.clusters.as_mut_slice() else {
         anyhow::bail!("expected one cluster in the provider kubeconfig");
     };
-    let cluster = named.cluster.as_mut().context("a cluster entry without cluster")?;
+    let cluster = named
+        .cluster
+        .as_mut()
+        .context("a cluster entry without cluster")?;
     cluster.server = Some(format!("https://{PROVIDER_NAME}:{port}"));
     cluster.tls_server_name = Some("localhost".to_string());
     cluster.proxy_url = proxy_url.map(str::to_string);
@@ -58,7 +63,10 @@ fn provider_reached_through_the_kubeconfig_proxy_url_by_a_name_only_the_proxy_re
         let (proxied, port) = renamed_kubeconfig(&pair, Some(&proxy.url()))?;
         // This process (which runs the konnector) cannot resolve the provider's name.
         let resolved = (PROVIDER_NAME, port).to_socket_addrs();
-        ensure!(resolved.is_err(), "{PROVIDER_NAME} resolves here: {resolved:?}");
+        ensure!(
+            resolved.is_err(),
+            "{PROVIDER_NAME} resolves here: {resolved:?}"
+        );
 
         // Through the proxy: Ready, bound, synced both ways.
         put_kubeconfig_secret(&consumer, "proxied", &proxied).await?;
@@ -79,8 +87,7 @@ fn provider_reached_through_the_kubeconfig_proxy_url_by_a_name_only_the_proxy_re
             Ok(copy.filter(|c| c.data["spec"] == spec).map(|_| ()))
         })
         .await?;
-        kbind_tests::syncenv::set_status(&sides.copies(), "w", json!({"phase": "Running"}))
-            .await?;
+        kbind_tests::syncenv::set_status(&sides.copies(), "w", json!({"phase": "Running"})).await?;
         wait_for("the status back on the consumer", WAIT, || async {
             let w = sides.instances().get("w").await?;
             Ok((w.data["status"]["phase"] == "Running").then_some(()))
@@ -109,9 +116,10 @@ fn provider_reached_through_the_kubeconfig_proxy_url_by_a_name_only_the_proxy_re
                 .any(|c| c.type_ == "Connected" && c.status == "False")
         })
         .await?;
-        let ready = refused.status.as_ref().and_then(|s| {
-            s.conditions.iter().find(|c| c.type_ == "Ready").cloned()
-        });
+        let ready = refused
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready").cloned());
         ensure!(
             ready.as_ref().is_none_or(|c| c.status != "True"),
             "a Connection to {PROVIDER_NAME} without the proxy is Ready: {ready:?}"

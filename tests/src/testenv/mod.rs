@@ -54,8 +54,8 @@ pub use pair::{
     CONSUMER, ClusterPair, KEEP_ENV, PROVIDER, SECOND_CONSUMER, second_consumer, shared_pair,
 };
 pub use pki::MAX_CERT_GROUPS;
-pub use process::{Component, Supervision};
 pub(crate) use process::WATCHDOG;
+pub use process::{Component, Supervision};
 
 /// Errors of the test environment, named after the step that failed.
 #[derive(Debug, thiserror::Error)]

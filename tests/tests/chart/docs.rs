@@ -42,7 +42,12 @@ fn every_value_in_values_yaml_is_documented() -> Result<()> {
     let values = yaml(&std::fs::read_to_string(format!("{CHART}/values.yaml"))?)?;
     let documented: BTreeSet<String> = documented_values()?.into_iter().map(|(k, _)| k).collect();
     // A value is documented itself, or as part of an object documented as a whole.
-    fn undocumented(value: &Value, path: &str, documented: &BTreeSet<String>, out: &mut Vec<String>) {
+    fn undocumented(
+        value: &Value,
+        path: &str,
+        documented: &BTreeSet<String>,
+        out: &mut Vec<String>,
+    ) {
         if documented.contains(path) {
             return;
         }
@@ -50,7 +55,11 @@ fn every_value_in_values_yaml_is_documented() -> Result<()> {
             Value::Mapping(fields) if !fields.is_empty() => {
                 for (key, field) in fields {
                     let key = key.as_str().unwrap_or("?");
-                    let path = if path.is_empty() { key.to_string() } else { format!("{path}.{key}") };
+                    let path = if path.is_empty() {
+                        key.to_string()
+                    } else {
+                        format!("{path}.{key}")
+                    };
                     undocumented(field, &path, documented, out);
                 }
             }
@@ -59,6 +68,9 @@ fn every_value_in_values_yaml_is_documented() -> Result<()> {
     }
     let mut missing = Vec::new();
     undocumented(&values, "", &documented, &mut missing);
-    ensure!(missing.is_empty(), "values without a `# --` comment: {missing:?}");
+    ensure!(
+        missing.is_empty(),
+        "values without a `# --` comment: {missing:?}"
+    );
     Ok(())
 }

@@ -354,7 +354,12 @@ pub(crate) async fn helm_install(
     chart: &[&str],
     values: &str,
 ) -> Result<()> {
-    let install = [&["install", RELEASE], chart, &["--create-namespace", "-f", "-"]].concat();
+    let install = [
+        &["install", RELEASE],
+        chart,
+        &["--create-namespace", "-f", "-"],
+    ]
+    .concat();
     helm_on(pair, &install, values)?;
     for (_, crd) in konnector::api::core_crds() {
         konnector::schema::established(consumer, &crd.name_any(), WAIT).await?;

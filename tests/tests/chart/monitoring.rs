@@ -5,8 +5,8 @@
 use std::collections::BTreeSet;
 
 use konnector::telemetry::{
-    ApiLabels, HandoverLabels, PolicyFailureLabels, PolicyLabels, RelatedLabels,
-    RelatedReadLabels, ShardKindLabels, WatchLabels, metrics,
+    ApiLabels, HandoverLabels, PolicyFailureLabels, PolicyLabels, RelatedLabels, RelatedReadLabels,
+    ShardKindLabels, WatchLabels, metrics,
 };
 use promql_parser::parser::{Expr, parse};
 use promql_parser::util::{ExprVisitor, walk_expr};
@@ -90,7 +90,11 @@ fn selected_metrics(expr: &str) -> Result<BTreeSet<String>> {
             };
             self.0.extend(selector.name.clone());
             let by_name = selector.matchers.matchers.iter();
-            self.0.extend(by_name.filter(|m| m.name == "__name__").map(|m| m.value.clone()));
+            self.0.extend(
+                by_name
+                    .filter(|m| m.name == "__name__")
+                    .map(|m| m.value.clone()),
+            );
             Ok(true)
         }
     }
@@ -132,8 +136,12 @@ fn alert_expressions_name_only_metrics_the_konnector_exports() -> Result<()> {
     let exported = exported_sample_names();
     let mut alerts = BTreeSet::new();
     for rule in rules {
-        let alert = rule["alert"].as_str().context("a rule without alert name")?;
-        let expr = rule["expr"].as_str().with_context(|| format!("{alert}: no expr"))?;
+        let alert = rule["alert"]
+            .as_str()
+            .context("a rule without alert name")?;
+        let expr = rule["expr"]
+            .as_str()
+            .with_context(|| format!("{alert}: no expr"))?;
         let names = selected_metrics(expr).with_context(|| alert.to_string())?;
         ensure!(!names.is_empty(), "{alert} selects no metric: {expr}");
         let unknown: Vec<_> = names.difference(&exported).collect();
@@ -141,7 +149,10 @@ fn alert_expressions_name_only_metrics_the_konnector_exports() -> Result<()> {
             unknown.is_empty(),
             "{alert} uses {unknown:?}, which the konnector does not export; it exports {exported:?}"
         );
-        assert_fields(rule, &yaml("{labels: {severity: warning, team: platform}}")?)?;
+        assert_fields(
+            rule,
+            &yaml("{labels: {severity: warning, team: platform}}")?,
+        )?;
         alerts.insert(alert.to_string());
     }
     // One alert per failure an operator pages on.
@@ -203,7 +214,8 @@ PodDisruptionBudget/kbind-konnector:
     selector: {matchLabels: {app.kubernetes.io/name: konnector, app.kubernetes.io/instance: kbind}}
 "#,
     )?;
-    let values = "{replicaCount: 3, sharding: {enabled: true}, podDisruptionBudget: {maxUnavailable: 34%}}";
+    let values =
+        "{replicaCount: 3, sharding: {enabled: true}, podDisruptionBudget: {maxUnavailable: 34%}}";
     render(values)?.expect("PodDisruptionBudget/kbind-konnector: {spec: {maxUnavailable: 34%}}")
 }
 

@@ -34,7 +34,9 @@ const WAIT: std::time::Duration = std::time::Duration::from_secs(45);
 /// The chart's version (Chart.yaml), the one `helm package` gives the archive.
 fn chart_version() -> Result<String> {
     let chart = yaml(&std::fs::read_to_string(format!("{CHART}/Chart.yaml"))?)?;
-    let version = chart["version"].as_str().context("Chart.yaml has no version")?;
+    let version = chart["version"]
+        .as_str()
+        .context("Chart.yaml has no version")?;
     Ok(version.to_string())
 }
 
@@ -60,7 +62,9 @@ async fn push_image(registry: &Registry, binary: &Path, work: &Path) -> Result<(
         .args([layout_arg, &binary_arg])
         .env("LAYER_COMPRESSION", "none");
     tokio::task::block_in_place(|| output(&mut command, ""))?;
-    registry.push_layout(&layout, IMAGE_REPOSITORY, IMAGE_TAG).await?;
+    registry
+        .push_layout(&layout, IMAGE_REPOSITORY, IMAGE_TAG)
+        .await?;
     Ok(())
 }
 
@@ -97,7 +101,12 @@ async fn pull_konnector(registry: &Registry, image: &str, into: &Path) -> Result
     let tarball = into.join("layer.tar");
     std::fs::write(&tarball, registry.blob(repository, layer_digest).await?)?;
     let mut untar = Command::new("tar");
-    untar.arg("-xf").arg(&tarball).arg("-C").arg(into).arg("konnector");
+    untar
+        .arg("-xf")
+        .arg(&tarball)
+        .arg("-C")
+        .arg(into)
+        .arg("konnector");
     tokio::task::block_in_place(|| output(&mut untar, ""))?;
     Ok(into.join("konnector"))
 }
@@ -120,10 +129,14 @@ pub(crate) async fn bind_and_sync(
 
 /// Waits until the provider copy of instance `name` has `spec`.
 pub(crate) async fn wait_copy(sides: &Sides, name: &str, spec: &serde_json::Value) -> Result<()> {
-    wait_for("the provider copy with the instance's spec", WAIT, || async {
-        let copy = sides.copies().get_opt(name).await?;
-        Ok(copy.filter(|c| &c.data["spec"] == spec).map(|_| ()))
-    })
+    wait_for(
+        "the provider copy with the instance's spec",
+        WAIT,
+        || async {
+            let copy = sides.copies().get_opt(name).await?;
+            Ok(copy.filter(|c| &c.data["spec"] == spec).map(|_| ()))
+        },
+    )
     .await
 }
 
@@ -140,9 +153,7 @@ fn chart_and_image_pushed_to_a_registry_install_with_helm_from_oci_and_sync() ->
             // The chart, packaged and pushed as a release would publish it.
             let packaged = work.join("packaged");
             let packaged_arg = packaged.to_str().context("not UTF-8")?;
-            tokio::task::block_in_place(|| {
-                run_helm(&["package", CHART, "-d", packaged_arg], "")
-            })?;
+            tokio::task::block_in_place(|| run_helm(&["package", CHART, "-d", packaged_arg], ""))?;
             let version = chart_version()?;
             let archive = packaged.join(format!("konnector-{version}.tgz"));
             let archive = archive.to_str().context("not UTF-8")?;
@@ -161,7 +172,10 @@ fn chart_and_image_pushed_to_a_registry_install_with_helm_from_oci_and_sync() ->
             let from = [chart.as_str(), "--version", &version, "--plain-http"];
             helm_install(&pair, &consumer, &from, &values).await?;
             let listed = helm_on(&pair, &["list", "-o", "json"], "")?;
-            ensure!(listed.contains(&format!("\"chart\":\"konnector-{version}\"")), "{listed}");
+            ensure!(
+                listed.contains(&format!("\"chart\":\"konnector-{version}\"")),
+                "{listed}"
+            );
 
             // The Deployment's image, pulled and run as its Pod would be.
             let deployments = Api::<Deployment>::namespaced(consumer.clone(), NAMESPACE);
@@ -171,7 +185,10 @@ fn chart_and_image_pushed_to_a_registry_install_with_helm_from_oci_and_sync() ->
                 .and_then(|p| p.containers.into_iter().next())
                 .and_then(|c| c.image)
                 .context("the Deployment names no image")?;
-            ensure!(image == format!("{host}/{IMAGE_REPOSITORY}:{IMAGE_TAG}"), "{image}");
+            ensure!(
+                image == format!("{host}/{IMAGE_REPOSITORY}:{IMAGE_TAG}"),
+                "{image}"
+            );
             let binary = pull_konnector(&registry, &image, &work).await?;
             let konnector = run_as_deployment(&pair, &consumer, &log, &binary).await?;
             konnector.wait_ready(WAIT).await?;
@@ -182,7 +199,10 @@ fn chart_and_image_pushed_to_a_registry_install_with_helm_from_oci_and_sync() ->
             let exposition = konnector.metrics().await?;
             for line in helm_test_lines(test_pod)? {
                 let served = exposition.lines().any(|l| l.starts_with(&line));
-                ensure!(served, "helm test looks for {line:?}; /metrics has:\n{exposition}");
+                ensure!(
+                    served,
+                    "helm test looks for {line:?}; /metrics has:\n{exposition}"
+                );
             }
 
             let sides = Sides::on(&pair, TestApi::namespaced(GROUP), TEAM).await?;

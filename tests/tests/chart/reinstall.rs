@@ -24,8 +24,8 @@ const GROUP: &str = "reinstall.chart.kbind.io";
 const TEAM: &str = "team-u";
 
 #[test]
-fn uninstall_keeps_core_crds_and_objects_and_reinstalling_the_release_resumes_syncing()
--> Result<()> {
+fn uninstall_keeps_core_crds_and_objects_and_reinstalling_the_release_resumes_syncing() -> Result<()>
+{
     let pair = ClusterPair::start_private()?;
     let log = pair.root().join("konnector.log");
     let result = kbind_tests::runtime()?.block_on(pair.diagnose(async {
@@ -46,21 +46,34 @@ fn uninstall_keeps_core_crds_and_objects_and_reinstalling_the_release_resumes_sy
             let name = crd.name_any();
             let kept = crds.get_opt(&name).await?;
             let kept = kept.with_context(|| format!("uninstall deleted CRD {name}"))?;
-            ensure!(kept.metadata.deletion_timestamp.is_none(), "CRD {name} is being deleted");
+            ensure!(
+                kept.metadata.deletion_timestamp.is_none(),
+                "CRD {name} is being deleted"
+            );
         }
         let connections = Api::<Connection>::all(consumer.clone());
         let connection = connections.get("provider").await?;
-        ensure!(connection.metadata.deletion_timestamp.is_none(), "{connection:?}");
+        ensure!(
+            connection.metadata.deletion_timestamp.is_none(),
+            "{connection:?}"
+        );
         let bindings = Api::<Binding>::namespaced(consumer.clone(), TEAM);
         let binding = bindings.get("widgets").await?;
-        ensure!(!binding.finalizers().is_empty(), "the binding lost its finalizer");
-        ensure!(sides.instances().get_opt("w").await?.is_some(), "the instance is gone");
-        // Nothing else of the release is left.
-        let deployments = Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(
-            consumer.clone(),
-            NAMESPACE,
+        ensure!(
+            !binding.finalizers().is_empty(),
+            "the binding lost its finalizer"
         );
-        ensure!(deployments.get_opt(FULLNAME).await?.is_none(), "the Deployment stayed");
+        ensure!(
+            sides.instances().get_opt("w").await?.is_some(),
+            "the instance is gone"
+        );
+        // Nothing else of the release is left.
+        let deployments =
+            Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(consumer.clone(), NAMESPACE);
+        ensure!(
+            deployments.get_opt(FULLNAME).await?.is_none(),
+            "the Deployment stayed"
+        );
 
         // While nothing runs, the instance changes; the same release is installed again.
         let changed = json!({"size": 5});

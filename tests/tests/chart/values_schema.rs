@@ -92,17 +92,29 @@ fn values_schema_refuses_unknown_keys_at_every_level_the_chart_owns() -> Result<
         ("sharding: {enable: true}", "enable"),
         ("podDisruptionBudget: {minAvailable: 1}", "minAvailable"),
         ("rbac: {relatd: []}", "relatd"),
-        ("rbac: {related: [{resource: secrets, direction: FromProvider, namespace: [a]}]}", "namespace"),
+        (
+            "rbac: {related: [{resource: secrets, direction: FromProvider, namespace: [a]}]}",
+            "namespace",
+        ),
         ("metrics: {prot: 1}", "prot"),
         ("metrics: {serviceMonitor: {enable: true}}", "enable"),
-        ("metrics: {prometheusRule: {enabled: true, rules: []}}", "rules"),
+        (
+            "metrics: {prometheusRule: {enabled: true, rules: []}}",
+            "rules",
+        ),
         ("healthProbe: {prot: 1}", "prot"),
         ("policies: {conflcit: {configMap: x}}", "conflcit"),
-        ("policies: {conflict: {configmap: x, key: policy.wasm}}", "configmap"),
+        (
+            "policies: {conflict: {configmap: x, key: policy.wasm}}",
+            "configmap",
+        ),
         ("serviceAccount: {annotation: {}}", "annotation"),
         ("imagePullSecrets: [{nam: regcred}]", "nam"),
         ("grafana: {dashbaord: {enabled: true}}", "dashbaord"),
-        ("grafana: {dashboard: {enabled: true, labels: {}, label: {}}}", "label"),
+        (
+            "grafana: {dashboard: {enabled: true, labels: {}, label: {}}}",
+            "label",
+        ),
         ("tests: {enable: false}", "enable"),
         ("tests: {enabled: true, image: {repo: x}}", "repo"),
         ("logLevl: debug", "logLevl"),
@@ -118,10 +130,22 @@ fn values_schema_refuses_values_of_the_wrong_type_or_form() -> Result<()> {
         ("crds: {keep: 'yes'}", "keep"),
         ("extraEnv: [{value: x}]", "extraEnv"),
         ("extraArgs: --log-level=debug", "extraArgs"),
-        ("podDisruptionBudget: {maxUnavailable: half}", "maxUnavailable"),
-        ("metrics: {serviceMonitor: {enabled: true, interval: 30}}", "interval"),
-        ("metrics: {prometheusRule: {enabled: true, alertLabels: {team: 1}}}", "team"),
+        (
+            "podDisruptionBudget: {maxUnavailable: half}",
+            "maxUnavailable",
+        ),
+        (
+            "metrics: {serviceMonitor: {enabled: true, interval: 30}}",
+            "interval",
+        ),
+        (
+            "metrics: {prometheusRule: {enabled: true, alertLabels: {team: 1}}}",
+            "team",
+        ),
         ("providerGracePeriod: 1 minute", "providerGracePeriod"),
-        ("tests: {enabled: true, image: {repository: busybox, tag: 1.37}}", "tag"),
+        (
+            "tests: {enabled: true, image: {repository: busybox, tag: 1.37}}",
+            "tag",
+        ),
     ])
 }
