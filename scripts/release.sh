@@ -141,17 +141,24 @@ cargo metadata --no-deps --format-version 1 | jq -r '.packages[].manifest_path' 
   cat <<TEXT
 
 Files
-  konnector_${version}_linux_<arch>.tar.gz      the konnector, static (musl), for linux/<arch>
-  kubectl-kbind_${version}_linux_<arch>.tar.gz  the kubectl plugin (kubectl kbind), static
-  konnector-${version}.tgz                      the Helm chart (helm install kbind ./konnector-${version}.tgz,
-                                               or helm push it to an OCI registry)
-  konnector-image_${version}.oci.tar            the konnector image, OCI archive, one image per
-                                               architecture: skopeo copy oci-archive:<file> docker://<registry>/konnector:${version}
-                                               (or docker load / podman load -i <file>)
-  kbind.yaml                                   krew manifest: kubectl krew install --manifest=kbind.yaml
-                                               (or --archive=kubectl-kbind_${version}_linux_<arch>.tar.gz offline)
-  *_${version}.cdx.json                         CycloneDX SBOMs of the konnector and the plugin
-  SHA256SUMS                                   sha256sum -c SHA256SUMS
+  konnector_${version}_linux_<arch>.tar.gz
+      the konnector, static (musl), for linux/<arch>
+  kubectl-kbind_${version}_linux_<arch>.tar.gz
+      the kubectl plugin (kubectl kbind), static
+  konnector-${version}.tgz
+      the Helm chart: helm install kbind ./konnector-${version}.tgz, or helm push it to an OCI
+      registry and helm install kbind oci://<registry>/<path>/konnector --version ${version}
+  konnector-image_${version}.oci.tar
+      the konnector image, an OCI archive with one image per architecture:
+      skopeo copy oci-archive:konnector-image_${version}.oci.tar docker://<registry>/konnector:${version}
+      (or docker load / podman load -i konnector-image_${version}.oci.tar)
+  kbind.yaml
+      krew manifest: kubectl krew install --manifest=kbind.yaml
+      (offline: add --archive=kubectl-kbind_${version}_linux_<arch>.tar.gz)
+  konnector_${version}.cdx.json, kubectl-kbind_${version}.cdx.json
+      CycloneDX SBOMs of the konnector and the plugin
+  SHA256SUMS
+      sha256sum -c SHA256SUMS
 
 The image: FROM scratch, /konnector (entrypoint; default command "run"), this machine's CA
 bundle at /etc/ssl/certs/ca-certificates.crt (SSL_CERT_FILE), user 65532:65532, ports 8085
