@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: test lint unit e2e tools kube-bin helm wasm-target testenv-up testenv-down demo bench crds image image-check docs docs-tools
+.PHONY: test lint unit e2e tools kube-bin helm helm-docs registry tinyproxy chart-docs wasm-target testenv-up testenv-down demo bench crds image image-check release release-check docs docs-tools
 
 # The test binaries run KBIND_TEST_JOBS at a time (default 3); see scripts/test.sh.
 test: tools lint
@@ -12,7 +12,7 @@ lint: tools
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
-tools: wasm-target kube-bin helm docs-tools
+tools: wasm-target kube-bin helm helm-docs registry tinyproxy docs-tools
 
 # The policy modules are built for wasm32-wasip2; install the target when it is missing.
 wasm-target:
@@ -25,6 +25,25 @@ kube-bin:
 # helm, built from the Go module pinned in tools/helm once per machine (the chart tests use it).
 helm:
 	@scripts/helm.sh >/dev/null
+
+# helm-docs, built from the Go module pinned in tools/helm-docs once per machine: it generates
+# the chart README and the docs' values page (make chart-docs; the chart tests check for drift).
+helm-docs:
+	@scripts/helm-docs.sh >/dev/null
+
+# An OCI registry (distribution's), built from the Go module pinned in tools/registry once per
+# machine: the chart tests push the chart and an image to it and install from it.
+registry:
+	@scripts/registry.sh >/dev/null
+
+# tinyproxy, from the distribution's packages when missing: the proxy test's HTTP proxy.
+tinyproxy:
+	@scripts/tinyproxy.sh >/dev/null
+
+# Regenerate charts/konnector/README.md and docs/src/reference/helm-values.md from the comments
+# in charts/konnector/values.yaml.
+chart-docs:
+	@scripts/chart-docs.sh
 
 # The konnector container image, built by scripts/image.sh one of two ways:
 #   IMAGE_BUILD=dockerfile  the Dockerfile: a Rust builder image, then distroless. Needs the
@@ -52,6 +71,25 @@ image-check: image
 	@$(IMAGE_ENV) scripts/image-check.sh
 
 TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),target)
+
+# Release artifacts in $(DIST) for VERSION (default: the workspace version; the commit comes
+# from git): static konnector and kubectl-kbind for linux amd64 and arm64 (cargo-zigbuild with
+# zig), the packaged chart, the image as an OCI archive, a krew manifest, CycloneDX SBOMs and
+# SHA256SUMS; scripts/release.sh says what each is. Heavy (two cross release builds) and not part
+# of `make test`; the tools it needs are installed and cached by scripts/release-tools.sh.
+# RELEASE_URL: where the archives will be downloadable (the krew manifest's URIs).
+VERSION ?=
+DIST ?= dist
+RELEASE_URL ?=
+RELEASE_ENV = VERSION='$(VERSION)' DIST='$(abspath $(DIST))' RELEASE_URL='$(RELEASE_URL)' TARGET_DIR='$(TARGET_DIR)'
+release: wasm-target helm
+	@$(RELEASE_ENV) scripts/release.sh
+
+# Verifies what `make release` built: checksums, the binaries (--version, arm64 through
+# qemu-user), the krew manifest (krew's validator, and krew installing each archive), helm lint,
+# the image's configuration and content, the SBOMs.
+release-check: helm
+	@$(RELEASE_ENV) scripts/release-check.sh
 
 # Per-call latency (median, p99) and first-call vs warm cost of the built-in policies; then
 # the konnector (release, run as a process) against plain server-side apply on a private
@@ -81,8 +119,9 @@ demo: tools
 # Regenerate the reference pages (CLI, CRDs, metrics, conditions) and build the book into
 # $(TARGET_DIR)/book. `make test` fails when a page is stale, the book does not build or an
 # internal link or anchor is broken (tools/docgen's tests).
-docs: docs-tools
+docs: docs-tools helm-docs
 	$(CARGO) run -q -p kbind-docgen -- write
+	@scripts/chart-docs.sh
 	CARGO_TARGET_DIR='$(TARGET_DIR)' scripts/docs.sh build
 
 # mdBook and lychee, built from crates.io once per machine (cached in ~/.cache/kbind), both

@@ -35,10 +35,20 @@ const TARGET: &str = "wasm32-wasip2";
 const PROFILE: &str = "policy";
 
 fn main() {
+    stamp_commit();
     if let Err(e) = run() {
         eprintln!("error: building the built-in policy modules failed: {e}");
         std::process::exit(1);
     }
+}
+
+/// Hands the commit the binary is built from to the crate as `KBIND_GIT_COMMIT`, for its
+/// `--version`. `make release` sets the variable from git; any other build says `unknown`
+/// rather than a commit that a cached build script may have read before the last commit.
+fn stamp_commit() {
+    println!("cargo:rerun-if-env-changed=KBIND_GIT_COMMIT");
+    let commit = env::var("KBIND_GIT_COMMIT").unwrap_or_else(|_| "unknown".to_owned());
+    println!("cargo:rustc-env=KBIND_GIT_COMMIT={commit}");
 }
 
 fn run() -> Result<(), String> {

@@ -7,8 +7,7 @@
 #                           top-level Markdown: every internal link and #anchor must resolve
 #
 # The book is built from a copy of docs/ under the target directory, so nothing is written
-# into the repository. A reference page other tooling generates into docs/src and that is
-# not there yet (the Helm values page) is stood in for in that copy only, saying so.
+# into the repository.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 mode=${1:?usage: scripts/docs.sh build|check}
@@ -19,11 +18,6 @@ work="$target/docs-build"
 rm -rf "$work"
 mkdir -p "$work"
 cp -R "$root/docs/." "$work/"
-if [ ! -f "$work/src/reference/helm-values.md" ]; then
-  echo "docs: docs/src/reference/helm-values.md is not generated yet; the book gets a placeholder" >&2
-  printf '# Helm values\n\nGenerated from `charts/konnector/values.yaml` by the chart tooling; not in this build.\n' \
-    >"$work/src/reference/helm-values.md"
-fi
 start=$(date +%s)
 "$mdbook" build "$work" --dest-dir "$target/book" >&2
 echo "docs: book built in $(( $(date +%s) - start ))s: $target/book/index.html" >&2
@@ -36,12 +30,8 @@ start=$(date +%s)
 # excluded. --include-fragments: a link's #anchor must exist in the page it points to.
 # print.html repeats every page; 404.html and the theme's own pages are not ours.
 cd "$root"
-missing=()
-if [ ! -f "$root/docs/src/reference/helm-values.md" ]; then
-  missing=(--exclude 'helm-values\.(md|html)')
-fi
 "$lychee" --offline --include-fragments --no-progress --root-dir "$target/book" \
   --exclude-path "$target/book/print.html" --exclude-path "$target/book/404.html" \
-  --exclude-path "$target/book/toc.html" "${missing[@]}" \
+  --exclude-path "$target/book/toc.html" \
   "$target/book" README.md CONTRIBUTING.md SECURITY.md CHANGELOG.md examples/README.md >&2
 echo "docs: links checked in $(( $(date +%s) - start ))s" >&2

@@ -11,9 +11,18 @@ use crate::client::ClientArgs;
 use crate::commands::{bind, connect, disconnect, provider_rbac, provider_setup, status, unbind};
 use crate::exit::{EXIT_FAILURE, exit_code};
 
+/// What `--version` prints: the workspace version and the commit the build was made from
+/// (`unknown` outside `make release`, which stamps it).
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("KBIND_GIT_COMMIT"),
+    ")"
+);
+
 /// Connect provider clusters, bind their APIs and inspect or tear down kbind.
 #[derive(Parser, Debug)]
-#[command(name = "kubectl-kbind", bin_name = "kubectl kbind", version)]
+#[command(name = "kubectl-kbind", bin_name = "kubectl kbind", version = VERSION)]
 pub struct Cli {
     /// Cluster connection flags, as kubectl's.
     #[command(flatten)]

@@ -6,10 +6,13 @@
 //! kube-apiserver with RBAC, admission and CEL validation exactly as a user's cluster has them.
 
 pub mod access;
+pub mod daemon;
 pub mod demo;
 pub mod exports;
 pub mod faults;
 pub mod fixtures;
+pub mod proxy;
+pub mod registry;
 pub mod sharding;
 pub mod syncenv;
 pub mod testenv;

@@ -13,9 +13,18 @@ use std::path::PathBuf;
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 
+/// What `--version` prints: the workspace version and the commit the build was made from
+/// (`unknown` outside `make release`, which stamps it).
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("KBIND_GIT_COMMIT"),
+    ")"
+);
+
 /// kbind konnector: binds provider cluster APIs into this consumer cluster.
 #[derive(Parser, Debug)]
-#[command(name = "konnector", version)]
+#[command(name = "konnector", version = VERSION)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]

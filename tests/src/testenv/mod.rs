@@ -54,6 +54,7 @@ pub use pair::{
     CONSUMER, ClusterPair, KEEP_ENV, PROVIDER, SECOND_CONSUMER, second_consumer, shared_pair,
 };
 pub use pki::MAX_CERT_GROUPS;
+pub(crate) use process::WATCHDOG;
 pub use process::{Component, Supervision};
 
 /// Errors of the test environment, named after the step that failed.

@@ -80,7 +80,7 @@ pub enum Supervision {
 
 /// `$0` is a label, `$@` the command. fd 3 keeps the watchdog pipe for the watcher only; the
 /// TERM trap is a handler (not an ignore), so the child starts with default signal actions.
-const WATCHDOG: &str = r#"
+pub(crate) const WATCHDOG: &str = r#"
 trap 'kill -TERM "$child" 2>/dev/null' TERM
 exec 3<&0 </dev/null
 "$@" 3<&- &

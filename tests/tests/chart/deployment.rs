@@ -69,13 +69,17 @@ fn default_values_are_the_spec_table() -> Result<()> {
         r#"
 image: {repository: ghcr.io/kbind/konnector, tag: ""}
 installCRDs: true
+crds: {keep: true}
 replicaCount: 1
 leaderElect: false
 leaderElectionID: konnector.kbind.io
 rbac: {boundResourceGroups: ["*"], related: []}
 metrics: {port: 8085}
 healthProbe: {port: 8081}
+logLevel: info
+logFormat: text
 extraArgs: []
+extraEnv: []
 imagePullSecrets: []
 secretNamespace: kbind
 createSecretNamespace: true
@@ -88,28 +92,45 @@ policies:
 "#,
     )?;
     assert_fields(&read("values.yaml")?, &values)?;
-    let chart = yaml("{apiVersion: v2, name: konnector, version: 0.1.0, appVersion: 0.1.0}")?;
+    let chart = "{apiVersion: v2, name: konnector, version: 0.1.0, appVersion: 0.1.0, \
+                 kubeVersion: '>=1.29.0-0'}";
+    let chart = yaml(chart)?;
     assert_fields(&read("Chart.yaml")?, &chart)
 }
 
-#[test]
-fn default_render_contains_the_committed_crds_verbatim() -> Result<()> {
-    let rendered = render("")?;
+/// The annotation that makes Helm leave an object in place on uninstall.
+const KEEP: &str = "  annotations:\n    helm.sh/resource-policy: keep\n";
+
+/// Each committed CRD is rendered as committed, with `extra` as the first lines of its
+/// top-level metadata.
+fn assert_committed_crds_rendered(values: &str, extra: &str) -> Result<()> {
+    let rendered = render(values)?;
     let crds = rendered.of_kind("CustomResourceDefinition");
     assert_eq!(crds.len(), 3, "{:?}", rendered.summary());
     for plural in ["connections", "bindings", "clusterbindings"] {
         let path = format!("{CHART}/files/crds/core.kbind.io_{plural}.yaml");
         let committed = std::fs::read_to_string(&path).context(path)?;
+        let expected = committed.replacen("\nmetadata:\n", &format!("\nmetadata:\n{extra}"), 1);
         let name = format!("{plural}.core.kbind.io");
         let doc = crds.iter().find(|d| d.value["metadata"]["name"] == name);
         let doc = doc.with_context(|| format!("CRD {name} not rendered"))?;
         assert_eq!(doc.from, "konnector/templates/crds.yaml");
         // Byte for byte (helm only separates documents with blank lines).
-        assert_eq!(doc.text.trim_end(), committed.trim_end(), "{name} differs");
+        assert_eq!(doc.text.trim_end(), expected.trim_end(), "{name} differs");
     }
     let on_disk = std::fs::read_dir(format!("{CHART}/files/crds"))?.count();
     assert_eq!(on_disk, 3, "every committed CRD file is rendered");
     Ok(())
+}
+
+#[test]
+fn default_render_contains_the_committed_crds_kept_on_uninstall() -> Result<()> {
+    assert_committed_crds_rendered("", KEEP)
+}
+
+#[test]
+fn crds_keep_false_renders_the_committed_crds_verbatim() -> Result<()> {
+    assert_committed_crds_rendered("crds: {keep: false}", "")
 }
 
 #[test]
@@ -196,7 +217,7 @@ fn metrics_and_health_ports_flow_into_flags_container_ports_probes_and_service()
         // Liveness /healthz and readiness /readyz, on the named health port.
         rendered.expect(&format!(
             r#"
-args: run --metrics-bind-address=:{metrics} --health-probe-bind-address=:{health} --secret-namespace=kbind --provider-grace-period=60s
+args: run --metrics-bind-address=:{metrics} --health-probe-bind-address=:{health} --secret-namespace=kbind --provider-grace-period=60s --log-level=info --log-format=text
 container:
   ports: [{{name: metrics, containerPort: {metrics}}}, {{name: health, containerPort: {health}}}]
   livenessProbe: {{httpGet: {{path: /healthz, port: health}}}}

@@ -307,35 +307,16 @@ fn installed_over(
     body: impl AsyncFnOnce(&Sides, &ClusterPair) -> Result<()>,
 ) -> Result<()> {
     let pair = ClusterPair::start_private()?;
-    let (metrics, health) = (free_port()?, free_port()?);
-    let values = format!("metrics: {{port: {metrics}}}\nhealthProbe: {{port: {health}}}\n{values}");
-    let kubeconfig = pair.consumer.admin().kubeconfig_path();
-    let kubeconfig = kubeconfig
-        .to_str()
-        .context("kubeconfig path is not UTF-8")?;
-    let install = [
-        "install",
-        RELEASE,
-        CHART,
-        "-n",
-        NAMESPACE,
-        "--create-namespace",
-        "--kubeconfig",
-        kubeconfig,
-        "-f",
-        "-",
-    ];
+    let values = format!("{}{values}", free_ports_values()?);
     let log = pair.root().join("konnector.log");
     let result = kbind_tests::runtime()?.block_on(pair.diagnose(async {
         let consumer = pair.consumer.client().await?;
         for namespace in existing {
             ensure_namespace(&consumer, namespace).await?;
         }
-        tokio::task::block_in_place(|| run_helm(&install, &values))?;
-        for (_, crd) in konnector::api::core_crds() {
-            konnector::schema::established(&consumer, &crd.name_any(), WAIT).await?;
-        }
-        let konnector = run_as_deployment(&pair, &consumer, &log).await?;
+        helm_install(&pair, &consumer, &[CHART], &values).await?;
+        let binary = kbind_tests::konnector_binary!();
+        let konnector = run_as_deployment(&pair, &consumer, &log, &binary).await?;
         konnector.wait_ready(WAIT).await?;
         let sides = Sides::on(&pair, TestApi::namespaced(GROUP), TEAM).await?;
         body(&sides, &pair).await
@@ -343,13 +324,57 @@ fn installed_over(
     result.map_err(|e| anyhow!("{e:?}\n--- konnector log (tail)\n{}", tail(&log, 60)))
 }
 
-/// Starts the konnector binary with the installed Deployment's container arguments and
+/// Values setting the metrics and probe ports to free ones (the konnector runs as a local
+/// process, beside others), as the first lines of a values file.
+pub(crate) fn free_ports_values() -> Result<String> {
+    let (metrics, health) = (free_port()?, free_port()?);
+    Ok(format!(
+        "metrics: {{port: {metrics}}}\nhealthProbe: {{port: {health}}}\n"
+    ))
+}
+
+/// Runs helm against the pair's consumer (`--kubeconfig`, `-n` [`NAMESPACE`]) with `values`
+/// on its stdin, off the async workers.
+pub(crate) fn helm_on(pair: &ClusterPair, args: &[&str], values: &str) -> Result<String> {
+    let kubeconfig = pair.consumer.admin().kubeconfig_path();
+    let kubeconfig = kubeconfig
+        .to_str()
+        .context("kubeconfig path is not UTF-8")?;
+    let on = ["-n", NAMESPACE, "--kubeconfig", kubeconfig];
+    let args = [args, &on[..]].concat();
+    tokio::task::block_in_place(|| run_helm(&args, values))
+}
+
+/// `helm install` of release [`RELEASE`] from `chart` (a chart directory or an `oci://`
+/// reference, followed by any flags it needs) with `values`, into [`NAMESPACE`] (created);
+/// returns once the core CRDs are established.
+pub(crate) async fn helm_install(
+    pair: &ClusterPair,
+    consumer: &Client,
+    chart: &[&str],
+    values: &str,
+) -> Result<()> {
+    let install = [
+        &["install", RELEASE],
+        chart,
+        &["--create-namespace", "-f", "-"],
+    ]
+    .concat();
+    helm_on(pair, &install, values)?;
+    for (_, crd) in konnector::api::core_crds() {
+        konnector::schema::established(consumer, &crd.name_any(), WAIT).await?;
+    }
+    Ok(())
+}
+
+/// Starts `binary` (the konnector) with the installed Deployment's container arguments and
 /// environment, as the Deployment's ServiceAccount (a TokenRequest token in `KUBECONFIG`,
 /// where a Pod has its projected token).
-async fn run_as_deployment(
+pub(crate) async fn run_as_deployment(
     pair: &ClusterPair,
     consumer: &Client,
     log: &Path,
+    binary: &Path,
 ) -> Result<KonnectorProcess> {
     let deployment = Api::<Deployment>::namespaced(consumer.clone(), NAMESPACE);
     let deployment = deployment.get(FULLNAME).await?;
@@ -392,9 +417,8 @@ async fn run_as_deployment(
         .await?;
     let kubeconfig = identity.kubeconfig_path().to_str().context("not UTF-8")?;
     env.push(("KUBECONFIG".to_string(), kubeconfig.to_string()));
-    let binary = kbind_tests::konnector_binary!();
     KonnectorProcess::exec(
-        &binary,
+        binary,
         &args,
         &env,
         log,

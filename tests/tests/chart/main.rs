@@ -8,10 +8,15 @@
 
 mod dashboard;
 mod deployment;
+mod docs;
 mod installed;
+mod monitoring;
 mod policies;
 mod rbac;
+mod registry;
+mod reinstall;
 mod sharding;
+mod values_schema;
 
 use std::io::Write as _;
 use std::process::{Command, Stdio};
@@ -26,7 +31,7 @@ const NAMESPACE: &str = "kbind-system";
 /// `konnector.fullname` for release `kbind`.
 const FULLNAME: &str = "kbind-konnector";
 /// The konnector's arguments with default values, before any optional flag.
-const CHART_ARGS: &str = "run --metrics-bind-address=:8085 --health-probe-bind-address=:8081 --secret-namespace=kbind --provider-grace-period=60s";
+const CHART_ARGS: &str = "run --metrics-bind-address=:8085 --health-probe-bind-address=:8081 --secret-namespace=kbind --provider-grace-period=60s --log-level=info --log-format=text";
 
 /// Runs a command with `stdin` as its input, returning its stdout; fails with its stderr.
 fn output(command: &mut Command, stdin: &str) -> Result<String> {
