@@ -5,8 +5,8 @@
 use std::collections::BTreeSet;
 
 use konnector::telemetry::{
-    ApiLabels, HandoverLabels, PolicyFailureLabels, PolicyLabels, RelatedLabels, RelatedReadLabels,
-    ShardKindLabels, WatchLabels, metrics,
+    ApiLabels, HandoverLabels, InstanceStateLabels, PolicyFailureLabels, PolicyLabels,
+    RelatedLabels, RelatedReadLabels, ShardKindLabels, WatchLabels, metrics,
 };
 use promql_parser::parser::{Expr, parse};
 use promql_parser::util::{ExprVisitor, walk_expr};
@@ -65,6 +65,11 @@ fn record_a_sample_in_every_family() {
     };
     m.shard_handovers.get_or_create(&handover).inc();
     m.shard_lease_renew.observe(0.01);
+    let failing = InstanceStateLabels {
+        api: "widgets.example.org".to_string(),
+        state: "failing",
+    };
+    m.instances.get_or_create(&failing).set(1);
 }
 
 /// Every sample name the konnector's metrics registry exposes, read from the sample lines of
@@ -163,6 +168,7 @@ fn alert_expressions_name_only_metrics_the_konnector_exports() -> Result<()> {
         "KbindPolicyFailures",
         "KbindShardFlapping",
         "KbindInstanceConflicts",
+        "KbindInstancesFailing",
         "KbindRelatedCopiesFailing",
     ] {
         ensure!(alerts.contains(wanted), "no {wanted} in {alerts:?}");
