@@ -189,8 +189,8 @@ async fn after(walk: &Walk<'_>, block: &Block) -> Result<()> {
                 instances.get_opt("my-widget").await?.is_some(),
                 "instance gone"
             );
-            // The release took the core CRDs along (installCRDs); a Connection left over would
-            // have kept its CRD terminating, and the list would answer.
+            // The core CRDs stay (crds.keep, the default) and hold no Connection; with
+            // crds.keep off they went along with the release, and the list answers 404.
             let connections = Api::<Connection>::all(consumer);
             match connections.list(&ListParams::default()).await {
                 Ok(left) => ensure!(left.items.is_empty(), "a Connection is left"),
