@@ -17,6 +17,8 @@ use std::time::Duration;
 use http::{Method, Request};
 use tower::{Layer, Service};
 
+use crate::telemetry::RequestMetrics;
+
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 static WRITE_TIMEOUT: OnceLock<Duration> = OnceLock::new();
@@ -26,12 +28,17 @@ pub fn bound_writes(timeout: Duration) {
     let _ = WRITE_TIMEOUT.set(timeout);
 }
 
-/// A client for `config`, with the process's write bound when one is set.
-pub fn client(config: kube::Config) -> Result<kube::Client, kube::Error> {
+/// A client for `config` to the `cluster` side (`consumer` or `provider`): with the process's
+/// write bound when one is set, and every request counted and timed outermost.
+pub fn client(config: kube::Config, cluster: &'static str) -> Result<kube::Client, kube::Error> {
     let builder = kube::client::ClientBuilder::try_from(config)?;
+    let measured = RequestMetrics { cluster };
     Ok(match WRITE_TIMEOUT.get() {
-        Some(limit) => builder.with_layer(&WriteTimeout(*limit)).build(),
-        None => builder.build(),
+        Some(limit) => builder
+            .with_layer(&WriteTimeout(*limit))
+            .with_layer(&measured)
+            .build(),
+        None => builder.with_layer(&measured).build(),
     })
 }
 

@@ -287,7 +287,7 @@ async fn consumer_client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result
             .await
             .context("no --kubeconfig and no in-cluster configuration")?,
     };
-    crate::fencing::client(config).context("building the consumer client")
+    crate::fencing::client(config, "consumer").context("building the consumer client")
 }
 
 async fn listen(flag: &str, value: &str) -> anyhow::Result<TcpListener> {

@@ -98,6 +98,26 @@ pub struct BuildLabels {
     pub commit: &'static str,
 }
 
+/// Labels of client requests.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClientRequestLabels {
+    /// `consumer` or `provider`.
+    pub cluster: &'static str,
+    /// `get`, `watch`, `create`, `update`, `patch`, `delete` (from the method and query).
+    pub verb: &'static str,
+    /// The HTTP status code, or `error` when no answer came.
+    pub code: String,
+}
+
+/// Labels of client request latency.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClientLatencyLabels {
+    /// `consumer` or `provider`.
+    pub cluster: &'static str,
+    /// As in [`ClientRequestLabels`].
+    pub verb: &'static str,
+}
+
 /// Labels of instance counts by state.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct InstanceStateLabels {
@@ -160,6 +180,11 @@ pub struct Metrics {
     pub instances: Family<InstanceStateLabels, Gauge>,
     /// Always 1, labelled with the version and commit of the running build.
     pub build_info: Family<BuildLabels, Gauge>,
+    /// API requests sent, per cluster, verb and answer.
+    pub client_requests: Family<ClientRequestLabels, Counter>,
+    /// API request latency until the answer's head (a watch: until it started), per cluster
+    /// and verb.
+    pub client_request_duration: Family<ClientLatencyLabels, Histogram>,
 }
 
 fn latency_histogram() -> Histogram {
@@ -193,6 +218,8 @@ impl Metrics {
             leader: Gauge::default(),
             instances: Family::default(),
             build_info: Family::default(),
+            client_requests: Family::default(),
+            client_request_duration: Family::new_with_constructor(latency_histogram),
             registry: Registry::default(),
         };
         registry.register(
@@ -304,6 +331,16 @@ impl Metrics {
             "build_info",
             "The running build: version and commit labels, value 1",
             metrics.build_info.clone(),
+        );
+        registry.register(
+            "client_requests",
+            "API requests sent, per cluster, verb and status code",
+            metrics.client_requests.clone(),
+        );
+        registry.register(
+            "client_request_duration_seconds",
+            "API request latency until the answer's head, per cluster and verb",
+            metrics.client_request_duration.clone(),
         );
         metrics
             .build_info

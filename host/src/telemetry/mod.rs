@@ -4,12 +4,14 @@
 
 mod logging;
 mod metrics;
+mod requests;
 mod server;
 
 pub use logging::{LogFormat, init_logging};
 pub use metrics::{
-    ApiLabels, BuildLabels, ControllerLabels, HandoverLabels, InstanceStateLabels, Metrics,
-    PolicyFailureLabels, PolicyLabels, ReconcileTimer, RelatedLabels, RelatedReadLabels,
-    ShardKindLabels, WatchLabels, metrics,
+    ApiLabels, BuildLabels, ClientLatencyLabels, ClientRequestLabels, ControllerLabels,
+    HandoverLabels, InstanceStateLabels, Metrics, PolicyFailureLabels, PolicyLabels,
+    ReconcileTimer, RelatedLabels, RelatedReadLabels, ShardKindLabels, WatchLabels, metrics,
 };
+pub use requests::RequestMetrics;
 pub use server::{Health, serve_health, serve_metrics};

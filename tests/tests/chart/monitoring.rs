@@ -5,8 +5,9 @@
 use std::collections::BTreeSet;
 
 use konnector::telemetry::{
-    ApiLabels, HandoverLabels, InstanceStateLabels, PolicyFailureLabels, PolicyLabels,
-    RelatedLabels, RelatedReadLabels, ShardKindLabels, WatchLabels, metrics,
+    ApiLabels, ClientLatencyLabels, ClientRequestLabels, HandoverLabels, InstanceStateLabels,
+    PolicyFailureLabels, PolicyLabels, RelatedLabels, RelatedReadLabels, ShardKindLabels,
+    WatchLabels, metrics,
 };
 use promql_parser::parser::{Expr, parse};
 use promql_parser::util::{ExprVisitor, walk_expr};
@@ -65,6 +66,19 @@ fn record_a_sample_in_every_family() {
     };
     m.shard_handovers.get_or_create(&handover).inc();
     m.shard_lease_renew.observe(0.01);
+    m.client_requests
+        .get_or_create(&ClientRequestLabels {
+            cluster: "provider",
+            verb: "get",
+            code: "200".to_string(),
+        })
+        .inc();
+    m.client_request_duration
+        .get_or_create(&ClientLatencyLabels {
+            cluster: "provider",
+            verb: "get",
+        })
+        .observe(0.01);
     let failing = InstanceStateLabels {
         api: "widgets.example.org".to_string(),
         state: "failing",

@@ -8,8 +8,9 @@ use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
 use konnector::telemetry::{
-    ApiLabels, ControllerLabels, HandoverLabels, InstanceStateLabels, Metrics, PolicyFailureLabels,
-    PolicyLabels, RelatedLabels, RelatedReadLabels, ShardKindLabels, WatchLabels,
+    ApiLabels, ClientLatencyLabels, ClientRequestLabels, ControllerLabels, HandoverLabels,
+    InstanceStateLabels, Metrics, PolicyFailureLabels, PolicyLabels, RelatedLabels,
+    RelatedReadLabels, ShardKindLabels, WatchLabels,
 };
 
 use crate::{GENERATED, cell};
@@ -58,6 +59,19 @@ fn populate(m: &Metrics) {
         kind: "api",
         change: "acquired",
     });
+    m.client_requests
+        .get_or_create(&ClientRequestLabels {
+            cluster: "provider",
+            verb: "get",
+            code: "200".to_string(),
+        })
+        .inc();
+    m.client_request_duration
+        .get_or_create(&ClientLatencyLabels {
+            cluster: "provider",
+            verb: "get",
+        })
+        .observe(0.01);
     let _ = m.instances.get_or_create(&InstanceStateLabels {
         api: "widgets.example.org".into(),
         state: "synced",

@@ -215,7 +215,7 @@ pub async fn credentials(
             .await
             .map_err(|e| unusable(config_problem(&e)))?;
     config.connect_timeout = Some(CONNECT_TIMEOUT);
-    let client = crate::fencing::client(config).map_err(|e| {
+    let client = crate::fencing::client(config, "provider").map_err(|e| {
         tracing::debug!(secret = %format!("{}/{}", reference.namespace, reference.name), error = %e, "no client from the kubeconfig");
         unusable(
             "its TLS material (certificate-authority-data, client-certificate-data, client-key-data, tls-server-name) cannot be used; check that each is base64-encoded PEM",
