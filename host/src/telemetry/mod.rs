@@ -2,16 +2,18 @@
 //! set-up. Metrics live in one process-wide registry so every module records into it
 //! without threading handles through every call.
 
+mod labels;
 mod logging;
 mod metrics;
 mod requests;
 mod server;
 
-pub use logging::{LogFormat, init_logging};
-pub use metrics::{
+pub use labels::{
     ApiLabels, BuildLabels, ClientLatencyLabels, ClientRequestLabels, ControllerLabels,
-    HandoverLabels, InstanceStateLabels, Metrics, PolicyFailureLabels, PolicyLabels,
-    ReconcileTimer, RelatedLabels, RelatedReadLabels, ShardKindLabels, WatchLabels, metrics,
+    HandoverLabels, InstanceStateLabels, PolicyFailureLabels, PolicyLabels, RelatedLabels,
+    RelatedReadLabels, ShardKindLabels, WatchLabels,
 };
+pub use logging::{LogFormat, init_logging};
+pub use metrics::{Metrics, ReconcileTimer, metrics};
 pub use requests::RequestMetrics;
 pub use server::{Health, serve_health, serve_metrics};

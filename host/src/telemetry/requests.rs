@@ -12,7 +12,8 @@ use std::time::Instant;
 use http::{Method, Request, Response};
 use tower::{Layer, Service};
 
-use super::metrics::{ClientLatencyLabels, ClientRequestLabels, metrics};
+use super::labels::{ClientLatencyLabels, ClientRequestLabels};
+use super::metrics::metrics;
 
 /// The layer that counts and times requests to one cluster.
 #[derive(Clone, Copy, Debug)]

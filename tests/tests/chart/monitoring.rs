@@ -4,11 +4,7 @@
 
 use std::collections::BTreeSet;
 
-use konnector::telemetry::{
-    ApiLabels, ClientLatencyLabels, ClientRequestLabels, HandoverLabels, InstanceStateLabels,
-    PolicyFailureLabels, PolicyLabels, RelatedLabels, RelatedReadLabels, ShardKindLabels,
-    WatchLabels, metrics,
-};
+use konnector::telemetry::metrics;
 use promql_parser::parser::{Expr, parse};
 use promql_parser::util::{ExprVisitor, walk_expr};
 
@@ -17,73 +13,7 @@ use super::*;
 /// Records one sample in every metric family of the konnector's registry, through the same
 /// public fields the konnector records into: a family without samples renders nothing.
 fn record_a_sample_in_every_family() {
-    let m = metrics();
-    m.reconcile("connection").fail();
-    let api = ApiLabels {
-        api: "widgets.example.org".to_string(),
-    };
-    for family in [
-        &m.instances_synced,
-        &m.conflicts,
-        &m.schema_applies,
-        &m.syncer_starts,
-        &m.in_sync_checks,
-    ] {
-        family.get_or_create(&api).inc();
-    }
-    m.sync_lag.get_or_create(&api).observe(0.01);
-    let related = RelatedLabels {
-        resource: "secrets",
-        direction: "FromProvider",
-        reason: "secret-type",
-    };
-    m.related_skipped.get_or_create(&related).inc();
-    m.related_copy_failures.get_or_create(&related).inc();
-    let read = RelatedReadLabels {
-        resource: "secrets",
-        read: "get-full",
-    };
-    m.related_reads.get_or_create(&read).inc();
-    let role = PolicyLabels { role: "conflict" };
-    m.policy_duration.get_or_create(&role).observe(0.001);
-    let failure = PolicyFailureLabels {
-        role: "conflict",
-        kind: "trap",
-    };
-    m.policy_failures.get_or_create(&failure).inc();
-    m.engaged_connections.set(1);
-    let watch = WatchLabels {
-        api: "widgets.example.org".to_string(),
-        cluster: "provider",
-    };
-    m.watch_lists.get_or_create(&watch).inc();
-    m.shards_owned
-        .get_or_create(&ShardKindLabels { kind: "api" })
-        .set(1);
-    let handover = HandoverLabels {
-        kind: "api",
-        change: "lost",
-    };
-    m.shard_handovers.get_or_create(&handover).inc();
-    m.shard_lease_renew.observe(0.01);
-    m.client_requests
-        .get_or_create(&ClientRequestLabels {
-            cluster: "provider",
-            verb: "get",
-            code: "200".to_string(),
-        })
-        .inc();
-    m.client_request_duration
-        .get_or_create(&ClientLatencyLabels {
-            cluster: "provider",
-            verb: "get",
-        })
-        .observe(0.01);
-    let failing = InstanceStateLabels {
-        api: "widgets.example.org".to_string(),
-        state: "failing",
-    };
-    m.instances.get_or_create(&failing).set(1);
+    metrics().declare_every_family();
 }
 
 /// Every sample name the konnector's metrics registry exposes, read from the sample lines of

@@ -7,76 +7,7 @@
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
-use konnector::telemetry::{
-    ApiLabels, ClientLatencyLabels, ClientRequestLabels, ControllerLabels, HandoverLabels,
-    InstanceStateLabels, Metrics, PolicyFailureLabels, PolicyLabels, RelatedLabels,
-    RelatedReadLabels, ShardKindLabels, WatchLabels,
-};
-
 use crate::{GENERATED, cell};
-
-/// Gives every labelled family one child, so the exposition declares it.
-fn populate(m: &Metrics) {
-    let controller = ControllerLabels { controller: "sync" };
-    let api = ApiLabels {
-        api: "widgets.example.org".into(),
-    };
-    let related = RelatedLabels {
-        resource: "secrets",
-        direction: "FromProvider",
-        reason: "foreign-target",
-    };
-    let _ = m.reconciles.get_or_create(&controller);
-    let _ = m.reconcile_errors.get_or_create(&controller);
-    let _ = m.reconcile_duration.get_or_create(&controller);
-    let _ = m.instances_synced.get_or_create(&api);
-    let _ = m.sync_lag.get_or_create(&api);
-    let _ = m.conflicts.get_or_create(&api);
-    let _ = m.schema_applies.get_or_create(&api);
-    let _ = m.related_skipped.get_or_create(&related);
-    let _ = m.related_reads.get_or_create(&RelatedReadLabels {
-        resource: "secrets",
-        read: "list-metadata",
-    });
-    let _ = m.related_copy_failures.get_or_create(&related);
-    let _ = m
-        .policy_duration
-        .get_or_create(&PolicyLabels { role: "conflict" });
-    let _ = m.policy_failures.get_or_create(&PolicyFailureLabels {
-        role: "conflict",
-        kind: "trap",
-    });
-    let _ = m.syncer_starts.get_or_create(&api);
-    let _ = m.in_sync_checks.get_or_create(&api);
-    let _ = m.watch_lists.get_or_create(&WatchLabels {
-        api: "widgets.example.org".into(),
-        cluster: "consumer",
-    });
-    let _ = m
-        .shards_owned
-        .get_or_create(&ShardKindLabels { kind: "api" });
-    let _ = m.shard_handovers.get_or_create(&HandoverLabels {
-        kind: "api",
-        change: "acquired",
-    });
-    m.client_requests
-        .get_or_create(&ClientRequestLabels {
-            cluster: "provider",
-            verb: "get",
-            code: "200".to_string(),
-        })
-        .inc();
-    m.client_request_duration
-        .get_or_create(&ClientLatencyLabels {
-            cluster: "provider",
-            verb: "get",
-        })
-        .observe(0.01);
-    let _ = m.instances.get_or_create(&InstanceStateLabels {
-        api: "widgets.example.org".into(),
-        state: "synced",
-    });
-}
 
 /// The label names of `family`'s samples in `exposition` (`le` of histogram buckets left out).
 fn labels(exposition: &str, family: &str) -> Vec<String> {
@@ -135,7 +66,7 @@ pub fn families(exposition: &str) -> Vec<Family> {
 /// The page.
 pub fn page() -> anyhow::Result<String> {
     let metrics = konnector::telemetry::metrics();
-    populate(metrics);
+    metrics.declare_every_family();
     let exposition = metrics.encode();
     let families = families(&exposition);
     anyhow::ensure!(
