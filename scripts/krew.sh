@@ -6,25 +6,14 @@
 # holding both binaries on stdout; progress goes to stderr.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/scripts/lib/go-tool.sh"
 src="$root/tools/krew"
 cache="${KBIND_CACHE:-$HOME/.cache/kbind}"
 module=sigs.k8s.io/krew
-version=$(awk -v m="$module" '$1==m{print $2}' "$src/go.mod")
-if [ -z "$version" ]; then
-  echo "krew: $module is not required in $src/go.mod" >&2
-  exit 1
-fi
+version=$(go_module_version krew "$src" "$module")
 dir="$cache/krew-$version"
-if [ -x "$dir/krew" ] && [ -x "$dir/validate-krew-manifest" ]; then
-  echo "$dir"
-  exit 0
-fi
-command -v go >/dev/null || { echo "krew: Go is required to build krew (see README)" >&2; exit 1; }
-echo "krew: building krew and validate-krew-manifest $version..." >&2
-mkdir -p "$dir"
 for cmd in krew validate-krew-manifest; do
-  ( cd "$src" && go build -trimpath -ldflags "-s -w -X $module/internal/version.gitTag=$version" \
-      -o "$dir/$cmd.tmp.$$" "$module/cmd/$cmd" )
-  mv "$dir/$cmd.tmp.$$" "$dir/$cmd"
+  go_tool_build krew "$dir/$cmd" "$src" "$module/cmd/$cmd" \
+    "-X $module/internal/version.gitTag=$version" "$cmd $version" >/dev/null
 done
 echo "$dir"
