@@ -55,6 +55,13 @@ fn output(command: &mut Command, stdin: &str) -> Result<String> {
 /// Runs helm (built by the project's script once per test binary run) with its state
 /// directories inside the target dir, so that tests never read or write the user's helm
 /// configuration. `values` is a values file's YAML, read with `-f -`.
+/// Fails unless `helm lint --strict` passes the chart with `values` (schema included).
+fn assert_lints_clean(values: &str) -> Result<()> {
+    let out = run_helm(&["lint", "--strict", CHART, "-f", "-"], values)?;
+    assert!(out.contains("0 chart(s) failed"), "{out}");
+    Ok(())
+}
+
 fn run_helm(args: &[&str], values: &str) -> Result<String> {
     static HELM: OnceLock<Result<String, String>> = OnceLock::new();
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/helm.sh");
