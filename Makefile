@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: test lint unit e2e tools kube-bin helm helm-docs registry tinyproxy chart-docs wasm-target testenv-up testenv-down demo bench crds image image-check release release-check docs docs-tools
+.PHONY: test lint unit e2e tools kube-bin helm helm-docs registry tinyproxy toxiproxy chart-docs wasm-target testenv-up testenv-down demo bench crds image image-check release release-check docs docs-tools
 
 # The test binaries run KBIND_TEST_JOBS at a time (default 3); see scripts/test.sh.
 test: tools lint
@@ -12,7 +12,7 @@ lint: tools
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
-tools: wasm-target kube-bin helm helm-docs registry tinyproxy docs-tools
+tools: wasm-target kube-bin helm helm-docs registry tinyproxy toxiproxy docs-tools
 
 # The policy modules are built for wasm32-wasip2; install the target when it is missing.
 wasm-target:
@@ -35,6 +35,11 @@ helm-docs:
 # machine: the chart tests push the chart and an image to it and install from it.
 registry:
 	@scripts/registry.sh >/dev/null
+
+# toxiproxy, built from the Go module pinned in tools/toxiproxy once per machine: the HA fault
+# tests hang, slow and reset the link between one replica and one apiserver through it.
+toxiproxy:
+	@scripts/toxiproxy.sh >/dev/null
 
 # tinyproxy, from the distribution's packages when missing: the proxy test's HTTP proxy.
 tinyproxy:

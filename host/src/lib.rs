@@ -39,7 +39,6 @@ pub mod related;
 pub mod sync;
 
 // Who does the work when several replicas run.
-pub mod leader;
 pub mod sharding;
 
 // The one wiring place, and the command line at the top.

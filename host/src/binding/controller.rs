@@ -164,6 +164,9 @@ async fn reconcile<K: BindingObject>(obj: Arc<K>, ctx: Arc<Context>) -> Result<A
             Finalizer::Cleanup(obj) => cleanup(&*obj, &ctx).await,
         }
     });
+    // Its writes need the Connection shard's hold.
+    let hold = crate::fencing::hold::connection_key(&connection);
+    let work = crate::fencing::hold::within(&hold, work);
     let action = tokio::select! {
         action = work => action.map_err(|e| Error::Finalizer(Box::new(e))),
         // The Connection shard lapsed (its Lease could not be renewed): stop here.

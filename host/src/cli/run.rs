@@ -2,22 +2,26 @@
 //!
 //! Start-up order: logging, policy modules (a module that does not implement its role's
 //! world stops the process here, with the reason), consumer client, probe and metrics
-//! listeners, then leader election (when enabled) and the controllers. SIGTERM or SIGINT
-//! stops the controllers and releases the lease; losing the lease stops reconciling at once
-//! and exits non-zero so the Pod restarts as a clean standby.
+//! listeners, then the Lease coordinator (leader election or sharding, when enabled) and the
+//! controllers. SIGTERM or SIGINT stops the controllers, then the coordinator releases its
+//! Leases; losing the leader Lease stops reconciling at once and exits non-zero so the Pod
+//! restarts as a clean standby.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use anyhow::{Context as _, bail};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use tokio::net::TcpListener;
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
 
 use crate::api::names::{DEFAULT_SECRET_NAMESPACE, LEADER_ELECTION_ID};
-use crate::leader::{self, ElectionConfig};
+use crate::fencing::{Fence, Holds, Mode};
 use crate::manager::{self, Config};
 use crate::policy::{Policies, PolicyArgs};
 use crate::provider::kubeconfig::Transport;
@@ -42,9 +46,17 @@ pub struct RunArgs {
     /// Namespace of the leader-election Lease (defaults to the Pod's namespace).
     #[arg(long, env = "POD_NAMESPACE", default_value = DEFAULT_SECRET_NAMESPACE, value_name = "NS")]
     pub leader_election_namespace: String,
-    /// How long a leader holds the lease without renewing before a standby takes over.
+    /// How long the leader Lease stays held after its last renewal: a standby takes over
+    /// this long after a leader died without releasing it.
     #[arg(long, default_value = "15s", value_parser = humantime::parse_duration, value_name = "DURATION")]
     pub leader_election_lease_duration: Duration,
+    /// How long after its last successful renewal a leader stops working; shorter than the
+    /// Lease duration, and every write is bounded by the difference.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub leader_election_renew_deadline: Duration,
+    /// How often the leader renews its Lease, and a standby tries to take it.
+    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub leader_election_retry_period: Duration,
     /// Share the work among all replicas instead of electing one: Connection and API shards,
     /// each held by one replica through its own Lease in the leader-election namespace.
     #[arg(long, conflicts_with = "leader_elect")]
@@ -109,15 +121,33 @@ pub struct RunArgs {
 }
 
 impl RunArgs {
-    /// The sharding settings, when `--sharding` is on.
-    fn sharding(&self) -> Option<sharding::Config> {
-        self.sharding.then(|| sharding::Config {
-            namespace: self.leader_election_namespace.clone(),
-            identity: identity(self.pod_name.as_deref()),
-            lease_duration: self.shard_lease_duration,
-            renew_deadline: self.shard_renew_deadline,
-            retry_period: self.shard_retry_period,
-        })
+    /// The Lease settings of the HA mode chosen, if any: `--sharding`, or `--leader-elect`.
+    fn ha(&self) -> Option<sharding::Config> {
+        let identity = identity(self.pod_name.as_deref());
+        let namespace = self.leader_election_namespace.clone();
+        if self.sharding {
+            Some(sharding::Config {
+                plan: sharding::Plan::Shards,
+                namespace,
+                identity,
+                lease_duration: self.shard_lease_duration,
+                renew_deadline: self.shard_renew_deadline,
+                retry_period: self.shard_retry_period,
+            })
+        } else if self.leader_elect {
+            Some(sharding::Config {
+                plan: sharding::Plan::Leader {
+                    lease: self.leader_election_id.clone(),
+                },
+                namespace,
+                identity,
+                lease_duration: self.leader_election_lease_duration,
+                renew_deadline: self.leader_election_renew_deadline,
+                retry_period: self.leader_election_retry_period,
+            })
+        } else {
+            None
+        }
     }
 
     fn settings(&self) -> Config {
@@ -143,7 +173,7 @@ impl RunArgs {
                     resync_interval: self.instance_resync,
                     concurrency: self.sync_concurrency.max(1),
                     stop_grace: self
-                        .sharding()
+                        .ha()
                         .map_or(SyncConfig::default().stop_grace, |s| s.stop_grace()),
                     ..SyncConfig::default()
                 },
@@ -176,13 +206,22 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         total_wasm_memory_mib = policies.max_call_memory_bytes() / (1024 * 1024),
         "policy calls bounded: total Wasm memory of running calls = calls × per-store cap"
     );
-    let sharding = args.sharding();
-    if let Some(config) = &sharding {
+    let ha = args.ha();
+    if let Some(config) = &ha {
         config.validate()?;
-        // Before any client is built: every write of this process is bounded from now on.
-        crate::fencing::bound_writes(config.write_timeout());
+        // Before any client is built: every write of this process is fenced from now on.
+        let mode = match config.plan {
+            sharding::Plan::Leader { .. } => Mode::Leader,
+            sharding::Plan::Shards => Mode::Sharded,
+        };
+        crate::fencing::configure(Fence {
+            holds: Arc::new(Holds::new(mode)),
+            write_timeout: config.write_timeout(),
+        });
     }
-    let client = consumer_client(args.kubeconfig.as_deref()).await?;
+    let consumer_config = consumer_config(args.kubeconfig.as_deref()).await?;
+    let client = crate::fencing::client(consumer_config.clone(), "consumer")
+        .context("building the consumer client")?;
 
     let shutdown = CancellationToken::new();
     let health = Health::default();
@@ -198,54 +237,67 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     ));
     tokio::spawn(stop_on_signal(shutdown.clone()));
 
-    let mut leadership = if args.leader_elect {
-        let config = ElectionConfig {
-            namespace: args.leader_election_namespace.clone(),
-            name: args.leader_election_id.clone(),
-            identity: identity(args.pod_name.as_deref()),
-            lease_seconds: args.leader_election_lease_duration.as_secs(),
-        };
-        info!(lease = %format!("{}/{}", config.namespace, config.name), identity = %config.identity, "campaigning for leadership");
-        let mut leadership = leader::campaign(client.clone(), &config).await?;
+    let mut shared = Shared::new(client, policies, args.pod_name.clone());
+    let (leading_tx, mut leading) = watch::channel(false);
+    let elected = matches!(&ha, Some(c) if matches!(c.plan, sharding::Plan::Leader { .. }));
+    let coordinator = match ha {
+        Some(config) => {
+            let lease_client = crate::fencing::lease_client(consumer_config)
+                .context("building the Lease client")?;
+            match &config.plan {
+                sharding::Plan::Leader { lease } => {
+                    info!(lease = %format!("{}/{lease}", config.namespace), identity = %config.identity, "campaigning for leadership");
+                }
+                sharding::Plan::Shards => {
+                    info!(identity = %config.identity, namespace = %config.namespace, "sharding the work over replicas");
+                    shared.shards = Shards::new(true, &config.identity, &config.namespace);
+                }
+            }
+            // Its own token: it releases the Leases only after the controllers have stopped.
+            let token = CancellationToken::new();
+            let task = tokio::spawn(sharding::run(
+                shared.clone(),
+                config,
+                lease_client,
+                leading_tx,
+                token.clone(),
+            ));
+            Some((token, task))
+        }
+        None => None,
+    };
+
+    if elected {
         // A standby is a healthy process: ready while it waits.
         health.set_ready(true);
         tokio::select! {
-            acquired = leadership.acquired() => acquired?,
+            acquired = leading.wait_for(|leads| *leads) => {
+                acquired.map_err(|_| anyhow::anyhow!("the Lease coordinator ended"))?;
+            }
             _ = shutdown.cancelled() => {
-                leadership.release().await;
+                stop_coordinator(coordinator).await;
                 return Ok(());
             }
         }
         info!("became leader");
         crate::telemetry::metrics().leader.set(1);
-        Some(leadership)
-    } else {
-        None
-    };
+    }
 
     let controllers = shutdown.child_token();
-    let mut shared = Shared::new(client, policies, args.pod_name.clone());
-    let coordinator = sharding.map(|config| {
-        info!(identity = %config.identity, namespace = %config.namespace, "sharding the work over replicas");
-        shared.shards = Shards::new(true, &config.identity, &config.namespace);
-        // Its own token: it releases the Leases only after the controllers have stopped.
-        let token = CancellationToken::new();
-        let task = tokio::spawn(crate::sharding::run(shared.clone(), config, token.clone()));
-        (token, task)
-    });
     let task = tokio::spawn(manager::run(shared, args.settings(), controllers.clone()));
     health.set_ready(true);
     info!("controllers started");
 
     let lost = async {
-        match leadership.as_mut() {
-            Some(leadership) => leadership.lost().await,
-            None => std::future::pending().await,
+        if elected {
+            let _ = leading.wait_for(|leads| !*leads).await;
+        } else {
+            std::future::pending::<()>().await;
         }
     };
     let lost_leadership = tokio::select! {
         _ = shutdown.cancelled() => false,
-        _ = lost => true,
+        () = lost => true,
     };
     crate::telemetry::metrics().leader.set(0);
     controllers.cancel();
@@ -258,15 +310,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     {
         error!("controllers did not stop within 20s");
     }
-    if let Some(leadership) = leadership {
-        leadership.release().await;
-    }
-    if let Some((token, task)) = coordinator {
-        token.cancel();
-        if let Err(error) = task.await {
-            error!(%error, "the shard coordinator ended abnormally");
-        }
-    }
+    stop_coordinator(coordinator).await;
     if lost_leadership {
         bail!("lost the leader lease");
     }
@@ -274,20 +318,29 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn consumer_client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<kube::Client> {
-    let config = match kubeconfig {
+/// Stops the Lease coordinator, which releases the Leases it holds.
+async fn stop_coordinator(coordinator: Option<(CancellationToken, tokio::task::JoinHandle<()>)>) {
+    if let Some((token, task)) = coordinator {
+        token.cancel();
+        if let Err(error) = task.await {
+            error!(%error, "the Lease coordinator ended abnormally");
+        }
+    }
+}
+
+async fn consumer_config(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<kube::Config> {
+    match kubeconfig {
         Some(path) => {
             let kubeconfig = Kubeconfig::read_from(path)
                 .with_context(|| format!("reading --kubeconfig {}", path.display()))?;
             kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
                 .await
-                .with_context(|| format!("using --kubeconfig {}", path.display()))?
+                .with_context(|| format!("using --kubeconfig {}", path.display()))
         }
         None => kube::Config::infer()
             .await
-            .context("no --kubeconfig and no in-cluster configuration")?,
-    };
-    crate::fencing::client(config, "consumer").context("building the consumer client")
+            .context("no --kubeconfig and no in-cluster configuration"),
+    }
 }
 
 async fn listen(flag: &str, value: &str) -> anyhow::Result<TcpListener> {

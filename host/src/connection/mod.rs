@@ -226,6 +226,9 @@ async fn reconcile(
             finalizer::Event::Cleanup(connection) => cleanup::cleanup(&connection, &ctx).await,
         }
     });
+    // Its writes need the shard's hold.
+    let hold = crate::fencing::hold::connection_key(&name);
+    let work = crate::fencing::hold::within(&hold, work);
     let result = tokio::select! {
         result = work => result,
         // The shard lapsed (its Lease could not be renewed): stop here, mid-way if need be.

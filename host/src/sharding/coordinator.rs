@@ -1,6 +1,11 @@
-//! The shard coordinator: one loop per replica that renews its membership, computes which
-//! shards rendezvous hashing gives it, takes, renews and releases their Leases, and publishes
-//! what it holds to `Shared::ownership`.
+//! The coordinator: one loop per replica that renews what it holds, then computes which
+//! shards are its own (rendezvous hashing; under leader election, the one leader shard), takes,
+//! releases and collects Leases, and publishes what it holds to `Shared::shards`, the hold
+//! registry and, for leadership, the `leading` channel.
+//!
+//! Renewals come first each tick, in parallel, from the Leases as last written: listing,
+//! assignment and garbage collection come after and never delay one. Each renewal is good
+//! from its own request's start, not the tick's.
 //!
 //! A shard moves in two steps: its holder, no longer assigned, first stops the work (drops it
 //! from ownership, waits for its syncer to finish) and only then releases the Lease; the new
@@ -9,20 +14,24 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::join_all;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams};
+use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::decision::{Decision, Hold, decide};
 use super::leases::{Leases, live_holder};
-use super::{Config, MEMBER_LABEL, SHARD_ANNOTATION, SHARD_KIND_LABEL, Shard};
+use super::{Config, MEMBER_LABEL, Plan, SHARD_ANNOTATION, SHARD_KIND_LABEL, Shard};
 use crate::api::Connection;
+use crate::fencing::Holds;
+use crate::k8s::ApiErrorExt as _;
 use crate::shared::Shared;
 use crate::telemetry::{HandoverLabels, ShardKindLabels, metrics};
 
@@ -48,6 +57,10 @@ pub(super) struct Coordinator {
     pub(super) member_valid_until: Option<Instant>,
     /// Ticks so far, to collect Leases left behind every [`GARBAGE_EVERY`] ticks.
     pub(super) ticks: u64,
+    /// Until when each hold is good, read by every write.
+    pub(super) holds: Arc<Holds>,
+    /// Whether this replica leads (leader election only).
+    pub(super) leading: watch::Sender<bool>,
 }
 
 /// Every this many ticks (about a minute at the default retry period) a replica deletes the
@@ -55,15 +68,18 @@ pub(super) struct Coordinator {
 const GARBAGE_EVERY: u64 = 30;
 
 /// Runs the coordinator until `shutdown`, then releases every Lease it holds (the caller stops
-/// the controllers first, so no work of a released shard is left running).
-pub async fn run(shared: Shared, config: Config, shutdown: CancellationToken) {
+/// the controllers first, so no work of a released shard is left running). `lease_client`
+/// reaches the consumer without the hold check, so a lapsed hold can be renewed; `leading`
+/// says, under leader election, whether this replica leads.
+pub async fn run(
+    shared: Shared,
+    config: Config,
+    lease_client: kube::Client,
+    leading: watch::Sender<bool>,
+    shutdown: CancellationToken,
+) {
     let duration = i32::try_from(config.lease_duration.as_secs()).unwrap_or(i32::MAX);
-    let leases = Leases::new(
-        shared.consumer.clone(),
-        &config.namespace,
-        &config.identity,
-        duration,
-    );
+    let leases = Leases::new(lease_client, &config.namespace, &config.identity, duration);
     let mut coordinator = Coordinator {
         shared,
         config,
@@ -72,6 +88,8 @@ pub async fn run(shared: Shared, config: Config, shutdown: CancellationToken) {
         member: None,
         member_valid_until: None,
         ticks: 0,
+        holds: crate::fencing::holds(),
+        leading,
     };
     loop {
         let started = Instant::now();
@@ -79,14 +97,14 @@ pub async fn run(shared: Shared, config: Config, shutdown: CancellationToken) {
         // off there, and the shards that lapsed are dropped.
         match coordinator.earliest_deadline() {
             Some(deadline) => {
-                if tokio::time::timeout_at(deadline, coordinator.tick(started))
+                if tokio::time::timeout_at(deadline, coordinator.tick())
                     .await
                     .is_err()
                 {
                     coordinator.publish();
                 }
             }
-            None => coordinator.tick(started).await,
+            None => coordinator.tick().await,
         }
         let next = started + coordinator.config.retry_period;
         // Wake early when a held shard reaches its deadline, so it is dropped on time.
@@ -124,12 +142,51 @@ impl Coordinator {
         self.held.values().map(|h| h.valid_until).min()
     }
 
-    async fn tick(&mut self, started: Instant) {
-        self.renew_membership(started).await;
-        if let Err(failed) = self.assign(started).await {
+    async fn tick(&mut self) {
+        let renewed = self.renew_held().await;
+        self.publish();
+        if let Err(failed) = self.assign(&renewed).await {
             warn!(%failed, "shard assignment skipped this tick; the shards held stay until their deadline");
         }
         self.publish();
+    }
+
+    /// Renews, all at once, the membership Lease and every Lease held, each from the Lease as
+    /// last written; returns the shards renewed. A renewal refused because the Lease changed
+    /// since is left to the listing that follows (lost, or renewed from the listed Lease).
+    async fn renew_held(&mut self) -> BTreeSet<Shard> {
+        let period = self.config.retry_period;
+        let leases = &self.leases;
+        let renewals = join_all(self.held.iter().map(|(shard, held)| async move {
+            let start = Instant::now();
+            let result = bounded(period, leases.renew(&held.lease)).await;
+            (shard.clone(), start, result)
+        }));
+        let (results, membership) = futures::join!(renewals, self.membership_renewal());
+        if let Some((start, written)) = membership {
+            self.record_membership(start, written);
+        }
+        let mut renewed = BTreeSet::new();
+        for (shard, start, result) in results {
+            match result {
+                Some(Ok(lease)) => {
+                    let valid_until = start + self.config.renew_deadline;
+                    if let Some(held) = self.held.get_mut(&shard) {
+                        held.valid_until = valid_until;
+                        held.lease = lease;
+                        self.holds.renewed(&shard.key(), valid_until);
+                    }
+                    renewed.insert(shard);
+                }
+                Some(Err(error)) if error.is_http_conflict() => {
+                    debug!(shard = %shard.key(), "the shard Lease changed since it was written; the listing decides");
+                }
+                failed => {
+                    warn!(shard = %shard.key(), error = ?failed.and_then(|r| r.err()), "renewing a shard Lease failed; its work stops at the renew deadline");
+                }
+            }
+        }
+        renewed
     }
 
     /// Lists the Leases carrying `label` within the retry period.
@@ -144,8 +201,21 @@ impl Coordinator {
         }
     }
 
-    /// Which shards are this replica's now, and the Lease requests that follow.
-    async fn assign(&mut self, started: Instant) -> Result<(), String> {
+    /// Which shards are this replica's now, and the Lease requests that follow; then, now and
+    /// then, the Leases left behind are collected.
+    async fn assign(&mut self, renewed: &BTreeSet<Shard>) -> Result<(), String> {
+        if let Plan::Leader { lease } = &self.config.plan {
+            let shard = Shard::Leader(lease.clone());
+            let recorded = self.get(lease).await?;
+            self.step(
+                Timestamp::now(),
+                &BTreeSet::from([shard]),
+                &recorded,
+                renewed,
+            )
+            .await;
+            return Ok(());
+        }
         let members = self.list(MEMBER_LABEL, "membership Leases").await?;
         let now = Timestamp::now();
         let mut live: BTreeSet<String> = members
@@ -161,21 +231,34 @@ impl Coordinator {
         }
         let shards = self.shards().await?;
         let recorded = self.list(SHARD_KIND_LABEL, "shard Leases").await?;
-        self.ticks = self.ticks.wrapping_add(1);
-        if self.ticks.is_multiple_of(GARBAGE_EVERY) {
-            self.collect_garbage(&members, &recorded, &shards, now)
-                .await;
-        }
         let assigned: BTreeSet<Shard> = shards
-            .into_iter()
+            .iter()
             .filter(|shard| {
                 member
                     && super::rendezvous::owner(live.iter().map(String::as_str), &shard.key())
                         == Some(self.me())
             })
+            .cloned()
             .collect();
-        self.step(started, now, &assigned, &recorded).await;
+        self.step(now, &assigned, &recorded, renewed).await;
+        self.ticks = self.ticks.wrapping_add(1);
+        if self.ticks.is_multiple_of(GARBAGE_EVERY) {
+            self.collect_garbage(&members, &recorded, &shards, now)
+                .await;
+        }
         Ok(())
+    }
+
+    /// The Lease `name`, as a one-entry listing (empty when it does not exist yet).
+    async fn get(&self, name: &str) -> Result<BTreeMap<String, Lease>, String> {
+        match bounded(self.config.retry_period, self.leases.get(name)).await {
+            Some(Ok(found)) => Ok(found.into_iter().map(|l| (name.to_string(), l)).collect()),
+            Some(Err(error)) => Err(format!("reading Lease {name}: {error}")),
+            None => Err(format!(
+                "reading Lease {name}: no answer within {:?}",
+                self.config.retry_period
+            )),
+        }
     }
 
     /// Every shard there is: one per Connection, one per (Connection, API) the Ready bindings
@@ -209,26 +292,33 @@ impl Coordinator {
     /// One pass over the shards assigned here and the shards held here.
     async fn step(
         &mut self,
-        started: Instant,
         now: Timestamp,
         assigned: &BTreeSet<Shard>,
         recorded: &BTreeMap<String, Lease>,
+        renewed: &BTreeSet<Shard>,
     ) {
         let mut work = Vec::new();
-        let everything: BTreeSet<&Shard> = assigned.iter().chain(self.held.keys()).collect();
+        let everything: BTreeSet<Shard> =
+            assigned.iter().chain(self.held.keys()).cloned().collect();
         for shard in everything {
             let lease = recorded.get(&shard.lease_name());
-            let hold = self.held.get(shard).map(|held| Hold {
+            let hold = self.held.get(&shard).map(|held| Hold {
                 releasing: held.releasing,
-                stopped: held.releasing && self.stopped(shard),
+                stopped: held.releasing && self.stopped(&shard),
             });
-            let shard = shard.clone();
             work.push(
                 match (
                     decide(self.me(), hold, lease, assigned.contains(&shard), now),
                     lease,
                 ) {
                     (Decision::Lost, _) => Action::Lost(shard),
+                    // Renewed first thing this tick: nothing more to send.
+                    (Decision::Renew | Decision::Stop, _) if renewed.contains(&shard) => {
+                        if let Some(held) = self.held.get_mut(&shard) {
+                            held.releasing |= !assigned.contains(&shard);
+                        }
+                        continue;
+                    }
                     (Decision::Renew, Some(lease)) => Action::Renew(shard, lease.clone()),
                     (Decision::Stop, Some(lease)) => Action::Stop(shard, lease.clone()),
                     (Decision::Release, Some(lease)) => Action::Release(shard, lease.clone()),
@@ -249,6 +339,7 @@ impl Coordinator {
         for action in &work {
             if let Action::Release(shard, _) = action {
                 self.held.remove(shard);
+                self.holds.dropped(&shard.key());
                 info!(shard = %shard.key(), identity = %self.config.identity, "shard released");
                 handover(shard, "released");
             }
@@ -256,6 +347,7 @@ impl Coordinator {
         let leases = &self.leases;
         let period = self.config.retry_period;
         let results = join_all(work.into_iter().map(|action| async move {
+            let start = Instant::now();
             let result = match &action {
                 Action::Lost(_) => None,
                 Action::Renew(_, lease) | Action::Stop(_, lease) => {
@@ -273,27 +365,28 @@ impl Coordinator {
                     .await
                 }
             };
-            (action, result)
+            (action, start, result)
         }))
         .await;
-        for (action, result) in results {
-            self.apply(action, result, started, assigned);
+        for (action, start, result) in results {
+            self.apply(action, result, start, assigned);
         }
     }
 
-    /// Records what one Lease request came to.
+    /// Records what one Lease request, sent at `start`, came to.
     fn apply(
         &mut self,
         action: Action,
         result: Option<kube::Result<Lease>>,
-        started: Instant,
+        start: Instant,
         assigned: &BTreeSet<Shard>,
     ) {
-        let valid_until = started + self.config.renew_deadline;
+        let valid_until = start + self.config.renew_deadline;
         let identity = self.config.identity.clone();
         match (action, result) {
             (Action::Lost(shard), _) => {
                 self.held.remove(&shard);
+                self.holds.dropped(&shard.key());
                 warn!(shard = %shard.key(), %identity, "shard lost: another replica holds its Lease");
                 handover(&shard, "lost");
             }
@@ -302,6 +395,7 @@ impl Coordinator {
                     held.valid_until = valid_until;
                     held.lease = lease;
                     held.releasing |= !assigned.contains(&shard);
+                    self.holds.renewed(&shard.key(), valid_until);
                 }
             }
             (Action::Release(..), Some(Ok(_))) => {}
@@ -311,6 +405,7 @@ impl Coordinator {
             (Action::Take(shard, _) | Action::Create(shard), Some(Ok(lease))) => {
                 info!(shard = %shard.key(), %identity, "shard acquired");
                 handover(&shard, "acquired");
+                self.holds.renewed(&shard.key(), valid_until);
                 self.held.insert(
                     shard,
                     HeldShard {
@@ -333,6 +428,8 @@ impl Coordinator {
     /// Connection shard's reconciles that started while it was held have ended.
     fn stopped(&self, shard: &Shard) -> bool {
         match shard {
+            // Given up only on shutdown, once the controllers have stopped.
+            Shard::Leader(_) => false,
             Shard::Connection(connection) => !self.shared.shards.connection_busy(connection),
             Shard::Api { connection, api } => !self.shared.syncers.contains(connection, api),
         }
@@ -351,8 +448,18 @@ impl Coordinator {
             // Dropped for good: it is taken again (by whoever it is assigned to) through its
             // Lease, never resumed on a stale renewal.
             self.held.remove(&shard);
+            self.holds.dropped(&shard.key());
             warn!(shard = %shard.key(), identity = %self.config.identity, "shard lost: no renewal within the renew deadline; its work stops");
             handover(&shard, "lost");
+        }
+        if let Plan::Leader { .. } = self.config.plan {
+            let leads = !self.held.is_empty();
+            self.leading.send_if_modified(|leading| {
+                let changed = *leading != leads;
+                *leading = leads;
+                changed
+            });
+            return;
         }
         let mut connections = BTreeSet::new();
         let mut apis = BTreeSet::new();
@@ -361,6 +468,7 @@ impl Coordinator {
                 continue;
             }
             match shard {
+                Shard::Leader(_) => {}
                 Shard::Connection(c) => {
                     connections.insert(c.clone());
                 }
@@ -382,7 +490,14 @@ impl Coordinator {
 
     /// On shutdown: gives every Lease up so the other replicas take the shards at once.
     async fn release_all(&mut self) {
-        self.shared.shards.publish(BTreeSet::new(), BTreeSet::new());
+        if let Plan::Shards = self.config.plan {
+            self.shared.shards.publish(BTreeSet::new(), BTreeSet::new());
+        }
+        self.leading.send_replace(false);
+        for shard in self.held.keys() {
+            self.holds.dropped(&shard.key());
+        }
+        self.holds.dropped(crate::fencing::hold::MEMBER);
         let period = self.config.retry_period;
         let held = std::mem::take(&mut self.held);
         let leases = &self.leases;

@@ -2,12 +2,14 @@
 //! replica and one Lease per shard, read and written with optimistic concurrency (every update
 //! carries the resourceVersion it read, so two replicas can never both take a Lease).
 //!
-//! Lease arithmetic is the same as Kubernetes leader election's: a Lease is held while
-//! `renewTime + leaseDurationSeconds` is in the future by the reader's clock; a released one
-//! has no holder. Written by hand rather than through `kube-lease-manager` because sharding
-//! needs what that crate does not give: a holder must learn that a renewal was refused (its
-//! watch loop only logs the error and keeps reporting the lock as held) so that it stops work
-//! before the Lease can expire, and one loop must manage tens of Leases per tick.
+//! Lease arithmetic is the same as Kubernetes leader election's (and the `kube-lease-manager`
+//! crate's, which earlier releases ran for leader election on the same Lease, so a rolling
+//! upgrade sees one holder): a Lease is held while `renewTime + leaseDurationSeconds` is in the
+//! future by the reader's clock; a released one has no holder. Written by hand rather than
+//! through that crate because both HA modes need what it does not give: a holder must learn
+//! that a renewal was refused (its watch loop only logs the error and keeps reporting the lock
+//! as held) so that it stops work before the Lease can expire, and one loop must manage tens of
+//! Leases per tick.
 
 use std::collections::BTreeMap;
 
@@ -104,6 +106,11 @@ impl Leases {
             .into_iter()
             .map(|lease| (lease.name_any(), lease))
             .collect())
+    }
+
+    /// The Lease `name`, if it exists.
+    pub async fn get(&self, name: &str) -> kube::Result<Option<Lease>> {
+        self.api.get_opt(name).await
     }
 
     /// Creates `name` held by this replica.

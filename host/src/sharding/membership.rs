@@ -1,5 +1,5 @@
 //! A replica's membership in the sharded set: its own membership Lease, renewed every tick
-//! before anything else the tick does, and the Leases that replicas and shards long gone left
+//! beside the shard Leases, before anything else the tick does, and the Leases that replicas and shards long gone left
 //! behind, collected now and then.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -11,12 +11,20 @@ use tracing::{debug, info, warn};
 
 use super::coordinator::{Coordinator, bounded};
 use super::leases::long_abandoned;
-use super::{MEMBER_LABEL, Shard, member_lease_name};
+use super::{MEMBER_LABEL, Plan, Shard, member_lease_name};
+use crate::fencing::hold::MEMBER;
 use crate::telemetry::metrics;
 
 impl Coordinator {
-    /// Renews (or creates) this replica's membership Lease.
-    pub(super) async fn renew_membership(&mut self, started: Instant) {
+    /// Renews (or creates) this replica's membership Lease, sharded replicas only: when the
+    /// request started and what it came to.
+    pub(super) async fn membership_renewal(
+        &self,
+    ) -> Option<(Instant, Option<kube::Result<Lease>>)> {
+        if self.config.plan != Plan::Shards {
+            return None;
+        }
+        let start = Instant::now();
         let name = member_lease_name(self.me());
         let period = self.config.retry_period;
         let written = match &self.member {
@@ -36,13 +44,24 @@ impl Coordinator {
                 }
             }
         };
+        Some((start, written))
+    }
+
+    /// Records what the membership renewal started at `start` came to.
+    pub(super) fn record_membership(
+        &mut self,
+        start: Instant,
+        written: Option<kube::Result<Lease>>,
+    ) {
         metrics()
             .shard_lease_renew
-            .observe(started.elapsed().as_secs_f64());
+            .observe(start.elapsed().as_secs_f64());
         match written {
             Some(Ok(lease)) if lease.metadata.name.is_some() => {
+                let valid_until = start + self.config.renew_deadline;
                 self.member = Some(lease);
-                self.member_valid_until = Some(started + self.config.renew_deadline);
+                self.member_valid_until = Some(valid_until);
+                self.holds.renewed(MEMBER, valid_until);
             }
             failed => {
                 // A conflict or a refusal: read it again next time.

@@ -1,25 +1,32 @@
-//! Active-active replicas (`konnector run --sharding`): the work split into shards, each held by
-//! one replica through its own consumer Lease, assigned by rendezvous hashing over the live
-//! replicas. Kubernetes Leases are the only coordination; no replica talks to another.
+//! The one Lease engine of both HA modes. Leader election (`konnector run --leader-elect`) is
+//! its one-shard case: the shard is the whole process's work, always assigned, held through
+//! the spec's Lease (`konnector.kbind.io` by default, a plain coordination.k8s.io/v1 Lease).
+//! Active-active replicas (`--sharding`) split the work into shards, each held by one replica
+//! through its own consumer Lease, assigned by rendezvous hashing over the live replicas.
+//! Kubernetes Leases are the only coordination; no replica talks to another.
 //!
 //! ```text
 //! every retry period, per replica:
-//!   renew own membership Lease ─▶ live members (membership Leases not expired)
-//!   shards: one per Connection + one per (Connection, API) the Ready bindings use
-//!   for each shard: rendezvous(live members) = me?
-//!       yes, Lease free (released, expired, absent) ─▶ take it ─▶ work may start
-//!       yes, held by me                            ─▶ renew it
-//!       no, held by me ─▶ stop the work ─▶ release the Lease (the new owner takes it at once)
-//!   ownership = shards renewed within the renew deadline ─▶ controllers, supervisor
+//!   1. renew, in parallel, every Lease held (and the membership Lease), from the Lease as
+//!      last written: each good until its request's start + the renew deadline ─▶ holds
+//!   2. then: live members (membership Leases not expired)
+//!      shards: one per Connection + one per (Connection, API) the bindings use
+//!              (leader election: the one leader shard)
+//!      for each shard: rendezvous(live members) = me?
+//!        yes, Lease free (released, expired, absent) ─▶ take it ─▶ work may start
+//!        no, held by me ─▶ stop the work ─▶ release the Lease (the new owner takes it at once)
+//!      and now and then, the Leases left behind are collected
+//!   ownership = shards renewed within the renew deadline ─▶ controllers, supervisor, holds
 //! ```
 //!
 //! Never a second writer: a replica starts a shard's work only once it holds the Lease, i.e.
-//! after the previous holder released it or it expired; and it drops the shard when the last
+//! after the previous holder released it or it expired; it drops the shard when its last
 //! successful renewal is older than the renew deadline, which is shorter than the Lease
-//! duration. Leases do not fence a write already in flight, so in sharded mode every request
-//! other than a watch carries a timeout of at most the margin between the two
-//! ([`Config::write_timeout`]); this assumes bounded clock skew between replicas and the
-//! apiserver, as kube-controller-manager's leader election does.
+//! duration; and every write checks the hold of the work it belongs to before each attempt
+//! (`crate::fencing::hold`). Leases do not fence a write already in flight, so every write is
+//! bounded by the margin between the two ([`Config::write_timeout`]); this assumes bounded
+//! clock skew between replicas and the apiserver, as kube-controller-manager's leader election
+//! does.
 
 mod coordinator;
 mod decision;
@@ -31,13 +38,39 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
+use crate::fencing::hold;
+
 pub use coordinator::run;
 pub use leases::{MEMBER_LABEL, SHARD_ANNOTATION, SHARD_KIND_LABEL, live_holder, recorded_holder};
 
-/// Timings and place of the sharding Leases.
+/// What the coordinator holds Leases for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Plan {
+    /// Leader election: the Lease named `lease`, always wanted; its holder does everything.
+    Leader {
+        /// The Lease's name (`--leader-election-id`).
+        lease: String,
+    },
+    /// Sharding: a membership Lease per replica and a Lease per shard.
+    Shards,
+}
+
+impl Plan {
+    /// The prefix of this mode's timing flags, for error messages.
+    fn flags(&self) -> &'static str {
+        match self {
+            Self::Leader { .. } => "--leader-election",
+            Self::Shards => "--shard",
+        }
+    }
+}
+
+/// Timings and place of the Leases of either HA mode.
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// Namespace of the membership and shard Leases (the Pod's).
+    /// Leader election or sharding.
+    pub plan: Plan,
+    /// Namespace of the Leases (the Pod's).
     pub namespace: String,
     /// This replica's identity (its Pod name).
     pub identity: String,
@@ -49,49 +82,64 @@ pub struct Config {
     pub retry_period: Duration,
 }
 
-/// Why the sharding settings cannot be used.
+/// Why the HA settings cannot be used; `flags` is `--shard` or `--leader-election`.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ConfigError {
     /// The renew deadline must leave a margin before the Lease expires.
     #[error(
-        "--shard-renew-deadline ({deadline:?}) must be shorter than --shard-lease-duration ({duration:?}): \
-         a replica stops a shard's work at the deadline, before another may take its Lease"
+        "{flags}-renew-deadline ({deadline:?}) must be shorter than {flags}-lease-duration ({duration:?}): \
+         a replica stops its work at the deadline, before another may take its Lease"
     )]
     DeadlineNotBeforeExpiry {
+        /// The flags' prefix.
+        flags: &'static str,
         /// The renew deadline.
         deadline: Duration,
         /// The Lease duration.
         duration: Duration,
     },
-    /// Renewals must come more often than the deadline, or every shard would lapse.
+    /// Renewals must come more often than the deadline, or every hold would lapse.
     #[error(
-        "--shard-retry-period ({period:?}) must be shorter than --shard-renew-deadline ({deadline:?})"
+        "{flags}-retry-period ({period:?}) must be shorter than {flags}-renew-deadline ({deadline:?})"
     )]
     PeriodNotBeforeDeadline {
+        /// The flags' prefix.
+        flags: &'static str,
         /// The retry period.
         period: Duration,
         /// The renew deadline.
         deadline: Duration,
     },
-    /// Lease durations are whole seconds, at least one.
-    #[error("--shard-lease-duration must be at least 2s, got {0:?}")]
-    DurationTooShort(Duration),
+    /// Lease durations are whole seconds, at least two.
+    #[error("{flags}-lease-duration must be at least 2s, got {duration:?}")]
+    DurationTooShort {
+        /// The flags' prefix.
+        flags: &'static str,
+        /// The Lease duration.
+        duration: Duration,
+    },
 }
 
 impl Config {
     /// Checks the timing rules the no-second-writer guarantee rests on.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        let flags = self.plan.flags();
         if self.lease_duration < Duration::from_secs(2) {
-            return Err(ConfigError::DurationTooShort(self.lease_duration));
+            return Err(ConfigError::DurationTooShort {
+                flags,
+                duration: self.lease_duration,
+            });
         }
         if self.renew_deadline >= self.lease_duration {
             return Err(ConfigError::DeadlineNotBeforeExpiry {
+                flags,
                 deadline: self.renew_deadline,
                 duration: self.lease_duration,
             });
         }
         if self.retry_period >= self.renew_deadline {
             return Err(ConfigError::PeriodNotBeforeDeadline {
+                flags,
                 period: self.retry_period,
                 deadline: self.renew_deadline,
             });
@@ -115,6 +163,8 @@ impl Config {
 /// One unit of work held through one Lease.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Shard {
+    /// Everything, under leader election: held through the named Lease.
+    Leader(String),
     /// A Connection's own work: its status, discovery, heartbeat, autoBind, schema installs,
     /// related resources, and its bindings' overall status and finalizers.
     Connection(String),
@@ -132,14 +182,16 @@ impl Shard {
     /// `<connection>/<api>` (Connection names hold no `/`).
     pub fn key(&self) -> String {
         match self {
-            Self::Connection(connection) => connection.clone(),
-            Self::Api { connection, api } => format!("{connection}/{api}"),
+            Self::Leader(_) => hold::LEADER.to_string(),
+            Self::Connection(connection) => hold::connection_key(connection),
+            Self::Api { connection, api } => hold::api_key(connection, api),
         }
     }
 
     /// `connection` or `api`: the shard Lease's kind label, and the metric label.
     pub fn kind(&self) -> &'static str {
         match self {
+            Self::Leader(_) => "leader",
             Self::Connection(_) => "connection",
             Self::Api { .. } => "api",
         }
@@ -147,6 +199,9 @@ impl Shard {
 
     /// The shard's Lease name: a fixed-length digest of its key, valid whatever the names.
     pub fn lease_name(&self) -> String {
+        if let Self::Leader(lease) = self {
+            return lease.clone();
+        }
         let digest = Sha256::digest(self.key().as_bytes());
         let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
         format!("kbind-shard-{hex}")
@@ -199,6 +254,7 @@ mod tests {
 
     fn config(duration: u64, deadline: u64, period: u64) -> Config {
         Config {
+            plan: Plan::Shards,
             namespace: "kbind".into(),
             identity: "r".into(),
             lease_duration: Duration::from_secs(duration),
@@ -218,6 +274,21 @@ mod tests {
             config(15, 10, 10).validate(),
             Err(ConfigError::PeriodNotBeforeDeadline { .. })
         ));
+    }
+
+    #[test]
+    fn leader_election_timings_are_checked_by_the_same_rules_under_its_own_flags() {
+        let mut leader = config(15, 15, 2);
+        leader.plan = Plan::Leader {
+            lease: "konnector.kbind.io".into(),
+        };
+        let refused = leader.validate().map_err(|e| e.to_string());
+        assert!(
+            refused
+                .as_ref()
+                .is_err_and(|e| e.starts_with("--leader-election-renew-deadline")),
+            "{refused:?}"
+        );
     }
 
     #[test]

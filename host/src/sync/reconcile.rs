@@ -55,6 +55,13 @@ pub(super) async fn reconcile(
     instance: Arc<CachedInstance>,
     ctx: Arc<SyncContext>,
 ) -> Result<Action> {
+    // Before each attempt: a replica whose hold on this work lapsed (its Lease not renewed in
+    // time, the process paused) does nothing until the coordinator renews it or stops this
+    // syncer.
+    if let Err(lapsed) = crate::fencing::holds().check_current() {
+        tracing::debug!(%lapsed, "reconcile deferred");
+        return Ok(Action::requeue(HOLD_RECHECK));
+    }
     let newer = ctx.newer_instance(&instance);
     let instance = newer.map_or(instance, Arc::new);
     if still_in_sync(&instance, &ctx) {
@@ -69,6 +76,9 @@ pub(super) async fn reconcile(
     );
     reconcile_changed(&instance, &ctx).instrument(span).await
 }
+
+/// How soon a reconcile deferred for a lapsed hold is tried again.
+const HOLD_RECHECK: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The full reconcile of an instance the resync shortcut does not answer.
 async fn reconcile_changed(instance: &CachedInstance, ctx: &SyncContext) -> Result<Action> {

@@ -22,6 +22,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use crate::fencing::hold;
 use crate::registry::{BindingIndex, Engaged, Engagement, Held};
 use crate::schema::ApiTarget;
 use crate::shared::Shared;
@@ -121,9 +122,7 @@ impl Supervisor {
             }
         }
         let keys: Vec<_> = self.handles.keys().cloned().collect();
-        for key in keys {
-            self.stop(&key).await;
-        }
+        self.stop_all(keys).await;
         self.shared.syncers.publish(BTreeSet::new());
     }
 
@@ -139,9 +138,7 @@ impl Supervisor {
             })
             .map(|(key, _)| key.clone())
             .collect();
-        for key in stale {
-            self.stop(&key).await;
-        }
+        self.stop_all(stale).await;
         for (key, (identity, engagement)) in desired {
             if self.handles.contains_key(&key) {
                 continue;
@@ -162,12 +159,15 @@ impl Supervisor {
                 heartbeat_namespace: engagement.heartbeat_namespace,
             };
             let token = CancellationToken::new();
-            let join = tokio::spawn(syncer::run(
+            // Its writes need its API shard's hold (with sharding; leadership with election).
+            let hold = hold::api_key(&spec.connection, &spec.api);
+            let run = syncer::run(
                 spec,
                 self.shared.clone(),
                 self.settings.clone(),
                 token.clone(),
-            ));
+            );
+            let join = tokio::spawn(async move { hold::within(&hold, run).await });
             self.handles.insert(
                 key,
                 Handle {
@@ -183,23 +183,38 @@ impl Supervisor {
             .publish(self.handles.keys().cloned().collect());
     }
 
-    async fn stop(&mut self, key: &(String, String)) {
-        let Some(handle) = self.handles.remove(key) else {
-            return;
-        };
-        let (connection, api) = key;
-        info!(%connection, %api, epoch = handle.identity.epoch, "stopping syncer");
-        handle.token.cancel();
-        let abort = handle.join.abort_handle();
-        match tokio::time::timeout(self.settings.stop_grace, handle.join).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => warn!(%connection, %api, error = %e, "syncer task ended abnormally"),
-            Err(_) => {
-                warn!(%connection, %api, "syncer did not stop in time; aborting it");
-                abort.abort();
-            }
+    /// Stops the syncers of `keys` together: every one is cancelled first, then all are
+    /// joined at once, each given the stop grace before it is aborted. A lapsed shard's work
+    /// is gone within one grace, however many shards lapsed.
+    async fn stop_all(&mut self, keys: Vec<(String, String)>) {
+        let handles: Vec<_> = keys
+            .into_iter()
+            .filter_map(|key| self.handles.remove(&key).map(|handle| (key, handle)))
+            .collect();
+        for ((connection, api), handle) in &handles {
+            info!(%connection, %api, epoch = handle.identity.epoch, "stopping syncer");
+            handle.token.cancel();
         }
-        // After the syncer is done, so no late reconcile writes an entry back.
-        self.shared.outcomes.forget_api(connection, api);
+        let grace = self.settings.stop_grace;
+        let joined = handles
+            .into_iter()
+            .map(|((connection, api), handle)| async move {
+                let abort = handle.join.abort_handle();
+                match tokio::time::timeout(grace, handle.join).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => {
+                        warn!(%connection, %api, error = %e, "syncer task ended abnormally")
+                    }
+                    Err(_) => {
+                        warn!(%connection, %api, "syncer did not stop in time; aborting it");
+                        abort.abort();
+                    }
+                }
+                (connection, api)
+            });
+        for (connection, api) in futures::future::join_all(joined).await {
+            // After the syncer is done, so no late reconcile writes an entry back.
+            self.shared.outcomes.forget_api(&connection, &api);
+        }
     }
 }

@@ -101,6 +101,15 @@ pub struct ClientRequestLabels {
     pub code: String,
 }
 
+/// Labels of client retries.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClientRetryLabels {
+    /// `consumer` or `provider`.
+    pub cluster: &'static str,
+    /// What the retried attempt got: its HTTP status code, or `error` when no answer came.
+    pub code: String,
+}
+
 /// Labels of client request latency.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ClientLatencyLabels {

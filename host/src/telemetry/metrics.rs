@@ -11,9 +11,9 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use super::labels::{
-    ApiLabels, BuildLabels, ClientLatencyLabels, ClientRequestLabels, ControllerLabels,
-    HandoverLabels, InstanceStateLabels, PolicyFailureLabels, PolicyLabels, RelatedLabels,
-    RelatedReadLabels, ShardKindLabels, WatchLabels,
+    ApiLabels, BuildLabels, ClientLatencyLabels, ClientRequestLabels, ClientRetryLabels,
+    ControllerLabels, HandoverLabels, InstanceStateLabels, PolicyFailureLabels, PolicyLabels,
+    RelatedLabels, RelatedReadLabels, ShardKindLabels, WatchLabels,
 };
 
 /// Every metric the konnector exports.
@@ -74,6 +74,9 @@ pub struct Metrics {
     /// API request latency until the answer's head (a watch: until it started), per cluster
     /// and verb.
     pub client_request_duration: Family<ClientLatencyLabels, Histogram>,
+    /// Requests the client layer sent again after a transient answer, per cluster and what
+    /// the failed attempt got.
+    pub client_retries: Family<ClientRetryLabels, Counter>,
 }
 
 fn latency_histogram() -> Histogram {
@@ -108,6 +111,7 @@ impl Metrics {
             instances: Family::default(),
             build_info: Family::default(),
             client_requests: Family::default(),
+            client_retries: Family::default(),
             client_request_duration: Family::new_with_constructor(latency_histogram),
             registry: Registry::default(),
         };
@@ -227,6 +231,11 @@ impl Metrics {
             metrics.client_requests.clone(),
         );
         registry.register(
+            "client_retries",
+            "Requests sent again after a transient answer (429, 5xx, no answer), per cluster and the failed attempt's code",
+            metrics.client_retries.clone(),
+        );
+        registry.register(
             "client_request_duration_seconds",
             "API request latency until the answer's head, per cluster and verb",
             metrics.client_request_duration.clone(),
@@ -304,6 +313,10 @@ impl Metrics {
             cluster: "provider",
             verb: "get",
             code: "200".to_string(),
+        });
+        let _ = m.client_retries.get_or_create(&ClientRetryLabels {
+            cluster: "provider",
+            code: "503".to_string(),
         });
         let _ = m
             .client_request_duration

@@ -9,9 +9,9 @@ mod requests;
 mod server;
 
 pub use labels::{
-    ApiLabels, BuildLabels, ClientLatencyLabels, ClientRequestLabels, ControllerLabels,
-    HandoverLabels, InstanceStateLabels, PolicyFailureLabels, PolicyLabels, RelatedLabels,
-    RelatedReadLabels, ShardKindLabels, WatchLabels,
+    ApiLabels, BuildLabels, ClientLatencyLabels, ClientRequestLabels, ClientRetryLabels,
+    ControllerLabels, HandoverLabels, InstanceStateLabels, PolicyFailureLabels, PolicyLabels,
+    RelatedLabels, RelatedReadLabels, ShardKindLabels, WatchLabels,
 };
 pub use logging::{LogFormat, init_logging};
 pub use metrics::{Metrics, ReconcileTimer, metrics};

@@ -1,50 +1,27 @@
-//! Bounded writes: with sharding, every write a replica sends (POST, PUT, PATCH, DELETE) to
-//! either cluster gives up after a timeout shorter than the margin between the shard renew
-//! deadline and the Lease duration. Leases do not fence a request already in flight, so this
-//! bound is what keeps a write started under one holder from landing after another holder
-//! took over (with bounded clock skew, as kube-controller-manager assumes). Reads and watches
-//! are not bounded: they change nothing, and a watch is meant to stay open.
-//!
-//! The bound is a property of the process (set once by `konnector run --sharding`), so every
-//! client built through [`client`] carries it, whichever controller builds it.
+//! The write bound: every write (POST, PUT, PATCH, DELETE) gives up after a timeout shorter
+//! than the margin between the renew deadline and the Lease duration. Leases do not fence a
+//! request already in flight, so this bound is what keeps a write started under one holder
+//! from landing after another holder took over (with bounded clock skew, as
+//! kube-controller-manager assumes). The deadline is checked before the request is polled, so
+//! a process paused past it (SIGSTOP, a long stall) abandons the write on resuming instead of
+//! sending it then.
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::OnceLock;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use http::{Method, Request};
+use http::Request;
+use tokio::time::Instant;
 use tower::{Layer, Service};
 
-use crate::telemetry::RequestMetrics;
+use super::is_write;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-static WRITE_TIMEOUT: OnceLock<Duration> = OnceLock::new();
-
-/// Bounds every write of the clients built from now on; the first call wins.
-pub fn bound_writes(timeout: Duration) {
-    let _ = WRITE_TIMEOUT.set(timeout);
-}
-
-/// A client for `config` to the `cluster` side (`consumer` or `provider`): with the process's
-/// write bound when one is set, and every request counted and timed outermost.
-pub fn client(config: kube::Config, cluster: &'static str) -> Result<kube::Client, kube::Error> {
-    let builder = kube::client::ClientBuilder::try_from(config)?;
-    let measured = RequestMetrics { cluster };
-    Ok(match WRITE_TIMEOUT.get() {
-        Some(limit) => builder
-            .with_layer(&WriteTimeout(*limit))
-            .with_layer(&measured)
-            .build(),
-        None => builder.with_layer(&measured).build(),
-    })
-}
-
 /// A write that did not get its answer within the bound; retried like any transient failure.
 #[derive(Debug, thiserror::Error)]
-#[error("the request was abandoned after {0:?} (the shard write bound)")]
+#[error("the request was abandoned after {0:?} (the write bound of a replicated konnector)")]
 pub struct WriteTimedOut(Duration);
 
 /// The layer that bounds writes.
@@ -68,10 +45,6 @@ pub struct Bounded<S> {
     limit: Duration,
 }
 
-fn is_write(method: &Method) -> bool {
-    !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS)
-}
-
 impl<S, B> Service<Request<B>> for Bounded<S>
 where
     S: Service<Request<B>>,
@@ -88,16 +61,29 @@ where
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
         let write = is_write(request.method());
-        let response = self.inner.call(request);
         let limit = self.limit;
+        let deadline = Instant::now() + limit;
+        let response = self.inner.call(request);
         Box::pin(async move {
             if !write {
                 return response.await.map_err(Into::into);
             }
-            match tokio::time::timeout(limit, response).await {
-                Ok(answered) => answered.map_err(Into::into),
-                Err(_) => Err(Box::new(WriteTimedOut(limit)) as BoxError),
-            }
+            let mut response = std::pin::pin!(response);
+            let mut timer = std::pin::pin!(tokio::time::sleep_until(deadline));
+            std::future::poll_fn(|cx| {
+                // The clock first: after a pause, the request is not sent late.
+                if Instant::now() >= deadline {
+                    return Poll::Ready(Err(Box::new(WriteTimedOut(limit)) as BoxError));
+                }
+                if let Poll::Ready(answered) = response.as_mut().poll(cx) {
+                    return Poll::Ready(answered.map_err(Into::into));
+                }
+                timer
+                    .as_mut()
+                    .poll(cx)
+                    .map(|()| Err(Box::new(WriteTimedOut(limit)) as BoxError))
+            })
+            .await
         })
     }
 }
@@ -105,6 +91,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::Method;
     use std::convert::Infallible;
 
     /// A service that answers after `delay`.
@@ -133,6 +120,25 @@ mod tests {
             .map(|e| e.to_string())
             .unwrap_or_default();
         assert!(error.contains("abandoned after 5s"), "{error}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_first_polled_after_its_deadline_is_not_sent() {
+        let sent = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = sent.clone();
+        let mut service =
+            WriteTimeout(Duration::from_secs(5)).layer(tower::service_fn(move |_: Request<()>| {
+                let flag = flag.clone();
+                async move {
+                    flag.store(true, std::sync::atomic::Ordering::SeqCst);
+                    Ok::<_, Infallible>(())
+                }
+            }));
+        let pending = service.call(request(Method::PUT));
+        // The process stalls between building the request and sending it.
+        tokio::time::advance(Duration::from_secs(6)).await;
+        assert!(pending.await.is_err());
+        assert!(!sent.load(std::sync::atomic::Ordering::SeqCst));
     }
 
     #[tokio::test(start_paused = true)]
