@@ -9,6 +9,7 @@ pub mod access;
 pub mod daemon;
 pub mod demo;
 pub mod exports;
+pub mod faultproxy;
 pub mod faults;
 pub mod fixtures;
 pub mod proxy;

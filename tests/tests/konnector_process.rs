@@ -18,7 +18,8 @@ const RECONCILES: &str = "kbind_reconciles_total{controller=\"connection\"}";
 fn replica(pair: &ClusterPair, name: &str) -> anyhow::Result<(String, KonnectorProcess)> {
     let args = format!(
         "--leader-elect --leader-election-namespace={SECRET_NAMESPACE} --pod-name={name} \
-         --leader-election-lease-duration=4s --connection-resync=1s"
+         --leader-election-lease-duration=4s --leader-election-renew-deadline=3s \
+         --leader-election-retry-period=1s --connection-resync=1s"
     );
     let args: Vec<&str> = args.split_whitespace().collect();
     let kubeconfig = pair.consumer.admin().kubeconfig_path();

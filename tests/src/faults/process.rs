@@ -58,9 +58,38 @@ impl KonnectorProcess {
         identity: &str,
         sharding: &[String],
     ) -> anyhow::Result<Self> {
-        let mut args = vec!["--sharding", "--pod-name", identity, "--log-format", "json"];
-        args.extend(sharding.iter().map(String::as_str));
+        Self::replica_in("--sharding", binary, kubeconfig, log, identity, sharding)
+    }
+
+    /// Starts one replica in HA mode `mode` (`--sharding` or `--leader-elect`) with its
+    /// timing flags `timings`, under `identity`, JSON logs to `log`.
+    pub fn replica_in(
+        mode: &str,
+        binary: &Path,
+        kubeconfig: &Path,
+        log: &Path,
+        identity: &str,
+        timings: &[String],
+    ) -> anyhow::Result<Self> {
+        let mut args = vec![mode, "--pod-name", identity, "--log-format", "json"];
+        args.extend(timings.iter().map(String::as_str));
         Self::start(binary, kubeconfig, log, &args)
+    }
+
+    /// Stops the process where it is (SIGSTOP), as a stalled VM or a throttled container.
+    pub fn pause(&self) -> anyhow::Result<()> {
+        self.signal(nix::sys::signal::Signal::SIGSTOP)
+    }
+
+    /// Lets a paused process run again (SIGCONT).
+    pub fn resume(&self) -> anyhow::Result<()> {
+        self.signal(nix::sys::signal::Signal::SIGCONT)
+    }
+
+    fn signal(&self, signal: nix::sys::signal::Signal) -> anyhow::Result<()> {
+        let pid = i32::try_from(self.child.id()).context("a pid out of range")?;
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal)
+            .with_context(|| format!("sending {signal}"))
     }
 
     /// Starts `binary` as a container would run it: exactly `args`, with `env` added to the

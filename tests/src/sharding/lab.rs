@@ -12,7 +12,7 @@ use tokio::sync::{Mutex, MutexGuard};
 
 use super::leases::{self, Holders, assigned, misplaced};
 use super::logs::{Kind, open_keys};
-use super::replicas::{Replicas, TIMINGS};
+use super::replicas::{HaMode, Replicas, TIMINGS};
 use super::world::{LEASE_NAMESPACE, World};
 use crate::syncenv::wait_for;
 use crate::testenv::{ClusterPair, shared_pair};
@@ -44,6 +44,18 @@ impl Lab {
         name: &str,
         count: usize,
     ) -> anyhow::Result<Self> {
+        let replicas = (0..count).map(|i| (format!("{name}-{i}"), None)).collect();
+        Self::start_in(binary, name, HaMode::Sharded, replicas).await
+    }
+
+    /// [`Lab::start`] with replicas in HA mode `mode`: `replicas` names each and, if it does
+    /// not use the admin's, the consumer kubeconfig it runs with (one through a fault proxy).
+    pub async fn start_in(
+        binary: std::path::PathBuf,
+        name: &str,
+        mode: HaMode,
+        replicas: Vec<(String, Option<std::path::PathBuf>)>,
+    ) -> anyhow::Result<Self> {
         let turn = TURN.lock().await;
         let pair = shared_pair()?;
         let world = World::default();
@@ -52,12 +64,12 @@ impl Lab {
         let mut lab = Self {
             pair,
             world,
-            replicas: Replicas::new(binary, &dir, TIMINGS)?,
+            replicas: Replicas::in_mode(binary, &dir, TIMINGS, mode)?,
             consumer: pair.consumer.client().await?,
             _turn: turn,
         };
-        for i in 0..count {
-            lab.start_replica(&format!("{name}-{i}"), None).await?;
+        for (identity, kubeconfig) in replicas {
+            lab.start_replica(&identity, kubeconfig.as_deref()).await?;
         }
         lab.world.connect(pair).await?;
         Ok(lab)

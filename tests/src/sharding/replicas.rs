@@ -32,16 +32,49 @@ pub const TIMINGS: Timings = Timings {
     retry_period: Duration::from_secs(1),
 };
 
+/// Which HA mode the replicas run in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HaMode {
+    /// `--sharding`: every replica works on its share.
+    Sharded,
+    /// `--leader-elect`: one leader does everything.
+    Leader,
+}
+
+impl HaMode {
+    /// The mode's flag.
+    pub fn flag(self) -> &'static str {
+        match self {
+            Self::Sharded => "--sharding",
+            Self::Leader => "--leader-elect",
+        }
+    }
+
+    /// The prefix of the mode's timing flags.
+    fn timing_flags(self) -> &'static str {
+        match self {
+            Self::Sharded => "--shard",
+            Self::Leader => "--leader-election",
+        }
+    }
+}
+
 impl Timings {
     /// The `--shard-*` flags.
     pub fn args(&self) -> Vec<String> {
+        self.args_for(HaMode::Sharded)
+    }
+
+    /// The timing flags of `mode`.
+    pub fn args_for(&self, mode: HaMode) -> Vec<String> {
         let secs = |d: Duration| format!("{}s", d.as_secs());
+        let prefix = mode.timing_flags();
         vec![
-            "--shard-lease-duration".into(),
+            format!("{prefix}-lease-duration"),
             secs(self.lease_duration),
-            "--shard-renew-deadline".into(),
+            format!("{prefix}-renew-deadline"),
             secs(self.renew_deadline),
-            "--shard-retry-period".into(),
+            format!("{prefix}-retry-period"),
             secs(self.retry_period),
         ]
     }
@@ -83,11 +116,19 @@ impl Replica {
         dir: &Path,
         identity: &str,
         timings: &Timings,
+        mode: HaMode,
     ) -> anyhow::Result<Self> {
         let log = dir.join(format!("{identity}.log"));
         for _ in 0..START_ATTEMPTS {
-            let args = timings.args();
-            let mut process = KonnectorProcess::replica(binary, kubeconfig, &log, identity, &args)?;
+            let args = timings.args_for(mode);
+            let mut process = KonnectorProcess::replica_in(
+                mode.flag(),
+                binary,
+                kubeconfig,
+                &log,
+                identity,
+                &args,
+            )?;
             let began = std::time::Instant::now();
             while began.elapsed() < READY_WAIT {
                 if process.exited()?.is_some() {
@@ -122,6 +163,35 @@ impl Replica {
         self.process = None;
         self.killed_at = Some(at);
         Ok(at)
+    }
+
+    /// Pauses the replica (SIGSTOP) and returns when.
+    pub fn pause(&self) -> anyhow::Result<Timestamp> {
+        let process = self
+            .process
+            .as_ref()
+            .context("the replica is not running")?;
+        let at = Timestamp::now();
+        process.pause()?;
+        Ok(at)
+    }
+
+    /// Lets a paused replica run again (SIGCONT) and returns when.
+    pub fn resume(&self) -> anyhow::Result<Timestamp> {
+        let process = self
+            .process
+            .as_ref()
+            .context("the replica is not running")?;
+        process.resume()?;
+        Ok(Timestamp::now())
+    }
+
+    /// Whether the replica's process has exited (it exits when it loses the leader Lease).
+    pub fn exited(&mut self) -> anyhow::Result<bool> {
+        match self.process.as_mut() {
+            Some(process) => Ok(process.exited()?.is_some()),
+            None => Ok(true),
+        }
     }
 
     /// The replica's log events so far.
@@ -164,6 +234,7 @@ pub struct Replicas {
     binary: PathBuf,
     dir: PathBuf,
     timings: Timings,
+    mode: HaMode,
     /// By identity.
     pub replicas: BTreeMap<String, Replica>,
 }
@@ -171,11 +242,22 @@ pub struct Replicas {
 impl Replicas {
     /// An empty set whose replicas run `binary` and log into `dir`.
     pub fn new(binary: PathBuf, dir: &Path, timings: Timings) -> anyhow::Result<Self> {
+        Self::in_mode(binary, dir, timings, HaMode::Sharded)
+    }
+
+    /// An empty set whose replicas run `binary` in HA mode `mode` and log into `dir`.
+    pub fn in_mode(
+        binary: PathBuf,
+        dir: &Path,
+        timings: Timings,
+        mode: HaMode,
+    ) -> anyhow::Result<Self> {
         std::fs::create_dir_all(dir)?;
         Ok(Self {
             binary,
             dir: dir.to_path_buf(),
             timings,
+            mode,
             replicas: BTreeMap::new(),
         })
     }
@@ -183,7 +265,8 @@ impl Replicas {
     /// Starts replica `identity` authenticated by `kubeconfig`, and waits until it is ready.
     pub async fn start(&mut self, identity: &str, kubeconfig: &Path) -> anyhow::Result<()> {
         let (binary, dir) = (&self.binary, &self.dir);
-        let replica = Replica::start(binary, kubeconfig, dir, identity, &self.timings).await?;
+        let replica =
+            Replica::start(binary, kubeconfig, dir, identity, &self.timings, self.mode).await?;
         self.replicas.insert(identity.to_string(), replica);
         Ok(())
     }
