@@ -182,6 +182,41 @@ fn writes_after(lab: &Lab, identity: &str, since: Timestamp) -> anyhow::Result<V
         .collect())
 }
 
+/// Fails unless `identity`'s syncers, stopped when its API shards lapsed, were all told to
+/// stop within one stop grace of each other (together, not one after another), at least four.
+fn lapsed_syncers_stopped_together(lab: &Lab, identity: &str) -> anyhow::Result<()> {
+    let events = lab.replicas.get(identity)?.events()?;
+    let lapsed = events
+        .iter()
+        .filter(|e| matches!(e.event, Event::Lost(_)))
+        .map(|e| e.at)
+        .min()
+        .ok_or_else(|| anyhow::anyhow!("{identity} lost no shard"))?;
+    let stopping: Vec<Timestamp> = events
+        .iter()
+        .filter(|e| e.at >= lapsed && matches!(e.event, Event::SyncerStopping(_)))
+        .map(|e| e.at)
+        .collect();
+    anyhow::ensure!(
+        stopping.len() >= 4,
+        "{identity} stopped {} syncers after its shards lapsed; the test needs at least 4",
+        stopping.len()
+    );
+    let (first, last) = (stopping.iter().min(), stopping.iter().max());
+    let spread = match (first, last) {
+        (Some(first), Some(last)) => last.duration_since(*first).unsigned_abs(),
+        _ => Duration::ZERO,
+    };
+    // The stop grace is half the margin between the renew deadline and the Lease duration.
+    let grace = (TIMINGS.lease_duration - TIMINGS.renew_deadline) / 2;
+    anyhow::ensure!(
+        spread < grace,
+        "{identity}'s {} lapsed syncers were stopped over {spread:?}, one after another (grace {grace:?})",
+        stopping.len()
+    );
+    Ok(())
+}
+
 /// Deletes the test's two Bindings and waits until no copy of `sides` is left on the provider.
 async fn unbind_leaves_nothing(lab: &Lab, prefix: &str, sides: &[Sides]) -> anyhow::Result<()> {
     for connection in ["east", "west"] {
@@ -267,6 +302,7 @@ async fn a_sharded_replica_cut_off_from_its_consumer_writes_nothing_after_its_sh
         })
         .await?;
         let taken_at = Timestamp::now();
+        lapsed_syncers_stopped_together(&lab, cut)?;
 
         change_specs(&sides, 2).await?;
         copies_at(&sides, 2).await?;
@@ -362,4 +398,57 @@ async fn a_paused_leader_writes_nothing_after_resuming() -> anyhow::Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_sharded_replica_writes_nothing_before_it_holds_again() -> anyhow::Result<()> {
     a_paused_replica_writes_nothing_before_it_holds_again(HaMode::Sharded, "spause").await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_consumer_link_loses_no_shard_and_restarts_no_syncer() -> anyhow::Result<()> {
+    /// The consumer's answer to each request of the slowed replica comes this much later.
+    const LATENCY: Duration = Duration::from_millis(1200);
+    /// How long the link stays slow.
+    const SLOW_FOR: Duration = Duration::from_secs(60);
+    let (proxied, replicas) = Proxied::start("slow", &["slow-a", "slow-b"]).await?;
+    let binary = kbind_tests::konnector_binary!();
+    let lab = Lab::start_in(binary, "slow", HaMode::Sharded, replicas).await?;
+    let result = async {
+        let sides = lab.world.bind(lab.pair, "slow").await?;
+        create_everywhere(&sides, 0..PER_API, Arc::default()).await?;
+        converged_everywhere(&sides, PER_API).await?;
+        let before = lab.settled().await?;
+        let slowed = "slow-a";
+        anyhow::ensure!(
+            !Lab::held_by(&before, slowed).is_empty(),
+            "{slowed} holds no shard: {before:?}"
+        );
+        let link = proxied.link(slowed)?;
+        let from = Timestamp::now();
+        proxied.proxy.slow(link, LATENCY).await?;
+        tokio::time::sleep(SLOW_FOR).await;
+        let until = Timestamp::now();
+        proxied.proxy.heal(link).await?;
+        for identity in ["slow-a", "slow-b"] {
+            let moved: Vec<String> = lab
+                .replicas
+                .get(identity)?
+                .events()?
+                .into_iter()
+                .filter(|e| e.at >= from && e.at <= until)
+                .filter_map(|e| match e.event {
+                    Event::Lost(key) => Some(format!("{} lost {key}", e.at)),
+                    Event::Released(key) => Some(format!("{} released {key}", e.at)),
+                    Event::SyncerStarted(key) => Some(format!("{} started syncer {key}", e.at)),
+                    _ => None,
+                })
+                .collect();
+            anyhow::ensure!(
+                moved.is_empty(),
+                "{identity} moved work while {slowed}'s consumer link was slow:\n{}",
+                moved.join("\n")
+            );
+        }
+        let after = lab.settled().await?;
+        anyhow::ensure!(before == after, "the shards moved: {before:?} → {after:?}");
+        unbind_leaves_nothing(&lab, "slow", &sides).await
+    }
+    .await;
+    lab.finish(result).await
 }

@@ -143,29 +143,52 @@ impl Coordinator {
     }
 
     async fn tick(&mut self) {
-        let renewed = self.renew_held().await;
+        // The reads that assignment needs go out beside the renewals, so a slow consumer
+        // delays neither by the other; the renewals are recorded first.
+        let (renewals, membership, world) = futures::join!(
+            self.renewals(),
+            self.membership_renewal(),
+            self.read_world()
+        );
+        if let Some((start, written)) = membership {
+            self.record_membership(start, written);
+        }
+        let renewed = self.record_renewals(renewals);
         self.publish();
-        if let Err(failed) = self.assign(&renewed).await {
-            warn!(%failed, "shard assignment skipped this tick; the shards held stay until their deadline");
+        match world {
+            Ok(world) => self.assign(world, &renewed).await,
+            Err(failed) => {
+                warn!(%failed, "shard assignment skipped this tick; the shards held stay until their deadline");
+            }
         }
         self.publish();
     }
 
-    /// Renews, all at once, the membership Lease and every Lease held, each from the Lease as
-    /// last written; returns the shards renewed. A renewal refused because the Lease changed
-    /// since is left to the listing that follows (lost, or renewed from the listed Lease).
-    async fn renew_held(&mut self) -> BTreeSet<Shard> {
+    /// Renews every Lease held, all at once, each from the Lease as last written and bounded
+    /// by the time its hold has left (at least a retry period): a slow answer that still comes
+    /// in time keeps the shard.
+    async fn renewals(&self) -> Vec<(Shard, Instant, Option<kube::Result<Lease>>)> {
         let period = self.config.retry_period;
         let leases = &self.leases;
-        let renewals = join_all(self.held.iter().map(|(shard, held)| async move {
+        join_all(self.held.iter().map(|(shard, held)| async move {
             let start = Instant::now();
-            let result = bounded(period, leases.renew(&held.lease)).await;
+            let bound = held
+                .valid_until
+                .saturating_duration_since(start)
+                .max(period);
+            let result = bounded(bound, leases.renew(&held.lease)).await;
             (shard.clone(), start, result)
-        }));
-        let (results, membership) = futures::join!(renewals, self.membership_renewal());
-        if let Some((start, written)) = membership {
-            self.record_membership(start, written);
-        }
+        }))
+        .await
+    }
+
+    /// Records what the renewals came to; returns the shards renewed. A renewal refused
+    /// because the Lease changed since is left to the listing (lost, or renewed from the
+    /// listed Lease).
+    fn record_renewals(
+        &mut self,
+        results: Vec<(Shard, Instant, Option<kube::Result<Lease>>)>,
+    ) -> BTreeSet<Shard> {
         let mut renewed = BTreeSet::new();
         for (shard, start, result) in results {
             match result {
@@ -189,35 +212,59 @@ impl Coordinator {
         renewed
     }
 
-    /// Lists the Leases carrying `label` within the retry period.
+    /// How long a read of the tick may take: half the renew deadline (at least a retry
+    /// period), so a slow consumer still lets assignment happen without a renewal lapsing.
+    fn read_bound(&self) -> Duration {
+        (self.config.renew_deadline / 2).max(self.config.retry_period)
+    }
+
+    /// Lists the Leases carrying `label` within the read bound.
     async fn list(&self, label: &str, what: &str) -> Result<BTreeMap<String, Lease>, String> {
-        match bounded(self.config.retry_period, self.leases.list(label)).await {
+        match bounded(self.read_bound(), self.leases.list(label)).await {
             Some(Ok(listed)) => Ok(listed),
             Some(Err(error)) => Err(format!("listing {what}: {error}")),
             None => Err(format!(
                 "listing {what}: no answer within {:?}",
-                self.config.retry_period
+                self.read_bound()
             )),
         }
     }
 
+    /// What assignment reads, all at once: under leader election the leader Lease; sharded,
+    /// the membership Leases, the shards there are and the shard Leases.
+    async fn read_world(&self) -> Result<World, String> {
+        if let Plan::Leader { lease } = &self.config.plan {
+            return Ok(World {
+                members: BTreeMap::new(),
+                shards: BTreeSet::from([Shard::Leader(lease.clone())]),
+                recorded: self.get(lease).await?,
+            });
+        }
+        let (members, shards, recorded) = futures::try_join!(
+            self.list(MEMBER_LABEL, "membership Leases"),
+            self.shards(),
+            self.list(SHARD_KIND_LABEL, "shard Leases"),
+        )?;
+        Ok(World {
+            members,
+            shards,
+            recorded,
+        })
+    }
+
     /// Which shards are this replica's now, and the Lease requests that follow; then, now and
     /// then, the Leases left behind are collected.
-    async fn assign(&mut self, renewed: &BTreeSet<Shard>) -> Result<(), String> {
-        if let Plan::Leader { lease } = &self.config.plan {
-            let shard = Shard::Leader(lease.clone());
-            let recorded = self.get(lease).await?;
-            self.step(
-                Timestamp::now(),
-                &BTreeSet::from([shard]),
-                &recorded,
-                renewed,
-            )
-            .await;
-            return Ok(());
-        }
-        let members = self.list(MEMBER_LABEL, "membership Leases").await?;
+    async fn assign(&mut self, world: World, renewed: &BTreeSet<Shard>) {
+        let World {
+            members,
+            shards,
+            recorded,
+        } = world;
         let now = Timestamp::now();
+        if let Plan::Leader { .. } = self.config.plan {
+            self.step(now, &shards, &recorded, renewed).await;
+            return;
+        }
         let mut live: BTreeSet<String> = members
             .values()
             .filter_map(|lease| live_holder(lease, now).map(str::to_string))
@@ -229,8 +276,6 @@ impl Coordinator {
         } else {
             live.remove(self.me());
         }
-        let shards = self.shards().await?;
-        let recorded = self.list(SHARD_KIND_LABEL, "shard Leases").await?;
         let assigned: BTreeSet<Shard> = shards
             .iter()
             .filter(|shard| {
@@ -246,12 +291,11 @@ impl Coordinator {
             self.collect_garbage(&members, &recorded, &shards, now)
                 .await;
         }
-        Ok(())
     }
 
     /// The Lease `name`, as a one-entry listing (empty when it does not exist yet).
     async fn get(&self, name: &str) -> Result<BTreeMap<String, Lease>, String> {
-        match bounded(self.config.retry_period, self.leases.get(name)).await {
+        match bounded(self.read_bound(), self.leases.get(name)).await {
             Some(Ok(found)) => Ok(found.into_iter().map(|l| (name.to_string(), l)).collect()),
             Some(Err(error)) => Err(format!("reading Lease {name}: {error}")),
             None => Err(format!(
@@ -264,12 +308,8 @@ impl Coordinator {
     /// Every shard there is: one per Connection, one per (Connection, API) the Ready bindings
     /// use.
     async fn shards(&self) -> Result<BTreeSet<Shard>, String> {
-        let api: Api<Connection> = Api::all(self.shared.consumer.clone());
-        let listed = bounded(
-            self.config.retry_period,
-            api.list_metadata(&ListParams::default()),
-        )
-        .await;
+        let api: Api<Connection> = Api::all(self.leases.client());
+        let listed = bounded(self.read_bound(), api.list_metadata(&ListParams::default())).await;
         let connections: BTreeSet<String> = match listed {
             Some(Ok(list)) => list
                 .items
@@ -520,6 +560,16 @@ impl Coordinator {
             warn!(%error, "releasing the membership Lease failed; it expires instead");
         }
     }
+}
+
+/// What one tick read for assignment.
+struct World {
+    /// Membership Leases by name (none under leader election).
+    members: BTreeMap<String, Lease>,
+    /// Every shard there is.
+    shards: BTreeSet<Shard>,
+    /// Shard Leases (or the leader Lease) by name.
+    recorded: BTreeMap<String, Lease>,
 }
 
 /// One shard's Lease request this tick, as [`decide`] chose it.

@@ -108,6 +108,11 @@ impl Leases {
             .collect())
     }
 
+    /// The client the Leases are reached with (no hold check: a lapsed hold must be renewable).
+    pub fn client(&self) -> kube::Client {
+        self.api.clone().into_client()
+    }
+
     /// The Lease `name`, if it exists.
     pub async fn get(&self, name: &str) -> kube::Result<Option<Lease>> {
         self.api.get_opt(name).await

@@ -26,7 +26,13 @@ impl Coordinator {
         }
         let start = Instant::now();
         let name = member_lease_name(self.me());
-        let period = self.config.retry_period;
+        // As a shard's renewal: bounded by the time the membership has left, at least a retry
+        // period, so a slow answer that still comes in time keeps it.
+        let period = self
+            .member_valid_until
+            .map(|until| until.saturating_duration_since(start))
+            .unwrap_or_default()
+            .max(self.config.retry_period);
         let written = match &self.member {
             Some(lease) => bounded(period, self.leases.renew(lease)).await,
             None => {
@@ -66,7 +72,12 @@ impl Coordinator {
             failed => {
                 // A conflict or a refusal: read it again next time.
                 self.member = None;
-                warn!(error = ?failed.and_then(|r| r.err()), "renewing the membership Lease failed");
+                let error = match failed {
+                    Some(Err(error)) => error.to_string(),
+                    Some(Ok(_)) => "the Lease came back without a name".to_string(),
+                    None => "no answer in time".to_string(),
+                };
+                warn!(%error, "renewing the membership Lease failed");
             }
         }
     }
@@ -91,18 +102,17 @@ impl Coordinator {
                     .is_some_and(|name| !current.contains(name))
             }))
             .filter(|lease| long_abandoned(lease, now));
-        for lease in left_behind {
-            match bounded(
-                self.config.retry_period,
-                self.leases.delete_unchanged(lease),
-            )
-            .await
-            {
+        // All at once, each bounded: the collection never holds up the next tick for long.
+        let period = self.config.retry_period;
+        let leases = &self.leases;
+        futures::future::join_all(left_behind.map(|lease| async move {
+            match bounded(period, leases.delete_unchanged(lease)).await {
                 Some(Ok(())) => info!(lease = ?lease.metadata.name, "deleted a Lease left behind"),
                 failed => {
                     debug!(lease = ?lease.metadata.name, error = ?failed.and_then(|r| r.err()), "a Lease left behind stays for now")
                 }
             }
-        }
+        }))
+        .await;
     }
 }
