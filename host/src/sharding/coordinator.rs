@@ -361,7 +361,12 @@ impl Coordinator {
                     }
                     (Decision::Renew, Some(lease)) => Action::Renew(shard, lease.clone()),
                     (Decision::Stop, Some(lease)) => Action::Stop(shard, lease.clone()),
-                    (Decision::Release, Some(lease)) => Action::Release(shard, lease.clone()),
+                    // The Lease as this replica last wrote it: the listing went out beside
+                    // this tick's renewal and may be older.
+                    (Decision::Release, Some(lease)) => {
+                        let written = self.held.get(&shard).map(|held| held.lease.clone());
+                        Action::Release(shard, written.unwrap_or_else(|| lease.clone()))
+                    }
                     (Decision::Take, Some(lease)) => Action::Take(shard, lease.clone()),
                     (Decision::Create, _) => Action::Create(shard),
                     // A decision that needs a Lease is only ever taken with one.
