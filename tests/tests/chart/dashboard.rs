@@ -56,6 +56,7 @@ fn every_metric_the_dashboard_queries_is_exported_by_the_konnector() -> Result<(
         })
         .inc();
     m.engaged_connections.set(1);
+    m.declare_every_family();
     let mut exported = BTreeSet::new();
     for sample in m.encode().lines().filter(|l| l.starts_with("kbind_")) {
         exported.extend(sample.split(['{', ' ']).next().map(String::from));
@@ -73,6 +74,19 @@ fn the_dashboard_covers_lag_throughput_conflicts_policies_connections_and_errors
     let needed = "kbind_sync_lag_seconds_bucket kbind_instances_synced_total kbind_conflicts_total \
         kbind_policy_call_duration_seconds_bucket kbind_policy_failures_total \
         kbind_engaged_connections kbind_reconcile_errors_total";
+    for needed in needed.split_whitespace() {
+        ensure!(used.contains(needed), "no panel queries {needed}");
+    }
+    Ok(())
+}
+
+#[test]
+fn the_dashboard_covers_instances_requests_retries_relists_and_replicas() -> Result<()> {
+    let used = queried_metrics()?;
+    let needed = "kbind_instances kbind_client_requests_total kbind_client_retries_total \
+        kbind_client_request_duration_seconds_bucket kbind_watch_lists_total \
+        kbind_syncer_starts_total kbind_leader kbind_shards_owned kbind_shard_handovers_total \
+        kbind_shard_lease_renew_seconds_bucket";
     for needed in needed.split_whitespace() {
         ensure!(used.contains(needed), "no panel queries {needed}");
     }
