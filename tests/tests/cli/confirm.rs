@@ -85,7 +85,7 @@ fn disconnecting_an_auto_bind_connection_needs_yes() -> Result<()> {
         c.connect(c.pair.provider.admin(), &["--auto-bind"]).await?;
         let managed = (&c.consumer, kind::<ClusterBinding>(), "cfauto", Kept);
         kbind_tests::eventually(super::WAIT, || async {
-            expect_left(&[managed.clone()]).await?;
+            expect_left(std::slice::from_ref(&managed)).await?;
             let crds = Api::<Crd>::all(c.consumer.clone());
             anyhow::ensure!(crds.get_opt(&c.api.name()).await?.is_some(), "no CRD yet");
             Ok(())
