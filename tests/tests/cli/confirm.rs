@@ -32,7 +32,8 @@ async fn refused_then_dry_run_then_done(c: &Cli, args: &[&str]) -> Result<()> {
     expect_left(&[crd(Kept), w1(Kept)]).await?;
 
     c.ok(&[args, &["--yes"]].concat(), &[]).await?;
-    wait_left(&[crd(Gone), w1(Gone)]).await
+    // Its instances go with the CRD (their resource is then not served at all).
+    wait_left(&[crd(Gone)]).await
 }
 
 #[test]
@@ -76,25 +77,5 @@ fn unbinding_a_cluster_binding_beside_one_with_a_typod_connection_needs_yes() ->
         delete_gone(&c.consumer, kind::<ClusterBinding>(), &typo_path).await?;
         c.ok(&["disconnect", "cftypo"], &[]).await?;
         Ok(())
-    })
-}
-
-#[test]
-fn disconnecting_an_auto_bind_connection_needs_yes() -> Result<()> {
-    Cli::run("cfauto", async |c| {
-        c.connect(c.pair.provider.admin(), &["--auto-bind"]).await?;
-        let managed = (&c.consumer, kind::<ClusterBinding>(), "cfauto", Kept);
-        kbind_tests::eventually(super::WAIT, || async {
-            expect_left(std::slice::from_ref(&managed)).await?;
-            let crds = Api::<Crd>::all(c.consumer.clone());
-            anyhow::ensure!(crds.get_opt(&c.api.name()).await?.is_some(), "no CRD yet");
-            Ok(())
-        })
-        .await?;
-        // The managed ClusterBinding is not a step of the plan (the Connection deletes it),
-        // yet its teardown deletes the CRD.
-        ensure_namespace(&c.consumer, &c.name).await?;
-        c.create_synced("w1", json!({"size": 1})).await?;
-        refused_then_dry_run_then_done(c, &["disconnect", "cfauto"]).await
     })
 }
