@@ -41,6 +41,7 @@ const REASONS: &[Reason] = &[
     Reason::DiscoveryIncomplete,
     Reason::ConnectionChanged,
     Reason::IsolationChangePending,
+    Reason::APIsNotReady,
 ];
 
 /// The reason stored as `reason`, if the konnector knows it.
@@ -169,6 +170,9 @@ pub fn what_to_do(reason: &str) -> &'static str {
         }
         Reason::ConnectionChanged => {
             "wait: the binding drains what it bound through its previous Connection, then binds through the new one"
+        }
+        Reason::APIsNotReady => {
+            "the APIs not named still sync; fix each named API as its reason says (kubectl kbind status shows every boundAPIs entry), or remove it from the binding's apis"
         }
         Reason::IsolationChangePending => {
             "copies never move: delete the bindings using the Connection (their copies are drained) for the new isolation to apply, or set spec.isolation back"

@@ -3,11 +3,16 @@
 //! typo elsewhere nor strands what no binding covers any more. Editing a binding's
 //! `connectionRef` drains what it bound through the previous Connection.
 
+use std::time::Duration;
+
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition as Crd;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kbind_tests::syncenv::remains::Left::{Gone, Kept, Released};
-use kbind_tests::syncenv::remains::{kind, wait_left};
-use kbind_tests::syncenv::{BINDING, Scenario, TestApi, appears, merge, wait_for};
-use konnector::api::{Binding, ConflictPolicy};
+use kbind_tests::syncenv::remains::{delete_gone, expect_left, kind, wait_left};
+use kbind_tests::syncenv::{
+    BINDING, Scenario, TestApi, appears, delete, holds_syncer_finalizer, merge, stays, wait_for,
+};
+use konnector::api::{ApiState, Binding, ClusterBinding, ConflictPolicy};
 use konnector::registry::Engagement;
 use kube::Api;
 use kube::api::Patch;
@@ -170,4 +175,110 @@ fn editing_connection_ref_drains_what_the_previous_connection_bound() -> anyhow:
         )
         .await
     })
+}
+
+/// The `Ready` condition of ClusterBinding `name` once `until` holds for it.
+async fn cluster_binding_until(
+    s: &Scenario,
+    name: &str,
+    what: &str,
+    until: impl Fn(&ClusterBinding) -> bool,
+) -> anyhow::Result<ClusterBinding> {
+    let api = Api::<ClusterBinding>::all(s.consumer.clone());
+    wait_for(what, kbind_tests::syncenv::WAIT, || async {
+        let b = api.get(name).await?;
+        Ok(until(&b).then_some(b))
+    })
+    .await
+}
+
+/// The `Ready` condition of `b`, if it has one.
+fn ready_of(b: &ClusterBinding) -> Option<&Condition> {
+    let conditions = b.status.as_ref().map(|s| s.conditions.as_slice());
+    conditions
+        .unwrap_or_default()
+        .iter()
+        .find(|c| c.type_ == "Ready")
+}
+
+#[test]
+fn a_binding_with_one_typod_api_syncs_the_other_and_strands_nothing() -> anyhow::Result<()> {
+    Scenario::bound("cov-typo-api")
+        .cluster_binding()
+        .run(async |s| {
+            s.create("w1", json!({"size": 1})).await?;
+            s.copy("w1").await?;
+            // A second ClusterBinding lists the good API and one its Connection does not export.
+            let typo_api = TestApi::namespaced("cov-typo-api-nope.e2e.kbind.io");
+            let name = format!("{}-typo", s.stack.name);
+            let typo = s
+                .stack
+                .cluster_binding(&name, &[&s.api, &typo_api], ConflictPolicy::Fail);
+            s.stack.create_cluster_binding(&typo).await?;
+            let (good, bad) = (s.api.name(), typo_api.name());
+            let b = cluster_binding_until(s, &name, "Ready=False APIsNotReady", |b| {
+                ready_of(b).is_some_and(|c| c.reason == "APIsNotReady" && c.message.contains(&bad))
+            })
+            .await?;
+            let entries = b.status.map(|s| s.bound_apis).unwrap_or_default();
+            let good_entry = entries.iter().find(|e| e.name == good);
+            assert_eq!(
+                good_entry.and_then(|e| e.state),
+                Some(ApiState::Syncing),
+                "{entries:?}"
+            );
+
+            // The admin's real ClusterBinding goes: the typo'd one still syncs the good API, so
+            // nothing is drained and its CRD stays.
+            s.unbind().await?;
+            let path = format!("{}/w1", s.ns());
+            expect_left(&[
+                (&s.consumer, kind::<Crd>(), &*good, Kept),
+                (&s.provider, s.api.resource(), &*path, Kept),
+            ])
+            .await?;
+            merge(&s.instances(), "w1", json!({"spec": {"size": 2}})).await?;
+            s.copy_with_spec("w1", json!({"size": 2})).await?;
+            // Nothing is stranded: deleting the instance is released by the remaining syncer.
+            delete(&s.instances(), "w1").await?;
+            wait_left(&[
+                (&s.consumer, s.api.resource(), &*path, Gone),
+                (&s.provider, s.api.resource(), &*path, Gone),
+            ])
+            .await?;
+            delete_gone(&s.consumer, kind::<ClusterBinding>(), &name).await
+        })
+}
+
+#[test]
+fn a_typod_connection_cluster_binding_deleted_while_the_real_one_is_disengaged_keeps_every_finalizer()
+-> anyhow::Result<()> {
+    Scenario::bound("cov-typo-conn")
+        .cluster_binding()
+        .run(async |s| {
+            s.create("w1", json!({"size": 1})).await?;
+            s.copy("w1").await?;
+            s.stack.disengage();
+            let name = format!("{}-typo", s.stack.name);
+            let mut typo = s
+                .stack
+                .cluster_binding(&name, &[&s.api], ConflictPolicy::Fail);
+            typo.spec.spec.connection_ref.name = "cov-typo-conn-nope".into();
+            s.stack.create_cluster_binding(&typo).await?;
+            cluster_binding_until(s, &name, "Ready=False ConnectionNotFound", |b| {
+                ready_of(b).is_some_and(|c| c.reason == "ConnectionNotFound")
+            })
+            .await?;
+            delete_gone(&s.consumer, kind::<ClusterBinding>(), &name).await?;
+            // The instance is the real Connection's: its finalizer stays through the outage.
+            let instances = s.instances();
+            stays(
+                "w1 keeps core.kbind.io/syncer",
+                Duration::from_secs(3),
+                || async { Ok(holds_syncer_finalizer(&instances.get("w1").await?)) },
+            )
+            .await?;
+            s.engage();
+            Ok(())
+        })
 }

@@ -222,6 +222,16 @@ pub struct BoundApi {
     /// (status schemas without conditions included); absent until its syncer has run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instances: Option<InstanceCounts>,
+    /// Whether this API syncs in the binding's scope, judged API by API: a failing API
+    /// leaves the binding's other APIs syncing. Absent until a konnector judged it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<ApiState>,
+    /// Why the API is not `Syncing` (a condition reason such as `APINotExported`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// What to do about it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
     /// Sharded konnectors: the replica whose syncer runs this API and wrote this entry.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub syncer: Option<String>,
@@ -229,6 +239,22 @@ pub struct BoundApi {
     /// holding the Connection writes the binding's overall conditions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub report: Option<ApiReport>,
+}
+
+/// How one listed API of a binding stands. Only `Failed` stops the binding pinning the API to
+/// its Connection and counting as coverage of it when another binding is deleted.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+pub enum ApiState {
+    /// Its instances in scope sync.
+    Syncing,
+    /// It waits for something that comes by itself (the Connection Ready again, the consumer
+    /// CRD Established).
+    Waiting,
+    /// The provider stopped exporting it: nothing syncs, nothing is deleted.
+    Released,
+    /// It cannot sync as written (not exported, CRD not kbind's or bound elsewhere, schema
+    /// refused, namespace not allowed, Connection absent) until someone changes something.
+    Failed,
 }
 
 /// One API's sync state in a binding's scope, as the replica running its syncer reports it.

@@ -194,6 +194,9 @@ pub enum Reason {
     /// `spec.isolation` was changed while bindings use the Connection: copies are never moved,
     /// so the previous strategy stays in force until those bindings are deleted (and drained).
     IsolationChangePending,
+    /// Some listed APIs sync and others do not: each `boundAPIs` entry says how its API
+    /// stands, and the message names each failing API with its reason.
+    APIsNotReady,
 }
 
 impl Reason {
@@ -235,6 +238,7 @@ impl Reason {
             Self::DiscoveryIncomplete => "DiscoveryIncomplete",
             Self::ConnectionChanged => "ConnectionChanged",
             Self::IsolationChangePending => "IsolationChangePending",
+            Self::APIsNotReady => "APIsNotReady",
         }
     }
 }

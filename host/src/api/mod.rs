@@ -13,9 +13,9 @@ mod isolation;
 pub mod names;
 
 pub use binding::{
-    ApiReference, ApiReport, Binding, BindingSpec, BindingStatus, BoundApi, ClusterBinding,
-    ClusterBindingSpec, ConflictPolicy, ConnectionReference, FailingInstances, InstanceCounts,
-    RelatedDirection, RelatedResource, RelatedResourceKind, RelatedSelector,
+    ApiReference, ApiReport, ApiState, Binding, BindingSpec, BindingStatus, BoundApi,
+    ClusterBinding, ClusterBindingSpec, ConflictPolicy, ConnectionReference, FailingInstances,
+    InstanceCounts, RelatedDirection, RelatedResource, RelatedResourceKind, RelatedSelector,
 };
 pub use conditions::{ConditionType, Reason};
 pub use connection::{

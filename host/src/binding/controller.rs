@@ -40,7 +40,7 @@ use crate::conditions::{self, Desired};
 
 use super::facts::{self, Facts};
 use super::object::BindingObject;
-use super::readiness::{self, ConnectionState, Verdict};
+use super::readiness::{self, Verdict};
 use super::status::publish::{publish_status, write_condition};
 use super::status::{self, Related};
 use super::status::{failure, shard_status, summary};
@@ -200,17 +200,18 @@ async fn apply<K: BindingObject>(obj: &K, api: &Api<K>, ctx: &Context) -> Result
     };
     // An un-export releases (never drains): finalizers go, everything else stays.
     let released = release::run(obj, ctx, &verdict.released).await?;
-    let (related, related_error) = sync_related(obj, ctx, &facts, verdict.is_ready()).await;
+    let (related, related_error) = sync_related(obj, ctx, &facts, verdict.syncs_any()).await;
+    // Only the APIs that sync have a syncer to report on them.
+    let idle = verdict.not_syncing();
     let summary = if ctx.shared.shards.sharded() {
         // The syncers run on whichever replicas hold the API shards: judge from their entries.
-        let released = &verdict.released;
         let apis = obj.binding_spec().apis.iter().map(|a| a.name.as_str());
         shard_status::summary_from_entries(
             obj.binding_status(),
-            apis.filter(|a| !released.iter().any(|r| r == a)),
+            apis.filter(|a| !idle.iter().any(|r| r == a)),
         )
     } else {
-        summary::of_active(obj, &ctx.shared.outcomes, &verdict.released)
+        summary::of_active(obj, &ctx.shared.outcomes, &idle)
     };
     let observed = status::Observed {
         verdict: &verdict,
@@ -341,45 +342,46 @@ fn requeue_after(
     }
 }
 
-/// Writes the binding's entry into the index: only a Ready binding selects instances, and a
-/// Binding its Connection does not allow lists nothing, so it cannot pin an API to its
-/// Connection ahead of the bindings that may use it.
+/// Writes the binding's entry into the index: it selects instances of the APIs that sync
+/// (each judged on its own), and lists, so pins to its Connection, every API that did not
+/// fail definitively.
 fn select(ctx: &Context, key: BindingKey, facts: &Facts, verdict: &Verdict) {
-    // A binding that can never sync as written (its Connection does not exist, its namespace
-    // is not allowed) pins nothing, so a tenant's typo cannot make a real binding
-    // `APIBoundElsewhere`. Decided from those facts, not from Ready: a binding waiting for a
-    // Connection that is not Ready yet keeps its pins.
-    let apis = match facts.state {
-        ConnectionState::NotFound | ConnectionState::NamespaceNotAllowed { .. } => {
-            Default::default()
-        }
-        _ => verdict.targets.clone(),
-    };
+    // An API that can never sync as written here (not exported, its CRD not kbind's or bound
+    // elsewhere, schema refused, the namespace not allowed, the Connection absent) pins
+    // nothing, so a tenant's typo cannot make a real binding `APIBoundElsewhere`. A waiting
+    // API (Connection not Ready, released, settling) keeps its pin.
+    let failed: Vec<&str> = verdict.failed().collect();
+    let apis = verdict
+        .targets
+        .iter()
+        .filter(|(api, _)| !failed.contains(&api.as_str()))
+        .map(|(api, target)| (api.clone(), target.clone()))
+        .collect();
     ctx.shared.index.apply(
         key,
         Entry {
             apis,
-            ready: verdict.is_ready(),
+            ready: verdict.syncs_any(),
             ..facts.candidate.clone()
         },
     );
 }
 
 /// Related resources run in binding reconciliation (spec: "normally every 30 seconds, rather
-/// than using the instance watch path"), only for a Ready binding. Failed copies are counted
+/// than using the instance watch path"), for a binding with at least one API syncing. Failed copies are counted
 /// in the status (the others are copied) and the first is returned, so the binding backs off
 /// like any failed reconcile.
 async fn sync_related<K: BindingObject>(
     obj: &K,
     ctx: &Context,
     facts: &Facts,
-    ready: bool,
+    syncing: bool,
 ) -> (Related, Option<Error>) {
     let entries = &obj.binding_spec().related_resources;
     if entries.is_empty() {
         return (Related::NotDeclared, None);
     }
-    let (Some(engagement), true) = (&facts.engagement, ready) else {
+    let (Some(engagement), true) = (&facts.engagement, syncing) else {
         return (Related::NotRun, None);
     };
     let uid = obj.meta().uid.clone().unwrap_or_default();

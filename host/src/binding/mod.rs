@@ -57,7 +57,10 @@ mod triggers;
 
 pub use error::{Error, Result};
 pub use object::{BindingObject, StatusWrites};
+pub use readiness::is_definitive;
 pub use status::shard_status::run as run_shard_status;
+pub use teardown::coverage::{Consumer, Covered, Holder, Others};
+pub use teardown::gather::{consumer as read_teardown_facts, holder};
 
 use std::sync::Arc;
 use std::time::Duration;

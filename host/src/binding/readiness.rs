@@ -18,6 +18,12 @@
 //! message, the versions a consumer CRD leaves out and why)
 //! ```
 //!
+//! Judged API by API: an API that passes every check keeps its target, and so keeps syncing
+//! (with the binding's related resources), while another listed API fails; the binding is then
+//! `Ready=False`, reason `APIsNotReady`, naming each failing API and its reason. Each API's
+//! own state ([`ApiVerdict`]) goes to its `boundAPIs` entry, where the teardown rule
+//! ([`super::teardown::coverage`]) reads whether the binding still counts for it.
+//!
 //! A released API (the provider stopped exporting an API bound here) is not a problem the
 //! binding's author must fix: it has no target (its syncer stops) but stays listed, so it
 //! stays pinned to this Connection, and the binding's other APIs keep syncing. Only when
@@ -25,7 +31,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::api::{ConditionType, ExportedApi, Reason};
+use crate::api::{ApiState, ConditionType, ExportedApi, Reason};
 use crate::conditions::Desired;
 use crate::schema::ApiTarget;
 use crate::schema::Refusal;
@@ -77,22 +83,81 @@ pub(super) struct ApiFacts {
     pub install_problem: Option<(Reason, String)>,
 }
 
+/// The judgement on one listed API.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct ApiVerdict {
+    /// Syncing, waiting, released or failed.
+    pub state: ApiState,
+    /// Why it is not syncing (`AsExpected` when it is).
+    pub reason: Reason,
+    /// What the operator reads about it.
+    pub message: String,
+}
+
 /// The judgement on one binding.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct Verdict {
     /// The `Ready` condition to set.
     pub ready: Desired,
-    /// Every listed API with its target, resolved only when the binding is Ready (a released
-    /// API has none).
+    /// Every listed API with its target, resolved for the APIs that sync (a released or
+    /// failing API has none).
     pub targets: BTreeMap<String, Option<ApiTarget>>,
     /// The listed APIs that are released (see [`released`]), sorted.
     pub released: Vec<String>,
+    /// Every listed API's own state.
+    pub apis: BTreeMap<String, ApiVerdict>,
 }
 
 impl Verdict {
     /// Whether the binding is Ready.
     pub(super) fn is_ready(&self) -> bool {
         self.ready.status
+    }
+
+    /// Whether at least one listed API syncs (then related resources run too).
+    pub(super) fn syncs_any(&self) -> bool {
+        self.targets.values().any(Option::is_some)
+    }
+
+    /// The listed APIs with no syncer: released, waiting or failed.
+    pub(super) fn not_syncing(&self) -> Vec<String> {
+        let idle = self.targets.iter().filter(|(_, t)| t.is_none());
+        idle.map(|(name, _)| name.clone()).collect()
+    }
+
+    /// The listed APIs that failed definitively: the binding neither pins them to its
+    /// Connection nor counts as covering them.
+    pub(super) fn failed(&self) -> impl Iterator<Item = &str> {
+        let failed = self
+            .apis
+            .iter()
+            .filter(|(_, v)| v.state == ApiState::Failed);
+        failed.map(|(name, _)| name.as_str())
+    }
+}
+
+/// Whether a binding that is not Ready for `reason` can never sync the API as written: its
+/// author (or the provider's, or the Connection's) must change something. Waiting reasons
+/// (`Pending`, `SchemaNotEstablished`, `ConnectionNotReady`, `APIReleased`) are not.
+pub fn is_definitive(reason: Reason) -> bool {
+    matches!(
+        reason,
+        Reason::APINotExported
+            | Reason::CRDNotManaged
+            | Reason::APIBoundElsewhere
+            | Reason::SchemaInstallFailed
+            | Reason::NameCollision
+            | Reason::NamespaceNotAllowed
+            | Reason::ConnectionNotFound
+    )
+}
+
+/// The state of an API not syncing for `reason`.
+fn state_for(reason: Reason) -> ApiState {
+    if is_definitive(reason) {
+        ApiState::Failed
+    } else {
+        ApiState::Waiting
     }
 }
 
@@ -111,115 +176,88 @@ pub(super) fn released(connection: &str, exported: &[ExportedApi], api: &ApiFact
 
 /// Judges a binding that references `connection`.
 pub(super) fn evaluate(connection: &str, state: &ConnectionState, apis: &[ApiFacts]) -> Verdict {
-    let unresolved = || apis.iter().map(|a| (a.name.clone(), None)).collect();
-    let released_none = Vec::new;
+    // The Connection itself stops every API alike.
+    let whole = |reason: Reason, message: String| Verdict {
+        targets: apis.iter().map(|a| (a.name.clone(), None)).collect(),
+        released: Vec::new(),
+        apis: apis
+            .iter()
+            .map(|a| {
+                let verdict = ApiVerdict {
+                    state: state_for(reason),
+                    reason,
+                    message: message.clone(),
+                };
+                (a.name.clone(), verdict)
+            })
+            .collect(),
+        ready: Desired::falsy(ConditionType::Ready, reason, message),
+    };
     let exported = match state {
         ConnectionState::NotFound => {
-            return Verdict {
-                ready: Desired::falsy(
-                    ConditionType::Ready,
-                    Reason::ConnectionNotFound,
-                    format!("Connection {connection} does not exist"),
-                ),
-                targets: unresolved(),
-                released: released_none(),
-            };
+            let message = format!("Connection {connection} does not exist");
+            return whole(Reason::ConnectionNotFound, message);
         }
         ConnectionState::NamespaceNotAllowed { message } => {
-            return Verdict {
-                ready: Desired::falsy(
-                    ConditionType::Ready,
-                    Reason::NamespaceNotAllowed,
-                    message.clone(),
-                ),
-                targets: unresolved(),
-                released: released_none(),
-            };
+            return whole(Reason::NamespaceNotAllowed, message.clone());
         }
         ConnectionState::NotReady => {
-            return Verdict {
-                ready: Desired::falsy(
-                    ConditionType::Ready,
-                    Reason::ConnectionNotReady,
-                    format!("Connection {connection} is not Ready"),
-                ),
-                targets: unresolved(),
-                released: released_none(),
-            };
+            let message = format!("Connection {connection} is not Ready");
+            return whole(Reason::ConnectionNotReady, message);
         }
         ConnectionState::Engaged { exported } => exported,
     };
-    let mut problems: Vec<(Reason, String)> = Vec::new();
+    let mut problems: Vec<(String, Reason, String)> = Vec::new();
     let mut notes = Vec::new();
     let mut targets = BTreeMap::new();
     let mut released_apis = Vec::new();
+    let mut judged = BTreeMap::new();
     for api in apis {
         let name = &api.name;
         let mut target = None;
+        let problem = problem(connection, exported, api);
         if released(connection, exported, api) {
             released_apis.push(name.clone());
-        } else if is_protected_api(name) {
-            let refusal = Refusal::ProtectedGroup {
-                api: name.clone(),
-                group: api_group(name).to_string(),
-            };
-            problems.push((Reason::CRDNotManaged, refusal.to_string()));
-        } else if !exported.iter().any(|e| e.name == *name) {
-            problems.push((
-                Reason::APINotExported,
-                format!("{name} is not exported by Connection {connection}"),
-            ));
-        } else if let Some(other) = api
-            .crd
-            .as_ref()
-            .and_then(|c| c.pinned_to.as_deref())
-            .filter(|other| *other != connection)
+            judged.insert(
+                name.clone(),
+                ApiVerdict {
+                    state: ApiState::Released,
+                    reason: Reason::APIReleased,
+                    message: format!("{name} is no longer exported by Connection {connection}"),
+                },
+            );
+        } else if let Some((reason, message)) = problem {
+            judged.insert(
+                name.clone(),
+                ApiVerdict {
+                    state: state_for(reason),
+                    reason,
+                    message: message.clone(),
+                },
+            );
+            problems.push((name.clone(), reason, message));
+        } else if let Some(CrdFacts {
+            target: Some(t),
+            versions_note,
+            ..
+        }) = &api.crd
         {
-            problems.push((
-                Reason::APIBoundElsewhere,
-                format!("{name} is installed for Connection {other}"),
-            ));
-        } else if api.crd.as_ref().is_some_and(|c| c.pinned_to.is_none()) {
-            let refusal = Refusal::NotManaged {
-                crd: name.clone(),
-                connection: connection.to_string(),
-            };
-            problems.push((Reason::CRDNotManaged, refusal.to_string()));
-        } else if let Some(other) = api.index_pin.as_deref().filter(|o| *o != connection) {
-            problems.push((
-                Reason::APIBoundElsewhere,
-                format!("{name} is already bound through Connection {other}"),
-            ));
-        } else if let Some((reason, message)) = &api.install_problem {
-            problems.push((*reason, message.clone()));
-        } else {
-            match &api.crd {
-                None => problems.push((
-                    Reason::Pending,
-                    format!("waiting for CustomResourceDefinition {name} on the consumer"),
-                )),
-                Some(crd) if !crd.established => problems.push((
-                    Reason::SchemaNotEstablished,
-                    format!("CustomResourceDefinition {name} is not Established yet"),
-                )),
-                Some(CrdFacts { target: None, .. }) => problems.push((
-                    Reason::APINotExported,
-                    format!("no served version of {name} is exported by Connection {connection}"),
-                )),
-                Some(CrdFacts {
-                    target: Some(t),
-                    versions_note,
-                    ..
-                }) => {
-                    target = Some(t.clone());
-                    notes.extend(versions_note.iter().map(|note| format!("{name}: {note}")));
-                }
-            }
+            target = Some(t.clone());
+            notes.extend(versions_note.iter().map(|note| format!("{name}: {note}")));
+            judged.insert(
+                name.clone(),
+                ApiVerdict {
+                    state: ApiState::Syncing,
+                    reason: Reason::AsExpected,
+                    message: format!("bound through Connection {connection}"),
+                },
+            );
         }
         targets.insert(name.clone(), target);
     }
     released_apis.sort();
     released_apis.dedup();
+    let syncing = targets.values().filter(|t| t.is_some()).count();
     let ready = match problems.first() {
         None if !apis.is_empty() && released_apis.len() == targets.len() => Desired::falsy(
             ConditionType::Ready,
@@ -247,23 +285,89 @@ pub(super) fn evaluate(connection: &str, state: &ConnectionState, apis: &[ApiFac
             .collect::<Vec<_>>()
             .join("; "),
         ),
-        Some((reason, _)) => Desired::falsy(
+        // Some APIs sync: they go on, and the binding names every one that does not.
+        Some(_) if syncing > 0 => Desired::falsy(
+            ConditionType::Ready,
+            Reason::APIsNotReady,
+            format!(
+                "{} of {} listed API(s) not ready, the others sync through Connection {connection}: {}",
+                problems.len(),
+                targets.len(),
+                problems
+                    .iter()
+                    .map(|(api, reason, message)| format!("{api} ({}): {message}", reason.as_str()))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ),
+        ),
+        Some((_, reason, _)) => Desired::falsy(
             ConditionType::Ready,
             *reason,
             problems
                 .iter()
-                .map(|(_, m)| m.as_str())
+                .map(|(_, _, m)| m.as_str())
                 .collect::<Vec<_>>()
                 .join("; "),
         ),
     };
-    if !ready.status {
-        targets.values_mut().for_each(|t| *t = None);
-    }
     Verdict {
         ready,
         targets,
         released: released_apis,
+        apis: judged,
+    }
+}
+
+/// Why `api` cannot sync through the engaged `connection` exporting `exported`, if it cannot
+/// (a released API aside, which [`released`] tells).
+fn problem(connection: &str, exported: &[ExportedApi], api: &ApiFacts) -> Option<(Reason, String)> {
+    let name = &api.name;
+    if is_protected_api(name) {
+        let refusal = Refusal::ProtectedGroup {
+            api: name.clone(),
+            group: api_group(name).to_string(),
+        };
+        return Some((Reason::CRDNotManaged, refusal.to_string()));
+    }
+    if !exported.iter().any(|e| e.name == *name) {
+        let message = format!("{name} is not exported by Connection {connection}");
+        return Some((Reason::APINotExported, message));
+    }
+    let pinned_to = api.crd.as_ref().map(|c| c.pinned_to.as_deref());
+    if let Some(Some(other)) = pinned_to.filter(|p| p.is_some_and(|o| o != connection)) {
+        let message = format!("{name} is installed for Connection {other}");
+        return Some((Reason::APIBoundElsewhere, message));
+    }
+    if pinned_to == Some(None) {
+        let refusal = Refusal::NotManaged {
+            crd: name.clone(),
+            connection: connection.to_string(),
+        };
+        return Some((Reason::CRDNotManaged, refusal.to_string()));
+    }
+    if let Some(other) = api.index_pin.as_deref().filter(|o| *o != connection) {
+        let message = format!("{name} is already bound through Connection {other}");
+        return Some((Reason::APIBoundElsewhere, message));
+    }
+    if let Some(problem) = &api.install_problem {
+        return Some(problem.clone());
+    }
+    match &api.crd {
+        None => Some((
+            Reason::Pending,
+            format!("waiting for CustomResourceDefinition {name} on the consumer"),
+        )),
+        Some(crd) if !crd.established => Some((
+            Reason::SchemaNotEstablished,
+            format!("CustomResourceDefinition {name} is not Established yet"),
+        )),
+        Some(CrdFacts { target: None, .. }) => Some((
+            Reason::APINotExported,
+            format!("no served version of {name} is exported by Connection {connection}"),
+        )),
+        Some(CrdFacts {
+            target: Some(_), ..
+        }) => None,
     }
 }
 
@@ -380,18 +484,86 @@ mod tests {
     }
 
     #[test]
-    fn api_not_exported_names_the_api_and_unresolves_every_target() {
+    fn a_binding_with_one_typod_api_syncs_the_other() {
+        const TYPO: &str = "gadgetz.example.org";
         let v = evaluate(
             "p",
             &exported(&[W]),
-            &[established(W), never_installed("gadgets.example.org")],
+            &[established(W), never_installed(TYPO)],
         );
-        assert_eq!(v.ready.reason, Reason::APINotExported);
-        assert!(v.ready.message.contains("gadgets.example.org"));
-        assert!(
-            v.targets.values().all(Option::is_none),
-            "a not-Ready binding selects nothing"
+        not_ready(&v, Reason::APIsNotReady, &[TYPO, "APINotExported"]);
+        assert!(!v.ready.message.contains(&format!("{W} (")), "{v:?}");
+        assert_eq!(
+            v.targets.get(W),
+            Some(&Some(target())),
+            "the good API syncs"
         );
+        assert_eq!(v.targets.get(TYPO), Some(&None));
+        assert_eq!(v.apis[W].state, ApiState::Syncing);
+        assert_eq!(v.apis[TYPO].state, ApiState::Failed);
+        assert_eq!(v.apis[TYPO].reason, Reason::APINotExported);
+        assert_eq!(v.failed().collect::<Vec<_>>(), [TYPO]);
+        assert!(v.syncs_any());
+        assert_eq!(v.not_syncing(), [TYPO]);
+    }
+
+    #[test]
+    fn a_waiting_api_beside_a_syncing_one_is_waiting_not_failed() {
+        const G: &str = "gadgets.example.org";
+        let mut pending = established(G);
+        pending.crd = None;
+        let v = evaluate("p", &exported(&[W, G]), &[established(W), pending]);
+        not_ready(&v, Reason::APIsNotReady, &[G, "Pending"]);
+        assert_eq!(v.apis[G].state, ApiState::Waiting);
+        assert_eq!(v.failed().count(), 0, "a waiting API keeps its pin");
+    }
+
+    #[test]
+    fn when_no_api_syncs_the_first_failing_reason_stands() {
+        let v = evaluate("p", &exported(&[]), &[never_installed(W)]);
+        not_ready(&v, Reason::APINotExported, &[W]);
+        assert!(!v.syncs_any());
+    }
+
+    #[test]
+    fn the_connection_decides_every_apis_state_alike() {
+        let apis = [established(W)];
+        let gone = evaluate("p", &ConnectionState::NotFound, &apis);
+        assert_eq!(
+            gone.apis[W].state,
+            ApiState::Failed,
+            "a Connection absent is definitive"
+        );
+        let down = evaluate("p", &ConnectionState::NotReady, &apis);
+        assert_eq!(down.apis[W].state, ApiState::Waiting, "not Ready is a wait");
+        let refused = ConnectionState::NamespaceNotAllowed {
+            message: "no".into(),
+        };
+        let refused = evaluate("p", &refused, &apis);
+        assert_eq!(refused.apis[W].state, ApiState::Failed);
+    }
+
+    #[test]
+    fn definitive_reasons_are_exactly_those_a_person_must_fix() {
+        for reason in [
+            Reason::APINotExported,
+            Reason::CRDNotManaged,
+            Reason::APIBoundElsewhere,
+            Reason::SchemaInstallFailed,
+            Reason::NameCollision,
+            Reason::NamespaceNotAllowed,
+            Reason::ConnectionNotFound,
+        ] {
+            assert!(is_definitive(reason), "{reason:?}");
+        }
+        for reason in [
+            Reason::Pending,
+            Reason::SchemaNotEstablished,
+            Reason::ConnectionNotReady,
+            Reason::APIReleased,
+        ] {
+            assert!(!is_definitive(reason), "{reason:?}");
+        }
     }
 
     #[test]

@@ -18,7 +18,8 @@
 //! - one API is served by one Connection: the first binding by rank (ClusterBindings first,
 //!   then the oldest, then by name) pins it, and a binding listing it for another Connection is
 //!   `APIBoundElsewhere`;
-//! - only Ready bindings select anything.
+//! - a binding selects instances of each API that syncs, judged API by API: a failing API
+//!   (not listed, or listed without a target) selects nothing while the others go on.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -64,10 +65,19 @@ pub struct Entry {
     pub apis: BTreeMap<String, Option<ApiTarget>>,
     /// The binding's `conflictPolicy`.
     pub conflict_policy: ConflictPolicy,
-    /// Whether the binding is Ready; only Ready bindings select instances.
+    /// Whether the binding selects instances: at least one of its APIs syncs (only those with
+    /// a resolved target are selected).
     pub ready: bool,
     /// Creation time, for the "oldest binding pins the API" rule.
     pub created: Option<Timestamp>,
+}
+
+impl Entry {
+    /// Whether this binding's `api` syncs: listed, with its consumer CRD resolved. A binding
+    /// with another API failing still selects this one's instances.
+    pub fn selects(&self, api: &str) -> bool {
+        self.apis.get(api).is_some_and(Option::is_some)
+    }
 }
 
 /// The binding that selects an instance, and the policy it brings.
@@ -193,7 +203,7 @@ impl BindingIndex {
     ) -> Option<Selection> {
         self.entries
             .iter()
-            .filter(|(_, e)| e.ready && e.connection == connection && e.apis.contains_key(api))
+            .filter(|(_, e)| e.ready && e.connection == connection && e.selects(api))
             .filter(|(key, _)| match key {
                 BindingKey::Cluster { .. } => true,
                 BindingKey::Namespaced { namespace: ns, .. } => Some(ns.as_str()) == namespace,
@@ -210,7 +220,7 @@ impl BindingIndex {
         let mut ranked: Vec<_> = self
             .entries
             .iter()
-            .filter(|(_, e)| e.ready && e.connection == connection && e.apis.contains_key(api))
+            .filter(|(_, e)| e.ready && e.connection == connection && e.selects(api))
             .collect();
         ranked.sort_by(|(ka, ea), (kb, eb)| rank(ka, ea).cmp(&rank(kb, eb)));
         let mut scopes = Scopes::new();

@@ -223,6 +223,11 @@ async fn create_and_wait<B: BindingObject>(
         if let Some(reason) = hints::blocking_reason(conds) {
             return Ok(Check::Failed(reason.to_string()));
         }
+        // Every listed API must sync: one that failed definitively (its own boundAPIs entry
+        // says so) does not come by waiting, even while the others sync.
+        if let Some(failed) = failed_api(&b) {
+            return Ok(Check::Failed(failed));
+        }
         Ok(Check::Waiting(output::summary(conds, ConditionType::Ready)))
     })
     .await?;
@@ -239,6 +244,18 @@ async fn create_and_wait<B: BindingObject>(
             .into())
         }
     }
+}
+
+/// The first listed API whose `boundAPIs` entry says it failed definitively, with its reason.
+fn failed_api<B: BindingObject>(b: &B) -> Option<String> {
+    let entries = b
+        .binding_status()
+        .map(|s| s.bound_apis.as_slice())
+        .unwrap_or_default();
+    entries
+        .iter()
+        .find(|e| e.state == Some(konnector::api::ApiState::Failed))
+        .map(|e| format!("{}: {}", e.name, e.reason.as_deref().unwrap_or("Failed")))
 }
 
 fn print_binding<B: BindingObject>(b: &B, output: OutputArgs) -> anyhow::Result<()> {

@@ -4,6 +4,8 @@
 //! deleted; with it they are unbound in order. Then the Connection is deleted and followed
 //! until its finalizer is released, then its credential Secret, unless another Connection
 //! still uses it or `connect` did not create it (a Secret somebody made by hand is theirs).
+//! A plan whose bindings' teardown deletes a consumer CRD (the autoBind ClusterBinding the
+//! Connection deletes included) needs `--yes`; `--dry-run` prints the plan and what it deletes.
 
 use anyhow::{Context as _, bail};
 use k8s_openapi::api::core::v1::Secret;
@@ -15,12 +17,12 @@ use konnector::api::{ConditionType, Connection};
 
 use crate::args::WaitArgs;
 use crate::client::ClientArgs;
-use crate::commands::unbind::{list_bindings, teardown};
+use crate::commands::unbind::{crds_deleted, list_bindings, name_crds, teardown};
 use crate::exit::NotReady;
 use crate::hints;
 use crate::marks::{CREATED_BY_LABEL, FIELD_MANAGER, created_by_connect};
 use crate::output::{self, progress};
-use crate::plan::teardown::{DisconnectInput, Step, crds_removed_by, plan_disconnect};
+use crate::plan::teardown::{DisconnectInput, Step, deleted_by, describe, plan_disconnect};
 use crate::wait::{self, Check, Outcome};
 
 /// Flags of `disconnect`.
@@ -31,7 +33,8 @@ pub struct DisconnectArgs {
     /// Unbind the Connection's explicit bindings first (Bindings, then ClusterBindings).
     #[arg(long)]
     pub cascade: bool,
-    /// Confirm deleting consumer CRDs that a cascaded ClusterBinding unbind takes with it.
+    /// Confirm deleting consumer CRDs that the plan's ClusterBindings take with them (a
+    /// cascaded unbind, or the autoBind ClusterBinding the Connection deletes).
     #[arg(long)]
     pub yes: bool,
     /// Leave the credential Secret in place.
@@ -40,6 +43,10 @@ pub struct DisconnectArgs {
     /// Succeed when the Connection does not exist.
     #[arg(long)]
     pub ignore_not_found: bool,
+    /// Print the plan (its steps in order, and the consumer CRDs it deletes) and change
+    /// nothing.
+    #[arg(long)]
+    pub dry_run: bool,
     /// Waiting.
     #[command(flatten)]
     pub wait: WaitArgs,
@@ -68,7 +75,7 @@ pub async fn run(client: &ClientArgs, args: DisconnectArgs) -> anyhow::Result<()
         .map(|c| c.name_any())
         .collect();
     let bindings = list_bindings(&consumer).await?;
-    let plan = plan_disconnect(&DisconnectInput {
+    let input = DisconnectInput {
         connection: &args.name,
         auto_bind: connection.spec.auto_bind,
         secret: (&secret.namespace, &secret.name),
@@ -76,24 +83,40 @@ pub async fn run(client: &ClientArgs, args: DisconnectArgs) -> anyhow::Result<()
         secret_users: &secret_users,
         cascade: args.cascade,
         keep_secret: args.keep_secret,
-    })
-    .map_err(|blocked| NotReady(blocked.to_string()))?;
-    if !args.yes {
-        let destructive: Vec<String> = plan
-            .iter()
-            .filter_map(|s| match s {
-                Step::Unbind(b) if !b.deleting => Some(crds_removed_by(b, &bindings)),
-                _ => None,
-            })
-            .flatten()
-            .collect();
-        if !destructive.is_empty() {
-            return Err(NotReady(format!(
-                "unbinding deletes the consumer CRDs of {} and every instance of them. Pass --yes to go ahead.",
-                destructive.join(", ")
-            ))
-            .into());
+    };
+    let plan = plan_disconnect(&input).map_err(|blocked| NotReady(blocked.to_string()))?;
+    // Asked of every binding the plan deletes: one already deleting was not this command's
+    // decision, but whether the CRD survives it still depends on the others.
+    let deleted = deleted_by(&input, &plan);
+    let removed = crds_deleted(&consumer, &deleted).await?;
+    // Only the deletions this command starts need confirming.
+    let confirm: Vec<&String> = removed
+        .iter()
+        .filter(|(_, b)| !b.deleting)
+        .map(|(api, _)| api)
+        .collect();
+    if args.dry_run {
+        println!("dry run, nothing changed; the plan:");
+        for line in describe(&plan) {
+            println!("  {line}");
         }
+        if removed.is_empty() {
+            println!("deletes no consumer CRD");
+        } else {
+            println!(
+                "deletes the consumer CRDs, and every instance of them: {}",
+                name_crds(&removed)
+            );
+        }
+        return Ok(());
+    }
+    if !args.yes && !confirm.is_empty() {
+        return Err(NotReady(format!(
+            "disconnecting deletes the consumer CRDs of {} and every instance of them ({}). Pass --yes to go ahead, or --dry-run to see the plan.",
+            confirm.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", "),
+            name_crds(&removed)
+        ))
+        .into());
     }
     for step in &plan {
         execute(&consumer, step, args.wait).await?;

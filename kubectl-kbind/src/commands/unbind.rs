@@ -3,7 +3,11 @@
 //! binding) until it is gone; after `--timeout` it says why it is stuck and what to do.
 //!
 //! Deleting the last ClusterBinding of an API deletes the consumer CRD and every instance of
-//! it, so that needs `--yes`.
+//! it, so that needs `--yes`. Which CRDs a deletion deletes is the konnector's own teardown
+//! rule, asked through [`crds_deleted`]: the CLI asks exactly when the controller will delete.
+//! `--dry-run` prints what would be deleted and changes nothing.
+
+use std::collections::{BTreeMap, BTreeSet};
 
 use anyhow::{Context as _, bail};
 use kube::api::{DeleteParams, ListParams};
@@ -19,7 +23,7 @@ use crate::commands::status::CrdCache;
 use crate::exit::NotReady;
 use crate::output::{self, progress};
 use crate::plan::drain::{Blocker, DrainState};
-use crate::plan::teardown::{BindingRef, Kind, crds_removed_by};
+use crate::plan::teardown::{BindingRef, Kind};
 use crate::wait::{self, Check, Outcome};
 
 /// Flags of `unbind`.
@@ -37,9 +41,44 @@ pub struct UnbindArgs {
     /// Succeed when the binding does not exist.
     #[arg(long)]
     pub ignore_not_found: bool,
+    /// Print what would be deleted (the binding, and the consumer CRDs its teardown takes
+    /// with it) and change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
     /// Waiting.
     #[command(flatten)]
     pub wait: WaitArgs,
+}
+
+/// The consumer CRDs (each with every instance of its API) that deleting `deleted` deletes,
+/// each with the ClusterBinding whose teardown deletes it: the konnector's own teardown rule
+/// over the bindings left, their per-API state, the CRDs' pins and the Connections that exist.
+pub async fn crds_deleted(
+    client: &Client,
+    deleted: &[BindingRef],
+) -> anyhow::Result<BTreeMap<String, BindingRef>> {
+    let apis: BTreeSet<String> = deleted
+        .iter()
+        .flat_map(|b| b.apis.iter().cloned())
+        .collect();
+    let consumer = konnector::binding::read_teardown_facts(client, &apis)
+        .await
+        .context("reading the bindings, Connections and CRDs a teardown decides on")?;
+    let keys = deleted.iter().map(BindingRef::key).collect();
+    let by = |key: &konnector::registry::BindingKey| deleted.iter().find(|b| b.key() == *key);
+    Ok(consumer
+        .crds_deleted(&keys)
+        .into_iter()
+        .filter_map(|(api, key)| Some((api, by(&key)?.clone())))
+        .collect())
+}
+
+/// "widgets.example.org (with ClusterBinding cb)" for each CRD in `crds`.
+pub fn name_crds(crds: &BTreeMap<String, BindingRef>) -> String {
+    crds.iter()
+        .map(|(api, b)| format!("{api} (with {b})"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn reference<B: BindingObject>(b: &B, kind: Kind) -> BindingRef {
@@ -104,18 +143,33 @@ pub async fn run(client: &ClientArgs, args: UnbindArgs) -> anyhow::Result<()> {
             args.name
         );
     };
-    let removed = crds_removed_by(&binding, &all);
-    if !removed.is_empty() && !binding.deleting {
+    let removed = if binding.deleting {
+        BTreeMap::new()
+    } else {
+        crds_deleted(&target.client, std::slice::from_ref(&binding)).await?
+    };
+    if args.dry_run {
+        println!("dry run, nothing changed: would delete {binding} and follow its teardown");
+        if removed.is_empty() {
+            println!("deletes no consumer CRD");
+        } else {
+            println!(
+                "deletes the consumer CRDs, and every instance of them: {}",
+                name_crds(&removed)
+            );
+        }
+        return Ok(());
+    }
+    if !removed.is_empty() {
+        let names = removed.keys().cloned().collect::<Vec<_>>().join(", ");
         if !args.yes {
             return Err(NotReady(format!(
-                "{binding} is the last binding of {}: its teardown deletes those consumer CRDs and every instance of them (their provider copies are drained first). Pass --yes to go ahead, or bind them elsewhere first.",
-                removed.join(", ")
+                "{binding} is the last binding of {names} that counts: its teardown deletes those consumer CRDs and every instance of them (their provider copies are drained first). Pass --yes to go ahead, --dry-run to see the plan, or bind them elsewhere first."
             ))
             .into());
         }
         progress(format!(
-            "warning: deleting the consumer CRDs of {} with {binding}",
-            removed.join(", ")
+            "warning: deleting the consumer CRDs of {names} with {binding}"
         ));
     }
     teardown(&target.client, &binding, args.wait).await

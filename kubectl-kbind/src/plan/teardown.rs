@@ -1,8 +1,9 @@
 //! The documented teardown as decisions over plain values, so the order is unit-tested:
 //! bindings first (namespaced Bindings, then ClusterBindings), then the Connection, then its
 //! credential Secret unless another Connection still uses it — all while the konnector and the
-//! credentials still work. Also: which APIs a ClusterBinding's deletion removes from the
-//! consumer entirely, and how a stuck drain is explained.
+//! credentials still work. Which consumer CRDs a plan deletes is not decided here: the
+//! konnector's own teardown rule (`konnector::binding::Consumer::crds_deleted`) answers it for
+//! the bindings [`deleted_by`] names.
 //!
 //! Why Bindings before ClusterBindings: a binding's cleanup skips an API that another
 //! non-deleting binding lists, and the last ClusterBinding of an API deletes the consumer CRD
@@ -10,6 +11,8 @@
 //! own namespace; the ClusterBinding then drains what is left and removes the CRD.
 
 use std::fmt;
+
+use konnector::registry::BindingKey;
 
 /// Kind of a binding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -49,6 +52,19 @@ pub struct BindingRef {
 }
 
 impl BindingRef {
+    /// Its key in the konnector's terms.
+    pub fn key(&self) -> BindingKey {
+        match (&self.kind, &self.namespace) {
+            (Kind::Binding, Some(namespace)) => BindingKey::Namespaced {
+                namespace: namespace.clone(),
+                name: self.name.clone(),
+            },
+            _ => BindingKey::Cluster {
+                name: self.name.clone(),
+            },
+        }
+    }
+
     /// `kubectl kbind unbind` arguments for it.
     pub fn unbind_command(&self) -> String {
         match (&self.kind, &self.namespace) {
@@ -141,12 +157,7 @@ pub fn plan_disconnect(input: &DisconnectInput<'_>) -> Result<Vec<Step>, Blocked
         .bindings
         .iter()
         .filter(|b| b.connection == input.connection)
-        .filter(|b| {
-            !(input.auto_bind
-                && b.managed
-                && b.kind == Kind::ClusterBinding
-                && b.name == input.connection)
-        })
+        .filter(|b| !(input.auto_bind && is_auto_bind_of(b, input.connection)))
         .cloned()
         .collect();
     explicit.sort_by(|a, b| (a.kind, &a.namespace, &a.name).cmp(&(b.kind, &b.namespace, &b.name)));
@@ -169,27 +180,65 @@ pub fn plan_disconnect(input: &DisconnectInput<'_>) -> Result<Vec<Step>, Blocked
     Ok(steps)
 }
 
-/// The APIs whose consumer CRD (and so every instance) the deletion of `binding` removes:
-/// for a ClusterBinding, those no other non-deleting binding lists. A Binding never deletes
-/// CRDs.
-pub fn crds_removed_by(binding: &BindingRef, all: &[BindingRef]) -> Vec<String> {
-    if binding.kind != Kind::ClusterBinding {
-        return vec![];
-    }
-    let is_self = |other: &BindingRef| {
-        other.kind == binding.kind
-            && other.name == binding.name
-            && other.namespace == binding.namespace
-    };
-    let others: Vec<&BindingRef> = all
+/// The bindings a disconnect's steps delete, with the autoBind ClusterBinding the Connection's
+/// own teardown deletes (which the steps leave to it): what the konnector's teardown rule is
+/// asked about.
+pub fn deleted_by(input: &DisconnectInput<'_>, steps: &[Step]) -> Vec<BindingRef> {
+    let mut deleted: Vec<BindingRef> = steps
         .iter()
-        .filter(|other| !is_self(other) && !other.deleting)
+        .filter_map(|s| match s {
+            Step::Unbind(b) => Some(b.clone()),
+            _ => None,
+        })
         .collect();
-    binding
-        .apis
+    if input.auto_bind {
+        deleted.extend(
+            input
+                .bindings
+                .iter()
+                .filter(|b| is_auto_bind_of(b, input.connection))
+                .cloned(),
+        );
+    }
+    deleted
+}
+
+/// Whether `b` is the autoBind ClusterBinding of `connection`.
+fn is_auto_bind_of(b: &BindingRef, connection: &str) -> bool {
+    b.managed
+        && b.kind == Kind::ClusterBinding
+        && b.name == connection
+        && b.connection == connection
+}
+
+/// How a dry run shows `steps`, one numbered line each.
+pub fn describe(steps: &[Step]) -> Vec<String> {
+    steps
         .iter()
-        .filter(|api| !others.iter().any(|other| other.apis.contains(api)))
-        .cloned()
+        .enumerate()
+        .map(|(i, step)| {
+            let what = match step {
+                Step::Unbind(b) if b.deleting => {
+                    format!("follow the teardown of {b} (already deleting)")
+                }
+                Step::Unbind(b) => format!("delete {b} and follow its teardown"),
+                Step::DeleteConnection(name) => {
+                    format!("delete Connection {name} and follow its teardown")
+                }
+                Step::DeleteSecret { namespace, name } => {
+                    format!("delete Secret {namespace}/{name}")
+                }
+                Step::KeepSecret {
+                    namespace,
+                    name,
+                    used_by,
+                } => format!(
+                    "keep Secret {namespace}/{name} (still used by Connection(s) {})",
+                    used_by.join(", ")
+                ),
+            };
+            format!("{}. {what}", i + 1)
+        })
         .collect()
 }
 
@@ -309,22 +358,38 @@ mod tests {
     }
 
     #[test]
-    fn only_the_last_cluster_binding_of_an_api_removes_its_crd() {
-        let all = [
-            b(Kind::ClusterBinding, None, "c", "p", &["w.x", "g.x"]),
+    fn a_disconnect_of_an_auto_bind_connection_deletes_its_managed_cluster_binding_too()
+    -> Result<(), Blocked> {
+        let mut managed = b(Kind::ClusterBinding, None, "p", "p", &["w.x"]);
+        managed.managed = true;
+        let bindings = [
+            managed.clone(),
             b(Kind::Binding, Some("a"), "w", "p", &["w.x"]),
         ];
-        assert_eq!(crds_removed_by(&all[0], &all), vec!["g.x".to_string()]);
-        assert!(
-            crds_removed_by(&all[1], &all).is_empty(),
-            "a Binding never deletes CRDs"
-        );
-        let mut gone = all.clone();
-        gone[1].deleting = true;
+        let mut i = input(&bindings, &[], true);
+        i.auto_bind = true;
+        let steps = plan_disconnect(&i)?;
+        assert_eq!(deleted_by(&i, &steps), vec![bindings[1].clone(), managed]);
+        i.auto_bind = false;
+        let steps = plan_disconnect(&i)?;
         assert_eq!(
-            crds_removed_by(&gone[0], &gone).len(),
+            deleted_by(&i, &steps).len(),
             2,
-            "a deleting binding does not protect"
+            "a plain ClusterBinding is a step"
         );
+        Ok(())
+    }
+
+    #[test]
+    fn a_dry_run_numbers_every_step() -> Result<(), Blocked> {
+        let bindings = [b(Kind::ClusterBinding, None, "all", "p", &["w.x"])];
+        let lines = describe(&plan_disconnect(&input(&bindings, &[], true))?);
+        assert_eq!(
+            lines[0],
+            "1. delete ClusterBinding all and follow its teardown"
+        );
+        assert_eq!(lines[1], "2. delete Connection p and follow its teardown");
+        assert_eq!(lines[2], "3. delete Secret kbind/p-kubeconfig");
+        Ok(())
     }
 }

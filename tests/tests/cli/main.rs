@@ -3,6 +3,7 @@
 //! the printer columns and short names the core CRDs give `kubectl get`.
 
 mod columns;
+mod confirm;
 mod exit_codes;
 mod least_privilege;
 mod lifecycle;

@@ -14,7 +14,7 @@ pub(super) mod summary;
 
 use std::collections::BTreeMap;
 
-use crate::api::{BindingStatus, BoundApi, ConditionType};
+use crate::api::{ApiState, BindingStatus, BoundApi, ConditionType};
 use crate::conditions::{self, Desired};
 use crate::registry::Summary;
 
@@ -81,7 +81,7 @@ pub(super) fn build(
         match (current, stored) {
             (true, _) => counted,
             (false, Some(stored)) => Some(stored),
-            (false, None) if ready.status => counted,
+            (false, None) if summary::syncs(ready) => counted,
             (false, None) => None,
         }
     };
@@ -96,12 +96,17 @@ pub(super) fn build(
         .filter(|name| observed.hashes.contains_key(*name))
         .map(|name| {
             let (syncer, report) = reported(name);
+            let judged = observed.verdict.apis.get(name);
+            let not_syncing = judged.filter(|v| v.state != ApiState::Syncing);
             BoundApi {
                 name: name.clone(),
                 crd_hash: observed.hashes.get(name).cloned(),
                 conflict_count: conflicts.get(name).copied().unwrap_or(0),
                 released: observed.verdict.released.contains(name),
                 instances: instances(name),
+                state: judged.map(|v| v.state),
+                reason: not_syncing.map(|v| v.reason.as_str().to_string()),
+                message: not_syncing.map(|v| v.message.clone()),
                 syncer,
                 report,
             }

@@ -73,6 +73,12 @@ const WAITING: [Reason; 5] = [
     Reason::ConnectionChanged,
 ];
 
+/// Whether a binding with this `Ready` condition syncs instances: Ready, or some of its APIs
+/// sync while others do not (`APIsNotReady`).
+pub(crate) fn syncs(ready: &Desired) -> bool {
+    ready.status || ready.reason == Reason::APIsNotReady
+}
+
 /// Whether a binding not Ready for `reason` is merely waiting.
 pub(crate) fn is_waiting(reason: &str) -> bool {
     WAITING.iter().any(|r| r.as_str() == reason)
@@ -83,7 +89,7 @@ pub(crate) fn is_waiting(reason: &str) -> bool {
 /// syncs nothing). While it waits or settles, the last known conditions stand: a konnector
 /// restart or a Connection blip does not flap them (nor publish their Events again).
 pub(crate) fn is_current(ready: &Desired, summary: &Summary) -> bool {
-    if ready.status {
+    if syncs(ready) {
         !summary.settling
     } else {
         !is_waiting(ready.reason.as_str())
@@ -111,9 +117,10 @@ pub(crate) fn instance_failure(reason: &str) -> Option<Reason> {
 
 /// The `Synced` condition: True when every instance the syncers know in scope is in sync;
 /// False with the failing instances counted per reason and what to do about each. A binding
-/// that is not Ready syncs nothing, and says so with its Ready reason.
+/// that syncs nothing says so with its Ready reason; one whose other APIs sync
+/// (`APIsNotReady`) is judged on those.
 pub(crate) fn synced(ready: &Desired, summary: &Summary) -> Desired {
-    if !ready.status {
+    if !syncs(ready) {
         return Desired::falsy(
             ConditionType::Synced,
             ready.reason,

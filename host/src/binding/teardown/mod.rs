@@ -29,8 +29,8 @@
 //! credentials (a deleting Connection after a restart). Never because a
 //! Connection went not Ready: readiness changes neither `apis` nor the binding's existence.
 //!
-//! Limits, as the spec documents them: an API listed by any other non-deleting binding is
-//! skipped as a whole; without any provider client (or when a provider read fails) the drain
+//! What other bindings still cover, and which CRDs a deletion deletes, is the one rule in
+//! [`coverage`] (read through [`gather`]), which `kubectl kbind` asks too. Limits: without any provider client (or when a provider read fails) the drain
 //! is best-effort and provider copies may remain, which the binding reports (`Drained=False`,
 //! a Warning Event); provider delete errors block (retry); deletion is requested, not waited
 //! for.
@@ -38,6 +38,7 @@
 pub(super) mod coverage;
 pub(super) mod drain;
 pub(super) mod drain_provider;
+pub(super) mod gather;
 pub(super) mod release;
 
 use std::collections::BTreeSet;
@@ -73,7 +74,14 @@ pub(super) async fn run<K: BindingObject>(obj: &K, ctx: &Context) -> Result<()> 
         binding: &binding,
         namespace: namespace.as_deref(),
     };
-    let covered = coverage::of_others(&ctx.shared.consumer, &uid, scope.connection).await?;
+    // The one rule `kubectl kbind` asks too: what the bindings left cover, and which CRDs
+    // this deletion deletes.
+    let key = obj.index_key().ok_or(crate::binding::Error::MissingName)?;
+    let deleted = BTreeSet::from([key]);
+    let listed: BTreeSet<String> = spec.apis.iter().map(|a| a.name.clone()).collect();
+    let view = gather::consumer(&ctx.shared.consumer, &listed).await?;
+    let covered = view.covered(scope.connection, &deleted);
+    let crds_deleted = view.crds_deleted(&deleted);
     if ctx.shared.shards.sharded() {
         // Sharded: an API nothing else lists has its syncer stop on whichever replica holds
         // its shard, which then releases the Lease; drain after that, never beside it.
@@ -91,6 +99,12 @@ pub(super) async fn run<K: BindingObject>(obj: &K, ctx: &Context) -> Result<()> 
     }
     let mut unchecked = Vec::new();
     for listed in &spec.apis {
+        if let Some(owner) = view.pinned_elsewhere(&listed.name, scope.connection) {
+            // Never synced through this binding: the instances are the pinned Connection's
+            // bindings' to release, even while that Connection is not Ready.
+            info!(api = %listed.name, %owner, "API pinned to another Connection; nothing of it is this binding's");
+            continue;
+        }
         let others = covered.of(&listed.name);
         if others.covers_scope(namespace.as_deref()) {
             // Another binding that can sync still covers every instance in this scope.
@@ -98,8 +112,9 @@ pub(super) async fn run<K: BindingObject>(obj: &K, ctx: &Context) -> Result<()> 
             continue;
         }
         // A ClusterBinding leaves the namespaces Bindings still cover, and deletes the CRD
-        // only when no other counting binding lists the API at all.
-        if drain_api(ctx, engagement, &listed.name, &scope, others, !others.any()).await? > 0 {
+        // only when the rule says so (no counting binding left lists the API at all).
+        let remove_crd = crds_deleted.contains_key(&listed.name);
+        if drain_api(ctx, engagement, &listed.name, &scope, others, remove_crd).await? > 0 {
             unchecked.push(listed.name.clone());
         }
     }
@@ -191,8 +206,9 @@ async fn drain_through<K: BindingObject>(
     if dropped.is_empty() {
         return Ok(Dropped::default());
     }
-    let uid = obj.meta().uid.clone().unwrap_or_default();
-    let covered = coverage::of_others(&ctx.shared.consumer, &uid, connection).await?;
+    let key = obj.index_key().ok_or(crate::binding::Error::MissingName)?;
+    let view = gather::consumer(&ctx.shared.consumer, &BTreeSet::new()).await?;
+    let covered = view.covered(connection, &BTreeSet::from([key]));
     let namespace = obj.namespace();
     // The syncer could still put a finalizer back or write a copy: drain once it is done.
     // While other bindings keep the API's syncer running it no longer selects this scope
