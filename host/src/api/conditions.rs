@@ -194,6 +194,9 @@ pub enum Reason {
     /// `spec.isolation` was changed while bindings use the Connection: copies are never moved,
     /// so the previous strategy stays in force until those bindings are deleted (and drained).
     IsolationChangePending,
+    /// The consumer API server (the cluster the konnector runs in) did not answer the
+    /// Connection's identity read, or answered 429 or 5xx, for longer than the grace period.
+    ConsumerUnreachable,
 }
 
 impl Reason {
@@ -235,6 +238,7 @@ impl Reason {
             Self::DiscoveryIncomplete => "DiscoveryIncomplete",
             Self::ConnectionChanged => "ConnectionChanged",
             Self::IsolationChangePending => "IsolationChangePending",
+            Self::ConsumerUnreachable => "ConsumerUnreachable",
         }
     }
 }
