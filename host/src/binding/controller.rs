@@ -199,6 +199,7 @@ async fn apply<K: BindingObject>(obj: &K, api: &Api<K>, ctx: &Context) -> Result
     let released = release::run(obj, ctx, &verdict.released).await?;
     let (related, related_error) = sync_related(obj, ctx, &facts, verdict.is_ready()).await;
     let summary = if ctx.shared.shards.sharded() {
+        status::prune::entries_of_gone_replicas(obj, ctx).await;
         // The syncers run on whichever replicas hold the API shards: judge from their entries.
         let released = &verdict.released;
         let apis = obj.binding_spec().apis.iter().map(|a| a.name.as_str());

@@ -248,7 +248,8 @@ async fn drain_through<K: BindingObject>(
     Ok(out)
 }
 
-/// The APIs the stored `status.boundAPIs` has and the spec no longer lists.
+/// The APIs the stored `status.boundAPIs` has and the spec no longer lists (a sharded
+/// replica's leftover entry binds nothing: it is pruned, not drained).
 fn dropped_apis<K: BindingObject>(obj: &K) -> Vec<&str> {
     let listed: BTreeSet<&str> = obj
         .binding_spec()
@@ -259,6 +260,7 @@ fn dropped_apis<K: BindingObject>(obj: &K) -> Vec<&str> {
     obj.binding_status()
         .iter()
         .flat_map(|s| s.bound_apis.iter())
+        .filter(|b| !crate::binding::status::shard_status::leftover(b))
         .map(|b| b.name.as_str())
         .filter(|name| !listed.contains(name))
         .collect()
