@@ -223,12 +223,18 @@ mod tests {
             "a consumer failure is not the provider's"
         );
         let later = grace.consumer_failed("c", start + PERIOD / 2);
-        assert!(matches!(later, Verdict::Hold(f) if f.failures == 2), "{later:?}");
+        assert!(
+            matches!(later, Verdict::Hold(f) if f.failures == 2),
+            "{later:?}"
+        );
         let expired = grace.consumer_failed("c", start + PERIOD);
         assert!(matches!(expired, Verdict::Expired(_)), "{expired:?}");
         assert_eq!(grace.consumer_answered("c").map(|f| f.failures), Some(3));
         let again = grace.consumer_failed("c", start + PERIOD * 2);
-        assert!(matches!(again, Verdict::Hold(f) if f.failures == 1), "{again:?}");
+        assert!(
+            matches!(again, Verdict::Hold(f) if f.failures == 1),
+            "{again:?}"
+        );
     }
 
     #[test]

@@ -21,8 +21,8 @@ use std::collections::BTreeSet;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, ListParams};
 use kube::ResourceExt;
+use kube::api::{Api, ListParams};
 use serde_json::json;
 use tracing::{info, warn};
 
@@ -46,10 +46,7 @@ pub(crate) fn shard_managers(meta: &ObjectMeta) -> BTreeSet<String> {
 }
 
 /// The managers among `managers` of no replica in `live`.
-pub(crate) fn gone<'a>(
-    managers: &'a BTreeSet<String>,
-    live: &BTreeSet<String>,
-) -> Vec<&'a String> {
+pub(crate) fn gone<'a>(managers: &'a BTreeSet<String>, live: &BTreeSet<String>) -> Vec<&'a String> {
     let live: BTreeSet<String> = live.iter().map(|id| field_manager(id)).collect();
     managers.iter().filter(|m| !live.contains(*m)).collect()
 }
@@ -61,7 +58,9 @@ async fn live_replicas(ctx: &Context) -> Result<BTreeSet<String>, kube::Error> {
         ctx.shared.shards.lease_namespace(),
     );
     let now = Timestamp::now();
-    let list = leases.list(&ListParams::default().labels(MEMBER_LABEL)).await?;
+    let list = leases
+        .list(&ListParams::default().labels(MEMBER_LABEL))
+        .await?;
     Ok(list
         .items
         .iter()

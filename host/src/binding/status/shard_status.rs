@@ -273,7 +273,9 @@ async fn publish(ctx: &Context, written: &mut Written) {
 /// The stored entries of the APIs in `applied`, as the apiserver answered an apply: equal to
 /// `applied` when the apply took whole.
 pub(crate) fn read_back(stored: Option<&BindingStatus>, applied: &[BoundApi]) -> Vec<BoundApi> {
-    let stored: Vec<&BoundApi> = stored.map(|s| s.bound_apis.iter().collect()).unwrap_or_default();
+    let stored: Vec<&BoundApi> = stored
+        .map(|s| s.bound_apis.iter().collect())
+        .unwrap_or_default();
     applied
         .iter()
         .filter_map(|mine| stored.iter().find(|b| b.name == mine.name))
@@ -422,7 +424,10 @@ mod tests {
             name: api.into(),
             ..BoundApi::default()
         };
-        assert!(!leftover(&unsharded), "an entry of an unsharded konnector binds");
+        assert!(
+            !leftover(&unsharded),
+            "an entry of an unsharded konnector binds"
+        );
     }
 
     #[test]

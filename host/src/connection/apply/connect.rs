@@ -2,17 +2,17 @@
 //! clusters' identities are read and pinned on first success; a different cluster later is
 //! refused, never re-pinned (Connected).
 
-use k8s_openapi::api::core::v1::Secret;
 use std::time::Instant;
 
+use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 use kube::api::Api;
 use tracing::warn;
 
 use super::{Steps, Stop};
-use crate::connection::grace::Verdict;
 use crate::api::{ConditionType, Reason};
 use crate::conditions::Desired;
+use crate::connection::grace::Verdict;
 use crate::connection::{Error, Result, secret};
 use crate::provider::identity::{self, IdentityError};
 use crate::provider::kubeconfig::{self, ProviderCredentials};
