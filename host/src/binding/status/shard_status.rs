@@ -142,13 +142,14 @@ const GIVE_UP_WITHIN: Duration = Duration::from_secs(5);
 /// What this replica last read back of its entries, per binding.
 type Written = BTreeMap<BindingKey, Vec<BoundApi>>;
 
-/// Applies this replica's entries for every binding, whenever its syncers' outcomes or its
-/// shards change, until `shutdown`; then gives them all up. Every status interval it applies
+/// Applies this replica's entries for every binding, whenever its syncers' outcomes, its
+/// shards or the bindings' APIs change, until `shutdown`; then gives them all up. Every status interval it applies
 /// them again, so an entry another writer took over or a prune removed comes back. Runs only
 /// on sharded replicas.
 pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
     let mut outcomes = ctx.shared.outcomes.subscribe();
     let mut shards = ctx.shared.shards.subscribe();
+    let mut index = ctx.shared.index.subscribe();
     let mut written = Written::new();
     let mut tick = tokio::time::interval(ctx.settings.status_interval);
     loop {
@@ -156,6 +157,8 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
             () = shutdown.cancelled() => break,
             changed = outcomes.changed() => if changed.is_err() { break },
             changed = shards.changed() => if changed.is_err() { break },
+            // A binding that stopped listing an API: its entry is given up at once.
+            changed = index.changed() => if changed.is_err() { break },
             _ = tick.tick() => {
                 // Check every entry against the stored one again: written is what was read
                 // back last time, and another writer may have changed it since.
