@@ -2,15 +2,15 @@
 //! entries under a field manager of its own (`shard_status`) and gives them up when it loses a
 //! shard or shuts down; a replica killed, cut off or stopped too slowly leaves its field
 //! manager behind, and with it entries no live replica explains. The holder of the binding's
-//! Connection shard gives those up in the gone replica's name (an empty apply under its field
-//! manager), so no phantom entry outlives a rollout and a dropped API's drain is not repeated
+//! Connection shard gives those up in the gone replica's name (an apply of nothing under its
+//! field manager), so no phantom entry outlives a rollout and a dropped API's drain is not repeated
 //! for an entry nobody writes.
 //!
 //! ```text
 //! managedFields of status ──▶ kbind-konnector-shard-<replica> managers
 //! membership Leases (held now) ──▶ live replicas ──┐
 //!                                                  ▼
-//!                  managers of no live replica ──▶ apply `{}` as that manager
+//!                  managers of no live replica ──▶ an apply of nothing as that manager
 //! ```
 //!
 //! Entries of live replicas are theirs to give up; the Connection shard's holder drops its own
@@ -23,13 +23,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
-use serde_json::json;
 use tracing::{info, warn};
 
-use super::shard_status::{FIELD_MANAGER_PREFIX, field_manager};
+use super::shard_status::{FIELD_MANAGER_PREFIX, field_manager, give_up_as};
 use crate::binding::Context;
 use crate::binding::object::BindingObject;
-use crate::k8s::{self, ApiErrorExt};
+use crate::k8s::ApiErrorExt;
 use crate::sharding::{MEMBER_LABEL, live_holder};
 
 /// The replica field managers holding fields of a binding's status (server-side apply, status
@@ -91,7 +90,7 @@ pub(crate) async fn entries_of_gone_replicas<K: BindingObject>(obj: &K, ctx: &Co
     let name = obj.name_any();
     let namespace = obj.meta().namespace.clone();
     for manager in gone(&managers, &live) {
-        match k8s::apply_status_as(&api, &name, namespace.as_deref(), manager, &json!({})).await {
+        match give_up_as(&api, &name, namespace.as_deref(), manager).await {
             Ok(_) => info!(
                 %manager,
                 "pruned the boundAPIs entries of a replica that holds no membership Lease"

@@ -19,7 +19,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube::Api;
+use kube::api::{Patch, PatchParams};
+use kube::{Api, Resource};
+use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
@@ -177,7 +179,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
     give_up(&ctx, &written).await;
 }
 
-/// Gives up this replica's entries in every binding it wrote (an empty apply under its field
+/// Gives up this replica's entries in every binding it wrote (an apply of nothing under its field
 /// manager), so a replica that exits (every rollout: Pods get new names) leaves none behind.
 /// What it cannot give up in time, the holder of the binding's Connection shard prunes.
 async fn give_up(ctx: &Context, written: &Written) {
@@ -300,27 +302,54 @@ pub(crate) async fn apply(
     entries: &[BoundApi],
 ) -> Result<Option<BindingStatus>, kube::Error> {
     let manager = field_manager(identity);
-    let status = if entries.is_empty() {
-        json!({})
-    } else {
-        json!({ "boundAPIs": entries })
-    };
     let client = ctx.shared.consumer.clone();
     debug!(binding = %key, apis = entries.len(), %manager, "applying boundAPIs entries");
+    let status = json!({ "boundAPIs": entries });
     match key {
         BindingKey::Cluster { name } => {
             let api = Api::<ClusterBinding>::all(client);
-            k8s::apply_status_as(&api, name, None, &manager, &status)
-                .await
-                .map(|b| b.status)
+            if entries.is_empty() {
+                give_up_as(&api, name, None, &manager).await
+            } else {
+                k8s::apply_status_as(&api, name, None, &manager, &status).await
+            }
+            .map(|b| b.status)
         }
         BindingKey::Namespaced { namespace, name } => {
             let api = Api::<Binding>::namespaced(client, namespace);
-            k8s::apply_status_as(&api, name, Some(namespace), &manager, &status)
-                .await
-                .map(|b| b.status)
+            if entries.is_empty() {
+                give_up_as(&api, name, Some(namespace), &manager).await
+            } else {
+                k8s::apply_status_as(&api, name, Some(namespace), &manager, &status).await
+            }
+            .map(|b| b.status)
         }
     }
+}
+
+/// Gives up every field `manager` holds in the status of `name`: an apply that sets nothing
+/// at all (one with an empty `status` would leave the manager holding that empty map, and its
+/// entry in `managedFields` with it).
+pub(crate) async fn give_up_as<K>(
+    api: &Api<K>,
+    name: &str,
+    namespace: Option<&str>,
+    manager: &str,
+) -> Result<K, kube::Error>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let mut metadata = json!({ "name": name });
+    if let Some(namespace) = namespace {
+        metadata["namespace"] = json!(namespace);
+    }
+    let body = json!({
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
+        "metadata": metadata,
+    });
+    let params = PatchParams::apply(manager).force();
+    api.patch_status(name, &params, &Patch::Apply(&body)).await
 }
 
 #[cfg(test)]
