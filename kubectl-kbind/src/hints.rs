@@ -42,6 +42,7 @@ const REASONS: &[Reason] = &[
     Reason::ConnectionChanged,
     Reason::IsolationChangePending,
     Reason::APIsNotReady,
+    Reason::ConsumerUnreachable,
 ];
 
 /// The reason stored as `reason`, if the konnector knows it.
@@ -137,6 +138,9 @@ pub fn what_to_do(reason: &str) -> &'static str {
         }
         Reason::ProviderUnreachable => {
             "check the provider endpoint is reachable from the konnector Pod (network, CA, DNS)"
+        }
+        Reason::ConsumerUnreachable => {
+            "check the consumer API server's health and its API Priority and Fairness limits for the konnector (kubectl get --raw /readyz)"
         }
         Reason::CopyFailed => {
             "a related Secret/ConfigMap could not be copied: the binding's RelatedResourcesSynced condition and Events name the object and the error"

@@ -104,6 +104,16 @@ pub fn start_konnector_with(
     consumer: &Cluster,
     connection: konnector::connection::Config,
 ) -> anyhow::Result<Konnector> {
+    start_konnector_through(consumer, connection, None)
+}
+
+/// [`start_konnector_with`] whose consumer client answers what `refusals` matches with 503
+/// while it is switched on (the test's own clients are not affected).
+pub fn start_konnector_through(
+    consumer: &Cluster,
+    connection: konnector::connection::Config,
+    refusals: Option<crate::faults::refusals::Refusals>,
+) -> anyhow::Result<Konnector> {
     let admin = consumer.admin().clone();
     let shutdown = CancellationToken::new();
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<anyhow::Result<Engagements>>();
@@ -127,6 +137,19 @@ pub fn start_konnector_with(
                     anyhow::Ok((client, policies))
                 }
                 .await;
+                let started = match (started, refusals) {
+                    (Ok((_, policies)), Some(refusals)) => {
+                        async {
+                            let config = admin.config().await?;
+                            let client = kube::client::ClientBuilder::try_from(config)?
+                                .with_layer(&refusals)
+                                .build();
+                            anyhow::Ok((client, policies))
+                        }
+                        .await
+                    }
+                    (started, _) => started,
+                };
                 match started {
                     Ok((client, policies)) => {
                         let shared = Shared::new(client, policies, None);

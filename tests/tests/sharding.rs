@@ -7,6 +7,10 @@
 //! syncers started and stopped, with timestamps) and each replica's metrics; and `kubectl kbind
 //! status` names the same holders as the Leases.
 //!
+//! Binding status from many writers: every replica's `boundAPIs` entries are read back whole,
+//! and none outlives a rollout (every replica replaced) or an API removed from a binding,
+//! whose drain runs once.
+//!
 //! The tests take turns on the pair (every replica shards every Connection of the consumer)
 //! and run with 6 s Leases, a 4 s renew deadline and a 1 s retry period.
 
@@ -15,19 +19,25 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use anyhow::Context as _;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::jiff::Timestamp;
 use kbind_tests::eventually;
+use kbind_tests::fixtures::served_requests;
 use kbind_tests::sharding::lab::{Lab, SETTLE};
 use kbind_tests::sharding::leases::{Poller, shard_leases, shares};
 use kbind_tests::sharding::logs::Event;
 use kbind_tests::sharding::replicas::TIMINGS;
+use kbind_tests::sharding::status;
 use kbind_tests::sharding::world::{
-    LEASE_NAMESPACE, converged_everywhere, create_everywhere, grant_replica, revoke_lease_writes,
+    CONNECTIONS, LEASE_NAMESPACE, converged_everywhere, create_everywhere, grant_replica,
+    revoke_lease_writes,
 };
 use kbind_tests::syncenv::wait_for;
+use konnector::api::Binding;
 use kube::Api;
-use kube::api::ListParams;
+use kube::api::{ListParams, Patch, PatchParams};
+use serde_json::json;
 
 /// How much later than a bound a change may be *seen*: one poll of the Leases, and the Lease
 /// requests of the tick that made the change on a machine busy with other tests.
@@ -282,4 +292,122 @@ async fn a_replica_whose_renewals_are_refused_stops_its_syncers_first() -> anyho
     }
     .await;
     lab.finish(result).await
+}
+
+/// The log line of a replica's apply of its `boundAPIs` entries that the apiserver refused.
+const APPLY_FAILED: &str =
+    "applying this replica's boundAPIs entries failed; retried on the next change";
+/// The log line of the drain of an API a binding stopped listing.
+const DRAINING: &str = "API no longer listed by the binding; draining its instances";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_replica_s_status_entries_read_back_whole_and_none_outlives_a_rollout()
+-> anyhow::Result<()> {
+    let mut lab = Lab::start(kbind_tests::konnector_binary!(), "rollout", 3).await?;
+    let result = async {
+        let sides = lab.world.bind(lab.pair, "rollout").await?;
+        create_everywhere(&sides, 0..1, Arc::default()).await?;
+        converged_everywhere(&sides, 1).await?;
+        entries_read_back(&lab, "rollout").await?;
+
+        // A rollout: each replica stopped as a Pod is, and a new one with a new name started.
+        for i in 0..3 {
+            lab.replicas
+                .get_mut(&format!("rollout-{i}"))?
+                .stop()
+                .await?;
+            lab.start_replica(&format!("rollout-{}", i + 3), None)
+                .await?;
+            lab.settled().await?;
+        }
+        entries_read_back(&lab, "rollout").await?;
+
+        // An API removed from the east binding: drained once, its entry gone for good.
+        let namespace = "rollout-east";
+        let bindings: Api<Binding> = Api::namespaced(lab.consumer.clone(), namespace);
+        let binding = status::binding(&lab.consumer, namespace).await?;
+        let mut apis = binding.spec.apis.clone();
+        let removed = apis.pop().context("the binding lists no API")?.name;
+        let group = removed
+            .split_once('.')
+            .map(|(_, group)| group.to_string())
+            .context("an API name is <plural>.<group>")?;
+        let provider = lab.pair.provider.client().await?;
+        let provider_reads = || async {
+            let gets = served_requests(&provider, "GET", &group, "widgets").await?;
+            let lists = served_requests(&provider, "LIST", &group, "widgets").await?;
+            anyhow::Ok(gets + lists)
+        };
+        bindings
+            .patch(
+                "widgets",
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "spec": { "apis": apis } })),
+            )
+            .await?;
+        wait_for(
+            &format!("no boundAPIs entry of {removed}"),
+            SETTLE,
+            || async {
+                let binding = status::binding(&lab.consumer, namespace).await?;
+                let names = status::entry_names(binding.status.as_ref());
+                Ok((!names.contains(&removed)).then_some(()))
+            },
+        )
+        .await?;
+        let reads = provider_reads().await?;
+        // Longer than the status interval: the periodic reconcile of the binding and every
+        // replica's periodic apply of its entries come by.
+        tokio::time::sleep(STATUS_INTERVAL + Duration::from_secs(5)).await;
+        let binding = status::binding(&lab.consumer, namespace).await?;
+        let names = status::entry_names(binding.status.as_ref());
+        anyhow::ensure!(
+            !names.contains(&removed),
+            "the entry of {removed} came back: {names:?}"
+        );
+        let after = provider_reads().await?;
+        anyhow::ensure!(
+            after == reads,
+            "the provider served {} more GET/LIST of {removed} after its drain",
+            after - reads
+        );
+        let mut drains = 0;
+        let mut failures = Vec::new();
+        for replica in lab.replicas.replicas.values() {
+            drains += status::logged(&replica.log, DRAINING, Some(&removed))?;
+            let failed = status::logged(&replica.log, APPLY_FAILED, None)?;
+            if failed > 0 {
+                failures.push(format!("{}: {failed}", replica.identity));
+            }
+        }
+        anyhow::ensure!(drains == 1, "{removed} drained {drains} times, once wanted");
+        anyhow::ensure!(
+            failures.is_empty(),
+            "replicas' boundAPIs applies failed: {failures:?}"
+        );
+        lab.replicas.never_two_at_once()
+    }
+    .await;
+    lab.finish(result).await
+}
+
+/// The replicas' default binding status interval (`--binding-resync`).
+const STATUS_INTERVAL: Duration = Duration::from_secs(30);
+
+/// Waits until both bindings of test `prefix` carry, for every API, the entry its shard's
+/// holder applied, read back whole, and no field manager of another replica.
+async fn entries_read_back(lab: &Lab, prefix: &str) -> anyhow::Result<()> {
+    let holders = lab.settled().await?;
+    for connection in CONNECTIONS {
+        let namespace = format!("{prefix}-{connection}");
+        let what = format!("every replica's entries in {namespace} read back");
+        wait_for(&what, SETTLE, || async {
+            let binding = status::binding(&lab.consumer, &namespace).await?;
+            let wrong = status::entries_of_the_holders(&binding, connection, &holders, 1);
+            anyhow::ensure!(wrong.is_empty(), "{}", wrong.join("\n"));
+            Ok(Some(()))
+        })
+        .await?;
+    }
+    Ok(())
 }

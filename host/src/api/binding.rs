@@ -258,8 +258,10 @@ pub enum ApiState {
 }
 
 /// One API's sync state in a binding's scope, as the replica running its syncer reports it.
+/// Atomic for server-side apply, like the counts: one replica's report, never a mix of two.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-map-type" = "atomic"))]
 pub struct ApiReport {
     /// The syncer has not yet reconciled every listed instance once: counts are incomplete.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -287,9 +289,12 @@ pub struct FailingInstances {
     pub examples: Vec<String>,
 }
 
-/// How a bound API's instances stand.
+/// How a bound API's instances stand. Atomic for server-side apply: with sharded replicas
+/// several field managers write `boundAPIs` entries, and one giving up its fields must take
+/// the whole counts with it or leave them whole, never leave some of the four required fields.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-map-type" = "atomic"))]
 pub struct InstanceCounts {
     /// Provider copy matches the spec.
     pub synced: u64,

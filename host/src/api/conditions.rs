@@ -197,6 +197,9 @@ pub enum Reason {
     /// Some listed APIs sync and others do not: each `boundAPIs` entry says how its API
     /// stands, and the message names each failing API with its reason.
     APIsNotReady,
+    /// The consumer API server (the cluster the konnector runs in) did not answer the
+    /// Connection's identity read, or answered 429 or 5xx, for longer than the grace period.
+    ConsumerUnreachable,
 }
 
 impl Reason {
@@ -239,6 +242,7 @@ impl Reason {
             Self::ConnectionChanged => "ConnectionChanged",
             Self::IsolationChangePending => "IsolationChangePending",
             Self::APIsNotReady => "APIsNotReady",
+            Self::ConsumerUnreachable => "ConsumerUnreachable",
         }
     }
 }

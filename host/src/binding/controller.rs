@@ -181,6 +181,14 @@ async fn reconcile<K: BindingObject>(obj: Arc<K>, ctx: Arc<Context>) -> Result<A
 /// The non-deleting reconcile: judge readiness and select, drain what the binding stopped
 /// listing, copy related resources, then report what was observed.
 async fn apply<K: BindingObject>(obj: &K, api: &Api<K>, ctx: &Context) -> Result<Action> {
+    // Our last status write stands in for the cache until the cache catches up, so a drain
+    // that write recorded as done is not run again on a stale copy.
+    let newer = K::status_writes(&ctx.status_writes).newer(
+        obj.meta().namespace.as_deref(),
+        &obj.name_any(),
+        Some(obj),
+    );
+    let obj = newer.as_ref().unwrap_or(obj);
     let key = obj.index_key().ok_or(Error::MissingName)?;
     if let Some(previous) = teardown::moved_from(obj) {
         return move_connection(obj, api, ctx, key, previous).await;
@@ -204,6 +212,7 @@ async fn apply<K: BindingObject>(obj: &K, api: &Api<K>, ctx: &Context) -> Result
     // Only the APIs that sync have a syncer to report on them.
     let idle = verdict.not_syncing();
     let summary = if ctx.shared.shards.sharded() {
+        status::prune::entries_of_gone_replicas(obj, ctx).await;
         // The syncers run on whichever replicas hold the API shards: judge from their entries.
         let apis = obj.binding_spec().apis.iter().map(|a| a.name.as_str());
         shard_status::summary_from_entries(

@@ -1,5 +1,5 @@
-//! Riding out a provider blip. A transient failure (no answer, 429, 5xx) of an engaged
-//! Connection's identity read or discovery does not disengage it at once: the Connection
+//! Riding out a blip on either side. A transient failure (no answer, 429, 5xx) of an engaged
+//! Connection's identity reads (provider or consumer) or discovery does not disengage it at once: the Connection
 //! stays Ready and its syncers keep their watches while failures last less than the grace
 //! period; only failures that persist past it turn it not Ready, as the spec has it for any
 //! failure. Groups that fail OpenAPI discovery are timed the same way, each on its own, so
@@ -41,10 +41,13 @@ pub enum Verdict {
     Expired(Failing),
 }
 
-/// Per Connection: the run of provider failures and each failing group's run.
+/// Per Connection: the run of provider failures, the run of consumer failures (each side on
+/// its own clock, so one side answering does not reset the other's) and each failing group's
+/// run.
 #[derive(Debug, Default)]
 struct Runs {
     provider: Option<Failing>,
+    consumer: Option<Failing>,
     groups: BTreeMap<String, Failing>,
 }
 
@@ -83,6 +86,22 @@ impl Grace {
         self.lock()
             .get_mut(connection)
             .and_then(|run| run.provider.take())
+    }
+
+    /// Records a transient failure of the consumer cluster's identity read.
+    pub fn consumer_failed(&self, connection: &str, now: Instant) -> Verdict {
+        let mut runs = self.lock();
+        let run = runs.entry(connection.to_string()).or_default();
+        let failing = bump(run.consumer, now);
+        run.consumer = Some(failing);
+        self.verdict(failing, now)
+    }
+
+    /// The consumer answered: its run of failures, if any, ends (and is returned).
+    pub fn consumer_answered(&self, connection: &str) -> Option<Failing> {
+        self.lock()
+            .get_mut(connection)
+            .and_then(|run| run.consumer.take())
     }
 
     /// Records this discovery's failing groups: each one's run goes on (or starts), groups no
@@ -190,6 +209,31 @@ mod tests {
                 since: again,
                 failures: 1
             })
+        );
+    }
+
+    #[test]
+    fn the_consumer_side_has_its_own_clock() {
+        let grace = Grace::new(PERIOD);
+        let start = Instant::now();
+        grace.consumer_failed("c", start);
+        assert_eq!(
+            grace.provider_answered("c"),
+            None,
+            "a consumer failure is not the provider's"
+        );
+        let later = grace.consumer_failed("c", start + PERIOD / 2);
+        assert!(
+            matches!(later, Verdict::Hold(f) if f.failures == 2),
+            "{later:?}"
+        );
+        let expired = grace.consumer_failed("c", start + PERIOD);
+        assert!(matches!(expired, Verdict::Expired(_)), "{expired:?}");
+        assert_eq!(grace.consumer_answered("c").map(|f| f.failures), Some(3));
+        let again = grace.consumer_failed("c", start + PERIOD * 2);
+        assert!(
+            matches!(again, Verdict::Hold(f) if f.failures == 1),
+            "{again:?}"
         );
     }
 

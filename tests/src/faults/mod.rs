@@ -11,6 +11,7 @@
 
 pub mod policy;
 pub mod process;
+pub mod refusals;
 pub mod schema_module;
 
 use std::collections::BTreeMap;

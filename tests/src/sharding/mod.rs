@@ -18,4 +18,5 @@ pub mod lab;
 pub mod leases;
 pub mod logs;
 pub mod replicas;
+pub mod status;
 pub mod world;

@@ -8,6 +8,7 @@
 
 pub(super) mod events;
 pub(super) mod failure;
+pub(super) mod prune;
 pub(super) mod publish;
 pub(super) mod shard_status;
 pub(super) mod summary;

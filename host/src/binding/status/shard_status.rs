@@ -19,7 +19,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube::Api;
+use kube::api::{Patch, PatchParams};
+use kube::{Api, Resource};
+use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
@@ -36,9 +38,13 @@ use crate::binding::Context;
 /// The fields of a `boundAPIs` entry that the replica running the API's syncer writes.
 const SYNCER_FIELDS: [&str; 4] = ["instances", "conflictCount", "syncer", "report"];
 
+/// What every replica's field manager starts with, so the Connection shard's holder can tell
+/// them from other writers of the status.
+pub(crate) const FIELD_MANAGER_PREFIX: &str = "kbind-konnector-shard-";
+
 /// The field manager of replica `identity`'s entries (field managers hold at most 128 bytes).
 pub(crate) fn field_manager(identity: &str) -> String {
-    let mut manager = format!("kbind-konnector-shard-{identity}");
+    let mut manager = format!("{FIELD_MANAGER_PREFIX}{identity}");
     manager.truncate(128);
     manager
 }
@@ -111,6 +117,13 @@ pub(crate) fn summary_from_entries<'a>(
     summary
 }
 
+/// Whether `entry` is only a replica's leftover: a syncer's fields without the Connection shard
+/// holder's (`crdHash`), which it drops once an API is neither listed nor draining. Such an
+/// entry binds nothing, so nothing is drained for it.
+pub(crate) fn leftover(entry: &BoundApi) -> bool {
+    entry.syncer.is_some() && entry.crd_hash.is_none()
+}
+
 /// The status the Connection shard's owner applies: its own, without the fields the syncers'
 /// replicas write, so its apply neither overwrites nor takes them over.
 pub(crate) fn without_syncer_fields(status: &BindingStatus) -> Result<Value, serde_json::Error> {
@@ -125,34 +138,75 @@ pub(crate) fn without_syncer_fields(status: &BindingStatus) -> Result<Value, ser
     Ok(value)
 }
 
-/// Applies this replica's entries for every binding, whenever its syncers' outcomes or its
-/// shards change, until `shutdown`. Runs only on sharded replicas.
+/// How long a replica shutting down spends giving its entries up.
+const GIVE_UP_WITHIN: Duration = Duration::from_secs(5);
+
+/// What this replica last read back of its entries, per binding.
+type Written = BTreeMap<BindingKey, Vec<BoundApi>>;
+
+/// Applies this replica's entries for every binding, whenever its syncers' outcomes, its
+/// shards or the bindings' APIs change, until `shutdown`; then gives them all up. Every status interval it applies
+/// them again, so an entry another writer took over or a prune removed comes back. Runs only
+/// on sharded replicas.
 pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
     let mut outcomes = ctx.shared.outcomes.subscribe();
     let mut shards = ctx.shared.shards.subscribe();
-    let mut written: BTreeMap<BindingKey, Vec<BoundApi>> = BTreeMap::new();
+    let mut index = ctx.shared.index.subscribe();
+    let mut written = Written::new();
     let mut tick = tokio::time::interval(ctx.settings.status_interval);
     loop {
         tokio::select! {
-            () = shutdown.cancelled() => return,
-            changed = outcomes.changed() => if changed.is_err() { return },
-            changed = shards.changed() => if changed.is_err() { return },
-            _ = tick.tick() => {}
+            () = shutdown.cancelled() => break,
+            changed = outcomes.changed() => if changed.is_err() { break },
+            changed = shards.changed() => if changed.is_err() { break },
+            // A binding that stopped listing an API: its entry is given up at once.
+            changed = index.changed() => if changed.is_err() { break },
+            _ = tick.tick() => {
+                // Check every entry against the stored one again: written is what was read
+                // back last time, and another writer may have changed it since.
+                for entries in written.values_mut() {
+                    entries.clear();
+                }
+            }
         }
         // Coalesce a burst of outcomes into one write per binding.
         tokio::select! {
-            () = shutdown.cancelled() => return,
+            () = shutdown.cancelled() => break,
             () = tokio::time::sleep(Duration::from_millis(500)) => {}
         }
         publish(&ctx, &mut written).await;
     }
+    give_up(&ctx, &written).await;
 }
 
-/// One pass: the entries this replica owes every binding, applied where they changed.
-async fn publish(ctx: &Context, written: &mut BTreeMap<BindingKey, Vec<BoundApi>>) {
+/// Gives up this replica's entries in every binding it wrote (an apply of nothing under its field
+/// manager), so a replica that exits (every rollout: Pods get new names) leaves none behind.
+/// What it cannot give up in time, the holder of the binding's Connection shard prunes.
+async fn give_up(ctx: &Context, written: &Written) {
     let identity = ctx.shared.shards.identity().to_string();
+    let all = async {
+        for key in written.keys() {
+            match apply(ctx, key, &identity, &[]).await {
+                Ok(_) => debug!(binding = %key, "gave this replica's boundAPIs entries up"),
+                Err(error) if error.is_not_found() => {}
+                Err(error) => {
+                    warn!(binding = %key, %error, "giving this replica's boundAPIs entries up failed; the holder of the Connection shard prunes them")
+                }
+            }
+        }
+    };
+    if tokio::time::timeout(GIVE_UP_WITHIN, all).await.is_err() {
+        warn!(
+            "giving this replica's boundAPIs entries up took longer than {GIVE_UP_WITHIN:?}; the holder of each Connection shard prunes what is left"
+        );
+    }
+}
+
+/// The entries this replica owes every binding: one per (binding, API) whose API shard it
+/// holds, from its syncer's outcomes.
+fn wanted(ctx: &Context, identity: &str) -> Written {
     let owned = ctx.shared.shards.current();
-    let mut wanted: BTreeMap<BindingKey, Vec<BoundApi>> = BTreeMap::new();
+    let mut wanted = Written::new();
     for (connection, api) in &owned.apis {
         let keys: Vec<BindingKey> = ctx.shared.index.read(|index| {
             index
@@ -174,23 +228,42 @@ async fn publish(ctx: &Context, written: &mut BTreeMap<BindingKey, Vec<BoundApi>
             wanted
                 .entry(key)
                 .or_default()
-                .push(entry(api, &identity, &summary));
+                .push(entry(api, identity, &summary));
         }
     }
+    wanted
+}
+
+/// One pass: the entries this replica owes every binding, applied where what was read back
+/// last differs, and read back again.
+async fn publish(ctx: &Context, written: &mut Written) {
+    let identity = ctx.shared.shards.identity().to_string();
+    let mut wanted = wanted(ctx, &identity);
     // Bindings this replica wrote before and owes nothing now: an empty apply gives the
     // entries up.
     let keys: BTreeSet<BindingKey> = wanted.keys().chain(written.keys()).cloned().collect();
     for key in keys {
-        let entries = wanted.remove(&key).unwrap_or_default();
+        let mut entries = wanted.remove(&key).unwrap_or_default();
         if written.get(&key) == Some(&entries) {
             continue;
         }
+        // A shard lost since the pass began is not written again (the new holder writes it).
+        let current = ctx.shared.shards.current();
+        let connection = ctx
+            .shared
+            .index
+            .read(|index| index.get(&key).map(|b| b.connection.clone()));
+        entries.retain(|e| connection.as_ref().is_some_and(|c| current.api(c, &e.name)));
         match apply(ctx, &key, &identity, &entries).await {
-            Ok(()) if entries.is_empty() => {
+            Ok(_) if entries.is_empty() => {
                 written.remove(&key);
             }
-            Ok(()) => {
-                written.insert(key, entries);
+            Ok(stored) => {
+                let read_back = read_back(stored.as_ref(), &entries);
+                if read_back != entries {
+                    debug!(binding = %key, "the stored boundAPIs entries differ from this replica's apply; applied again on the next pass");
+                }
+                written.insert(key, read_back);
             }
             Err(error) if error.is_not_found() => {
                 written.remove(&key);
@@ -202,34 +275,81 @@ async fn publish(ctx: &Context, written: &mut BTreeMap<BindingKey, Vec<BoundApi>
     }
 }
 
-async fn apply(
+/// The stored entries of the APIs in `applied`, as the apiserver answered an apply: equal to
+/// `applied` when the apply took whole.
+pub(crate) fn read_back(stored: Option<&BindingStatus>, applied: &[BoundApi]) -> Vec<BoundApi> {
+    let stored: Vec<&BoundApi> = stored
+        .map(|s| s.bound_apis.iter().collect())
+        .unwrap_or_default();
+    applied
+        .iter()
+        .filter_map(|mine| stored.iter().find(|b| b.name == mine.name))
+        .map(|b| BoundApi {
+            // The Connection shard's holder writes these: not part of this replica's entry.
+            crd_hash: None,
+            released: false,
+            ..(*b).clone()
+        })
+        .collect()
+}
+
+/// Applies `entries` as replica `identity`'s whole share of the binding's `boundAPIs` (none:
+/// gives them all up) and returns the stored status.
+pub(crate) async fn apply(
     ctx: &Context,
     key: &BindingKey,
     identity: &str,
     entries: &[BoundApi],
-) -> Result<(), kube::Error> {
+) -> Result<Option<BindingStatus>, kube::Error> {
     let manager = field_manager(identity);
-    let status = if entries.is_empty() {
-        json!({})
-    } else {
-        json!({ "boundAPIs": entries })
-    };
     let client = ctx.shared.consumer.clone();
-    debug!(binding = %key, apis = entries.len(), "applying boundAPIs entries");
+    debug!(binding = %key, apis = entries.len(), %manager, "applying boundAPIs entries");
+    let status = json!({ "boundAPIs": entries });
     match key {
         BindingKey::Cluster { name } => {
             let api = Api::<ClusterBinding>::all(client);
-            k8s::apply_status_as(&api, name, None, &manager, &status)
-                .await
-                .map(drop)
+            if entries.is_empty() {
+                give_up_as(&api, name, None, &manager).await
+            } else {
+                k8s::apply_status_as(&api, name, None, &manager, &status).await
+            }
+            .map(|b| b.status)
         }
         BindingKey::Namespaced { namespace, name } => {
             let api = Api::<Binding>::namespaced(client, namespace);
-            k8s::apply_status_as(&api, name, Some(namespace), &manager, &status)
-                .await
-                .map(drop)
+            if entries.is_empty() {
+                give_up_as(&api, name, Some(namespace), &manager).await
+            } else {
+                k8s::apply_status_as(&api, name, Some(namespace), &manager, &status).await
+            }
+            .map(|b| b.status)
         }
     }
+}
+
+/// Gives up every field `manager` holds in the status of `name`: an apply that sets nothing
+/// at all (one with an empty `status` would leave the manager holding that empty map, and its
+/// entry in `managedFields` with it).
+pub(crate) async fn give_up_as<K>(
+    api: &Api<K>,
+    name: &str,
+    namespace: Option<&str>,
+    manager: &str,
+) -> Result<K, kube::Error>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let mut metadata = json!({ "name": name });
+    if let Some(namespace) = namespace {
+        metadata["namespace"] = json!(namespace);
+    }
+    let body = json!({
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
+        "metadata": metadata,
+    });
+    let params = PatchParams::apply(manager).force();
+    api.patch_status(name, &params, &Patch::Apply(&body)).await
 }
 
 #[cfg(test)]
@@ -294,6 +414,52 @@ mod tests {
         for field in SYNCER_FIELDS {
             assert!(entry.get(field).is_none(), "{field} in {entry}");
         }
+    }
+
+    #[test]
+    fn an_entry_read_back_whole_equals_the_apply() {
+        let api = "widgets.example.org";
+        let mine = entry(api, "konnector-1", &summary_of(api));
+        let mut stored = mine.clone();
+        stored.crd_hash = Some("abc".into());
+        let other = entry("gadgets.example.org", "konnector-2", &summary_of(api));
+        let status = BindingStatus {
+            bound_apis: vec![other, stored],
+            ..BindingStatus::default()
+        };
+        let applied = vec![mine];
+        assert_eq!(read_back(Some(&status), &applied), applied);
+    }
+
+    #[test]
+    fn an_entry_another_writer_changed_reads_back_different() {
+        let api = "widgets.example.org";
+        let mine = entry(api, "konnector-1", &summary_of(api));
+        let theirs = entry(api, "konnector-2", &Summary::default());
+        let status = BindingStatus {
+            bound_apis: vec![theirs],
+            ..BindingStatus::default()
+        };
+        let applied = vec![mine];
+        assert_ne!(read_back(Some(&status), &applied), applied);
+        assert!(read_back(None, &applied).is_empty());
+    }
+
+    #[test]
+    fn an_entry_only_a_syncer_writes_is_a_leftover() {
+        let api = "widgets.example.org";
+        let mut entry = entry(api, "konnector-1", &summary_of(api));
+        assert!(leftover(&entry));
+        entry.crd_hash = Some("abc".into());
+        assert!(!leftover(&entry));
+        let unsharded = BoundApi {
+            name: api.into(),
+            ..BoundApi::default()
+        };
+        assert!(
+            !leftover(&unsharded),
+            "an entry of an unsharded konnector binds"
+        );
     }
 
     #[test]

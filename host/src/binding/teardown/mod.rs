@@ -179,8 +179,11 @@ pub(super) async fn drain_dropped<K: BindingObject>(obj: &K, ctx: &Context) -> R
 pub(super) fn moved_from<K: BindingObject>(obj: &K) -> Option<&str> {
     let status = obj.binding_status()?;
     let previous = status.bound_connection.as_deref()?;
-    (previous != obj.binding_spec().connection_ref.name && !status.bound_apis.is_empty())
-        .then_some(previous)
+    let bound = status
+        .bound_apis
+        .iter()
+        .any(|b| !crate::binding::status::shard_status::leftover(b));
+    (previous != obj.binding_spec().connection_ref.name && bound).then_some(previous)
 }
 
 /// Drains every stored `boundAPIs` entry through the previous Connection after an edit of
@@ -191,6 +194,7 @@ pub(super) async fn drain_moved<K: BindingObject>(
     previous: &str,
 ) -> Result<Dropped> {
     let stored = obj.binding_status().into_iter().flat_map(|s| &s.bound_apis);
+    let stored = stored.filter(|b| !crate::binding::status::shard_status::leftover(b));
     let apis = stored.map(|b| b.name.as_str()).collect();
     drain_through(obj, ctx, previous, apis).await
 }
@@ -264,7 +268,8 @@ async fn drain_through<K: BindingObject>(
     Ok(out)
 }
 
-/// The APIs the stored `status.boundAPIs` has and the spec no longer lists.
+/// The APIs the stored `status.boundAPIs` has and the spec no longer lists (a sharded
+/// replica's leftover entry binds nothing: it is pruned, not drained).
 fn dropped_apis<K: BindingObject>(obj: &K) -> Vec<&str> {
     let listed: BTreeSet<&str> = obj
         .binding_spec()
@@ -275,6 +280,7 @@ fn dropped_apis<K: BindingObject>(obj: &K) -> Vec<&str> {
     obj.binding_status()
         .iter()
         .flat_map(|s| s.bound_apis.iter())
+        .filter(|b| !crate::binding::status::shard_status::leftover(b))
         .map(|b| b.name.as_str())
         .filter(|name| !listed.contains(name))
         .collect()

@@ -2,13 +2,17 @@
 //! clusters' identities are read and pinned on first success; a different cluster later is
 //! refused, never re-pinned (Connected).
 
+use std::time::Instant;
+
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 use kube::api::Api;
+use tracing::warn;
 
 use super::{Steps, Stop};
 use crate::api::{ConditionType, Reason};
 use crate::conditions::Desired;
+use crate::connection::grace::Verdict;
 use crate::connection::{Error, Result, secret};
 use crate::provider::identity::{self, IdentityError};
 use crate::provider::kubeconfig::{self, ProviderCredentials};
@@ -90,12 +94,15 @@ impl Steps<'_> {
     ) -> Result<(String, String), Stop> {
         let provider_uid = match identity::cluster_uid(&credentials.client).await {
             Ok(uid) => uid,
-            Err(error) => return Err(self.identity_failed("provider", error)),
+            Err(error) => return Err(self.identity_failed(Side::Provider, error)),
         };
         let consumer_uid = match identity::cluster_uid(&self.ctx.shared.consumer).await {
             Ok(uid) => uid,
-            Err(error) => return Err(self.identity_failed("consumer", error)),
+            Err(error) => return Err(self.identity_failed(Side::Consumer, error)),
         };
+        self.ctx
+            .grace
+            .consumer_answered(&self.connection.name_any());
         for (side, pinned, observed) in [
             (
                 "provider",
@@ -131,10 +138,10 @@ impl Steps<'_> {
         Ok((provider_uid, consumer_uid))
     }
 
-    fn identity_failed(&mut self, side: &str, error: IdentityError) -> Stop {
-        let message = format!("{side}: {error}");
-        // The consumer is the cluster we run in: only the provider's blips are ridden out.
-        if side == "provider" && error.is_transient() && self.rides_out(&message) {
+    fn identity_failed(&mut self, side: Side, error: IdentityError) -> Stop {
+        let message = format!("{}: {error}", side.as_str());
+        // A blip on either side is ridden out while it lasts less than the grace period.
+        if error.is_transient() && self.rides_out_on(side, &message) {
             return Stop::Fail(error.into());
         }
         let (reason, message) = match error {
@@ -147,9 +154,7 @@ impl Steps<'_> {
                 (Reason::Forbidden, message)
             }
             IdentityError::Missing { .. } => (Reason::IdentityUnavailable, message),
-            IdentityError::Read { .. } => {
-                (Reason::ProviderUnreachable, format!("{message}; retrying"))
-            }
+            IdentityError::Read { .. } => (side.unreachable(), format!("{message}; retrying")),
         };
         self.set(Desired::falsy(
             ConditionType::Connected,
@@ -162,5 +167,72 @@ impl Steps<'_> {
             IdentityError::Read { .. } => Stop::Fail(error.into()),
             _ => settle,
         }
+    }
+
+    /// The grace clock of `side`: the provider's also says so on ProviderDegraded; the
+    /// consumer's is only logged (a consumer that does not answer cannot store a condition).
+    fn rides_out_on(&mut self, side: Side, message: &str) -> bool {
+        match side {
+            Side::Provider => self.rides_out(message),
+            Side::Consumer => self.rides_out_consumer(message),
+        }
+    }
+
+    /// A transient failure reading the consumer's identity. An engaged Connection keeps its
+    /// engagement (and every syncer's watches) while the failures last less than the grace
+    /// period; returns false when it is not ridden out (never engaged, or failing for longer).
+    fn rides_out_consumer(&mut self, failure: &str) -> bool {
+        let name = self.connection.name_any();
+        if self.ctx.shared.engagements.get(&name).is_none() {
+            return false;
+        }
+        match self.ctx.grace.consumer_failed(&name, Instant::now()) {
+            Verdict::Hold(failing) => {
+                warn!(
+                    connection = %name,
+                    failures = failing.failures,
+                    grace_seconds = self.ctx.grace.period().as_secs(),
+                    error = failure,
+                    "the consumer identity read failed transiently; the Connection stays Ready and engaged while this lasts less than the grace period"
+                );
+                true
+            }
+            Verdict::Expired(_) => false,
+        }
+    }
+}
+
+/// Which cluster an identity read went to: a failure's reason names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Side {
+    Provider,
+    Consumer,
+}
+
+impl Side {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Provider => "provider",
+            Self::Consumer => "consumer",
+        }
+    }
+
+    /// The reason of a read of this side that got no usable answer.
+    fn unreachable(self) -> Reason {
+        match self {
+            Self::Provider => Reason::ProviderUnreachable,
+            Self::Consumer => Reason::ConsumerUnreachable,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unanswered_identity_read_names_its_side() {
+        assert_eq!(Side::Provider.unreachable(), Reason::ProviderUnreachable);
+        assert_eq!(Side::Consumer.unreachable(), Reason::ConsumerUnreachable);
     }
 }
