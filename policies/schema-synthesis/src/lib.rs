@@ -12,9 +12,17 @@
 //! Served and storage flags come from discovery as given; exactly one version must be the
 //! storage version. The status subresource is enabled for a version when discovery lists
 //! `status` for it. Errors name the input field or the JSON pointer in the OpenAPI document.
+//!
+//! A document the apiextensions apiserver publishes for CRDs ([`Origin::Crd`]) already holds a
+//! structural schema: it is carried over as published, defaults and all ([`fidelity`] lists
+//! what publishing itself changes). Documents of aggregated servers ([`Origin::GoTypes`]) are
+//! made structural by the rules in [`structural`].
 
+pub mod fidelity;
 mod rules;
 pub mod structural;
+
+pub use structural::Origin;
 
 use kbind_policy_sdk::openapi::Document;
 use kbind_policy_sdk::schema::{Guest, ResourceScope, SchemaInput, SynthesisError};
@@ -41,7 +49,7 @@ pub fn synthesize(input: &SchemaInput) -> Result<Value, SynthesisError> {
         let doc = Document::parse(&v.openapi)
             .map_err(|e| SynthesisError::at(format!("versions/{i}/openapi"), e.message))?;
         let (pointer, _) = doc.schema_for_kind(&input.group, &v.name, &input.kind)?;
-        let schema = structural::root_schema(&doc, &pointer)?;
+        let schema = structural::root_schema(&doc, &pointer, Origin::of(&doc))?;
         let mut version = json!({
             "name": v.name,
             "served": v.served,
