@@ -328,3 +328,24 @@ fn documents_of_go_types_still_drop_zero_defaults_and_keep_free_form_objects() {
     assert!(spec["name"].get("default").is_none(), "{spec}");
     assert_eq!(spec["raw"]["x-kubernetes-preserve-unknown-fields"], true);
 }
+
+#[test]
+fn selectable_fields_of_a_crd_survive_synthesis() {
+    let original = json!({"type": "object", "properties": {"spec": {"type": "object",
+        "properties": {"color": {"type": "string"}}}}});
+    let mut doc: Value =
+        serde_json::from_str(&published("v1", &original)).unwrap_or_else(|e| panic!("{e}"));
+    // As the apiserver publishes `selectableFields: [{jsonPath: .spec.color}]`.
+    doc["components"]["schemas"]["org.example.a.v1.Thing"]["x-kubernetes-selectable-fields"] =
+        json!([{"fieldPath": "spec.color"}]);
+    let thing = input(
+        "a.example.org",
+        "Thing",
+        vec![version("v1", true, doc.to_string())],
+    );
+    let crd = synthesize(&thing).unwrap_or_else(|e| panic!("{}: {}", e.path, e.message));
+    assert_eq!(
+        crd["spec"]["versions"][0]["selectableFields"],
+        json!([{"jsonPath": ".spec.color"}])
+    );
+}

@@ -306,6 +306,7 @@ fn alpha_only_crd() -> Result<CustomResourceDefinition> {
             "names": {"plural": "sensors", "singular": "sensor", "kind": "Sensor",
                       "listKind": "SensorList"},
             "versions": [{"name": "v1alpha1", "served": true, "storage": true,
+                "selectableFields": [{"jsonPath": ".spec.note"}],
                 "schema": {"openAPIV3Schema": {"type": "object", "properties": {"spec": spec}}}}]}
     }))?)
 }
@@ -320,7 +321,10 @@ async fn schema_differences(
     let schema_of = async |client: &Client| -> Result<Value> {
         let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
         let crd = serde_json::to_value(crds.get(name).await?)?;
-        let versions = crd["spec"]["versions"].as_array().cloned().unwrap_or_default();
+        let versions = crd["spec"]["versions"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
         let found = versions.into_iter().find(|v| v["name"] == version);
         let found = found.with_context(|| format!("{name} has no version {version}"))?;
         Ok(found["schema"]["openAPIV3Schema"].clone())
@@ -355,6 +359,8 @@ async fn synthesized_crds_match_the_provider_s_and_take_versions_per_resource() 
             .map(|v| (v.name.as_str(), v.served, v.storage))
             .collect();
         assert_eq!(versions, [("v1alpha1", true, true)]);
+        let selectable = serde_json::to_value(&sensors.spec.versions[0].selectable_fields)?;
+        assert_eq!(selectable, json!([{"jsonPath": ".spec.note"}]));
         anyhow::Ok(())
     })
     .await
