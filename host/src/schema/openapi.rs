@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::APIGroup;
+use kube::core::Version;
 use serde_json::Value;
 
 use super::error::SchemaError;
@@ -23,7 +24,7 @@ pub struct ApiFacts {
     pub short_names: Vec<String>,
     /// Categories.
     pub categories: Vec<String>,
-    /// The group's preferred version, used as the storage version.
+    /// The version the consumer CRD stores: see [`storage_version`].
     pub storage_version: String,
     /// Per served version: its subresources and OpenAPI v3 document (JSON text).
     pub versions: Vec<VersionFacts>,
@@ -66,6 +67,20 @@ impl ApiFacts {
     }
 }
 
+/// The storage version of a resource served at `served`: the group's preferred version when
+/// the resource is served there, else the resource's own highest-priority version (a resource
+/// only served at `v1alpha1` in a group preferring `v1` stores `v1alpha1`). Versions are taken
+/// per resource, because a group's versions need not all serve every resource.
+pub fn storage_version(preferred: Option<&str>, served: &[String]) -> Option<String> {
+    if let Some(preferred) = preferred.filter(|p| served.iter().any(|v| v == p)) {
+        return Some(preferred.to_string());
+    }
+    served
+        .iter()
+        .max_by_key(|v| Version::parse(v).priority())
+        .cloned()
+}
+
 /// Reads discovery facts and OpenAPI v3 documents for `api` from the provider.
 pub async fn fetch_facts(
     provider: &kube::Client,
@@ -84,11 +99,9 @@ pub async fn fetch_facts(
         .request(get(&format!("/apis/{}", api.group))?)
         .await
         .map_err(read)?;
-    let storage_version = group
-        .preferred_version
-        .map(|v| v.version)
-        .or_else(|| api.versions.first().cloned())
-        .ok_or_else(|| unusable("the group serves no version".into()))?;
+    let preferred = group.preferred_version.map(|v| v.version);
+    let storage_version = storage_version(preferred.as_deref(), &api.versions)
+        .ok_or_else(|| unusable(format!("discovery lists no version of {}", api.name)))?;
 
     let index: Value = provider.request(get("/openapi/v3")?).await.map_err(read)?;
     let mut facts: Option<(String, String, Vec<String>, Vec<String>)> = None;
@@ -209,4 +222,77 @@ fn get(path: &str) -> Result<http::Request<Vec<u8>>, SchemaError> {
             api: path.to_string(),
             detail: format!("cannot build request: {e}"),
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn served(versions: &[&str]) -> Vec<String> {
+        versions.iter().map(|v| v.to_string()).collect()
+    }
+
+    #[test]
+    fn a_resource_served_only_at_an_alpha_version_gets_it_as_storage() {
+        let only_alpha = served(&["v1alpha1"]);
+        assert_eq!(
+            storage_version(Some("v1"), &only_alpha).as_deref(),
+            Some("v1alpha1")
+        );
+    }
+
+    #[test]
+    fn the_preferred_version_is_storage_where_the_resource_is_served_there() {
+        let both = served(&["v1alpha1", "v1"]);
+        assert_eq!(storage_version(Some("v1"), &both).as_deref(), Some("v1"));
+        // A group preferring its beta keeps it, though the resource also serves v1.
+        let beta_preferred = served(&["v1", "v1beta1"]);
+        assert_eq!(
+            storage_version(Some("v1beta1"), &beta_preferred).as_deref(),
+            Some("v1beta1")
+        );
+    }
+
+    #[test]
+    fn without_the_preferred_version_the_resource_s_highest_priority_version_stores() {
+        let versions = served(&["v1alpha1", "v1beta2", "v1beta1"]);
+        assert_eq!(
+            storage_version(Some("v2"), &versions).as_deref(),
+            Some("v1beta2")
+        );
+        assert_eq!(storage_version(None, &versions).as_deref(), Some("v1beta2"));
+        assert_eq!(storage_version(Some("v1"), &[]), None);
+    }
+
+    #[test]
+    fn synthesis_input_marks_exactly_the_resource_s_storage_version() {
+        let facts = ApiFacts {
+            api: ExportedApi {
+                name: "things.example.org".into(),
+                group: "example.org".into(),
+                resource: "things".into(),
+                scope: crate::api::ResourceScope::Namespaced,
+                versions: served(&["v1alpha1"]),
+            },
+            kind: "Thing".into(),
+            singular: "thing".into(),
+            short_names: vec![],
+            categories: vec![],
+            storage_version: storage_version(Some("v1"), &served(&["v1alpha1"]))
+                .unwrap_or_default(),
+            versions: vec![VersionFacts {
+                name: "v1alpha1".into(),
+                subresources: vec![],
+                openapi: Value::Null,
+            }],
+        };
+        let input = facts.synthesis_input();
+        let storage: Vec<&str> = input
+            .versions
+            .iter()
+            .filter(|v| v.storage)
+            .map(|v| v.name.as_str())
+            .collect();
+        assert_eq!(storage, ["v1alpha1"]);
+    }
 }

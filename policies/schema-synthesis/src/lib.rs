@@ -12,9 +12,17 @@
 //! Served and storage flags come from discovery as given; exactly one version must be the
 //! storage version. The status subresource is enabled for a version when discovery lists
 //! `status` for it. Errors name the input field or the JSON pointer in the OpenAPI document.
+//!
+//! A document the apiextensions apiserver publishes for CRDs ([`Origin::Crd`]) already holds a
+//! structural schema: it is carried over as published, defaults and all ([`fidelity`] lists
+//! what publishing itself changes). Documents of aggregated servers ([`Origin::GoTypes`]) are
+//! made structural by the rules in [`structural`].
 
+pub mod fidelity;
 mod rules;
 pub mod structural;
+
+pub use structural::Origin;
 
 use kbind_policy_sdk::openapi::Document;
 use kbind_policy_sdk::schema::{Guest, ResourceScope, SchemaInput, SynthesisError};
@@ -40,8 +48,10 @@ pub fn synthesize(input: &SchemaInput) -> Result<Value, SynthesisError> {
     for (i, v) in input.versions.iter().enumerate() {
         let doc = Document::parse(&v.openapi)
             .map_err(|e| SynthesisError::at(format!("versions/{i}/openapi"), e.message))?;
-        let (pointer, _) = doc.schema_for_kind(&input.group, &v.name, &input.kind)?;
-        let schema = structural::root_schema(&doc, &pointer)?;
+        let (pointer, kind_schema) = doc.schema_for_kind(&input.group, &v.name, &input.kind)?;
+        let origin = Origin::of(&doc);
+        let selectable = selectable_fields(kind_schema, origin);
+        let schema = structural::root_schema(&doc, &pointer, origin)?;
         let mut version = json!({
             "name": v.name,
             "served": v.served,
@@ -50,6 +60,9 @@ pub fn synthesize(input: &SchemaInput) -> Result<Value, SynthesisError> {
         });
         if v.subresources.iter().any(|s| s == "status") {
             version["subresources"] = json!({"status": {}});
+        }
+        if !selectable.is_empty() {
+            version["selectableFields"] = Value::Array(selectable);
         }
         versions.push(version);
     }
@@ -84,6 +97,24 @@ pub fn synthesize(input: &SchemaInput) -> Result<Value, SynthesisError> {
             "versions": versions,
         },
     }))
+}
+
+/// A CRD's `selectableFields`, which the apiserver publishes as the kind's
+/// `x-kubernetes-selectable-fields` (`{fieldPath: "spec.color"}` for `{jsonPath:
+/// ".spec.color"}`). Only a CRD's are carried: those of Go types name fields (`metadata.name`)
+/// that a CRD may not list.
+fn selectable_fields(kind_schema: &Value, origin: Origin) -> Vec<Value> {
+    if origin != Origin::Crd {
+        return Vec::new();
+    }
+    kind_schema
+        .get("x-kubernetes-selectable-fields")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|f| f.get("fieldPath").and_then(Value::as_str))
+        .map(|path| json!({"jsonPath": format!(".{path}")}))
+        .collect()
 }
 
 fn validate_facts(input: &SchemaInput) -> Result<(), SynthesisError> {

@@ -10,13 +10,19 @@
 //!   string-or-number is treated the same way) and nodes that keep unknown fields;
 //! * `oneOf`/`anyOf`/`allOf`/`not` may only carry value validations, never types or
 //!   properties; single-member structural `allOf`s are merged into their parent;
-//! * objects have `properties` or `additionalProperties`, not both; an object with neither
-//!   (such as `RawExtension`) keeps unknown fields instead of pruning them;
+//! * objects have `properties` or `additionalProperties`, not both; in a document of Go
+//!   types, an object with neither (such as `RawExtension`) and a node without a type keep
+//!   unknown fields instead of pruning them, while a CRD's closed object (`type: object`
+//!   alone) stays closed: `x-kubernetes-preserve-unknown-fields` is where the CRD has it;
 //! * arrays have `items` (one schema, not a tuple);
 //! * `metadata` at the root and in embedded resources is just `type: object` (the API
 //!   server owns its schema), `apiVersion` and `kind` are strings;
-//! * Go zero-value `default`s (`""`, `0`, `false`, `{}`) are dropped: built-in types publish
-//!   them for non-pointer fields, where they are not server defaults;
+//! * in a document of Go types, zero-value `default`s (`""`, `0`, `false`, `{}`) are dropped:
+//!   kube-openapi publishes them for non-pointer fields, where they are not server defaults;
+//!   a CRD's defaults are its author's and are all kept (`default: ""` and `false` too);
+//! * `x-kubernetes-validations` on a node the API server owns (`metadata`, `apiVersion`,
+//!   `kind` at the root or in an embedded resource) cannot be carried and are an error, so
+//!   no CRD is installed with part of its rules;
 //! * `x-kubernetes-*` extensions that CRDs understand are kept; client hints (`patch`
 //!   strategies, unions, group-version-kind) and documentation-only keywords are dropped;
 //!   any other keyword is an error naming where it is.
@@ -30,13 +36,37 @@ use crate::rules::{
     restore_list_map_key_defaults, string_schema,
 };
 
+/// Who wrote the schemas of a document, which decides how much of them is taken as is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// Published by the apiextensions apiserver for CRDs: already structural, every default
+    /// and extension the CRD's author's.
+    Crd,
+    /// Generated from Go types (kube-openapi: aggregated API servers, built-in groups).
+    GoTypes,
+}
+
+impl Origin {
+    /// The title the apiextensions apiserver gives every document it publishes for CRDs.
+    pub const CRD_DOCUMENT_TITLE: &str = "Kubernetes CRD Swagger";
+
+    /// The origin of `doc`, told by its `info.title`.
+    pub fn of(doc: &Document) -> Self {
+        match doc.root().pointer("/info/title").and_then(Value::as_str) {
+            Some(Self::CRD_DOCUMENT_TITLE) => Self::Crd,
+            _ => Self::GoTypes,
+        }
+    }
+}
+
 /// Converts the schema of one kind (at `pointer` in `doc`) into a CRD root schema.
-pub fn root_schema(doc: &Document, pointer: &str) -> Result<Value, SynthesisError> {
+pub fn root_schema(doc: &Document, pointer: &str, origin: Origin) -> Result<Value, SynthesisError> {
     let schema = doc
         .pointer(pointer)
         .ok_or_else(|| SynthesisError::at(pointer, "no schema here"))?;
     let mut conv = Converter {
         doc,
+        origin,
         stack: Vec::new(),
     };
     let mut root = conv.convert(schema, pointer, &Field::root())?;
@@ -97,6 +127,7 @@ impl Field {
 
 struct Converter<'a> {
     doc: &'a Document,
+    origin: Origin,
     /// Names of the `components.schemas` entries being inlined, outermost first.
     stack: Vec<String>,
 }
@@ -168,7 +199,7 @@ impl Converter<'_> {
                     out.insert(key.clone(), json!(t));
                 }
                 "x-kubernetes-int-or-string" => {}
-                "default" if is_zero_value(value) => {}
+                "default" if self.origin == Origin::GoTypes && is_zero_value(value) => {}
                 k if KEPT.contains(&k) => {
                     out.insert(key.clone(), value.clone());
                 }
@@ -232,9 +263,13 @@ impl Converter<'_> {
                     None => json!({"x-kubernetes-preserve-unknown-fields": true}),
                 };
                 out.insert("items".into(), items_out);
-                restore_list_map_key_defaults(&mut out);
+                if self.origin == Origin::GoTypes {
+                    restore_list_map_key_defaults(&mut out);
+                }
             }
             Some(_) => {}
+            // A CRD's untyped node already says `x-kubernetes-preserve-unknown-fields`.
+            None if self.origin == Origin::Crd => {}
             None => {
                 // A schema without a type accepts any value: keep it as it is.
                 out.insert("x-kubernetes-preserve-unknown-fields".into(), json!(true));
@@ -272,9 +307,21 @@ impl Converter<'_> {
             for (name, sub) in props {
                 let sub_ptr = format!("{}/{}", at("properties"), escape_token(name));
                 let child = field.child(&format!(".{name}"));
-                let value = if (field.root || embedded) && name == "metadata" {
+                let owned = (field.root || embedded)
+                    && matches!(name.as_str(), "metadata" | "apiVersion" | "kind");
+                if owned && sub.get("x-kubernetes-validations").is_some() {
+                    return Err(SynthesisError::at(
+                        format!("{sub_ptr}/x-kubernetes-validations"),
+                        format!(
+                            "{}: validation rules on a field the API server owns cannot be carried into the consumer CRD; \
+                             the CRD is not installed without them (move the rules to the enclosing object, or use the CRD schema source)",
+                            child.show()
+                        ),
+                    ));
+                }
+                let value = if owned && name == "metadata" {
                     metadata_schema()
-                } else if (field.root || embedded) && (name == "apiVersion" || name == "kind") {
+                } else if owned {
                     string_schema(sub)
                 } else {
                     self.convert(sub, &sub_ptr, &child)?
@@ -293,7 +340,8 @@ impl Converter<'_> {
             }
             _ => {}
         }
-        if properties.is_none_or(Map::is_empty)
+        if self.origin == Origin::GoTypes
+            && properties.is_none_or(Map::is_empty)
             && !out.contains_key("additionalProperties")
             && !preserve
         {

@@ -2,6 +2,7 @@
 //! and a consumer CRD applied only when its provider schema changed.
 
 use super::*;
+use kbind_policy_schema_synthesis::fidelity::differences;
 use konnector::schema::is_established;
 use konnector::telemetry::{ApiLabels, metrics};
 
@@ -285,5 +286,82 @@ async fn a_down_apiservice_leaves_other_groups_discovered_and_holds_a_known_grou
             delete_connection(consumer, &name).await
         },
     )
+    .await
+}
+
+/// The provider CRD the schema-synthesis fixtures were captured from: every construct
+/// `/openapi/v3` publishes (zero defaults, a closed object, rules, bounds, embedded resources).
+const PROBES_CRD: &str =
+    include_str!("../../../policies/schema-synthesis/testdata/openapi/source-probes-crd.json");
+
+/// A resource of the Probes' group served only at `v1alpha1`, while the group prefers `v1`.
+fn alpha_only_crd() -> Result<CustomResourceDefinition> {
+    let spec = json!({"type": "object", "properties": {
+        "enabled": {"type": "boolean", "default": false},
+        "note": {"type": "string", "default": ""}}});
+    Ok(serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "sensors.fidelity.example.org"},
+        "spec": {"group": "fidelity.example.org", "scope": "Namespaced",
+            "names": {"plural": "sensors", "singular": "sensor", "kind": "Sensor",
+                      "listKind": "SensorList"},
+            "versions": [{"name": "v1alpha1", "served": true, "storage": true,
+                "selectableFields": [{"jsonPath": ".spec.note"}],
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {"spec": spec}}}}]}
+    }))?)
+}
+
+/// Every difference between the provider's CRD `name` and the consumer's, version `version`.
+async fn schema_differences(
+    provider: &Client,
+    consumer: &Client,
+    name: &str,
+    version: &str,
+) -> Result<Vec<String>> {
+    let schema_of = async |client: &Client| -> Result<Value> {
+        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+        let crd = serde_json::to_value(crds.get(name).await?)?;
+        let versions = crd["spec"]["versions"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let found = versions.into_iter().find(|v| v["name"] == version);
+        let found = found.with_context(|| format!("{name} has no version {version}"))?;
+        Ok(found["schema"]["openAPIV3Schema"].clone())
+    };
+    let (original, synthesized) = (schema_of(provider).await?, schema_of(consumer).await?);
+    Ok(differences(&original, &synthesized)
+        .iter()
+        .map(ToString::to_string)
+        .collect())
+}
+
+#[tokio::test]
+async fn synthesized_crds_match_the_provider_s_and_take_versions_per_resource() -> Result<()> {
+    with_private_provider("fidelity", async |_, consumer, cluster, provider, name| {
+        install_crd(provider, &serde_json::from_str(PROBES_CRD)?).await?;
+        install_crd(provider, &alpha_only_crd()?).await?;
+        pull_all(consumer, cluster, &name, "OpenAPI", "Always").await?;
+        for (crd, version) in [
+            ("probes.fidelity.example.org", "v1"),
+            ("sensors.fidelity.example.org", "v1alpha1"),
+        ] {
+            let found = schema_differences(provider, consumer, crd, version).await?;
+            assert!(found.is_empty(), "{crd}:\n{}", found.join("\n"));
+        }
+        // The group prefers v1; the Sensors are served only at v1alpha1, which they store.
+        let crds: Api<CustomResourceDefinition> = Api::all(consumer.clone());
+        let sensors = crds.get("sensors.fidelity.example.org").await?;
+        let versions: Vec<_> = sensors
+            .spec
+            .versions
+            .iter()
+            .map(|v| (v.name.as_str(), v.served, v.storage))
+            .collect();
+        assert_eq!(versions, [("v1alpha1", true, true)]);
+        let selectable = serde_json::to_value(&sensors.spec.versions[0].selectable_fields)?;
+        assert_eq!(selectable, json!([{"jsonPath": ".spec.note"}]));
+        anyhow::Ok(())
+    })
     .await
 }
