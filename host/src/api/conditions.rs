@@ -194,6 +194,16 @@ pub enum Reason {
     /// `spec.isolation` was changed while bindings use the Connection: copies are never moved,
     /// so the previous strategy stays in force until those bindings are deleted (and drained).
     IsolationChangePending,
+    /// A binding's teardown requested the deletion of owned provider copies that are still
+    /// there, held by provider-side finalizers (binding cleanup does not wait for them).
+    DeletionRequested,
+    /// The consumer CRD of a listed API is pinned to a Connection that no longer exists and
+    /// this binding's Connection cannot take it over (another provider cluster, or none
+    /// recorded on the CRD).
+    PinnedConnectionGone,
+    /// A provider answer (discovery, the `/openapi/v3` index, a copy's status) is larger than
+    /// the konnector's cap for it: it was not read.
+    ResponseTooLarge,
 }
 
 impl Reason {
@@ -235,6 +245,9 @@ impl Reason {
             Self::DiscoveryIncomplete => "DiscoveryIncomplete",
             Self::ConnectionChanged => "ConnectionChanged",
             Self::IsolationChangePending => "IsolationChangePending",
+            Self::DeletionRequested => "DeletionRequested",
+            Self::PinnedConnectionGone => "PinnedConnectionGone",
+            Self::ResponseTooLarge => "ResponseTooLarge",
         }
     }
 }
