@@ -175,10 +175,14 @@ pub(super) fn evaluate(connection: &str, state: &ConnectionState, apis: &[ApiFac
             .and_then(|c| c.pinned_to.as_deref())
             .filter(|other| *other != connection)
         {
-            problems.push((
-                Reason::APIBoundElsewhere,
-                format!("{name} is installed for Connection {other}"),
-            ));
+            // Pinned to a Connection that is gone, and not taken over: the handover says how.
+            problems.push(match &api.install_problem {
+                Some(gone @ (Reason::PinnedConnectionGone, _)) => gone.clone(),
+                _ => (
+                    Reason::APIBoundElsewhere,
+                    format!("{name} is installed for Connection {other}"),
+                ),
+            });
         } else if api.crd.as_ref().is_some_and(|c| c.pinned_to.is_none()) {
             let refusal = Refusal::NotManaged {
                 crd: name.clone(),

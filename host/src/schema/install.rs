@@ -14,7 +14,7 @@ use super::openapi::fetch_facts;
 use super::sanitize::{Versioning, consumer_crd};
 use super::taken::{TakenNames, collision};
 use super::versions::Conversion;
-use crate::api::names::FIELD_MANAGER;
+use crate::api::names::{FIELD_MANAGER, PROVIDER_CLUSTER_UID_ANNOTATION};
 use crate::api::{ExportedApi, SchemaSource, UpdatePolicy};
 use crate::policy::{Policies, SchemaInput};
 use crate::provider::discovery::source_hash;
@@ -37,6 +37,9 @@ pub struct Target<'a> {
     /// The provider schema's revision as discovery saw it, if known: an installed CRD applied
     /// from the same revision is left alone without reading the provider schema again.
     pub revision: Option<&'a str>,
+    /// The provider cluster's UID the Connection is pinned to, recorded on the CRD so that a
+    /// later Connection to the same cluster may take it over ([`super::handover`]).
+    pub provider_uid: Option<&'a str>,
 }
 
 /// A consumer CRD that is installed and Established.
@@ -69,6 +72,7 @@ pub async fn ensure_installed(
         source,
         update,
         revision,
+        provider_uid,
     } = *target;
     let crds: Api<CustomResourceDefinition> = Api::all(consumer.clone());
     let apply_failed = |source| SchemaError::Apply {
@@ -109,6 +113,13 @@ pub async fn ensure_installed(
         .and_then(|status| status.stored_versions.clone())
         .unwrap_or_default();
     let mut desired = desired_crd(consumer, policies, connection, api, source, &stored).await?;
+    if let Some(uid) = provider_uid {
+        desired
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(PROVIDER_CLUSTER_UID_ANNOTATION.to_string(), uid.to_string());
+    }
     // Optimistic lock on the CRD just judged: if it changed hands since (annotation removed
     // or re-pinned), the write fails with a conflict and the next reconcile judges again.
     desired.metadata.resource_version = existing.and_then(|crd| crd.metadata.resource_version);
