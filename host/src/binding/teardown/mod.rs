@@ -29,6 +29,12 @@
 //! credentials (a deleting Connection after a restart). Never because a
 //! Connection went not Ready: readiness changes neither `apis` nor the binding's existence.
 //!
+//! A drain never releases the finalizers of instances the API's own Connection syncs when that
+//! is not the binding's (a typo'd `connectionRef`, an API bound elsewhere): under the pin rule
+//! they are that Connection's syncer's. `Drained` says what happened ([`outcome`]): copies
+//! deleted, copies whose deletion was requested and that are still there, instances released
+//! without deleting.
+//!
 //! Limits, as the spec documents them: an API listed by any other non-deleting binding is
 //! skipped as a whole; without any provider client (or when a provider read fails) the drain
 //! is best-effort and provider copies may remain, which the binding reports (`Drained=False`,
@@ -38,6 +44,7 @@
 pub(super) mod coverage;
 pub(super) mod drain;
 pub(super) mod drain_provider;
+pub(super) mod outcome;
 pub(super) mod release;
 
 use std::collections::BTreeSet;
@@ -99,7 +106,8 @@ pub(super) async fn run<K: BindingObject>(obj: &K, ctx: &Context) -> Result<()> 
         }
         // A ClusterBinding leaves the namespaces Bindings still cover, and deletes the CRD
         // only when no other counting binding lists the API at all.
-        if drain_api(ctx, engagement, &listed.name, &scope, others, !others.any()).await? > 0 {
+        let tally = drain_api(ctx, engagement, &listed.name, &scope, others, !others.any()).await?;
+        if tally.unchecked > 0 {
             unchecked.push(listed.name.clone());
         }
     }
@@ -109,7 +117,11 @@ pub(super) async fn run<K: BindingObject>(obj: &K, ctx: &Context) -> Result<()> 
         if others.covers_scope(namespace.as_deref()) {
             continue;
         }
-        if drain_api(ctx, engagement, api, &scope, others, false).await? > 0 {
+        if drain_api(ctx, engagement, api, &scope, others, false)
+            .await?
+            .unchecked
+            > 0
+        {
             unchecked.push(api.to_string());
         }
     }
@@ -225,20 +237,22 @@ async fn drain_through<K: BindingObject>(
         namespace: namespace.as_deref(),
     };
     let mut unchecked = Vec::new();
+    let mut tallies = Vec::new();
     for api in &ready {
         info!(
             api,
             "API no longer listed by the binding; draining its instances"
         );
         let others = covered.of(api);
-        if drain_api(ctx, provider.as_ref().ok(), api, &scope, others, false).await? > 0 {
+        let tally = drain_api(ctx, provider.as_ref().ok(), api, &scope, others, false).await?;
+        if tally.unchecked > 0 {
             unchecked.push(api.to_string());
         }
+        tallies.push((api.to_string(), tally));
     }
     out.unchecked = unchecked.len();
-    let ready: Vec<String> = ready.iter().map(|a| a.to_string()).collect();
     out.condition = match &provider {
-        Ok(_) => Some(drain_provider::drained(&ready)),
+        Ok(_) => Some(outcome::condition(&tallies)),
         Err(why) if !unchecked.is_empty() => {
             Some(drain_provider::report_unavailable(obj, ctx, &unchecked, why).await)
         }
