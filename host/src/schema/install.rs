@@ -9,6 +9,7 @@ use tracing::debug;
 
 use super::applied::AppliedSchemas;
 use super::error::SchemaError;
+use super::handover::recorded_provider;
 use super::managed;
 use super::openapi::fetch_facts;
 use super::sanitize::{Versioning, consumer_crd};
@@ -99,6 +100,7 @@ pub async fn ensure_installed(
     if let Some(existing) = &existing
         && is_established(existing)
         && applied.unchanged(connection, &api.name, &source_hash, existing)
+        && records_provider(existing, provider_uid)
     {
         // Same schema under a new revision (a label change, say): remember the revision.
         applied.record(connection, &api.name, &source_hash, revision, existing);
@@ -160,9 +162,17 @@ pub fn as_applied(
     managed::check(name, Some(existing), target.connection).is_ok()
         && is_established(existing)
         && (target.update == UpdatePolicy::Once
-            || target.revision.is_some_and(|revision| {
-                applied.unchanged_revision(target.connection, name, revision, existing)
-            }))
+            || (records_provider(existing, target.provider_uid)
+                && target.revision.is_some_and(|revision| {
+                    applied.unchanged_revision(target.connection, name, revision, existing)
+                })))
+}
+
+/// Whether `existing` records `provider_uid` (when known) as the cluster it was installed
+/// from: a CRD installed before kbind recorded it is applied once more to record it, so that
+/// it can be handed over later ([`super::handover`]).
+fn records_provider(existing: &CustomResourceDefinition, provider_uid: Option<&str>) -> bool {
+    provider_uid.is_none_or(|uid| recorded_provider(existing) == Some(uid))
 }
 
 /// Where a consumer CRD comes from: the provider's CRD, or the facts synthesis needs.
