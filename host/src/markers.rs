@@ -113,6 +113,18 @@ pub fn origin_of(copy: &DynamicObject, strategy: IsolationStrategy) -> InstanceK
     }
 }
 
+/// The consumer instance a placed copy records (`core.kbind.io/consumer-namespace` and
+/// `core.kbind.io/consumer-name`), or `None` when it records none: a teardown finds placed
+/// copies by this, never by their labels alone.
+pub fn recorded_origin(copy: &DynamicObject) -> Option<InstanceKey> {
+    let annotations = copy.annotations();
+    let name = annotations.get(CONSUMER_NAME_ANNOTATION)?;
+    Some((
+        annotations.get(CONSUMER_NAMESPACE_ANNOTATION).cloned(),
+        name.clone(),
+    ))
+}
+
 /// Whether a consumer instance asks for its provider copy to be kept when it is deleted
 /// (`core.kbind.io/deletion-policy: Orphan`).
 pub fn orphaned(instance: &impl Resource) -> bool {
@@ -231,6 +243,22 @@ mod tests {
             copy_deletion(Some(&copy(&OURS, true)), "cluster", "object"),
             CopyDeletion::Terminating
         );
+    }
+
+    #[test]
+    fn a_placed_copy_is_of_the_object_it_records_and_of_none_without_a_record() {
+        let recorded = copy(
+            &[
+                (CONSUMER_NAMESPACE_ANNOTATION, "team-a"),
+                (CONSUMER_NAME_ANNOTATION, "mine"),
+            ],
+            false,
+        );
+        assert_eq!(
+            recorded_origin(&recorded),
+            Some((Some("team-a".into()), "mine".into()))
+        );
+        assert_eq!(recorded_origin(&copy(&OURS, false)), None);
     }
 
     #[test]

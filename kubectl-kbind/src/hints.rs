@@ -43,6 +43,9 @@ const REASONS: &[Reason] = &[
     Reason::IsolationChangePending,
     Reason::APIsNotReady,
     Reason::ConsumerUnreachable,
+    Reason::DeletionRequested,
+    Reason::PinnedConnectionGone,
+    Reason::ResponseTooLarge,
 ];
 
 /// The reason stored as `reason`, if the konnector knows it.
@@ -68,6 +71,8 @@ pub fn needs_operator(reason: &str) -> bool {
                 | Reason::AutoBindNameTaken
                 | Reason::NameCollision
                 | Reason::IsolationChangePending
+                | Reason::PinnedConnectionGone
+                | Reason::ResponseTooLarge
         )
     )
 }
@@ -180,6 +185,15 @@ pub fn what_to_do(reason: &str) -> &'static str {
         }
         Reason::IsolationChangePending => {
             "copies never move: delete the bindings using the Connection (their copies are drained) for the new isolation to apply, or set spec.isolation back"
+        }
+        Reason::DeletionRequested => {
+            "nothing to do here: the provider copies named go when the provider's finalizers finish; if they stay, check those finalizers on the provider"
+        }
+        Reason::PinnedConnectionGone => {
+            "the consumer CRD is pinned to a deleted Connection of another provider: once its instances are handled, annotate the CRD core.kbind.io/connection=<this Connection> (the message says how)"
+        }
+        Reason::ResponseTooLarge => {
+            "a provider answer exceeded a konnector cap (the message names it and its --max-* flag): shrink it on the provider, or raise the flag"
         }
     }
 }

@@ -81,6 +81,89 @@ fn broken_tenant_binding_neither_pins_nor_blocks_teardown() -> anyhow::Result<()
 }
 
 #[test]
+fn teardown_of_a_binding_whose_api_is_pinned_elsewhere_keeps_the_pinned_connections_finalizers()
+-> anyhow::Result<()> {
+    let runtime = kbind_tests::runtime()?;
+    runtime.block_on(async {
+        let s = Scenario::bound("cov-pinned").start().await?;
+        s.run_then(
+            async |s| {
+                s.create("w", json!({"size": 1})).await?;
+                s.copy("w").await?;
+                // A ClusterBinding with a typo'd connectionRef lists the same API: it syncs nothing
+                // (its Connection does not exist) and the API stays pinned to the real Connection.
+                let mut spec = s
+                    .stack
+                    .binding(s.ns(), "cov-pinned-typo", &[&s.api], ConflictPolicy::Fail)
+                    .spec;
+                spec.connection_ref.name = "cov-pinned-nope".into();
+                let mut typo =
+                    s.stack
+                        .cluster_binding("cov-pinned-typo", &[&s.api], ConflictPolicy::Fail);
+                typo.spec = spec.into();
+                s.stack.create_cluster_binding(&typo).await?;
+                let cluster_bindings = Api::<ClusterBinding>::all(s.consumer.clone());
+                wait_for(
+                    "the typo's Ready condition",
+                    kbind_tests::syncenv::WAIT,
+                    || async {
+                        let b = cluster_bindings.get("cov-pinned-typo").await?;
+                        let conditions = b.status.map(|s| s.conditions).unwrap_or_default();
+                        Ok(conditions.iter().any(|c| c.type_ == "Ready").then_some(()))
+                    },
+                )
+                .await?;
+                // The real Connection is disengaged (its syncer stopped, nothing puts a finalizer
+                // back) while the typo goes: its teardown spans every namespace, but the instances
+                // are the real Connection's syncer's, so their finalizers stay.
+                s.disengage();
+                s.binding_has("Ready", "False", "ConnectionNotReady")
+                    .await?;
+                cluster_bindings
+                    .delete("cov-pinned-typo", &Default::default())
+                    .await?;
+                wait_for("the typo gone", kbind_tests::syncenv::WAIT, || async {
+                    Ok(cluster_bindings
+                        .get_opt("cov-pinned-typo")
+                        .await?
+                        .is_none()
+                        .then_some(()))
+                })
+                .await?;
+                let path = format!("{}/w", s.ns());
+                wait_left(&[
+                    (&s.consumer, s.api.resource(), &*path, Kept),
+                    (&s.provider, s.api.resource(), &*path, Kept),
+                ])
+                .await?;
+                stays("w keeps its finalizer", Duration::from_secs(3), || async {
+                    Ok(holds_syncer_finalizer(&s.instances().get("w").await?))
+                })
+                .await?;
+                // Engaged again, it syncs on.
+                s.engage();
+                s.binding_has("Ready", "True", "AsExpected").await?;
+                merge(&s.instances(), "w", json!({"spec": {"size": 2}})).await?;
+                wait_for(
+                    "w's new spec on its copy",
+                    kbind_tests::syncenv::WAIT,
+                    || async {
+                        Ok((s.copies().get("w").await?.data["spec"]["size"] == 2).then_some(()))
+                    },
+                )
+                .await
+            },
+            async |s| {
+                let _ = Api::<ClusterBinding>::all(s.consumer.clone())
+                    .delete("cov-pinned-typo", &Default::default())
+                    .await;
+            },
+        )
+        .await
+    })
+}
+
+#[test]
 fn overlapping_bindings_drain_only_what_nothing_covers() -> anyhow::Result<()> {
     let other_api = TestApi::namespaced("cov-overlap-b.e2e.kbind.io");
     Scenario::bound("cov-overlap")

@@ -17,7 +17,7 @@ use kbind_tests::syncenv::remains::Left::{Gone, Kept, Released};
 use kbind_tests::syncenv::remains::{delete_gone, kind, wait_left};
 use kbind_tests::syncenv::{
     BINDING, Scenario, ScenarioBuilder, TestApi, appears, ensure_namespace, holds_syncer_finalizer,
-    merge, stays,
+    merge, message, says, stays,
 };
 use kbind_tests::testenv::ClusterPair;
 use konnector::api::names::{DELETION_POLICY_ANNOTATION, DELETION_POLICY_ORPHAN};
@@ -106,6 +106,47 @@ fn api_dropped_from_a_binding_is_drained_like_a_teardown() -> anyhow::Result<()>
         delete_gone(c, kind, "strand-drop/w").await?;
         assert!(holds_syncer_finalizer(&s.instances().get("a").await?));
         Ok(())
+    })
+}
+
+#[test]
+fn drained_reports_a_copy_whose_deletion_a_provider_finalizer_holds() -> anyhow::Result<()> {
+    dropping("strand-held").run(async |s| {
+        let dropped = &s.extra[0];
+        with_instances(s, dropped, &["held", "w"]).await?;
+        // A provider-side controller holds its own finalizer on one copy.
+        let copies = dropped.api(&s.provider, Some(s.ns()));
+        let hold = json!({ "metadata": { "finalizers": ["provider.example.org/hold"] } });
+        merge(&copies, "held", hold).await?;
+
+        list_only_main_api(s).await?;
+        // Binding cleanup does not wait for provider finalizers, and says what it left.
+        let status = s
+            .binding_has("Drained", "True", "DeletionRequested")
+            .await?;
+        says(
+            message(&status, "Drained"),
+            &[
+                "1 owned copies deleted",
+                "1 whose deletion was requested still on the provider",
+                "first: strand-held/held",
+            ],
+        );
+        let held = copies.get("held").await?;
+        assert!(
+            held.metadata.deletion_timestamp.is_some(),
+            "the held copy is terminating"
+        );
+        let (c, kind) = (&s.consumer, dropped.resource());
+        wait_left(&[(c, kind, "strand-held/held", Released)]).await?;
+        // The provider's controller finishes; the copy goes.
+        merge(
+            &copies,
+            "held",
+            json!({ "metadata": { "finalizers": null } }),
+        )
+        .await?;
+        kbind_tests::syncenv::gone(&copies, "held").await
     })
 }
 

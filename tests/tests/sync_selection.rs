@@ -7,10 +7,12 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kbind_tests::faults::Sides;
 use kbind_tests::syncenv::{
     BINDING, Scenario, TestApi, WAIT, appears, apply_connection, has, holds_syncer_finalizer,
-    wait_for,
+    message, says, wait_for,
 };
-use konnector::api::names::{CONFLICT_ANNOTATION, CONNECTION_ANNOTATION};
-use konnector::api::{ConflictPolicy, PullPolicy};
+use konnector::api::names::{
+    CONFLICT_ANNOTATION, CONNECTION_ANNOTATION, PROVIDER_CLUSTER_UID_ANNOTATION,
+};
+use konnector::api::{ConflictPolicy, Connection, PullPolicy};
 use konnector::registry::Engagement;
 use kube::{Api, ResourceExt};
 use serde_json::json;
@@ -146,6 +148,88 @@ fn api_bound_through_two_connections_is_bound_elsewhere() -> anyhow::Result<()> 
         s.create_binding(&second).await?;
         ready_is(s, "second", "False", "APIBoundElsewhere").await?;
         ready_is(s, "first", "True", "AsExpected").await
+    })
+}
+
+/// Deletes the scenario's Binding and then its Connection (which nothing finalizes here), as an
+/// operator replacing a Connection does; the consumer CRD stays, pinned to the gone Connection.
+async fn delete_binding_and_connection(s: &Scenario) -> anyhow::Result<()> {
+    s.delete_binding().await?;
+    s.binding_gone().await?;
+    s.disengage();
+    Api::<Connection>::all(s.consumer.clone())
+        .delete(&s.name, &Default::default())
+        .await?;
+    wait_for("the Connection gone", WAIT, || async {
+        let gone = Api::<Connection>::all(s.consumer.clone())
+            .get_opt(&s.name)
+            .await?
+            .is_none();
+        Ok(gone.then_some(()))
+    })
+    .await
+}
+
+/// Creates and engages Connection `name` reaching the scenario's provider, recorded as cluster
+/// `provider_uid`, and a Binding `name` of the scenario's API through it.
+async fn bind_through(s: &Scenario, name: &str, provider_uid: &str) -> anyhow::Result<()> {
+    apply_connection(&s.consumer, name, PullPolicy::Bound).await?;
+    s.stack.engagements.engage(Engagement {
+        connection: name.into(),
+        provider_uid: provider_uid.into(),
+        ..s.stack.engage(&s.apis())
+    });
+    s.stack.disengage();
+    let mut binding = s.binding(s.ns(), name, &[&s.api], ConflictPolicy::Fail);
+    binding.spec.connection_ref.name = name.into();
+    s.create_binding(&binding).await.map(drop)
+}
+
+#[test]
+fn a_new_connection_to_the_same_provider_takes_over_a_deleted_connections_api() -> anyhow::Result<()>
+{
+    Scenario::bound("handover-same").run(async |s| {
+        s.create_copied("w", json!({ "size": 1 })).await?;
+        // The CRD records the provider cluster it was installed from.
+        let crds = Api::<CustomResourceDefinition>::all(s.consumer.clone());
+        let crd = crds.get(&s.api.name()).await?;
+        let recorded = crd.annotations().get(PROVIDER_CLUSTER_UID_ANNOTATION);
+        assert_eq!(recorded, Some(&s.provider_uid));
+
+        delete_binding_and_connection(s).await?;
+        let next = format!("{}-next", s.name);
+        bind_through(s, &next, &s.provider_uid).await?;
+        // No hand edit: the CRD is re-pinned, the binding Ready, and instances sync.
+        ready_is(s, &next, "True", "AsExpected").await?;
+        let crd = crds.get(&s.api.name()).await?;
+        assert_eq!(crd.annotations().get(CONNECTION_ANNOTATION), Some(&next));
+        s.create_copied("w2", json!({ "size": 2 })).await?;
+        appears(&s.copies(), "w").await.map(drop)
+    })
+}
+
+#[test]
+fn a_connection_to_another_provider_is_told_how_to_take_over_a_deleted_connections_api()
+-> anyhow::Result<()> {
+    Scenario::bound("handover-other").run(async |s| {
+        s.create_copied("w", json!({ "size": 1 })).await?;
+        delete_binding_and_connection(s).await?;
+        let other = format!("{}-other", s.name);
+        bind_through(s, &other, "another-provider-cluster").await?;
+        ready_is(s, &other, "False", "PinnedConnectionGone").await?;
+        let status = s.bindings().get(&other).await?.status.unwrap_or_default();
+        says(
+            message(&status, "Ready"),
+            &[
+                &format!("pinned to Connection {}, which no longer exists", s.name),
+                &format!("core.kbind.io/connection={other} --overwrite"),
+            ],
+        );
+        // Nothing was re-pinned.
+        let crds = Api::<CustomResourceDefinition>::all(s.consumer.clone());
+        let crd = crds.get(&s.api.name()).await?;
+        assert_eq!(crd.annotations().get(CONNECTION_ANNOTATION), Some(&s.name));
+        Ok(())
     })
 }
 

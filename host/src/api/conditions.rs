@@ -200,6 +200,16 @@ pub enum Reason {
     /// The consumer API server (the cluster the konnector runs in) did not answer the
     /// Connection's identity read, or answered 429 or 5xx, for longer than the grace period.
     ConsumerUnreachable,
+    /// A binding's teardown requested the deletion of owned provider copies that are still
+    /// there, held by provider-side finalizers (binding cleanup does not wait for them).
+    DeletionRequested,
+    /// The consumer CRD of a listed API is pinned to a Connection that no longer exists and
+    /// this binding's Connection cannot take it over (another provider cluster, or none
+    /// recorded on the CRD).
+    PinnedConnectionGone,
+    /// A provider answer (discovery, the `/openapi/v3` index, a copy's status) is larger than
+    /// the konnector's cap for it: it was not read.
+    ResponseTooLarge,
 }
 
 impl Reason {
@@ -243,6 +253,9 @@ impl Reason {
             Self::IsolationChangePending => "IsolationChangePending",
             Self::APIsNotReady => "APIsNotReady",
             Self::ConsumerUnreachable => "ConsumerUnreachable",
+            Self::DeletionRequested => "DeletionRequested",
+            Self::PinnedConnectionGone => "PinnedConnectionGone",
+            Self::ResponseTooLarge => "ResponseTooLarge",
         }
     }
 }

@@ -36,6 +36,9 @@ pub const RELATED_DIGEST_ANNOTATION: &str = "core.kbind.io/related-digest";
 pub const RELATED_SOURCE_VERSION_ANNOTATION: &str = "core.kbind.io/related-source-version";
 /// Annotation on a consumer CRD installed from a provider: the Connection it is pinned to.
 pub const CONNECTION_ANNOTATION: &str = "core.kbind.io/connection";
+/// Annotation on a consumer CRD installed from a provider: the provider cluster's UID at
+/// install, so a Connection to the same cluster may take the CRD over once its own is gone.
+pub const PROVIDER_CLUSTER_UID_ANNOTATION: &str = "core.kbind.io/provider-cluster-uid";
 /// Annotation on a consumer CRD that serves fewer versions than the provider: which versions
 /// were left out and why, repeated in binding readiness and the Connection's SchemaInSync.
 pub const VERSIONS_LEFT_OUT_ANNOTATION: &str = "core.kbind.io/versions-left-out";

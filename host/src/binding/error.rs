@@ -45,6 +45,9 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
+    /// Reading or re-pinning a consumer CRD whose Connection is gone.
+    #[error(transparent)]
+    Handover(#[from] crate::schema::handover::HandoverError),
     /// Writing the binding status.
     #[error("writing binding status: {0}")]
     WriteStatus(#[source] kube::Error),
@@ -97,6 +100,17 @@ pub enum Error {
         /// Why the identity read failed.
         #[source]
         source: crate::provider::identity::IdentityError,
+    },
+    /// A provider copy read as absent while the provider does not serve its resource: a 404
+    /// then says nothing about the copy, so the instance keeps its finalizer.
+    #[error(
+        "checking provider copies of {api}: the provider does not serve {api} version {version}, so a missing copy cannot be told from a missing resource; the finalizers stay and the drain is retried (to keep the copies and let go, annotate the instances core.kbind.io/deletion-policy=Orphan)"
+    )]
+    CopiesNotServed {
+        /// The API (`<plural>.<group>`).
+        api: String,
+        /// The version the drain reads.
+        version: String,
     },
     /// Some instances of an API could not be drained: their finalizers stay and the drain is
     /// retried; the others were drained.

@@ -12,7 +12,8 @@
 //!                          consumer CRDs ─▶ ApiFacts per listed API, CRD hashes
 //! ```
 //!
-//! Reads only (the install aside); [`super::readiness`] judges what is gathered here.
+//! Reads only (the install, and taking over a CRD whose Connection is gone, aside);
+//! [`super::readiness`] judges what is gathered here.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -20,9 +21,10 @@ use std::sync::Arc;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::{Api, ResourceExt};
 
-use crate::api::Connection;
 use crate::api::names::CONNECTION_ANNOTATION;
+use crate::api::{Connection, Reason};
 use crate::registry::Engagement;
+use crate::schema::handover::{self, Handover};
 use crate::schema::schema_hash;
 use crate::schema::versions::left_out_note;
 use crate::schema::{ApiTarget, is_established};
@@ -84,10 +86,22 @@ pub(super) async fn gather<K: BindingObject>(
             (a.name.clone(), pin)
         })
         .collect();
-    // pullPolicy Bound: install the CRDs of the APIs this Connection serves, before reading
-    // them. An API pinned to another Connection is never installed from here.
     // Installs are the Connection shard's work: a replica that does not hold it only reads.
     let installs = ctx.shared.shards.owns_connection(&connection);
+    // A consumer CRD pinned to a Connection that is gone is taken over first when this
+    // Connection reaches the same provider cluster (else the handover's refusal is reported).
+    let mut handovers = match &engagement {
+        Some(engagement) if installs => {
+            let ours = pins
+                .iter()
+                .filter(|(_, pin)| pin.as_deref() == Some(connection.as_str()))
+                .map(|(api, _)| api.as_str());
+            take_over_gone(ctx, engagement, ours).await?
+        }
+        _ => BTreeMap::new(),
+    };
+    // pullPolicy Bound: install the CRDs of the APIs this Connection serves, before reading
+    // them. An API pinned to another Connection is never installed from here.
     let mut installs = match (&engagement, &state) {
         (Some(engagement), ConnectionState::Engaged { .. }) if installs => {
             let ours: Vec<&str> = pins
@@ -138,7 +152,9 @@ pub(super) async fn gather<K: BindingObject>(
                 versions_note: left_out_note(&crd).map(str::to_string),
             }),
             index_pin: pins.get(name).cloned().flatten(),
-            install_problem: installs.problems.remove(name),
+            install_problem: handovers
+                .remove(name)
+                .or_else(|| installs.problems.remove(name)),
         });
     }
     Ok(Facts {
@@ -149,6 +165,54 @@ pub(super) async fn gather<K: BindingObject>(
         apis,
         hashes,
     })
+}
+
+/// Takes over, for `engagement`'s Connection, the consumer CRDs of `apis` pinned to a Connection
+/// that no longer exists when they were installed from the same provider cluster
+/// ([`handover`]); returns, per API, why one was not taken over (`PinnedConnectionGone`).
+async fn take_over_gone<'a>(
+    ctx: &Context,
+    engagement: &Engagement,
+    apis: impl Iterator<Item = &'a str>,
+) -> Result<BTreeMap<String, (Reason, String)>> {
+    let crds = Api::<CustomResourceDefinition>::all(ctx.shared.consumer.clone());
+    let mut refused = BTreeMap::new();
+    for name in apis {
+        // Established and ours as last watched: nothing to take over, nothing to read.
+        let ours = |crd: &CustomResourceDefinition| {
+            crd.annotations().get(CONNECTION_ANNOTATION) == Some(&engagement.connection)
+        };
+        if ctx.crds.established(name).is_some_and(|crd| ours(&crd)) {
+            continue;
+        }
+        let Some(crd) = crds.get_opt(name).await.map_err(|source| Error::ReadCrd {
+            name: name.to_string(),
+            source,
+        })?
+        else {
+            continue;
+        };
+        let pinned = crd.annotations().get(CONNECTION_ANNOTATION);
+        if pinned.is_none_or(|p| *p == engagement.connection) {
+            continue;
+        }
+        let consumer = &ctx.shared.consumer;
+        match handover::take_over(
+            consumer,
+            &crd,
+            &engagement.connection,
+            &engagement.provider_uid,
+        )
+        .await
+        .map_err(Error::Handover)?
+        {
+            Handover::Refused(message) => {
+                refused.insert(name.to_string(), (Reason::PinnedConnectionGone, message));
+            }
+            Handover::Keep | Handover::TakeOver => {}
+        }
+    }
+    Ok(refused)
 }
 
 /// What the binding can expect of its Connection. The engagement registry is the truth about

@@ -145,6 +145,7 @@ pub fn is_definitive(reason: Reason) -> bool {
         Reason::APINotExported
             | Reason::CRDNotManaged
             | Reason::APIBoundElsewhere
+            | Reason::PinnedConnectionGone
             | Reason::SchemaInstallFailed
             | Reason::NameCollision
             | Reason::NamespaceNotAllowed
@@ -335,6 +336,10 @@ fn problem(connection: &str, exported: &[ExportedApi], api: &ApiFacts) -> Option
     }
     let pinned_to = api.crd.as_ref().map(|c| c.pinned_to.as_deref());
     if let Some(Some(other)) = pinned_to.filter(|p| p.is_some_and(|o| o != connection)) {
+        // Pinned to a Connection that is gone, and not taken over: the handover says how.
+        if let Some(gone @ (Reason::PinnedConnectionGone, _)) = &api.install_problem {
+            return Some(gone.clone());
+        }
         let message = format!("{name} is installed for Connection {other}");
         return Some((Reason::APIBoundElsewhere, message));
     }

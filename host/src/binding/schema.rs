@@ -24,6 +24,7 @@ use tracing::{info, warn};
 
 use crate::api::names::CONNECTION_ANNOTATION;
 use crate::api::{Connection, PullPolicy, Reason, SchemaSource};
+use crate::provider::limits::ReadError;
 use crate::registry::Engagement;
 use crate::schema::is_established;
 use crate::schema::{Refusal, SchemaError, Target, as_applied, ensure_installed};
@@ -67,6 +68,7 @@ pub(super) async fn install_bound(
             source,
             update: policy.update_policy,
             revision: engagement.schema_revisions.get(*name).map(String::as_str),
+            provider_uid: Some(&engagement.provider_uid),
         };
         // The CRD as last watched, when it needs nothing written, needs nothing read either.
         if ctx
@@ -114,6 +116,7 @@ async fn still_serving(ctx: &Context, name: &str, connection: &str, error: &Sche
     let refresh_failure = matches!(
         error,
         SchemaError::ProviderRead { .. }
+            | SchemaError::Read { .. }
             | SchemaError::OpenApi { .. }
             | SchemaError::Synthesis { .. }
             | SchemaError::Unacceptable { .. }
@@ -159,7 +162,12 @@ fn reason(error: &SchemaError) -> Reason {
         }
         SchemaError::NotEstablished { .. } => Reason::SchemaNotEstablished,
         SchemaError::NameCollision { .. } => Reason::NameCollision,
+        SchemaError::Read {
+            source: ReadError::TooLarge { .. },
+            ..
+        } => Reason::ResponseTooLarge,
         SchemaError::ProviderRead { .. }
+        | SchemaError::Read { .. }
         | SchemaError::OpenApi { .. }
         | SchemaError::Synthesis { .. }
         | SchemaError::Unacceptable { .. }

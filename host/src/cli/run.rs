@@ -25,6 +25,7 @@ use crate::fencing::{Fence, Holds, Mode};
 use crate::manager::{self, Config};
 use crate::policy::{Policies, PolicyArgs};
 use crate::provider::kubeconfig::Transport;
+use crate::provider::limits::Limits;
 use crate::registry::Shards;
 use crate::shared::Shared;
 use crate::sync::SyncConfig;
@@ -108,6 +109,18 @@ pub struct RunArgs {
     /// Instances reconciled at once per bound API.
     #[arg(long, default_value_t = 16, value_name = "N")]
     pub sync_concurrency: u16,
+    /// Largest `/openapi/v3` index read from a provider (bytes, or with KiB/MiB); a larger one
+    /// makes the Connection not Ready (ResponseTooLarge).
+    #[arg(long, default_value = "4MiB", value_parser = parse_bytes, value_name = "SIZE")]
+    pub max_openapi_index_bytes: usize,
+    /// Largest discovery answer read from a provider (`/apis`, one group-version's resources);
+    /// a larger one is refused (ResponseTooLarge, or the group named in DiscoveryIncomplete).
+    #[arg(long, default_value = "8MiB", value_parser = parse_bytes, value_name = "SIZE")]
+    pub max_discovery_response_bytes: usize,
+    /// Largest status of a provider copy the konnector keeps and copies back; a larger one is
+    /// not copied and the instance says so (Synced=False, ResponseTooLarge).
+    #[arg(long, default_value = "256KiB", value_parser = parse_bytes, value_name = "SIZE")]
+    pub max_copy_status_bytes: usize,
     /// Policy modules and their limits.
     #[command(flatten)]
     pub policies: PolicyArgs,
@@ -150,6 +163,15 @@ impl RunArgs {
         }
     }
 
+    /// The caps on what a provider can make the konnector read and hold.
+    fn limits(&self) -> Limits {
+        Limits {
+            openapi_index: self.max_openapi_index_bytes,
+            discovery_response: self.max_discovery_response_bytes,
+            copy_status: self.max_copy_status_bytes,
+        }
+    }
+
     fn settings(&self) -> Config {
         let provider_transport = if self.allow_insecure_provider {
             Transport::AllowInsecure
@@ -183,6 +205,25 @@ impl RunArgs {
     }
 }
 
+/// Parses a size in bytes: a plain number, or one with a `KiB`, `MiB` or `GiB` suffix.
+pub fn parse_bytes(value: &str) -> Result<usize, String> {
+    let value = value.trim();
+    let (number, unit) = [("GiB", 1usize << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)]
+        .into_iter()
+        .find_map(|(suffix, unit)| value.strip_suffix(suffix).map(|n| (n, unit)))
+        .unwrap_or((value, 1));
+    let number: usize = number
+        .trim()
+        .parse()
+        .map_err(|_| format!("{value:?} is not a size like 4194304, 256KiB or 4MiB"))?;
+    match number.checked_mul(unit) {
+        Some(0) | None => Err(format!(
+            "{value:?} must be a positive size that fits in memory"
+        )),
+        Some(bytes) => Ok(bytes),
+    }
+}
+
 /// Parses `:8085` (every interface) or `host:port`.
 pub fn bind_address(flag: &str, value: &str) -> anyhow::Result<SocketAddr> {
     let full = if value.starts_with(':') {
@@ -206,6 +247,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         total_wasm_memory_mib = policies.max_call_memory_bytes() / (1024 * 1024),
         "policy calls bounded: total Wasm memory of running calls = calls × per-store cap"
     );
+    // Before any provider is read: every cap holds from the first discovery on.
+    crate::provider::limits::set(args.limits());
     let ha = args.ha();
     if let Some(config) = &ha {
         config.validate()?;
@@ -436,6 +479,19 @@ mod tests {
             settings.konnector_namespace.as_deref(),
             Some("kbind-system")
         );
+    }
+
+    #[test]
+    fn caps_default_to_the_documented_sizes_and_take_units() {
+        let parsed = Cli::try_parse_from(["run"]).map_err(|e| e.to_string());
+        assert_eq!(parsed.map(|c| c.run.limits()), Ok(Limits::default()));
+        let parsed = Cli::try_parse_from(["run", "--max-openapi-index-bytes=1KiB"])
+            .map_err(|e| e.to_string());
+        assert_eq!(parsed.map(|c| c.run.limits().openapi_index), Ok(1024));
+        assert_eq!(parse_bytes("4MiB"), Ok(4 << 20));
+        assert_eq!(parse_bytes("300"), Ok(300));
+        assert!(parse_bytes("0").is_err());
+        assert!(parse_bytes("lots").is_err_and(|e| e.contains("256KiB")));
     }
 
     #[test]

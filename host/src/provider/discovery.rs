@@ -17,12 +17,13 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::APIGroup;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{APIGroup, APIGroupList, APIResourceList};
 use kube::api::{Api, ListParams};
 use kube::core::Version;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
+use super::limits::{DISCOVERY_RESPONSE_FLAG, OPENAPI_INDEX_FLAG, ReadError, get_json, limits};
 use super::{ApiFailure, classify};
 use crate::api::names::EXPORTED_LABEL;
 use crate::api::{ExportedApi, GROUP, ResourceScope, SchemaSource};
@@ -83,6 +84,15 @@ pub enum DiscoveryError {
         /// The client error.
         source: kube::Error,
     },
+    /// An answer was larger than its cap, broke off or was not JSON: not retried fast, the
+    /// Connection says so (`ResponseTooLarge` for a cap).
+    #[error("discovering exported APIs ({what}) failed: {source}")]
+    Read {
+        /// The request that failed.
+        what: &'static str,
+        /// What the bounded read said.
+        source: ReadError,
+    },
 }
 
 impl DiscoveryError {
@@ -91,6 +101,24 @@ impl DiscoveryError {
             ApiFailure::Forbidden(message) => Self::Forbidden { what, message },
             _ => Self::Request { what, source },
         }
+    }
+
+    fn from_read(what: &'static str, source: ReadError) -> Self {
+        match source {
+            ReadError::Request { source, .. } => Self::from_kube(what, source),
+            source => Self::Read { what, source },
+        }
+    }
+
+    /// Whether an answer was larger than the konnector's cap for it.
+    pub fn is_too_large(&self) -> bool {
+        matches!(
+            self,
+            Self::Read {
+                source: ReadError::TooLarge { .. },
+                ..
+            }
+        )
     }
 
     /// Whether the failure is an RBAC denial.
@@ -200,10 +228,15 @@ async fn served_apis(
     provider: &kube::Client,
     ignored: Vec<String>,
 ) -> Result<Discovered, DiscoveryError> {
-    let groups = provider
-        .list_api_groups()
-        .await
-        .map_err(|e| DiscoveryError::from_kube("API discovery", e))?;
+    let caps = limits();
+    let groups: APIGroupList = get_json(
+        provider,
+        "/apis",
+        caps.discovery_response,
+        DISCOVERY_RESPONSE_FLAG,
+    )
+    .await
+    .map_err(|e| DiscoveryError::from_read("API discovery", e))?;
     let wanted = groups
         .groups
         .into_iter()
@@ -213,8 +246,11 @@ async fn served_apis(
         .buffer_unordered(GROUP_PARALLELISM)
         .collect()
         .await;
-    // Without the index (an old server, say), schemas are fetched on every check, as before.
-    let documents = openapi_hashes(provider).await.unwrap_or_default();
+    // Without the index (an old server, say), schemas are fetched on every check, as before;
+    // an index larger than its cap is refused outright (the Connection says so).
+    let documents = openapi_hashes(provider, caps.openapi_index)
+        .await?
+        .unwrap_or_default();
     let mut apis = Vec::new();
     let mut revisions = BTreeMap::new();
     let mut failed_groups = Vec::new();
@@ -250,8 +286,12 @@ struct GroupApi {
 }
 
 /// The `/openapi/v3` index: each group-version's document URL, which carries a hash of the
-/// document (`?hash=...`), so a changed schema shows without fetching it.
-async fn openapi_hashes(provider: &kube::Client) -> Option<BTreeMap<String, String>> {
+/// document (`?hash=...`), so a changed schema shows without fetching it. `None` when it cannot
+/// be read; an index larger than `cap` is an error.
+async fn openapi_hashes(
+    provider: &kube::Client,
+    cap: usize,
+) -> Result<Option<BTreeMap<String, String>>, DiscoveryError> {
     #[derive(serde::Deserialize)]
     struct Index {
         paths: BTreeMap<String, Path>,
@@ -261,16 +301,24 @@ async fn openapi_hashes(provider: &kube::Client) -> Option<BTreeMap<String, Stri
         #[serde(rename = "serverRelativeURL")]
         server_relative_url: String,
     }
-    let request = http::Request::get("/openapi/v3").body(Vec::new()).ok()?;
-    let read = provider.request::<Index>(request);
-    let index = tokio::time::timeout(GROUP_TIMEOUT, read).await.ok()?.ok()?;
-    Some(
+    let read = get_json::<Index>(provider, "/openapi/v3", cap, OPENAPI_INDEX_FLAG);
+    let index = match tokio::time::timeout(GROUP_TIMEOUT, read).await {
+        Ok(Ok(index)) => index,
+        Ok(Err(too_large @ ReadError::TooLarge { .. })) => {
+            return Err(DiscoveryError::Read {
+                what: "the /openapi/v3 index",
+                source: too_large,
+            });
+        }
+        Ok(Err(_)) | Err(_) => return Ok(None),
+    };
+    Ok(Some(
         index
             .paths
             .into_iter()
             .map(|(path, entry)| (path, entry.server_relative_url))
             .collect(),
-    )
+    ))
 }
 
 /// A digest of what an OpenAPI-sourced schema is built from, or None when a version's
@@ -315,10 +363,15 @@ async fn group_apis(
             message: format!("{}: {what}", version.group_version),
             transient,
         };
-        let read = provider.list_api_group_resources(&version.group_version);
+        let path = format!("/apis/{}", version.group_version);
+        let cap = limits().discovery_response;
+        let read = get_json::<APIResourceList>(provider, &path, cap, DISCOVERY_RESPONSE_FLAG);
         let list = match tokio::time::timeout(GROUP_TIMEOUT, read).await {
             Ok(Ok(list)) => list,
-            Ok(Err(error)) => return Err(failed(error.to_string(), error.is_transient())),
+            Ok(Err(error)) => {
+                let transient = error.kube_error().is_some_and(|e| e.is_transient());
+                return Err(failed(error.to_string(), transient));
+            }
             Err(_) => {
                 let silence = format!("no answer within {}s", GROUP_TIMEOUT.as_secs());
                 return Err(failed(silence, true));

@@ -1,10 +1,12 @@
 //! Everything about talking to a provider cluster: turning a kubeconfig Secret into a client,
 //! reading cluster identities, discovering exported APIs, and the engagement registry that
-//! hands Ready Connections' clients to the binding and sync machinery.
+//! hands Ready Connections' clients to the binding and sync machinery; [`limits`] caps what a
+//! provider can make the konnector read and hold.
 
 pub mod discovery;
 pub mod identity;
 pub mod kubeconfig;
+pub mod limits;
 
 use crate::k8s::ApiErrorExt;
 

@@ -22,6 +22,15 @@ pub enum SchemaError {
         /// The client error.
         source: kube::Error,
     },
+    /// A bounded read of the provider's discovery or `/openapi/v3` index failed (too large
+    /// for its cap, broken off, not JSON, or refused).
+    #[error("reading the schema of {api} from the provider failed: {source}")]
+    Read {
+        /// The API.
+        api: String,
+        /// What the bounded read said.
+        source: crate::provider::limits::ReadError,
+    },
     /// The provider's OpenAPI document lacks what synthesis needs.
     #[error("the provider's discovery or OpenAPI document for {api} is unusable: {detail}")]
     OpenApi {

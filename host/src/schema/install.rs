@@ -9,12 +9,13 @@ use tracing::debug;
 
 use super::applied::AppliedSchemas;
 use super::error::SchemaError;
+use super::handover::recorded_provider;
 use super::managed;
 use super::openapi::fetch_facts;
 use super::sanitize::{Versioning, consumer_crd};
 use super::taken::{TakenNames, collision};
 use super::versions::Conversion;
-use crate::api::names::FIELD_MANAGER;
+use crate::api::names::{FIELD_MANAGER, PROVIDER_CLUSTER_UID_ANNOTATION};
 use crate::api::{ExportedApi, SchemaSource, UpdatePolicy};
 use crate::policy::{Policies, SchemaInput};
 use crate::provider::discovery::source_hash;
@@ -37,6 +38,9 @@ pub struct Target<'a> {
     /// The provider schema's revision as discovery saw it, if known: an installed CRD applied
     /// from the same revision is left alone without reading the provider schema again.
     pub revision: Option<&'a str>,
+    /// The provider cluster's UID the Connection is pinned to, recorded on the CRD so that a
+    /// later Connection to the same cluster may take it over ([`super::handover`]).
+    pub provider_uid: Option<&'a str>,
 }
 
 /// A consumer CRD that is installed and Established.
@@ -69,6 +73,7 @@ pub async fn ensure_installed(
         source,
         update,
         revision,
+        provider_uid,
     } = *target;
     let crds: Api<CustomResourceDefinition> = Api::all(consumer.clone());
     let apply_failed = |source| SchemaError::Apply {
@@ -95,6 +100,7 @@ pub async fn ensure_installed(
     if let Some(existing) = &existing
         && is_established(existing)
         && applied.unchanged(connection, &api.name, &source_hash, existing)
+        && records_provider(existing, provider_uid)
     {
         // Same schema under a new revision (a label change, say): remember the revision.
         applied.record(connection, &api.name, &source_hash, revision, existing);
@@ -109,6 +115,13 @@ pub async fn ensure_installed(
         .and_then(|status| status.stored_versions.clone())
         .unwrap_or_default();
     let mut desired = desired_crd(consumer, policies, connection, api, source, &stored).await?;
+    if let Some(uid) = provider_uid {
+        desired
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(PROVIDER_CLUSTER_UID_ANNOTATION.to_string(), uid.to_string());
+    }
     // Optimistic lock on the CRD just judged: if it changed hands since (annotation removed
     // or re-pinned), the write fails with a conflict and the next reconcile judges again.
     desired.metadata.resource_version = existing.and_then(|crd| crd.metadata.resource_version);
@@ -149,9 +162,17 @@ pub fn as_applied(
     managed::check(name, Some(existing), target.connection).is_ok()
         && is_established(existing)
         && (target.update == UpdatePolicy::Once
-            || target.revision.is_some_and(|revision| {
-                applied.unchanged_revision(target.connection, name, revision, existing)
-            }))
+            || (records_provider(existing, target.provider_uid)
+                && target.revision.is_some_and(|revision| {
+                    applied.unchanged_revision(target.connection, name, revision, existing)
+                })))
+}
+
+/// Whether `existing` records `provider_uid` (when known) as the cluster it was installed
+/// from: a CRD installed before kbind recorded it is applied once more to record it, so that
+/// it can be handed over later ([`super::handover`]).
+fn records_provider(existing: &CustomResourceDefinition, provider_uid: Option<&str>) -> bool {
+    provider_uid.is_none_or(|uid| recorded_provider(existing) == Some(uid))
 }
 
 /// Where a consumer CRD comes from: the provider's CRD, or the facts synthesis needs.

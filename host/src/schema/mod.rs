@@ -10,10 +10,13 @@
 //! the provider's schema changed ([`applied`]). A consumer CRD never converts by relabelling
 //! what the provider converts for real: a webhook-converted (or synthesized) multi-version API
 //! serves the synced version only ([`versions`]); a plural, singular or kind a built-in or
-//! aggregated consumer resource answers to is refused ([`taken`]).
+//! aggregated consumer resource answers to is refused ([`taken`]). An installed CRD also records
+//! the provider cluster's UID, so that a CRD whose Connection was deleted can be taken over by
+//! a new Connection to the same cluster ([`handover`]).
 
 mod applied;
 mod error;
+pub mod handover;
 mod install;
 pub mod managed;
 mod openapi;

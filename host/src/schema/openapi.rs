@@ -3,13 +3,14 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::APIGroup;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{APIGroup, APIResourceList};
 use kube::core::Version;
 use serde_json::Value;
 
 use super::error::SchemaError;
 use crate::api::ExportedApi;
 use crate::policy::{SchemaInput, SchemaVersion};
+use crate::provider::limits::{DISCOVERY_RESPONSE_FLAG, OPENAPI_INDEX_FLAG, get_json, limits};
 
 /// Discovery facts and OpenAPI documents for one API, as read from the provider.
 #[derive(Debug, Clone, PartialEq)]
@@ -86,29 +87,49 @@ pub async fn fetch_facts(
     provider: &kube::Client,
     api: &ExportedApi,
 ) -> Result<ApiFacts, SchemaError> {
-    let read = |source| SchemaError::ProviderRead {
-        api: api.name.clone(),
-        source,
-    };
     let unusable = |detail: String| SchemaError::OpenApi {
         api: api.name.clone(),
         detail,
     };
 
-    let group: APIGroup = provider
-        .request(get(&format!("/apis/{}", api.group))?)
-        .await
-        .map_err(read)?;
+    let caps = limits();
+    let bounded = |source| SchemaError::Read {
+        api: api.name.clone(),
+        source,
+    };
+    let group_path = format!("/apis/{}", api.group);
+    let group: APIGroup = get_json(
+        provider,
+        &group_path,
+        caps.discovery_response,
+        DISCOVERY_RESPONSE_FLAG,
+    )
+    .await
+    .map_err(bounded)?;
     let preferred = group.preferred_version.map(|v| v.version);
     let storage_version = storage_version(preferred.as_deref(), &api.versions)
         .ok_or_else(|| unusable(format!("discovery lists no version of {}", api.name)))?;
 
-    let index: Value = provider.request(get("/openapi/v3")?).await.map_err(read)?;
+    let index: Value = get_json(
+        provider,
+        "/openapi/v3",
+        caps.openapi_index,
+        OPENAPI_INDEX_FLAG,
+    )
+    .await
+    .map_err(bounded)?;
     let mut facts: Option<(String, String, Vec<String>, Vec<String>)> = None;
     let mut versions = Vec::new();
     for version in &api.versions {
         let gv = format!("{}/{}", api.group, version);
-        let list = provider.list_api_group_resources(&gv).await.map_err(read)?;
+        let list: APIResourceList = get_json(
+            provider,
+            &format!("/apis/{gv}"),
+            caps.discovery_response,
+            DISCOVERY_RESPONSE_FLAG,
+        )
+        .await
+        .map_err(bounded)?;
         let resource = list
             .resources
             .iter()

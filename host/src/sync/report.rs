@@ -3,6 +3,8 @@
 //!
 //! ```text
 //! in sync ──────▶ clear conflict annotation ─▶ Synced=True (observedGeneration) ─▶ outcome InSync
+//! status over --max-copy-status-bytes ─▶ Synced=False ResponseTooLarge (spec written, status
+//!                                         not copied back)
 //! conflict ─────▶ annotation ─┐
 //! rejected, policy failure, ──┴▶ Warning Event (once per reason and message) ─▶ Synced=False
 //! forbidden write                                                           ─▶ outcome reason
@@ -23,6 +25,7 @@ use crate::api::Reason;
 use crate::api::names::{CONFLICT_ANNOTATION, FIELD_MANAGER};
 use crate::k8s::ApiErrorExt;
 use crate::policy::ConflictReason;
+use crate::provider::limits::{COPY_STATUS_FLAG, limits};
 use crate::telemetry::{ApiLabels, metrics};
 
 use super::cache::copy::CachedCopy;
@@ -44,6 +47,15 @@ pub(super) async fn in_sync(
     if obj.annotations().contains_key(CONFLICT_ANNOTATION) {
         clear_conflict(obj, ctx).await?;
         reported = Reported::Written;
+    }
+    if let Some(size) = copy.status_too_large() {
+        // The spec is written; the status the provider gave is more than the konnector holds.
+        let message = format!(
+            "the provider copy's status is {size} bytes, more than the konnector keeps of a copy ({} bytes, --{COPY_STATUS_FLAG}): it is not copied back; shrink it on the provider, or raise --{COPY_STATUS_FLAG}",
+            limits().copy_status
+        );
+        failure(obj, ctx, Reason::ResponseTooLarge, &message).await;
+        return Ok(Reported::Written);
     }
     ctx.record_outcome(obj, Outcome::InSync);
     let placed = (ctx.spec.isolation.strategy != crate::api::IsolationStrategy::None)

@@ -101,6 +101,8 @@ fn kube_error(error: &Error) -> Option<&kube::Error> {
         | Error::WaitingForSyncers(_)
         | Error::ShardLost(_)
         | Error::DrainIncomplete { .. }
+        | Error::CopiesNotServed { .. }
+        | Error::Handover(_)
         | Error::BuildRequest(_)
         | Error::Finalizer(_) => None,
     }

@@ -135,18 +135,6 @@ pub(crate) async fn resolve(
     }))
 }
 
-/// The `Drained` condition after a drain of `apis` that had a provider client.
-pub(crate) fn drained(apis: &[String]) -> Desired {
-    Desired::truthy(
-        ConditionType::Drained,
-        Reason::AsExpected,
-        format!(
-            "instances of {} drained through the provider: owned copies deleted (unless Orphan), finalizers released",
-            apis.join(", ")
-        ),
-    )
-}
-
 /// Tells the operator that a drain of `apis` released finalizers without a provider client:
 /// a Warning Event on the binding, and the `Drained=False` condition to store.
 pub(crate) async fn report_unavailable<K: BindingObject>(

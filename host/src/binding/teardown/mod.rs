@@ -30,7 +30,15 @@
 //! Connection went not Ready: readiness changes neither `apis` nor the binding's existence.
 //!
 //! What other bindings still cover, and which CRDs a deletion deletes, is the one rule in
-//! [`coverage`] (read through [`gather`]), which `kubectl kbind` asks too. Limits: without any provider client (or when a provider read fails) the drain
+//! [`coverage`] (read through [`gather`]), which `kubectl kbind` asks too.
+//!
+//! A drain never releases the finalizers of instances the API's own Connection syncs when that
+//! is not the binding's (a typo'd `connectionRef`, an API bound elsewhere): under the pin rule
+//! they are that Connection's syncer's. `Drained` says what happened ([`outcome`]): copies
+//! deleted, copies whose deletion was requested and that are still there, instances released
+//! without deleting.
+//!
+//! Limits: without any provider client (or when a provider read fails) the drain
 //! is best-effort and provider copies may remain, which the binding reports (`Drained=False`,
 //! a Warning Event); provider delete errors block (retry); deletion is requested, not waited
 //! for.
@@ -39,6 +47,7 @@ pub(super) mod coverage;
 pub(super) mod drain;
 pub(super) mod drain_provider;
 pub(super) mod gather;
+pub(super) mod outcome;
 pub(super) mod release;
 
 use std::collections::BTreeSet;
@@ -114,7 +123,8 @@ pub(super) async fn run<K: BindingObject>(obj: &K, ctx: &Context) -> Result<()> 
         // A ClusterBinding leaves the namespaces Bindings still cover, and deletes the CRD
         // only when the rule says so (no counting binding left lists the API at all).
         let remove_crd = crds_deleted.contains_key(&listed.name);
-        if drain_api(ctx, engagement, &listed.name, &scope, others, remove_crd).await? > 0 {
+        let tally = drain_api(ctx, engagement, &listed.name, &scope, others, remove_crd).await?;
+        if tally.unchecked > 0 {
             unchecked.push(listed.name.clone());
         }
     }
@@ -124,7 +134,11 @@ pub(super) async fn run<K: BindingObject>(obj: &K, ctx: &Context) -> Result<()> 
         if others.covers_scope(namespace.as_deref()) {
             continue;
         }
-        if drain_api(ctx, engagement, api, &scope, others, false).await? > 0 {
+        if drain_api(ctx, engagement, api, &scope, others, false)
+            .await?
+            .unchecked
+            > 0
+        {
             unchecked.push(api.to_string());
         }
     }
@@ -245,20 +259,22 @@ async fn drain_through<K: BindingObject>(
         namespace: namespace.as_deref(),
     };
     let mut unchecked = Vec::new();
+    let mut tallies = Vec::new();
     for api in &ready {
         info!(
             api,
             "API no longer listed by the binding; draining its instances"
         );
         let others = covered.of(api);
-        if drain_api(ctx, provider.as_ref().ok(), api, &scope, others, false).await? > 0 {
+        let tally = drain_api(ctx, provider.as_ref().ok(), api, &scope, others, false).await?;
+        if tally.unchecked > 0 {
             unchecked.push(api.to_string());
         }
+        tallies.push((api.to_string(), tally));
     }
     out.unchecked = unchecked.len();
-    let ready: Vec<String> = ready.iter().map(|a| a.to_string()).collect();
     out.condition = match &provider {
-        Ok(_) => Some(drain_provider::drained(&ready)),
+        Ok(_) => Some(outcome::condition(&tallies)),
         Err(why) if !unchecked.is_empty() => {
             Some(drain_provider::report_unavailable(obj, ctx, &unchecked, why).await)
         }

@@ -124,6 +124,10 @@ impl Steps<'_> {
                 }
                 return Err(Stop::Fail(error.into()));
             }
+            // A cap the operator set: waiting does not shrink the answer.
+            Err(error) if error.is_too_large() => {
+                return Err(self.not_ready(Reason::ResponseTooLarge, error.to_string()));
+            }
             Err(error) => return Err(Stop::Fail(error.into())),
         };
         self.set(Desired::falsy(

@@ -63,6 +63,7 @@ impl Steps<'_> {
                     source: discovered.source,
                     update: policy.update_policy,
                     revision: discovered.revisions.get(&api.name).map(String::as_str),
+                    provider_uid: self.status.remote_cluster_uid.as_deref(),
                 };
                 let installed = schema::ensure_installed(
                     &self.ctx.shared.consumer,

@@ -28,6 +28,7 @@ use crate::api::names::{
 
 use super::CacheType;
 use crate::markers::{InstanceKey, OwnershipMarkers};
+use crate::provider::limits::limits;
 
 /// The sha256 of a `spec` in an unambiguous encoding of its JSON value (see [`spec_digest`]).
 pub(crate) type SpecDigest = [u8; 32];
@@ -53,8 +54,12 @@ pub(crate) struct CachedCopy {
     recorded_origin: Option<InstanceKey>,
     /// The digest of the copy's `spec`; `None` when it has none (absent or null).
     spec: Option<SpecDigest>,
-    /// The copy's `status` as JSON text; `None` when it has none (absent or null).
+    /// The copy's `status` as JSON text; `None` when it has none (absent or null) or when it
+    /// is larger than the cap (`status_dropped`).
     status: Option<Box<str>>,
+    /// The size in bytes of a status not kept because it is larger than the cap
+    /// ([`crate::provider::limits::Limits::copy_status`]).
+    status_dropped: Option<usize>,
 }
 
 impl CachedCopy {
@@ -69,6 +74,13 @@ impl CachedCopy {
                 name.clone(),
             )
         });
+        // A `Value` always serialises: its map keys are strings. A provider decides a copy's
+        // status size; the konnector holds at most the cap of it per copy.
+        let status_text = present(copy, "status").and_then(|s| serde_json::to_string(s).ok());
+        let (status, status_dropped) = match status_text {
+            Some(text) if text.len() > limits().copy_status => (None, Some(text.len())),
+            text => (text.map(String::into_boxed_str), None),
+        };
         let markers = meta
             .annotations
             .as_ref()
@@ -83,11 +95,15 @@ impl CachedCopy {
             markers,
             recorded_origin,
             spec: present(copy, "spec").map(spec_digest),
-            // A `Value` always serialises: its map keys are strings.
-            status: present(copy, "status")
-                .and_then(|s| serde_json::to_string(s).ok())
-                .map(String::into_boxed_str),
+            status,
+            status_dropped,
         }
+    }
+
+    /// The size of the copy's status when it was not kept for being larger than the cap; the
+    /// instance is then told so instead of getting a status.
+    pub(crate) fn status_too_large(&self) -> Option<usize> {
+        self.status_dropped
     }
 
     /// Whether both of kbind's labels are on the copy, naming `consumer_cluster_uid`.
@@ -311,6 +327,17 @@ mod tests {
             spec_digest(&json!(["ab", "c"])),
             spec_digest(&json!(["a", "bc"]))
         );
+    }
+
+    #[test]
+    fn a_status_over_the_cap_is_not_kept_and_its_size_is() {
+        let cap = limits().copy_status;
+        let big = "x".repeat(cap + 1);
+        let kept = CachedCopy::of(&copy(json!({ "status": { "blob": big } })));
+        assert_eq!(kept.status(), None);
+        assert!(kept.status_too_large().is_some_and(|size| size > cap));
+        let small = CachedCopy::of(&copy(json!({ "status": { "phase": "Ready" } })));
+        assert_eq!(small.status_too_large(), None);
     }
 
     #[test]
