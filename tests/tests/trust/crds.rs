@@ -113,7 +113,9 @@ fn crd_pinned_to_another_connection_is_left_untouched_by_teardown() -> anyhow::R
         let before = crd_state(s).await?;
         s.engage();
         s.create_cluster_binding(&s.new_cluster_binding()).await?;
-        refused(s, true, Reason::APIBoundElsewhere).await?;
+        // Pinned to a Connection that does not exist, from no recorded provider: not taken
+        // over, and the binding says how to hand it over.
+        refused(s, true, Reason::PinnedConnectionGone).await?;
         s.unbind().await?;
         left_as(s, &before, [OBJECTS, 0]).await
     })
@@ -148,9 +150,11 @@ fn cluster_binding_listing_kbinds_own_crd_never_deletes_it() -> anyhow::Result<(
         let core_api = ApiReference { name: core.into() };
         listing.spec.spec.apis.push(core_api);
         s.create_cluster_binding(&listing).await?;
-        let message = refused(s, true, Reason::CRDNotManaged).await?;
+        // Its other API syncs; the refused one is named with its reason.
+        let message = refused(s, true, Reason::APIsNotReady).await?;
         anyhow::ensure!(
-            message.contains(core) && message.contains("belongs to kbind or Kubernetes"),
+            message.contains(&format!("{core} (CRDNotManaged)"))
+                && message.contains("belongs to kbind or Kubernetes"),
             "{message}"
         );
         s.unbind().await?;

@@ -65,11 +65,19 @@ fn hostile_schema_module_answer_is_installed_without_its_hostile_parts() -> anyh
             "shortNames": crd.spec.names.short_names,
             "categories": crd.spec.names.categories,
         });
+        // The provider cluster it was installed from: the provider's kube-system UID.
+        let kube_system =
+            kube::Api::<k8s_openapi::api::core::v1::Namespace>::all(s.provider.clone())
+                .get("kube-system")
+                .await?;
         let expected = json!({
             "hostile finalizer": false,
             "ownerReferences": [],
             "labels": {},
-            "annotations": {CONNECTION_ANNOTATION: s.name},
+            "annotations": {
+                CONNECTION_ANNOTATION: s.name,
+                konnector::api::names::PROVIDER_CLUSTER_UID_ANNOTATION: kube_system.metadata.uid,
+            },
             "conversion": {"strategy": "None"},
             "shortNames": ["tswd"],
             "categories": ["trustschemas"],
