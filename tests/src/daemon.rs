@@ -97,3 +97,20 @@ impl Drop for Daemon {
         let _ = self.child.wait();
     }
 }
+
+/// The path a tool-building script (`scripts/<name>.sh`, which builds the tool once per
+/// machine and prints its path) prints; the script's progress goes to the test's stderr.
+pub fn built_by_script(script: &str) -> std::result::Result<PathBuf, String> {
+    let output = Command::new("bash")
+        .arg(script)
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("running {script}: {e}"))?;
+    if !output.status.success() {
+        return Err(format!("{script} failed ({})", output.status));
+    }
+    Ok(PathBuf::from(
+        String::from_utf8_lossy(&output.stdout).trim(),
+    ))
+}

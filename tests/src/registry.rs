@@ -12,7 +12,6 @@
 //! ```
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -40,18 +39,10 @@ const START_TIMEOUT: Duration = Duration::from_secs(20);
 pub fn registry_binary() -> Result<PathBuf> {
     static BINARY: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     let found = BINARY.get_or_init(|| {
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/registry.sh");
-        let output = Command::new("bash")
-            .arg(script)
-            .stdin(Stdio::null())
-            .stderr(Stdio::inherit())
-            .output()
-            .map_err(|e| format!("running {script}: {e}"))?;
-        if !output.status.success() {
-            return Err(format!("{script} failed ({})", output.status));
-        }
-        let path = String::from_utf8_lossy(&output.stdout).trim().to_string();
-        Ok(PathBuf::from(path))
+        crate::daemon::built_by_script(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../scripts/registry.sh"
+        ))
     });
     found.clone().map_err(|e| anyhow!(e))
 }

@@ -109,6 +109,21 @@ pub async fn get_json<T: DeserializeOwned>(
     cap: usize,
     flag: &'static str,
 ) -> Result<T, ReadError> {
+    let bytes = read_capped(client, path, cap).await?;
+    over(path, bytes.len(), cap, flag)?;
+    serde_json::from_slice(&bytes).map_err(|e| ReadError::Body {
+        path: path.to_string(),
+        detail: format!("not the JSON expected: {e}"),
+    })
+}
+
+/// The body at `path`, read as a stream and cut off one byte past `cap`: a longer answer
+/// comes back `cap + 1` bytes long, and is never buffered whole. The caller refuses it.
+pub async fn read_capped(
+    client: &kube::Client,
+    path: &str,
+    cap: usize,
+) -> Result<Vec<u8>, ReadError> {
     use futures::AsyncReadExt as _;
     let request = http::Request::get(path)
         .body(Vec::new())
@@ -132,11 +147,7 @@ pub async fn get_json<T: DeserializeOwned>(
             path: path.to_string(),
             detail: e.to_string(),
         })?;
-    over(path, bytes.len(), cap, flag)?;
-    serde_json::from_slice(&bytes).map_err(|e| ReadError::Body {
-        path: path.to_string(),
-        detail: format!("not the JSON expected: {e}"),
-    })
+    Ok(bytes)
 }
 
 /// `TooLarge` when `len` bytes exceed `cap`.

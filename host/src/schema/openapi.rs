@@ -202,23 +202,19 @@ async fn read_bounded(
     url: &str,
     cap: usize,
 ) -> Result<Value, SchemaError> {
-    use futures::AsyncReadExt as _;
-    let body =
-        provider
-            .request_stream(get(url)?)
-            .await
-            .map_err(|source| SchemaError::ProviderRead {
-                api: api.name.clone(),
-                source,
-            })?;
-    let mut bytes = Vec::new();
-    let limit = u64::try_from(cap).unwrap_or(u64::MAX).saturating_add(1);
-    body.take(limit)
-        .read_to_end(&mut bytes)
+    let bytes = crate::provider::limits::read_capped(provider, url, cap)
         .await
-        .map_err(|e| SchemaError::OpenApi {
-            api: api.name.clone(),
-            detail: format!("reading {url}: {e}"),
+        .map_err(|error| match error {
+            crate::provider::limits::ReadError::Request { source, .. } => {
+                SchemaError::ProviderRead {
+                    api: api.name.clone(),
+                    source,
+                }
+            }
+            other => SchemaError::OpenApi {
+                api: api.name.clone(),
+                detail: other.to_string(),
+            },
         })?;
     if bytes.len() > cap {
         return Err(SchemaError::OpenApi {
@@ -234,15 +230,6 @@ async fn read_bounded(
         api: api.name.clone(),
         detail: format!("{url} is not a JSON document: {e}"),
     })
-}
-
-fn get(path: &str) -> Result<http::Request<Vec<u8>>, SchemaError> {
-    http::Request::get(path)
-        .body(Vec::new())
-        .map_err(|e| SchemaError::OpenApi {
-            api: path.to_string(),
-            detail: format!("cannot build request: {e}"),
-        })
 }
 
 #[cfg(test)]

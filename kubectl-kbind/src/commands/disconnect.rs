@@ -100,14 +100,7 @@ pub async fn run(client: &ClientArgs, args: DisconnectArgs) -> anyhow::Result<()
         for line in describe(&plan) {
             println!("  {line}");
         }
-        if removed.is_empty() {
-            println!("deletes no consumer CRD");
-        } else {
-            println!(
-                "deletes the consumer CRDs, and every instance of them: {}",
-                name_crds(&removed)
-            );
-        }
+        super::unbind::print_crds_deleted(&removed);
         return Ok(());
     }
     if !args.yes && !confirm.is_empty() {

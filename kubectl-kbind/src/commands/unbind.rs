@@ -81,6 +81,19 @@ pub fn name_crds(crds: &BTreeMap<String, BindingRef>) -> String {
         .join(", ")
 }
 
+/// The dry run's last line: which consumer CRDs (and so every instance of them) the plan
+/// deletes.
+pub fn print_crds_deleted(removed: &BTreeMap<String, BindingRef>) {
+    if removed.is_empty() {
+        println!("deletes no consumer CRD");
+    } else {
+        println!(
+            "deletes the consumer CRDs, and every instance of them: {}",
+            name_crds(removed)
+        );
+    }
+}
+
 fn reference<B: BindingObject>(b: &B, kind: Kind) -> BindingRef {
     BindingRef {
         kind,
@@ -150,14 +163,7 @@ pub async fn run(client: &ClientArgs, args: UnbindArgs) -> anyhow::Result<()> {
     };
     if args.dry_run {
         println!("dry run, nothing changed: would delete {binding} and follow its teardown");
-        if removed.is_empty() {
-            println!("deletes no consumer CRD");
-        } else {
-            println!(
-                "deletes the consumer CRDs, and every instance of them: {}",
-                name_crds(&removed)
-            );
-        }
+        print_crds_deleted(&removed);
         return Ok(());
     }
     if !removed.is_empty() {
