@@ -250,6 +250,23 @@ where
     .await
 }
 
+/// The head of a server-side apply of `K` named `name` (in `namespace`): apiVersion, kind and
+/// the identifying metadata, and nothing else, so the manager claims only what is added to it.
+pub fn apply_head<K: Resource<DynamicType = ()>>(
+    name: &str,
+    namespace: Option<&str>,
+) -> serde_json::Value {
+    let mut metadata = json!({ "name": name });
+    if let Some(namespace) = namespace {
+        metadata["namespace"] = json!(namespace);
+    }
+    json!({
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
+        "metadata": metadata,
+    })
+}
+
 /// Server-side applies `status` to the status subresource of `name` (in `namespace`) as field
 /// manager `manager`, forcing ownership of the fields it sets.
 pub async fn apply_status_as<K>(
@@ -262,16 +279,8 @@ pub async fn apply_status_as<K>(
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
 {
-    let mut metadata = json!({ "name": name });
-    if let Some(namespace) = namespace {
-        metadata["namespace"] = json!(namespace);
-    }
-    let body = json!({
-        "apiVersion": K::api_version(&()),
-        "kind": K::kind(&()),
-        "metadata": metadata,
-        "status": status,
-    });
+    let mut body = apply_head::<K>(name, namespace);
+    body["status"] = json!(status);
     let params = PatchParams::apply(manager).force();
     api.patch_status(name, &params, &Patch::Apply(&body)).await
 }

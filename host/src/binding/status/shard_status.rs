@@ -339,15 +339,7 @@ pub(crate) async fn give_up_as<K>(
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
 {
-    let mut metadata = json!({ "name": name });
-    if let Some(namespace) = namespace {
-        metadata["namespace"] = json!(namespace);
-    }
-    let body = json!({
-        "apiVersion": K::api_version(&()),
-        "kind": K::kind(&()),
-        "metadata": metadata,
-    });
+    let body = crate::k8s::apply_head::<K>(name, namespace);
     let params = PatchParams::apply(manager).force();
     api.patch_status(name, &params, &Patch::Apply(&body)).await
 }
