@@ -1,14 +1,17 @@
 //! Both HA modes under the faults a Lease cannot see: a replica cut off from its consumer
 //! while the provider still answers, a replica paused past its Lease (SIGSTOP) and resumed, a
 //! slow consumer link. The replicas are real `konnector run` processes on one shared cluster
-//! pair (the sharding tests' 30 APIs over two Connections); each replica reaches the consumer
+//! pair (ten APIs over two Connections); each replica reaches the consumer
 //! through its own toxiproxy link, so one can be hung, slowed or cut while the others are not.
 //! Each test counts what was written twice, lost or stranded: the provider copies (never an
 //! old spec again), the replicas' JSON logs (no provider write from a replica after another
 //! took its work over), and, after the bindings are deleted, no copy left on the provider.
 //!
 //! The tests take turns on the pair with the sharding tests' timings: 6 s Leases, a 4 s renew
-//! deadline, a 1 s retry period.
+//! deadline, a 1 s retry period. The slow-link test, which mostly waits, runs beside them on a
+//! second pair and with the konnector's default timings: a link at 1.2 s per request (a new
+//! TLS connection costs two round trips) is what a 10 s renew deadline must ride out, while
+//! against a 4 s one it leaves no margin for a loaded machine.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -19,19 +22,22 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::jiff::Timestamp;
 use kbind_tests::faultproxy::{FaultProxy, Link, kubeconfig_through};
 use kbind_tests::faults::Sides;
-use kbind_tests::sharding::lab::Lab;
+use kbind_tests::sharding::lab::{Lab, Lane, Setup};
 use kbind_tests::sharding::leases::{holders, shard_leases};
 use kbind_tests::sharding::logs::Event;
-use kbind_tests::sharding::replicas::{HaMode, TIMINGS};
-use kbind_tests::sharding::world::{LEASE_NAMESPACE, converged_everywhere, create_everywhere};
+use kbind_tests::sharding::replicas::{DEFAULT_TIMINGS, HaMode, TIMINGS};
+use kbind_tests::sharding::world::{
+    LEASE_NAMESPACE, World, converged_everywhere, create_everywhere,
+};
 use kbind_tests::syncenv::wait_for;
-use kbind_tests::testenv::shared_pair;
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::json;
 
 /// Instances per API.
 const PER_API: usize = 2;
+/// APIs bound, alternately through the two Connections.
+const APIS: usize = 10;
 /// The leader Lease (`--leader-election-id`'s default).
 const LEADER_LEASE: &str = "konnector.kbind.io";
 /// How long a takeover may take to be seen: the Lease expires, the other replica's next tick
@@ -49,10 +55,11 @@ struct Proxied {
 impl Proxied {
     /// Starts a proxy with one link per identity; returns it and each identity's kubeconfig.
     async fn start(
+        lane: Lane,
         name: &str,
         identities: &[&str],
     ) -> anyhow::Result<(Self, Vec<(String, Option<PathBuf>)>)> {
-        let pair = shared_pair()?;
+        let pair = lane.pair()?;
         let dir = pair.root().join("ha").join(name);
         let proxy = FaultProxy::start(&dir).await?;
         let server = pair.consumer.server();
@@ -240,9 +247,20 @@ async fn unbind_leaves_nothing(lab: &Lab, prefix: &str, sides: &[Sides]) -> anyh
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_cut_off_from_its_consumer_writes_nothing_after_the_takeover() -> anyhow::Result<()>
 {
-    let (proxied, replicas) = Proxied::start("leader-cut", &["lcut-a", "lcut-b"]).await?;
+    let (proxied, replicas) =
+        Proxied::start(Lane::Shared, "leader-cut", &["lcut-a", "lcut-b"]).await?;
     let binary = kbind_tests::konnector_binary!();
-    let lab = Lab::start_in(binary, "lcut", HaMode::Leader, replicas).await?;
+    let lab = Lab::start_in(
+        Setup {
+            world: World::of(APIS),
+            mode: HaMode::Leader,
+            ..Setup::default()
+        },
+        binary,
+        "lcut",
+        replicas,
+    )
+    .await?;
     let result = async {
         let sides = lab.world.bind(lab.pair, "lcut").await?;
         create_everywhere(&sides, 0..PER_API, Arc::default()).await?;
@@ -280,9 +298,20 @@ async fn a_leader_cut_off_from_its_consumer_writes_nothing_after_the_takeover() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sharded_replica_cut_off_from_its_consumer_writes_nothing_after_its_shards_move()
 -> anyhow::Result<()> {
-    let (proxied, replicas) = Proxied::start("shard-cut", &["scut-a", "scut-b"]).await?;
+    let (proxied, replicas) =
+        Proxied::start(Lane::Shared, "shard-cut", &["scut-a", "scut-b"]).await?;
     let binary = kbind_tests::konnector_binary!();
-    let lab = Lab::start_in(binary, "scut", HaMode::Sharded, replicas).await?;
+    let lab = Lab::start_in(
+        Setup {
+            world: World::of(APIS),
+            mode: HaMode::Sharded,
+            ..Setup::default()
+        },
+        binary,
+        "scut",
+        replicas,
+    )
+    .await?;
     let result = async {
         let sides = lab.world.bind(lab.pair, "scut").await?;
         create_everywhere(&sides, 0..PER_API, Arc::default()).await?;
@@ -330,7 +359,17 @@ async fn a_paused_replica_writes_nothing_before_it_holds_again(
     let identities = [format!("{name}-a"), format!("{name}-b")];
     let replicas = identities.iter().map(|i| (i.clone(), None)).collect();
     let binary = kbind_tests::konnector_binary!();
-    let mut lab = Lab::start_in(binary, name, mode, replicas).await?;
+    let mut lab = Lab::start_in(
+        Setup {
+            world: World::of(APIS),
+            mode,
+            ..Setup::default()
+        },
+        binary,
+        name,
+        replicas,
+    )
+    .await?;
     let result = async {
         let sides = lab.world.bind(lab.pair, name).await?;
         create_everywhere(&sides, 0..PER_API, Arc::default()).await?;
@@ -401,14 +440,26 @@ async fn a_paused_sharded_replica_writes_nothing_before_it_holds_again() -> anyh
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_slow_consumer_link_loses_no_shard_and_restarts_no_syncer() -> anyhow::Result<()> {
+async fn a_consumer_link_slowed_for_a_minute_loses_no_shard_and_restarts_no_syncer()
+-> anyhow::Result<()> {
     /// The consumer's answer to each request of the slowed replica comes this much later.
     const LATENCY: Duration = Duration::from_millis(1200);
     /// How long the link stays slow.
     const SLOW_FOR: Duration = Duration::from_secs(60);
-    let (proxied, replicas) = Proxied::start("slow", &["slow-a", "slow-b"]).await?;
+    let (proxied, replicas) = Proxied::start(Lane::Second, "slow", &["slow-a", "slow-b"]).await?;
     let binary = kbind_tests::konnector_binary!();
-    let lab = Lab::start_in(binary, "slow", HaMode::Sharded, replicas).await?;
+    let lab = Lab::start_in(
+        Setup {
+            world: World::of(APIS),
+            mode: HaMode::Sharded,
+            lane: Lane::Second,
+            timings: DEFAULT_TIMINGS,
+        },
+        binary,
+        "slow",
+        replicas,
+    )
+    .await?;
     let result = async {
         let sides = lab.world.bind(lab.pair, "slow").await?;
         create_everywhere(&sides, 0..PER_API, Arc::default()).await?;

@@ -132,6 +132,15 @@ pub(super) async fn bounded<T>(
     tokio::time::timeout(period, request).await.ok()
 }
 
+/// What a bounded Lease request that did not succeed came to, for the log.
+pub(super) fn failure<T>(result: Option<kube::Result<T>>) -> String {
+    match result {
+        None => "no answer within its bound".to_string(),
+        Some(Err(error)) => error.to_string(),
+        Some(Ok(_)) => "answered, but not as expected".to_string(),
+    }
+}
+
 impl Coordinator {
     pub(super) fn me(&self) -> &str {
         &self.config.identity
@@ -165,10 +174,10 @@ impl Coordinator {
     }
 
     /// Renews every Lease held, all at once, each from the Lease as last written and bounded
-    /// by the time its hold has left (at least a retry period): a slow answer that still comes
+    /// by the time its hold has left (at least a read's bound): a slow answer that still comes
     /// in time keeps the shard.
     async fn renewals(&self) -> Vec<(Shard, Instant, Option<kube::Result<Lease>>)> {
-        let period = self.config.retry_period;
+        let period = self.read_bound();
         let leases = &self.leases;
         join_all(self.held.iter().map(|(shard, held)| async move {
             let start = Instant::now();
@@ -205,7 +214,7 @@ impl Coordinator {
                     debug!(shard = %shard.key(), "the shard Lease changed since it was written; the listing decides");
                 }
                 failed => {
-                    warn!(shard = %shard.key(), error = ?failed.and_then(|r| r.err()), "renewing a shard Lease failed; its work stops at the renew deadline");
+                    warn!(shard = %shard.key(), error = %failure(failed), "renewing a shard Lease failed; its work stops at the renew deadline");
                 }
             }
         }
@@ -214,7 +223,10 @@ impl Coordinator {
 
     /// How long a read of the tick may take: half the renew deadline (at least a retry
     /// period), so a slow consumer still lets assignment happen without a renewal lapsing.
-    fn read_bound(&self) -> Duration {
+    /// Also the least a renewal is given: a renewal's answer is good until its start plus the
+    /// renew deadline, so one of a lapsed hold bounded by the retry period alone would never
+    /// come back over a link slower than that period.
+    pub(super) fn read_bound(&self) -> Duration {
         (self.config.renew_deadline / 2).max(self.config.retry_period)
     }
 
@@ -445,7 +457,7 @@ impl Coordinator {
             }
             (Action::Release(..), Some(Ok(_))) => {}
             (Action::Release(shard, _), failed) => {
-                warn!(shard = %shard.key(), error = ?failed.and_then(|r| r.err()), "releasing a shard Lease failed; it expires instead");
+                warn!(shard = %shard.key(), error = %failure(failed), "releasing a shard Lease failed; it expires instead");
             }
             (Action::Take(shard, _) | Action::Create(shard), Some(Ok(lease))) => {
                 info!(shard = %shard.key(), %identity, "shard acquired");
@@ -464,7 +476,7 @@ impl Coordinator {
                 // Another replica was faster, or the write failed: try again next tick.
             }
             (action, failed) => {
-                warn!(shard = %action.shard().key(), error = ?failed.and_then(|r| r.err()), "renewing a shard Lease failed; its work stops at the renew deadline");
+                warn!(shard = %action.shard().key(), error = %failure(failed), "renewing a shard Lease failed; its work stops at the renew deadline");
             }
         }
     }
@@ -554,7 +566,7 @@ impl Coordinator {
             match bounded(period, leases.release(&held.lease)).await {
                 Some(Ok(_)) => {}
                 failed => {
-                    warn!(shard = %shard.key(), error = ?failed.and_then(|r| r.err()), "releasing a shard Lease failed; it expires instead")
+                    warn!(shard = %shard.key(), error = %failure(failed), "releasing a shard Lease failed; it expires instead")
                 }
             }
         }))

@@ -9,7 +9,7 @@ use k8s_openapi::jiff::Timestamp;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
-use super::coordinator::{Coordinator, bounded};
+use super::coordinator::{Coordinator, bounded, failure};
 use super::leases::long_abandoned;
 use super::{MEMBER_LABEL, Plan, Shard, member_lease_name};
 use crate::fencing::hold::MEMBER;
@@ -26,13 +26,14 @@ impl Coordinator {
         }
         let start = Instant::now();
         let name = member_lease_name(self.me());
-        // As a shard's renewal: bounded by the time the membership has left, at least a retry
-        // period, so a slow answer that still comes in time keeps it.
+        // As a shard's renewal: bounded by the time the membership has left, at least a read's
+        // bound, so a slow answer that still comes in time keeps it, and a lapsed membership
+        // comes back over a link slower than the retry period.
         let period = self
             .member_valid_until
             .map(|until| until.saturating_duration_since(start))
             .unwrap_or_default()
-            .max(self.config.retry_period);
+            .max(self.read_bound());
         let written = match &self.member {
             Some(lease) => bounded(period, self.leases.renew(lease)).await,
             None => {
@@ -109,7 +110,7 @@ impl Coordinator {
             match bounded(period, leases.delete_unchanged(lease)).await {
                 Some(Ok(())) => info!(lease = ?lease.metadata.name, "deleted a Lease left behind"),
                 failed => {
-                    debug!(lease = ?lease.metadata.name, error = ?failed.and_then(|r| r.err()), "a Lease left behind stays for now")
+                    debug!(lease = ?lease.metadata.name, error = %failure(failed), "a Lease left behind stays for now")
                 }
             }
         }))

@@ -1,6 +1,6 @@
-//! One sharding test's frame on the binary's shared cluster pair: its turn (the tests of the
-//! binary run one after the other, since every replica shards every Connection of the
-//! consumer), its replicas, and the checks that read Leases, logs and metrics together.
+//! One sharding test's frame on one of the binary's cluster pairs: its turn (the tests on a
+//! pair run one after the other, since every replica shards every Connection of the consumer),
+//! its replicas, and the checks that read Leases, logs and metrics together.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -12,16 +12,70 @@ use tokio::sync::{Mutex, MutexGuard};
 
 use super::leases::{self, Holders, assigned, misplaced};
 use super::logs::{Kind, open_keys};
-use super::replicas::{HaMode, Replicas, TIMINGS};
+use super::replicas::{HaMode, Replicas, TIMINGS, Timings};
 use super::world::{LEASE_NAMESPACE, World};
 use crate::syncenv::wait_for;
-use crate::testenv::{ClusterPair, shared_pair};
+use crate::testenv::{ClusterPair, second_pair, shared_pair};
 
 /// How long a test waits for the shards to settle on their rendezvous owners.
 pub const SETTLE: Duration = Duration::from_secs(60);
 
 /// One test at a time on the shared pair.
 static TURN: Mutex<()> = Mutex::const_new(());
+/// One test at a time on the second pair.
+static SECOND_TURN: Mutex<()> = Mutex::const_new(());
+
+/// Which of the binary's two cluster pairs a lab runs on: a test that mostly waits (a link
+/// slowed for a minute) takes the second, so it runs beside the others instead of after them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lane {
+    /// [`shared_pair`], where every other test of the binary runs.
+    Shared,
+    /// [`second_pair`], started when a test first asks for it.
+    Second,
+}
+
+/// How a lab is set up: where, over which APIs, in which HA mode, with which Lease timings.
+#[derive(Clone, Debug)]
+pub struct Setup {
+    /// The pair it runs on.
+    pub lane: Lane,
+    /// The APIs bound.
+    pub world: World,
+    /// Sharded or leader-elected replicas.
+    pub mode: HaMode,
+    /// The replicas' Lease timings.
+    pub timings: Timings,
+}
+
+impl Default for Setup {
+    /// The sharding tests' lab: the shared pair, 30 APIs, sharded, [`TIMINGS`].
+    fn default() -> Self {
+        Self {
+            lane: Lane::Shared,
+            world: World::default(),
+            mode: HaMode::Sharded,
+            timings: TIMINGS,
+        }
+    }
+}
+
+impl Lane {
+    /// The lane's pair.
+    pub fn pair(self) -> anyhow::Result<&'static ClusterPair> {
+        Ok(match self {
+            Self::Shared => shared_pair()?,
+            Self::Second => second_pair()?,
+        })
+    }
+
+    fn turn(self) -> &'static Mutex<()> {
+        match self {
+            Self::Shared => &TURN,
+            Self::Second => &SECOND_TURN,
+        }
+    }
+}
 
 /// A sharding test's pair, shared set-up, replicas and admin consumer client.
 pub struct Lab {
@@ -45,26 +99,31 @@ impl Lab {
         count: usize,
     ) -> anyhow::Result<Self> {
         let replicas = (0..count).map(|i| (format!("{name}-{i}"), None)).collect();
-        Self::start_in(binary, name, HaMode::Sharded, replicas).await
+        Self::start_in(Setup::default(), binary, name, replicas).await
     }
 
-    /// [`Lab::start`] with replicas in HA mode `mode`: `replicas` names each and, if it does
-    /// not use the admin's, the consumer kubeconfig it runs with (one through a fault proxy).
+    /// [`Lab::start`] as `setup` says: `replicas` names each replica and, if it does not use
+    /// the admin's, the consumer kubeconfig it runs with (one through a fault proxy).
     pub async fn start_in(
+        setup: Setup,
         binary: std::path::PathBuf,
         name: &str,
-        mode: HaMode,
         replicas: Vec<(String, Option<std::path::PathBuf>)>,
     ) -> anyhow::Result<Self> {
-        let turn = TURN.lock().await;
-        let pair = shared_pair()?;
-        let world = World::default();
+        let Setup {
+            lane,
+            world,
+            mode,
+            timings,
+        } = setup;
+        let turn = lane.turn().lock().await;
+        let pair = lane.pair()?;
         world.install(pair).await?;
         let dir = pair.root().join("sharding").join(name);
         let mut lab = Self {
             pair,
             world,
-            replicas: Replicas::in_mode(binary, &dir, TIMINGS, mode)?,
+            replicas: Replicas::in_mode(binary, &dir, timings, mode)?,
             consumer: pair.consumer.client().await?,
             _turn: turn,
         };

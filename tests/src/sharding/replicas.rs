@@ -32,6 +32,14 @@ pub const TIMINGS: Timings = Timings {
     retry_period: Duration::from_secs(1),
 };
 
+/// The konnector's own defaults (`--shard-*` and `--leader-election-*`): 15 s Leases, stopped
+/// at 10 s without renewal, renewed every 2 s.
+pub const DEFAULT_TIMINGS: Timings = Timings {
+    lease_duration: Duration::from_secs(15),
+    renew_deadline: Duration::from_secs(10),
+    retry_period: Duration::from_secs(2),
+};
+
 /// Which HA mode the replicas run in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HaMode {

@@ -29,7 +29,7 @@ use crate::testenv::ClusterPair;
 pub const LEASE_NAMESPACE: &str = SECRET_NAMESPACE;
 /// The two Connections, both to the same provider.
 pub const CONNECTIONS: [&str; 2] = ["east", "west"];
-/// How many APIs are bound.
+/// How many APIs the sharding tests bind.
 pub const APIS: usize = 30;
 /// The RBAC objects (ClusterRole, Roles and their bindings) of a restricted replica.
 const REPLICA_RBAC: &str = "sharded-replica";
@@ -45,7 +45,14 @@ pub struct World {
 
 impl Default for World {
     fn default() -> Self {
-        let apis = (0..APIS)
+        Self::of(APIS)
+    }
+}
+
+impl World {
+    /// `count` APIs, bound alternately through each Connection.
+    pub fn of(count: usize) -> Self {
+        let apis = (0..count)
             .map(|i| {
                 let connection = CONNECTIONS[i % CONNECTIONS.len()].to_string();
                 (
@@ -56,9 +63,7 @@ impl Default for World {
             .collect();
         Self { apis }
     }
-}
 
-impl World {
     /// Every shard key: one per Connection, one per (Connection, API).
     pub fn shard_keys(&self) -> BTreeSet<String> {
         let mut keys = self.api_keys();

@@ -51,7 +51,8 @@ pub use flags::CONTROLLERS;
 pub use fsutil::tail;
 pub use identity::{Credential, Identity};
 pub use pair::{
-    CONSUMER, ClusterPair, KEEP_ENV, PROVIDER, SECOND_CONSUMER, second_consumer, shared_pair,
+    CONSUMER, ClusterPair, KEEP_ENV, PROVIDER, SECOND_CONSUMER, second_consumer, second_pair,
+    shared_pair,
 };
 pub use pki::MAX_CERT_GROUPS;
 pub(crate) use process::WATCHDOG;

@@ -199,6 +199,20 @@ pub fn shared_pair() -> Result<&'static ClusterPair> {
     .map_err(|e| Error::SharedPair(e.clone()))
 }
 
+/// A second pair for the same binary, started on first use: what lets two slow, mostly
+/// waiting tests that each need a pair to themselves run side by side. Shared and never
+/// stopped, like [`shared_pair`].
+pub fn second_pair() -> Result<&'static ClusterPair> {
+    static PAIR: OnceLock<Result<ClusterPair, String>> = OnceLock::new();
+    PAIR.get_or_init(|| {
+        fresh_root()
+            .and_then(|root| ClusterPair::start(&root))
+            .map_err(|e| e.to_string())
+    })
+    .as_ref()
+    .map_err(|e| Error::SharedPair(e.clone()))
+}
+
 /// Name of the second consumer cluster.
 pub const SECOND_CONSUMER: &str = "consumer-b";
 
