@@ -20,7 +20,6 @@ use std::time::Duration;
 use futures::future::join_all;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, ListParams};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -28,8 +27,8 @@ use tracing::{debug, info, warn};
 
 use super::decision::{Decision, Hold, decide};
 use super::leases::{Leases, live_holder};
-use super::{Config, MEMBER_LABEL, Plan, SHARD_ANNOTATION, SHARD_KIND_LABEL, Shard};
-use crate::api::Connection;
+use super::reads::World;
+use super::{Config, Plan, SHARD_ANNOTATION, SHARD_KIND_LABEL, Shard};
 use crate::fencing::Holds;
 use crate::k8s::ApiErrorExt as _;
 use crate::shared::Shared;
@@ -221,49 +220,6 @@ impl Coordinator {
         renewed
     }
 
-    /// How long a read of the tick may take: half the renew deadline (at least a retry
-    /// period), so a slow consumer still lets assignment happen without a renewal lapsing.
-    /// Also the least a renewal is given: a renewal's answer is good until its start plus the
-    /// renew deadline, so one of a lapsed hold bounded by the retry period alone would never
-    /// come back over a link slower than that period.
-    pub(super) fn read_bound(&self) -> Duration {
-        (self.config.renew_deadline / 2).max(self.config.retry_period)
-    }
-
-    /// Lists the Leases carrying `label` within the read bound.
-    async fn list(&self, label: &str, what: &str) -> Result<BTreeMap<String, Lease>, String> {
-        match bounded(self.read_bound(), self.leases.list(label)).await {
-            Some(Ok(listed)) => Ok(listed),
-            Some(Err(error)) => Err(format!("listing {what}: {error}")),
-            None => Err(format!(
-                "listing {what}: no answer within {:?}",
-                self.read_bound()
-            )),
-        }
-    }
-
-    /// What assignment reads, all at once: under leader election the leader Lease; sharded,
-    /// the membership Leases, the shards there are and the shard Leases.
-    async fn read_world(&self) -> Result<World, String> {
-        if let Plan::Leader { lease } = &self.config.plan {
-            return Ok(World {
-                members: BTreeMap::new(),
-                shards: BTreeSet::from([Shard::Leader(lease.clone())]),
-                recorded: self.get(lease).await?,
-            });
-        }
-        let (members, shards, recorded) = futures::try_join!(
-            self.list(MEMBER_LABEL, "membership Leases"),
-            self.shards(),
-            self.list(SHARD_KIND_LABEL, "shard Leases"),
-        )?;
-        Ok(World {
-            members,
-            shards,
-            recorded,
-        })
-    }
-
     /// Which shards are this replica's now, and the Lease requests that follow; then, now and
     /// then, the Leases left behind are collected.
     async fn assign(&mut self, world: World, renewed: &BTreeSet<Shard>) {
@@ -303,42 +259,6 @@ impl Coordinator {
             self.collect_garbage(&members, &recorded, &shards, now)
                 .await;
         }
-    }
-
-    /// The Lease `name`, as a one-entry listing (empty when it does not exist yet).
-    async fn get(&self, name: &str) -> Result<BTreeMap<String, Lease>, String> {
-        match bounded(self.read_bound(), self.leases.get(name)).await {
-            Some(Ok(found)) => Ok(found.into_iter().map(|l| (name.to_string(), l)).collect()),
-            Some(Err(error)) => Err(format!("reading Lease {name}: {error}")),
-            None => Err(format!(
-                "reading Lease {name}: no answer within {:?}",
-                self.config.retry_period
-            )),
-        }
-    }
-
-    /// Every shard there is: one per Connection, one per (Connection, API) the Ready bindings
-    /// use.
-    async fn shards(&self) -> Result<BTreeSet<Shard>, String> {
-        let api: Api<Connection> = Api::all(self.leases.client());
-        let listed = bounded(self.read_bound(), api.list_metadata(&ListParams::default())).await;
-        let connections: BTreeSet<String> = match listed {
-            Some(Ok(list)) => list
-                .items
-                .into_iter()
-                .filter_map(|c| c.metadata.name)
-                .collect(),
-            Some(Err(error)) => return Err(format!("listing Connections: {error}")),
-            None => return Err("listing Connections: no answer in time".to_string()),
-        };
-        let apis = self.shared.index.read(|index| index.active());
-        let mut shards: BTreeSet<Shard> = apis
-            .into_keys()
-            .filter(|(connection, _)| connections.contains(connection))
-            .map(|(connection, api)| Shard::Api { connection, api })
-            .collect();
-        shards.extend(connections.into_iter().map(Shard::Connection));
-        Ok(shards)
     }
 
     /// One pass over the shards assigned here and the shards held here.
@@ -577,16 +497,6 @@ impl Coordinator {
             warn!(%error, "releasing the membership Lease failed; it expires instead");
         }
     }
-}
-
-/// What one tick read for assignment.
-struct World {
-    /// Membership Leases by name (none under leader election).
-    members: BTreeMap<String, Lease>,
-    /// Every shard there is.
-    shards: BTreeSet<Shard>,
-    /// Shard Leases (or the leader Lease) by name.
-    recorded: BTreeMap<String, Lease>,
 }
 
 /// One shard's Lease request this tick, as [`decide`] chose it.

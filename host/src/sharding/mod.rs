@@ -32,6 +32,7 @@ mod coordinator;
 mod decision;
 mod leases;
 mod membership;
+mod reads;
 pub mod rendezvous;
 
 use std::time::Duration;
