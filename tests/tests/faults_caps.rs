@@ -2,25 +2,34 @@
 //! streams in, and the Connection says which cap and which flag raises it.
 //!
 //! The caps are process-wide (`konnector run` sets them once from its flags), so this binary
-//! sets a small `/openapi/v3` index cap before its konnector starts; its tests are the only
-//! ones it affects.
+//! sets a small `/openapi/v3` index cap and a small copy-status cap before its konnector
+//! starts, the same for every test; its tests are the only ones they affect.
 
 use anyhow::Result;
 use kbind_tests::fixtures::{connect, has_condition, shared_konnector, unique, wait_connection};
-use kbind_tests::syncenv::says;
+use kbind_tests::syncenv::{Scenario, WAIT, says, set_status, synced_condition, wait_for};
 use kbind_tests::testenv::shared_pair;
 use konnector::api::{SchemaPolicy, SchemaSource};
 use konnector::provider::limits::{self, Limits};
+use serde_json::json;
 
 /// Smaller than any kube-apiserver's `/openapi/v3` index (one entry per served group-version).
 const SMALL_INDEX: usize = 1024;
+/// Larger than a test widget's ordinary status, smaller than the one written here to exceed it.
+const SMALL_STATUS: usize = 2048;
+
+/// Sets this binary's caps, the same whichever test comes first.
+fn small_caps() {
+    limits::set(Limits {
+        openapi_index: SMALL_INDEX,
+        copy_status: SMALL_STATUS,
+        ..Limits::default()
+    });
+}
 
 #[tokio::test]
 async fn an_openapi_index_over_its_cap_makes_the_connection_say_so() -> Result<()> {
-    limits::set(Limits {
-        openapi_index: SMALL_INDEX,
-        ..Limits::default()
-    });
+    small_caps();
     let pair = shared_pair()?;
     shared_konnector(pair)?;
     pair.diagnose(async {
@@ -49,4 +58,39 @@ async fn an_openapi_index_over_its_cap_makes_the_connection_say_so() -> Result<(
         anyhow::Ok(())
     })
     .await
+}
+
+#[test]
+fn a_copy_status_over_its_cap_is_not_copied_back_and_the_instance_says_so() -> Result<()> {
+    small_caps();
+    Scenario::bound("caps-status").run(async |s| {
+        s.create_copied("w", json!({ "size": 1 })).await?;
+        let big = "x".repeat(2 * SMALL_STATUS);
+        set_status(&s.copies(), "w", json!({ "phase": big })).await?;
+        let told = wait_for("w Synced=False ResponseTooLarge", WAIT, || async {
+            let obj = s.instances().get("w").await?;
+            Ok(synced_condition(&obj).filter(|c| c["reason"] == "ResponseTooLarge"))
+        })
+        .await?;
+        says(
+            told["message"].as_str().unwrap_or_default(),
+            &[
+                &format!("more than the konnector keeps of a copy ({SMALL_STATUS} bytes"),
+                "--max-copy-status-bytes",
+            ],
+        );
+        let obj = s.instances().get("w").await?;
+        anyhow::ensure!(
+            obj.data["status"]["phase"] != json!(big),
+            "the oversized status was copied back"
+        );
+        // Shrunk on the provider: copied back, and in sync again.
+        set_status(&s.copies(), "w", json!({ "phase": "Running" })).await?;
+        wait_for("phase Running copied back", WAIT, || async {
+            let obj = s.instances().get("w").await?;
+            let synced = synced_condition(&obj).is_some_and(|c| c["status"] == "True");
+            Ok((obj.data["status"]["phase"] == "Running" && synced).then_some(()))
+        })
+        .await
+    })
 }

@@ -157,6 +157,7 @@ fn active_source(connection: &Connection) -> SchemaSource {
 fn reason(error: &SchemaError) -> Reason {
     match error {
         SchemaError::Refused(Refusal::BoundElsewhere { .. }) => Reason::APIBoundElsewhere,
+        SchemaError::Refused(Refusal::PinnedConnectionGone { .. }) => Reason::PinnedConnectionGone,
         SchemaError::Refused(Refusal::NotManaged { .. } | Refusal::ProtectedGroup { .. }) => {
             Reason::CRDNotManaged
         }

@@ -144,6 +144,9 @@ pub enum Error {
     /// Reading an exported API's consumer CRD (to tell whether kbind may install it) failed.
     #[error("reading CustomResourceDefinition {0} on the consumer: {1}")]
     ReadCrd(String, #[source] kube::Error),
+    /// Reading or re-pinning a consumer CRD pinned to a Connection that is gone failed.
+    #[error(transparent)]
+    Handover(#[from] crate::schema::handover::HandoverError),
     /// Maintaining the autoBind ClusterBinding failed.
     #[error("maintaining the autoBind ClusterBinding: {0}")]
     AutoBind(#[source] kube::Error),

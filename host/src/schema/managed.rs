@@ -52,6 +52,16 @@ pub enum Refusal {
         /// The Connection it is pinned to.
         other: String,
     },
+    /// The consumer CRD is pinned to a Connection that no longer exists and was installed from
+    /// another (or an unrecorded) provider cluster, so it is not taken over
+    /// ([`super::handover`]).
+    #[error("{message}")]
+    PinnedConnectionGone {
+        /// The CRD name.
+        crd: String,
+        /// What the handover says, with the steps to hand it over by hand.
+        message: String,
+    },
 }
 
 /// The group of an API named `<plural>.<group>`; empty when the name has no dot.

@@ -365,3 +365,66 @@ async fn synthesized_crds_match_the_provider_s_and_take_versions_per_resource() 
     })
     .await
 }
+
+#[tokio::test]
+async fn pull_all_takes_over_a_crd_pinned_to_a_deleted_connection_only_from_the_same_provider()
+-> Result<()> {
+    with_private_provider(
+        "handover-all",
+        async |_, consumer, cluster, provider, name| {
+            let group = "handover-all.example.org";
+            for kind in ["Widget", "Gadget"] {
+                install_crd(provider, &widget_crd(group, kind, true)?).await?;
+            }
+            let (widgets, gadgets) = (format!("widgets.{group}"), format!("gadgets.{group}"));
+            // As a deleted Connection left them: widgets installed from this provider cluster,
+            // gadgets from another.
+            let gone = format!("{name}-gone");
+            let uid = cluster_uid(provider).await?;
+            for (kind, recorded) in [("Widget", uid.as_str()), ("Gadget", "another-cluster")] {
+                let mut crd = widget_crd(group, kind, false)?;
+                let annotations = crd.annotations_mut();
+                annotations.insert(CONNECTION_ANNOTATION.into(), gone.clone());
+                annotations.insert(PROVIDER_CLUSTER_UID_ANNOTATION.into(), recorded.into());
+                install_crd(consumer, &crd).await?;
+            }
+            let schema = json!({"source": "CRD", "pullPolicy": "All"});
+            connect(
+                consumer,
+                cluster,
+                &name,
+                serde_json::from_value(schema)?,
+                false,
+            )
+            .await?;
+            let how = format!("{CONNECTION_ANNOTATION}={name} --overwrite");
+            let told = |c: &Connection| {
+                holds(c, "SchemaInSync=False", "CRDNotManaged")
+                    && message(c, "SchemaInSync").contains(&how)
+            };
+            let seen =
+                wait_connection(consumer, &name, "told how to hand gadgets over", told).await?;
+            says(
+                message(&seen, "SchemaInSync"),
+                &[
+                    &gadgets,
+                    &format!("pinned to Connection {gone}, which no longer exists"),
+                ],
+            );
+            assert!(
+                !message(&seen, "SchemaInSync").contains(&widgets),
+                "widgets is taken over, not refused: {}",
+                message(&seen, "SchemaInSync")
+            );
+            let crds: Api<CustomResourceDefinition> = Api::all(consumer.clone());
+            let pinned = async |api: &str| -> Result<Option<String>> {
+                let crd = crds.get(api).await?;
+                Ok(crd.annotations().get(CONNECTION_ANNOTATION).cloned())
+            };
+            assert_eq!(pinned(&widgets).await?, Some(name.clone()), "re-pinned");
+            assert_eq!(pinned(&gadgets).await?, Some(gone), "left as it was");
+            Ok(())
+        },
+    )
+    .await
+}

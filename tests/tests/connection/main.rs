@@ -26,7 +26,8 @@ use kbind_tests::fixtures::*;
 use kbind_tests::syncenv::{TestApi, cluster_uid, event_note, events_for, says, stays, wait_for};
 use kbind_tests::testenv::{Cluster, ClusterPair, shared_pair};
 use konnector::api::names::{
-    CLEANUP_FINALIZER, CONNECTION_ANNOTATION, EXPORTED_LABEL, MANAGED_LABEL, heartbeat_lease_name,
+    CLEANUP_FINALIZER, CONNECTION_ANNOTATION, EXPORTED_LABEL, MANAGED_LABEL,
+    PROVIDER_CLUSTER_UID_ANNOTATION, heartbeat_lease_name,
 };
 use konnector::api::{Binding, BindingSpec, ClusterBinding, Connection, SchemaPolicy};
 

@@ -151,7 +151,8 @@ async fn release_only(
             .shared
             .index
             .read(|i| i.pinned_connection(api_name, None).map(str::to_string)),
-        Refusal::ProtectedGroup { .. } => None,
+        // The Connection it is pinned to is gone: nobody syncs it.
+        Refusal::ProtectedGroup { .. } | Refusal::PinnedConnectionGone { .. } => None,
     }
     .filter(|owner| owner != scope.connection);
     let mut kept = others.namespaces.clone();

@@ -15,6 +15,7 @@ use crate::conditions::Desired;
 use crate::connection::{Error, Result};
 use crate::provider::discovery::Discovered;
 use crate::provider::kubeconfig::ProviderCredentials;
+use crate::schema::handover::{self, Handover};
 use crate::schema::versions::left_out_note;
 use crate::schema::{self, Refusal, SchemaError, Target, managed};
 
@@ -32,6 +33,7 @@ impl Steps<'_> {
         refused_installs(
             &self.ctx.shared.consumer,
             &self.connection.name_any(),
+            self.status.remote_cluster_uid.as_deref(),
             &discovered.apis,
         )
         .await
@@ -150,10 +152,15 @@ fn failure_reason(error: &SchemaError) -> Reason {
 }
 
 /// The exported APIs whose consumer CRD kbind may not install or update for `connection`
-/// (`schema::managed`), each with the reason.
+/// (`schema::managed`), each with the reason. A CRD pinned to a Connection that no longer
+/// exists is first offered to this one, reaching `provider_uid` ([`handover`]): taken over
+/// when it was installed from the same provider cluster, else refused with the steps to hand
+/// it over by hand. A failed read stops the reconcile (retried) rather than refuse: a refusal
+/// takes the API out of the autoBind ClusterBinding.
 async fn refused_installs(
     consumer: &kube::Client,
     connection: &str,
+    provider_uid: Option<&str>,
     apis: &[ExportedApi],
 ) -> Result<BTreeMap<String, Refusal>> {
     let crds: Api<CustomResourceDefinition> = Api::all(consumer.clone());
@@ -163,9 +170,24 @@ async fn refused_installs(
             .get_opt(&api.name)
             .await
             .map_err(|e| Error::ReadCrd(api.name.clone(), e))?;
-        if let Err(refusal) = managed::check(&api.name, existing.as_ref(), connection) {
-            refused.insert(api.name.clone(), refusal);
-        }
+        let refusal = match managed::check(&api.name, existing.as_ref(), connection) {
+            Ok(()) => continue,
+            Err(refusal @ Refusal::BoundElsewhere { .. }) => match (&existing, provider_uid) {
+                (Some(crd), Some(uid)) => {
+                    match handover::take_over(consumer, crd, connection, uid).await? {
+                        Handover::TakeOver => continue,
+                        Handover::Keep => refusal,
+                        Handover::Refused(message) => Refusal::PinnedConnectionGone {
+                            crd: api.name.clone(),
+                            message,
+                        },
+                    }
+                }
+                _ => refusal,
+            },
+            Err(refusal) => refusal,
+        };
+        refused.insert(api.name.clone(), refusal);
     }
     Ok(refused)
 }
