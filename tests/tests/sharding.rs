@@ -110,6 +110,9 @@ async fn a_killed_replica_s_shards_resume_elsewhere_within_the_lease_duration() 
         let after = lab.settled().await?;
         let history = poller.finish().await?;
         converged_everywhere(&sides, PER_API).await?;
+        // The killed replica gave nothing up; once its membership Lease has expired, each
+        // Connection shard's holder prunes its status fields, and every entry is its holder's.
+        entries_read_back(&lab, "kill", PER_API as u64).await?;
 
         let bound = TIMINGS.takeover_bound() + OBSERVED_WITHIN;
         let mut slowest = Duration::ZERO;
@@ -308,7 +311,7 @@ async fn every_replica_s_status_entries_read_back_whole_and_none_outlives_a_roll
         let sides = lab.world.bind(lab.pair, "rollout").await?;
         create_everywhere(&sides, 0..1, Arc::default()).await?;
         converged_everywhere(&sides, 1).await?;
-        entries_read_back(&lab, "rollout").await?;
+        entries_read_back(&lab, "rollout", 1).await?;
 
         // A rollout: each replica stopped as a Pod is, and a new one with a new name started.
         for i in 0..3 {
@@ -320,7 +323,7 @@ async fn every_replica_s_status_entries_read_back_whole_and_none_outlives_a_roll
                 .await?;
             lab.settled().await?;
         }
-        entries_read_back(&lab, "rollout").await?;
+        entries_read_back(&lab, "rollout", 1).await?;
 
         // An API removed from the east binding: drained once, its entry gone for good.
         let namespace = "rollout-east";
@@ -395,15 +398,16 @@ async fn every_replica_s_status_entries_read_back_whole_and_none_outlives_a_roll
 const STATUS_INTERVAL: Duration = Duration::from_secs(30);
 
 /// Waits until both bindings of test `prefix` carry, for every API, the entry its shard's
-/// holder applied, read back whole, and no field manager of another replica.
-async fn entries_read_back(lab: &Lab, prefix: &str) -> anyhow::Result<()> {
+/// holder applied, read back whole with `per_api` instances synced, and no field manager of
+/// another replica.
+async fn entries_read_back(lab: &Lab, prefix: &str, per_api: u64) -> anyhow::Result<()> {
     let holders = lab.settled().await?;
     for connection in CONNECTIONS {
         let namespace = format!("{prefix}-{connection}");
         let what = format!("every replica's entries in {namespace} read back");
         wait_for(&what, SETTLE, || async {
             let binding = status::binding(&lab.consumer, &namespace).await?;
-            let wrong = status::entries_of_the_holders(&binding, connection, &holders, 1);
+            let wrong = status::entries_of_the_holders(&binding, connection, &holders, per_api);
             anyhow::ensure!(wrong.is_empty(), "{}", wrong.join("\n"));
             Ok(Some(()))
         })
