@@ -5,7 +5,9 @@
 
 use anyhow::Result;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition as Crd;
-use kbind_tests::fixtures::ensure_namespace;
+use kbind_tests::eventually;
+use kbind_tests::fixtures::{CONVERGE, ensure_namespace, private_cluster};
+use kbind_tests::syncenv::appears;
 use kbind_tests::syncenv::remains::Left::{Gone, Kept};
 use kbind_tests::syncenv::remains::{delete_gone, expect_left, kind, wait_left};
 use konnector::api::{ClusterBinding, Connection};
@@ -77,5 +79,32 @@ fn unbinding_a_cluster_binding_beside_one_with_a_typod_connection_needs_yes() ->
         delete_gone(&c.consumer, kind::<ClusterBinding>(), &typo_path).await?;
         c.ok(&["disconnect", "cftypo"], &[]).await?;
         Ok(())
+    })
+}
+
+#[test]
+fn disconnecting_an_auto_bind_connection_needs_yes_for_what_its_cluster_binding_installed()
+-> Result<()> {
+    Cli::run("cfauto", async |c| {
+        // autoBind binds every export of its provider: this one has a provider of its own.
+        let cluster = tokio::task::spawn_blocking(|| private_cluster("cfauto")).await??;
+        let provider = cluster.client().await?;
+        c.api.install_on_provider(&provider).await?;
+        c.connect(cluster.admin(), &["--auto-bind"]).await?;
+        ensure_namespace(&c.consumer, &c.name).await?;
+        // The autoBind ClusterBinding installs the consumer CRD; the instance syncs.
+        let create = || {
+            c.api
+                .create(&c.consumer, Some(&c.name), "w1", json!({"size": 1}))
+        };
+        eventually(CONVERGE, create).await?;
+        appears(&c.api.api(&provider, Some(&c.name)), "w1").await?;
+
+        refused_then_dry_run_then_done(c, &["disconnect", "cfauto"]).await?;
+        expect_left(&[
+            (&c.consumer, kind::<Connection>(), "cfauto", Gone),
+            (&c.consumer, kind::<ClusterBinding>(), "cfauto", Gone),
+        ])
+        .await
     })
 }
