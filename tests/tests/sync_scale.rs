@@ -1,4 +1,5 @@
-//! Many instances: 1 000 instances reach the provider, and the test reports the time taken;
+//! Many instances: 1 000 instances reach the provider through the syncer's work queue, which
+//! drains, and the test reports the time taken;
 //! instances in sync cost no API request when nothing changes, however often they resync, nor
 //! do the binding's periodic reconciles read its CRDs again; a
 //! watch that cannot resume (`410 Gone`) lists again at a few thousand instances and neither
@@ -8,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use kbind_tests::faults::{Sides, force_relists, instance_name};
 use kbind_tests::fixtures::served_requests;
-use kbind_tests::syncenv::Scenario;
-use konnector::telemetry::{ApiLabels, WatchLabels, metrics};
+use kbind_tests::syncenv::{Scenario, WAIT, wait_for};
+use konnector::telemetry::{ApiLabels, WatchLabels, WorkQueueLabels, metrics};
 use serde_json::json;
 
 const INSTANCES: usize = 1000;
@@ -31,6 +32,22 @@ fn thousand_instances_reach_the_provider() -> anyhow::Result<()> {
         let last = INSTANCES - 1;
         let spec = json!({ "index": last });
         s.copy_with_spec(&instance_name("w", last), spec).await?;
+        // Every instance went through the syncer's queue, and the queue drains.
+        let queue = WorkQueueLabels {
+            controller: "sync",
+            api: s.api.name(),
+        };
+        let adds = metrics().workqueue_adds.get_or_create(&queue).get();
+        anyhow::ensure!(
+            adds >= INSTANCES as u64,
+            "{adds} keys queued for {INSTANCES} instances"
+        );
+        let depth = || metrics().workqueue_depth.get_or_create(&queue).get();
+        wait_for("the syncer's queue drained", WAIT, || async {
+            Ok((depth() == 0).then_some(()))
+        })
+        .await?;
+        println!("work queue: {adds} adds, drained");
         Ok(())
     })
 }

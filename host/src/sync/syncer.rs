@@ -82,6 +82,7 @@ fn error_policy(obj: Arc<CachedInstance>, err: &Error, ctx: Arc<SyncContext>) ->
             "instance reconcile failed"
         );
     }
+    ctx.queue.retried();
     Action::requeue(delay)
 }
 
@@ -245,7 +246,17 @@ pub(super) async fn run(
         }
         event
     })
-    .applied_objects();
+    .applied_objects()
+    .inspect({
+        let ctx = ctx.clone();
+        move |instance| {
+            if let Ok(instance) = instance {
+                let meta = &instance.metadata;
+                let name = meta.name.as_deref().unwrap_or_default();
+                ctx.queue.added(meta.namespace.as_deref(), name);
+            }
+        }
+    });
     let selections = super::selection_changes::selection_changes(
         ctx.shared.index.clone(),
         ctx.spec.connection.clone(),
@@ -273,7 +284,17 @@ pub(super) async fn run(
         selections.boxed(),
         resyncs.boxed(),
         woken.boxed(),
-    ]);
+    ])
+    .inspect({
+        let ctx = ctx.clone();
+        move |key| {
+            if let Ok(key) = key {
+                let meta = &key.metadata;
+                let name = meta.name.as_deref().unwrap_or_default();
+                ctx.queue.added(meta.namespace.as_deref(), name);
+            }
+        }
+    });
     let trigger_type = cache_type.clone();
     Controller::for_stream_with(instances, consumer_store, cache_type)
         .with_config(ControllerConfig::default().concurrency(ctx.settings.concurrency))

@@ -127,3 +127,12 @@ pub struct InstanceStateLabels {
     /// `synced`, `conflicting`, `failing` or `pending`.
     pub state: &'static str,
 }
+
+/// Labels of work-queue metrics.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WorkQueueLabels {
+    /// The controller whose queue it is (`sync`).
+    pub controller: &'static str,
+    /// `<plural>.<group>`.
+    pub api: String,
+}

@@ -13,7 +13,7 @@ use prometheus_client::registry::Registry;
 use super::labels::{
     ApiLabels, BuildLabels, ClientLatencyLabels, ClientRequestLabels, ClientRetryLabels,
     ControllerLabels, HandoverLabels, InstanceStateLabels, PolicyFailureLabels, PolicyLabels,
-    RelatedLabels, RelatedReadLabels, ShardKindLabels, WatchLabels,
+    RelatedLabels, RelatedReadLabels, ShardKindLabels, WatchLabels, WorkQueueLabels,
 };
 
 /// Every metric the konnector exports.
@@ -77,6 +77,15 @@ pub struct Metrics {
     /// Requests the client layer sent again after a transient answer, per cluster and what
     /// the failed attempt got.
     pub client_retries: Family<ClientRetryLabels, Counter>,
+    /// Keys waiting in a controller's queue for their reconcile, per controller and API
+    /// ([`super::WorkQueue`]).
+    pub workqueue_depth: Family<WorkQueueLabels, Gauge>,
+    /// Events that queued a key (a key already waiting included).
+    pub workqueue_adds: Family<WorkQueueLabels, Counter>,
+    /// Failed reconciles scheduled again.
+    pub workqueue_retries: Family<WorkQueueLabels, Counter>,
+    /// How long a key waited, from its first trigger to its reconcile's start.
+    pub workqueue_duration: Family<WorkQueueLabels, Histogram>,
 }
 
 fn latency_histogram() -> Histogram {
@@ -113,6 +122,10 @@ impl Metrics {
             client_requests: Family::default(),
             client_retries: Family::default(),
             client_request_duration: Family::new_with_constructor(latency_histogram),
+            workqueue_depth: Family::default(),
+            workqueue_adds: Family::default(),
+            workqueue_retries: Family::default(),
+            workqueue_duration: Family::new_with_constructor(latency_histogram),
             registry: Registry::default(),
         };
         registry.register(
@@ -240,6 +253,26 @@ impl Metrics {
             "API request latency until the answer's head, per cluster and verb",
             metrics.client_request_duration.clone(),
         );
+        registry.register(
+            "workqueue_depth",
+            "Keys waiting in a controller's queue for their reconcile, per controller and API",
+            metrics.workqueue_depth.clone(),
+        );
+        registry.register(
+            "workqueue_adds",
+            "Events that queued a key, per controller and API (a key already waiting included)",
+            metrics.workqueue_adds.clone(),
+        );
+        registry.register(
+            "workqueue_retries",
+            "Failed reconciles scheduled again, per controller and API",
+            metrics.workqueue_retries.clone(),
+        );
+        registry.register(
+            "workqueue_queue_duration_seconds",
+            "How long a key waited in a controller's queue, from its first trigger to its reconcile's start",
+            metrics.workqueue_duration.clone(),
+        );
         metrics
             .build_info
             .get_or_create(&BuildLabels {
@@ -324,6 +357,14 @@ impl Metrics {
                 cluster: "provider",
                 verb: "get",
             });
+        let queue = WorkQueueLabels {
+            controller: "sync",
+            api: "widgets.example.org".into(),
+        };
+        let _ = m.workqueue_depth.get_or_create(&queue);
+        let _ = m.workqueue_adds.get_or_create(&queue);
+        let _ = m.workqueue_retries.get_or_create(&queue);
+        let _ = m.workqueue_duration.get_or_create(&queue);
         let _ = m.instances.get_or_create(&InstanceStateLabels {
             api: "widgets.example.org".into(),
             state: "synced",

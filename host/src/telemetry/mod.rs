@@ -7,13 +7,15 @@ mod logging;
 mod metrics;
 mod requests;
 mod server;
+mod workqueue;
 
 pub use labels::{
     ApiLabels, BuildLabels, ClientLatencyLabels, ClientRequestLabels, ClientRetryLabels,
     ControllerLabels, HandoverLabels, InstanceStateLabels, PolicyFailureLabels, PolicyLabels,
-    RelatedLabels, RelatedReadLabels, ShardKindLabels, WatchLabels,
+    RelatedLabels, RelatedReadLabels, ShardKindLabels, WatchLabels, WorkQueueLabels,
 };
 pub use logging::{LogFormat, init_logging};
 pub use metrics::{Metrics, ReconcileTimer, metrics};
 pub use requests::RequestMetrics;
 pub use server::{Health, serve_health, serve_metrics};
+pub use workqueue::WorkQueue;

@@ -30,7 +30,7 @@ use crate::markers::{InstanceKey, key_of};
 use crate::registry::ApiKey;
 use crate::schema::ApiTarget;
 use crate::shared::Shared;
-use crate::telemetry::{ApiLabels, metrics};
+use crate::telemetry::{ApiLabels, WorkQueue, metrics};
 
 use super::{Error, Result, SyncConfig};
 use crate::recent::RecentWrites;
@@ -60,6 +60,8 @@ pub(super) struct SyncContext {
     outcome_api: ApiKey,
     /// `kbind_in_sync_checks_total` of this API.
     in_sync_checks: Counter,
+    /// The controller's queue, counted at its edges (`kbind_workqueue_*`).
+    pub(crate) queue: WorkQueue,
     /// Whether this API's status schema prunes the instance `Synced` condition.
     conditions_pruned: AtomicBool,
     /// Timings.
@@ -146,6 +148,7 @@ impl SyncContext {
             })
             .clone();
         Self {
+            queue: WorkQueue::new("sync", &spec.api),
             ar: spec.target.api_resource(),
             cache_type,
             outcome_api: (spec.connection.clone(), spec.api.clone()),
