@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, bail};
-use serde_yaml::{Mapping, Value};
+use serde_json::{Map, Value};
 
 /// File fields and the embedded field each becomes.
 const FILE_FIELDS: &[(&str, &str, bool)] = &[
@@ -23,12 +23,12 @@ pub fn prepare(path: &Path, context: Option<&str>) -> anyhow::Result<String> {
         .with_context(|| format!("reading provider kubeconfig {}", path.display()))?;
     let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
     let doc: Value =
-        serde_yaml::from_str(&text).with_context(|| format!("{} is not YAML", path.display()))?;
+        serde_saphyr::from_str(&text).with_context(|| format!("{} is not YAML", path.display()))?;
     let out = minify_flatten(&doc, context, &|file| {
         let file = resolve(&base, file);
         std::fs::read(&file).with_context(|| format!("reading {}", file.display()))
     })?;
-    Ok(serde_yaml::to_string(&out)?)
+    Ok(serde_saphyr::to_string(&out)?)
 }
 
 fn resolve(base: &Path, file: &str) -> PathBuf {
@@ -70,19 +70,19 @@ pub fn minify_flatten(
             "user {user_name:?} authenticates with an exec or auth-provider plugin, which the konnector does not run: use a token or client-certificate kubeconfig (e.g. a service account token)"
         );
     }
-    let mut out = Mapping::new();
+    let mut out = Map::new();
     out.insert("apiVersion".into(), "v1".into());
     out.insert("kind".into(), "Config".into());
-    out.insert("clusters".into(), Value::Sequence(vec![cluster]));
-    out.insert("users".into(), Value::Sequence(vec![user]));
-    out.insert("contexts".into(), Value::Sequence(vec![entry.clone()]));
+    out.insert("clusters".into(), Value::Array(vec![cluster]));
+    out.insert("users".into(), Value::Array(vec![user]));
+    out.insert("contexts".into(), Value::Array(vec![entry.clone()]));
     out.insert("current-context".into(), context.into());
-    Ok(Value::Mapping(out))
+    Ok(Value::Object(out))
 }
 
 fn named<'a>(doc: &'a Value, list: &str, name: &str) -> Option<&'a Value> {
     doc[list]
-        .as_sequence()?
+        .as_array()?
         .iter()
         .find(|e| e["name"].as_str() == Some(name))
 }
@@ -91,7 +91,7 @@ fn flatten(
     section: &mut Value,
     read: &dyn Fn(&str) -> anyhow::Result<Vec<u8>>,
 ) -> anyhow::Result<()> {
-    let Some(map) = section.as_mapping_mut() else {
+    let Some(map) = section.as_object_mut() else {
         return Ok(());
     };
     for (file_key, data_key, encode) in FILE_FIELDS {
@@ -153,11 +153,11 @@ contexts:
 
     #[test]
     fn only_the_current_context_is_kept_with_files_embedded() -> anyhow::Result<()> {
-        let doc: Value = serde_yaml::from_str(TWO_CONTEXTS)?;
+        let doc: Value = serde_saphyr::from_str(TWO_CONTEXTS)?;
         let out = minify_flatten(&doc, None, &fake_read)?;
         assert_eq!(out["current-context"], "provider");
-        assert_eq!(out["clusters"].as_sequence().map(Vec::len), Some(1));
-        assert_eq!(out["users"].as_sequence().map(Vec::len), Some(1));
+        assert_eq!(out["clusters"].as_array().map(Vec::len), Some(1));
+        assert_eq!(out["users"].as_array().map(Vec::len), Some(1));
         let cluster = &out["clusters"][0]["cluster"];
         assert!(cluster.get("certificate-authority").is_none());
         assert_eq!(
@@ -173,7 +173,7 @@ contexts:
 
     #[test]
     fn another_context_can_be_chosen() -> anyhow::Result<()> {
-        let doc: Value = serde_yaml::from_str(TWO_CONTEXTS)?;
+        let doc: Value = serde_saphyr::from_str(TWO_CONTEXTS)?;
         let out = minify_flatten(&doc, Some("other"), &fake_read)?;
         assert_eq!(out["clusters"][0]["name"], "other");
         assert_eq!(out["users"][0]["user"]["token"], "x");
@@ -182,7 +182,7 @@ contexts:
 
     #[test]
     fn exec_plugins_are_refused_before_anything_is_stored() -> anyhow::Result<()> {
-        let doc: Value = serde_yaml::from_str(
+        let doc: Value = serde_saphyr::from_str(
             &TWO_CONTEXTS.replace("user: {token: x}", "user: {exec: {command: aws}}"),
         )?;
         assert!(minify_flatten(&doc, Some("other"), &fake_read).is_err());
@@ -191,7 +191,7 @@ contexts:
 
     #[test]
     fn a_missing_context_is_an_error() -> anyhow::Result<()> {
-        let doc: Value = serde_yaml::from_str(TWO_CONTEXTS)?;
+        let doc: Value = serde_saphyr::from_str(TWO_CONTEXTS)?;
         assert!(minify_flatten(&doc, Some("nope"), &fake_read).is_err());
         Ok(())
     }

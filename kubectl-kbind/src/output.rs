@@ -27,7 +27,7 @@ pub fn print<T: Serialize>(format: OutputFormat, value: &T) -> anyhow::Result<()
 pub fn render<T: Serialize>(format: OutputFormat, value: &T) -> anyhow::Result<String> {
     Ok(match format {
         OutputFormat::Json => format!("{}\n", serde_json::to_string_pretty(value)?),
-        OutputFormat::Yaml => serde_yaml::to_string(value)?,
+        OutputFormat::Yaml => serde_saphyr::to_string(value)?,
         OutputFormat::Name => names(&serde_json::to_value(value)?)?,
     })
 }
@@ -152,7 +152,7 @@ mod tests {
             OutputFormat::Yaml,
             &list(&[serde_json::json!({"kind": "X"})])?,
         )?;
-        let back: serde_json::Value = serde_yaml::from_str(&yaml)?;
+        let back: serde_json::Value = serde_saphyr::from_str(&yaml)?;
         assert_eq!(back["kind"], "List");
         assert_eq!(back["items"][0]["kind"], "X");
         Ok(())

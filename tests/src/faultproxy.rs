@@ -196,13 +196,13 @@ impl FaultProxy {
 pub fn kubeconfig_through(source: &Path, link: &Link, target: &Path) -> Result<PathBuf> {
     let text =
         std::fs::read_to_string(source).with_context(|| format!("reading {}", source.display()))?;
-    let mut config: serde_yaml::Value = serde_yaml::from_str(&text)?;
+    let mut config: serde_json::Value = serde_saphyr::from_str(&text)?;
     let clusters = config["clusters"]
-        .as_sequence_mut()
+        .as_array_mut()
         .context("the kubeconfig lists no clusters")?;
     for cluster in clusters {
-        cluster["cluster"]["server"] = serde_yaml::Value::from(format!("https://{}", link.listen));
+        cluster["cluster"]["server"] = serde_json::Value::from(format!("https://{}", link.listen));
     }
-    std::fs::write(target, serde_yaml::to_string(&config)?)?;
+    std::fs::write(target, serde_saphyr::to_string(&config)?)?;
     Ok(target.to_path_buf())
 }

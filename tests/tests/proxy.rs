@@ -48,7 +48,7 @@ fn renamed_kubeconfig(pair: &ClusterPair, proxy_url: Option<&str>) -> Result<(St
     cluster.server = Some(format!("https://{PROVIDER_NAME}:{port}"));
     cluster.tls_server_name = Some("localhost".to_string());
     cluster.proxy_url = proxy_url.map(str::to_string);
-    Ok((serde_yaml::to_string(&kubeconfig)?, port))
+    Ok((serde_saphyr::to_string(&kubeconfig)?, port))
 }
 
 #[test]

@@ -101,7 +101,7 @@ pub async fn run(args: &RbacArgs, namespace: Option<&str>) -> anyhow::Result<()>
     let subject = subject(args.subject_kind, &args.subject, namespace)?;
     let placed = placed_namespaces(args).await?;
     for doc in generate(args, subject, placed.as_deref()) {
-        print!("---\n{}", serde_yaml::to_string(&doc)?);
+        print!("---\n{}", serde_saphyr::to_string(&doc)?);
     }
     Ok(())
 }

@@ -330,7 +330,7 @@ pub fn token_kubeconfig(
     account: &str,
     token: &str,
 ) -> anyhow::Result<String> {
-    let admin: Value = serde_yaml::from_str(admin_yaml)?;
+    let admin: Value = serde_saphyr::from_str(admin_yaml)?;
     let cluster = admin["clusters"][0].clone();
     let cluster_name = cluster["name"]
         .as_str()
@@ -344,7 +344,7 @@ pub fn token_kubeconfig(
         "contexts": [{"name": user, "context": {"cluster": cluster_name, "user": user, "namespace": namespace}}],
         "current-context": user,
     });
-    Ok(serde_yaml::to_string(&doc)?)
+    Ok(serde_saphyr::to_string(&doc)?)
 }
 
 /// A client for a kubeconfig given as YAML.
@@ -566,7 +566,7 @@ current-context: admin@provider
     fn the_konnector_kubeconfig_keeps_the_cluster_and_carries_only_the_token() -> anyhow::Result<()>
     {
         let written = token_kubeconfig(ADMIN, "kbind", "konnector", "t0ken")?;
-        let doc: Value = serde_yaml::from_str(&written)?;
+        let doc: Value = serde_saphyr::from_str(&written)?;
         assert_eq!(
             doc["clusters"][0]["cluster"]["server"],
             "https://127.0.0.1:6443"

@@ -458,5 +458,5 @@ impl Drop for Stack {
 }
 
 fn yaml<T: serde::Serialize>(items: &[T]) -> String {
-    serde_yaml::to_string(items).unwrap_or_else(|e| format!("(unprintable: {e})"))
+    serde_saphyr::to_string(&items).unwrap_or_else(|e| format!("(unprintable: {e})"))
 }

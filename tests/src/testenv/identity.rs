@@ -136,7 +136,7 @@ pub(crate) fn write_kubeconfig(
         }],
         "current-context": cluster,
     });
-    let yaml = serde_yaml::to_string(&document).map_err(Error::RenderKubeconfig)?;
+    let yaml = serde_saphyr::to_string(&document).map_err(Error::RenderKubeconfig)?;
     fsutil::write_private(path, &yaml)?;
     Ok(Identity {
         cluster: cluster.to_string(),

@@ -182,7 +182,7 @@ pub enum Error {
     Runtime(std::io::Error),
     /// A kubeconfig could not be rendered.
     #[error("rendering a kubeconfig: {0}")]
-    RenderKubeconfig(serde_yaml::Error),
+    RenderKubeconfig(serde_saphyr::SerializeError),
     /// A kubeconfig could not be loaded.
     #[error("loading kubeconfig {path}: {source}")]
     LoadKubeconfig {

@@ -52,9 +52,9 @@ fn every_value_in_values_yaml_is_documented() -> Result<()> {
             return;
         }
         match value {
-            Value::Mapping(fields) if !fields.is_empty() => {
+            Value::Object(fields) if !fields.is_empty() => {
                 for (key, field) in fields {
-                    let key = key.as_str().unwrap_or("?");
+                    let key = key.as_str();
                     let path = if path.is_empty() {
                         key.to_string()
                     } else {

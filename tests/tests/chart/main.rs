@@ -23,7 +23,7 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
 use anyhow::{Context as _, Result, anyhow, bail, ensure};
-use serde_yaml::Value;
+use serde_json::Value;
 
 const CHART: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../charts/konnector");
 const RELEASE: &str = "kbind";
@@ -98,7 +98,7 @@ fn render(values: &str) -> Result<Rendered> {
 }
 
 fn yaml(text: &str) -> Result<Value> {
-    serde_yaml::from_str(text).with_context(|| format!("parsing {text}"))
+    serde_saphyr::from_str(text).with_context(|| format!("parsing {text}"))
 }
 
 /// Compares only the fields `expected` names, so a test states just the fields its
@@ -106,11 +106,11 @@ fn yaml(text: &str) -> Result<Value> {
 fn assert_fields(actual: &Value, expected: &Value) -> Result<()> {
     fn mismatch(actual: &Value, expected: &Value, path: &str) -> Option<String> {
         match (actual, expected) {
-            (_, Value::Mapping(fields)) => fields.iter().find_map(|(key, want)| {
-                let path = format!("{path}.{}", key.as_str().unwrap_or("?"));
+            (_, Value::Object(fields)) => fields.iter().find_map(|(key, want)| {
+                let path = format!("{path}.{}", key.as_str());
                 mismatch(actual.get(key).unwrap_or(&Value::Null), want, &path)
             }),
-            (Value::Sequence(got), Value::Sequence(want)) if got.len() == want.len() => {
+            (Value::Array(got), Value::Array(want)) if got.len() == want.len() => {
                 let mut pairs = got.iter().zip(want).enumerate();
                 pairs.find_map(|(i, (got, want))| mismatch(got, want, &format!("{path}[{i}]")))
             }
@@ -118,7 +118,7 @@ fn assert_fields(actual: &Value, expected: &Value) -> Result<()> {
         }
     }
     match mismatch(actual, expected, "") {
-        Some(difference) => bail!("{difference}\nin {}", serde_yaml::to_string(actual)?),
+        Some(difference) => bail!("{difference}\nin {}", serde_saphyr::to_string(actual)?),
         None => Ok(()),
     }
 }
@@ -182,7 +182,7 @@ impl Rendered {
 
     /// The Pod's only container, the konnector.
     fn container(&self) -> Result<&Value> {
-        let containers = self.pod_spec()?["containers"].as_sequence();
+        let containers = self.pod_spec()?["containers"].as_array();
         match containers.map(Vec::as_slice).unwrap_or_default() {
             [only] if only["name"] == "konnector" => Ok(only),
             other => bail!("expected only the konnector container, got {other:?}"),
@@ -193,18 +193,18 @@ impl Rendered {
     /// are `Kind/name` (or `Kind/namespace/name`), `pod` and `container` for the konnector's
     /// pod spec and container, or `args` for its arguments joined by spaces.
     fn expect(&self, expected: &str) -> Result<()> {
-        let objects: serde_yaml::Mapping = serde_yaml::from_str(expected)?;
+        let objects: serde_json::Map<String, Value> = serde_saphyr::from_str(expected)?;
         for (key, fields) in &objects {
-            let actual = match key.as_str().map(|k| (k, k.split_once('/'))) {
-                Some((_, Some((kind, path)))) => match path.split_once('/') {
+            let actual = match (key.as_str(), key.split_once('/')) {
+                (_, Some((kind, path))) => match path.split_once('/') {
                     Some((namespace, name)) => self.get_in(kind, namespace, name)?.clone(),
                     None => self.get(kind, path)?.clone(),
                 },
-                Some(("pod", None)) => self.pod_spec()?.clone(),
-                Some(("container", None)) => self.container()?.clone(),
-                Some(("args", None)) => {
+                ("pod", None) => self.pod_spec()?.clone(),
+                ("container", None) => self.container()?.clone(),
+                ("args", None) => {
                     let args: Vec<String> =
-                        serde_yaml::from_value(self.container()?["args"].clone())?;
+                        serde_json::from_value(self.container()?["args"].clone())?;
                     args.join(" ").into()
                 }
                 _ => bail!("no object {key:?}"),

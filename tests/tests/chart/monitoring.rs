@@ -80,7 +80,7 @@ fn alert_expressions_name_only_metrics_the_konnector_exports() -> Result<()> {
     let values = "metrics: {prometheusRule: {enabled: true, alertLabels: {team: platform}}}";
     let rendered = render(values)?;
     let rule = rendered.get("PrometheusRule", FULLNAME)?;
-    let rules = rule["spec"]["groups"][0]["rules"].as_sequence();
+    let rules = rule["spec"]["groups"][0]["rules"].as_array();
     let rules = rules.context("no rules rendered")?;
     let exported = exported_sample_names();
     let mut alerts = BTreeSet::new();

@@ -85,7 +85,7 @@ fn credential_secrets_are_readable_only_in_the_secret_namespace() -> Result<()> 
     elsewhere.expect(&credential_rbac("credentials"))?;
     // No cluster-wide rule names Secrets.
     for role in elsewhere.of_kind("ClusterRole") {
-        let rules = serde_yaml::to_string(&role.value["rules"])?;
+        let rules = serde_saphyr::to_string(&role.value["rules"])?;
         assert!(!rules.contains("secrets"), "{}", role.text);
     }
     Ok(())

@@ -18,7 +18,6 @@ use kbind_tests::syncenv::{TestApi, appears};
 use kbind_tests::testenv::{Cluster, ClusterPair, Identity, kube_binary, shared_pair};
 use kube::api::DynamicObject;
 use kube::{Api, Client};
-use serde::Deserialize as _;
 use serde_json::Value;
 
 /// How long the CLI may wait for the konnector in these tests.
@@ -197,10 +196,9 @@ impl Cli {
         let mut args: Vec<_> = rbac.split_whitespace().collect();
         args.extend(extra);
         let rbac = self.kbind(&args).await?.expect(0, &[])?;
-        let documents = serde_yaml::Deserializer::from_str(&rbac.stdout)
-            .map(Value::deserialize)
-            .filter(|doc| !matches!(doc, Ok(Value::Null)));
-        Ok((identity, documents.collect::<Result<_, _>>()?))
+        let documents: Vec<Value> = serde_saphyr::from_multiple(&rbac.stdout)?;
+        let documents = documents.into_iter().filter(|doc| !doc.is_null());
+        Ok((identity, documents.collect()))
     }
 
     /// Applies RBAC documents on the provider as `kubectl apply -f` does.

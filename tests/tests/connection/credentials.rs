@@ -149,7 +149,7 @@ const KUBECONFIG_NAMES: [&str; 3] = ["cluster-x9q", "user-x9q", "context-x9q"];
 /// The provider's admin kubeconfig under [`KUBECONFIG_NAMES`], its context namespace
 /// `namespace` (where a heartbeat Lease would go), its cluster entry changed by `edit`.
 fn provider_kubeconfig(pair: &ClusterPair, namespace: &str, edit: &Value) -> Result<String> {
-    let admin: Value = serde_yaml::from_str(&pair.provider.admin().kubeconfig_yaml()?)?;
+    let admin: Value = serde_saphyr::from_str(&pair.provider.admin().kubeconfig_yaml()?)?;
     let mut entry = admin["clusters"][0]["cluster"].clone();
     for (key, value) in edit.as_object().context("edit")? {
         entry[key] = value.clone();
@@ -160,7 +160,7 @@ fn provider_kubeconfig(pair: &ClusterPair, namespace: &str, edit: &Value) -> Res
         "clusters": [{"name": cluster, "cluster": entry}],
         "users": [{"name": user, "user": admin["users"][0]["user"]}],
         "contexts": [{"name": context, "context": context_entry}]});
-    Ok(serde_yaml::to_string(&config)?)
+    Ok(serde_saphyr::to_string(&config)?)
 }
 
 #[tokio::test]

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use anyhow::Context as _;
-use serde_yaml::Value;
+use serde_json::Value;
 
 use crate::{GENERATED, cell};
 
@@ -33,7 +33,7 @@ pub fn page(dir: &Path) -> anyhow::Result<String> {
     for file in files {
         let text = std::fs::read_to_string(&file)?;
         let crd: Value =
-            serde_yaml::from_str(&text).with_context(|| format!("parsing {}", file.display()))?;
+            serde_saphyr::from_str(&text).with_context(|| format!("parsing {}", file.display()))?;
         kind(&mut out, &crd)?;
     }
     Ok(out)
@@ -47,7 +47,7 @@ fn kind(out: &mut String, crd: &Value) -> anyhow::Result<()> {
         .context("a CRD without spec.names.kind")?;
     let _ = write!(out, "\n## {kind}\n\n");
     let list = |v: &Value| -> String {
-        v.as_sequence()
+        v.as_array()
             .map(|s| {
                 s.iter()
                     .filter_map(Value::as_str)
@@ -67,10 +67,10 @@ fn kind(out: &mut String, crd: &Value) -> anyhow::Result<()> {
     let _ = writeln!(out, "| scope | {} |", str_of(&spec["scope"]));
     let _ = writeln!(out, "| short names | {} |", list(&names["shortNames"]));
     let _ = writeln!(out, "| categories | {} |", list(&names["categories"]));
-    for version in spec["versions"].as_sequence().into_iter().flatten() {
+    for version in spec["versions"].as_array().into_iter().flatten() {
         let name = str_of(&version["name"]);
         let columns: Vec<String> = version["additionalPrinterColumns"]
-            .as_sequence()
+            .as_array()
             .into_iter()
             .flatten()
             .map(|c| {
@@ -110,7 +110,7 @@ fn str_of(v: &Value) -> &str {
 
 fn is_required(parent: &Value, name: &str) -> bool {
     parent["required"]
-        .as_sequence()
+        .as_array()
         .is_some_and(|r| r.iter().any(|n| n.as_str() == Some(name)))
 }
 
@@ -122,9 +122,9 @@ fn fields(out: &mut String, path: &str, node: &Value, required: bool) {
         type_of(node),
         describe(node, required)
     );
-    if let Some(properties) = node["properties"].as_mapping() {
+    if let Some(properties) = node["properties"].as_object() {
         for (name, child) in properties {
-            let name = name.as_str().unwrap_or_default();
+            let name = name.as_str();
             fields(
                 out,
                 &format!("{path}.{name}"),
@@ -134,9 +134,9 @@ fn fields(out: &mut String, path: &str, node: &Value, required: bool) {
         }
     }
     let items = &node["items"];
-    if let Some(properties) = items["properties"].as_mapping() {
+    if let Some(properties) = items["properties"].as_object() {
         for (name, child) in properties {
-            let name = name.as_str().unwrap_or_default();
+            let name = name.as_str();
             fields(
                 out,
                 &format!("{path}[].{name}"),
@@ -151,7 +151,7 @@ fn type_of(node: &Value) -> String {
     let base = node["type"].as_str().unwrap_or("object");
     match base {
         "array" => format!("[]{}", node["items"]["type"].as_str().unwrap_or("object")),
-        "object" if node["additionalProperties"].is_mapping() => format!(
+        "object" if node["additionalProperties"].is_object() => format!(
             "map[string]{}",
             node["additionalProperties"]["type"]
                 .as_str()
@@ -167,7 +167,7 @@ fn describe(node: &Value, required: bool) -> String {
     if required {
         facts.push("Required.".to_string());
     }
-    if let Some(values) = node["enum"].as_sequence() {
+    if let Some(values) = node["enum"].as_array() {
         let values: Vec<String> = values.iter().map(|v| format!("`{}`", scalar(v))).collect();
         facts.push(format!("One of {}.", values.join(", ")));
     }
@@ -178,7 +178,7 @@ fn describe(node: &Value, required: bool) -> String {
         facts.push(format!("At least {min} item(s)."));
     }
     for rule in node["x-kubernetes-validations"]
-        .as_sequence()
+        .as_array()
         .into_iter()
         .flatten()
     {
@@ -186,7 +186,7 @@ fn describe(node: &Value, required: bool) -> String {
             facts.push(format!("{}.", cell(message).trim_end_matches('.')));
         }
     }
-    if let Some(keys) = node["x-kubernetes-list-map-keys"].as_sequence() {
+    if let Some(keys) = node["x-kubernetes-list-map-keys"].as_array() {
         let keys: Vec<&str> = keys.iter().filter_map(Value::as_str).collect();
         facts.push(format!("A map keyed by `{}`.", keys.join("`, `")));
     }
@@ -202,7 +202,7 @@ fn describe(node: &Value, required: bool) -> String {
 fn scalar(v: &Value) -> String {
     match v {
         Value::String(s) => s.clone(),
-        other => serde_yaml::to_string(other)
+        other => serde_saphyr::to_string(other)
             .map(|s| s.trim().replace('\n', " "))
             .unwrap_or_default(),
     }
