@@ -305,3 +305,26 @@ pub(crate) async fn publish(
         debug!(error = %e, "could not publish event");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_deletion_wait_names_the_copy_each_finalizer_and_the_way_out() {
+        let held = [
+            "example.org/cleanup".to_string(),
+            "other.io/hold".to_string(),
+        ];
+        let message = deletion_wait_message("team-a/w", &held);
+        for said in [
+            "team-a/w",
+            "example.org/cleanup, other.io/hold",
+            "deletion-policy=Orphan",
+        ] {
+            assert!(message.contains(said), "{said} in {message}");
+        }
+        let going = deletion_wait_message("w", &[]);
+        assert!(going.contains("no finalizer is left on it"), "{going}");
+    }
+}
