@@ -181,9 +181,8 @@ async fn secret_key(client: &Client, namespace: &str, name: &str, key: &str) -> 
     String::from_utf8(bytes).ok()
 }
 
-/// Whether the object `name` stays at `resource_version` for [`SETTLE`]: nobody writes it.
-async fn unwritten(consumer: &Client, name: &str, resource_version: &str) -> anyhow::Result<()> {
-    tokio::time::sleep(SETTLE).await;
+/// Fails unless the object `name` is still at `resource_version`: nobody wrote it since.
+async fn still_at(consumer: &Client, name: &str, resource_version: &str) -> anyhow::Result<()> {
     let now = bundles(consumer).get(name).await?;
     anyhow::ensure!(
         now.metadata.resource_version.as_deref() == Some(resource_version),
@@ -277,11 +276,14 @@ fn gitops_server_side_applies_need_no_force_and_a_reapply_writes_nothing() -> an
         apply_server_side(&w.pair.consumer, ARGO_MANAGER, &manifest).await?;
         let synced = observed_current(&c.consumer, name).await?;
         anyhow::ensure!(holds_syncer_finalizer(&synced), "no syncer finalizer");
-        // The tool re-applies its manifest, without --force-conflicts: no conflict, no write
-        // by anyone after it.
-        apply_server_side(&w.pair.consumer, ARGO_MANAGER, &manifest).await?;
+        // The tool re-applies its manifest every few seconds, without --force-conflicts: no
+        // conflict, and no write by anyone after it.
+        for _ in 0..3 {
+            apply_server_side(&w.pair.consumer, ARGO_MANAGER, &manifest).await?;
+            tokio::time::sleep(SETTLE / 3).await;
+        }
         let version = synced.metadata.resource_version.clone().unwrap_or_default();
-        unwritten(&c.consumer, name, &version).await?;
+        still_at(&c.consumer, name, &version).await?;
         // The konnector owns only its finalizer, its annotations and status.
         let now = bundles(&c.consumer).get(name).await?;
         assert_eq!(
@@ -327,8 +329,9 @@ fn client_side_apply_keeps_the_konnector_s_fields_and_a_reapply_writes_nothing()
         );
         let out = apply_client_side(&w.pair.consumer, &manifest).await?;
         anyhow::ensure!(out.contains("unchanged"), "kubectl apply said: {out}");
+        tokio::time::sleep(SETTLE).await;
         let version = synced.metadata.resource_version.clone().unwrap_or_default();
-        unwritten(&c.consumer, name, &version).await?;
+        still_at(&c.consumer, name, &version).await?;
         let now = bundles(&c.consumer).get(name).await?;
         let beyond = fields_beyond_konnector(&now, KUBECTL_CLIENT_SIDE_MANAGER);
         assert_eq!(beyond, Vec::<String>::new());
