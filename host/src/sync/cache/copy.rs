@@ -3,10 +3,11 @@
 //!
 //! ```text
 //! provider watch event (DynamicObject) ──▶ CachedCopy ──▶ provider cache (Store<CachedCopy>)
-//!   name, namespace, resourceVersion,         "does the copy match?"  (labels, markers,
-//!   generation, kbind's two labels, UID markers                        origin, spec digest)
-//!   the consumer object it records            "what status goes back?" (status, as JSON text)
-//!   sha256 of its spec, its status as JSON
+//!   name, namespace, resourceVersion          "does the copy match?"  (labels, markers,
+//!   kbind's two labels, both UID markers                               origin, spec digest)
+//!   the consumer object it records            "what status goes back?" (status, as JSON text,
+//!   sha256 of its spec, its status as JSON                              and the generation its
+//!   its generation                                                      observedGeneration means)
 //! ```
 //!
 //! A provider copy is kept once per instance for as long as the syncer runs, so its size is
