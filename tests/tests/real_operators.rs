@@ -291,7 +291,12 @@ fn gitops_server_side_applies_need_no_force_and_a_reapply_writes_nothing() -> an
             Vec::<String>::new()
         );
         let owners = managers(&now);
-        for expected in ["argocd-controller Apply", "kbind-konnector Update"] {
+        let expected_owners = [
+            "argocd-controller Apply",
+            "kbind-konnector Update",
+            "kbind-konnector Apply status",
+        ];
+        for expected in expected_owners {
             assert!(
                 owners.iter().any(|m| m == expected),
                 "{expected} in {owners:?}"
