@@ -1,13 +1,14 @@
-//! A real operator on the provider and a GitOps tool on the consumer, one test per promise.
+//! Real operators on the provider and a GitOps tool on the consumer, one test per promise.
 //!
-//! trust-manager (cert-manager's trust bundle operator, built from its Go module) runs against
-//! the provider apiserver and serves `bundles.trust.cert-manager.io`, bound through one
-//! ClusterBinding that also copies the Secrets it mints (`trust.cert-manager.io/bundle` labelled)
-//! back to the consumer. The consumer objects are written as GitOps tools write them, by the
-//! real kubectl: server-side apply under Argo CD's field manager, and client-side apply.
+//! Two operators built from their Go modules run against the provider apiserver: trust-manager
+//! (cert-manager's trust bundle operator) serves `bundles.trust.cert-manager.io` and mints
+//! Secrets (`trust.cert-manager.io/bundle` labelled), which the binding copies back to the
+//! consumer; kro serves `credentials.kro.run`, an API it installs from a graph, and holds its
+//! finalizer on each instance. The consumer objects are written as GitOps tools write them, by
+//! the real kubectl: server-side apply under Argo CD's field manager, and client-side apply.
 //!
-//! One konnector stack, one trust-manager and one binding serve every test of this binary (a
-//! consumer CRD belongs to one Connection); each test has its own bundles and namespaces.
+//! One konnector stack, both operators and one ClusterBinding serve every test of this binary
+//! (a consumer CRD belongs to one Connection); each test has its own objects and namespaces.
 
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -20,13 +21,16 @@ use kbind_tests::gitops::{
     apply_server_side, fields_beyond_konnector, kubectl, managers,
 };
 use kbind_tests::operators::{
-    BUNDLE_LABEL, BUNDLES, TrustManager, bundle_resource, bundles_export, ca_certificate, pem_body,
+    BUNDLES, CREDENTIALS, KRO_FINALIZER, Operator, bundle_resource, bundles_export, ca_certificate,
+    credential_resource, credentials_export, pem_body,
 };
-use kbind_tests::syncenv::{Stack, ensure_namespace, gone, holds_syncer_finalizer, wait_for};
+use kbind_tests::syncenv::{
+    Stack, ensure_namespace, event_note, gone, holds_syncer_finalizer, wait_for,
+};
 use kbind_tests::testenv::{ClusterPair, shared_pair};
 use konnector::api::{RelatedDirection, RelatedResource, RelatedResourceKind, RelatedSelector};
 use kube::api::{DynamicObject, Patch, PatchParams};
-use kube::{Api, Client};
+use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 
 /// The stack's name: its Connection and ClusterBinding.
@@ -39,15 +43,19 @@ const WAIT: Duration = Duration::from_secs(60);
 /// interval (5 s) and binding period (2 s).
 const SETTLE: Duration = Duration::from_secs(7);
 
-/// What every test shares: the konnector stack on its own runtime, trust-manager, the pair.
+/// The label trust-manager puts on every Secret it writes, valued with the bundle's name.
+const BUNDLE_LABEL: &str = "trust.cert-manager.io/bundle";
+
+/// What every test shares: the konnector stack on its own runtime, the operators, the pair.
 struct World {
     pair: &'static ClusterPair,
-    trust_manager: TrustManager,
+    trust_manager: Operator,
+    kro: Operator,
     _stack: Stack,
     _runtime: tokio::runtime::Runtime,
 }
 
-/// Starts the shared stack, trust-manager and the Ready ClusterBinding once per binary.
+/// Starts the shared stack, the operators and the Ready ClusterBinding once per binary.
 fn world() -> anyhow::Result<&'static World> {
     static WORLD: OnceLock<Result<World, String>> = OnceLock::new();
     WORLD
@@ -59,23 +67,25 @@ fn world() -> anyhow::Result<&'static World> {
 fn start_world() -> anyhow::Result<World> {
     let pair = shared_pair()?;
     let runtime = kbind_tests::runtime()?;
-    let (stack, trust_manager) = runtime.block_on(async {
-        let dir = pair.root().join("trust-manager");
+    let (stack, trust_manager, kro) = runtime.block_on(async {
+        let dir = pair.root().join("operators");
         std::fs::create_dir_all(&dir)?;
-        let trust_manager = TrustManager::start(&pair.provider, TRUST_NAMESPACE, &dir).await?;
+        let trust_manager = Operator::trust_manager(&pair.provider, TRUST_NAMESPACE, &dir).await?;
+        let kro = Operator::kro(&pair.provider, &dir).await?;
         let stack = Stack::start(pair, STACK).await?;
-        stack.engage_exports(vec![bundles_export()]);
-        let mut binding = stack.cluster_binding_of(STACK, &[BUNDLES]);
+        stack.engage_exports(vec![bundles_export(), credentials_export()]);
+        let mut binding = stack.cluster_binding_of(STACK, &[BUNDLES, CREDENTIALS]);
         binding.spec.spec.related_resources = vec![minted_secrets()];
         stack
             .create_ready_cluster_binding(&binding)
             .await
-            .with_context(|| trust_manager.log_tail())?;
-        anyhow::Ok((stack, trust_manager))
+            .with_context(|| format!("{}\n{}", trust_manager.log_tail(), kro.log_tail()))?;
+        anyhow::Ok((stack, trust_manager, kro))
     })?;
     Ok(World {
         pair,
         trust_manager,
+        kro,
         _stack: stack,
         _runtime: runtime,
     })
@@ -101,8 +111,8 @@ fn minted_secrets() -> RelatedResource {
     }
 }
 
-/// Runs a test body on a runtime of its own against the shared world; a failure carries
-/// trust-manager's log tail.
+/// Runs a test body on a runtime of its own against the shared world; a failure carries the
+/// operators' log tails.
 fn run(body: impl AsyncFnOnce(&World, Clients) -> anyhow::Result<()>) -> anyhow::Result<()> {
     let world = world()?;
     kbind_tests::runtime()?.block_on(async {
@@ -110,9 +120,10 @@ fn run(body: impl AsyncFnOnce(&World, Clients) -> anyhow::Result<()>) -> anyhow:
             provider: world.pair.provider.client().await?,
             consumer: world.pair.consumer.client().await?,
         };
-        body(world, clients)
-            .await
-            .map_err(|e| anyhow!("{e:?}\n\n{}", world.trust_manager.log_tail()))
+        body(world, clients).await.map_err(|e| {
+            let logs = [world.trust_manager.log_tail(), world.kro.log_tail()];
+            anyhow!("{e:?}\n\n{}", logs.join("\n"))
+        })
     })
 }
 
@@ -124,6 +135,10 @@ struct Clients {
 
 fn bundles(client: &Client) -> Api<DynamicObject> {
     Api::all_with(client.clone(), &bundle_resource())
+}
+
+fn credentials(client: &Client, namespace: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(client.clone(), namespace, &credential_resource())
 }
 
 /// A Bundle manifest distributing `ca` to the namespaces labelled `rop.test/bundle: <name>`,
@@ -358,5 +373,74 @@ fn client_side_apply_keeps_the_konnector_s_fields_and_a_reapply_writes_nothing()
         .await?;
         gone(&bundles(&c.provider), name).await?;
         gone(&bundles(&c.consumer), name).await
+    })
+}
+
+#[test]
+fn an_operator_s_finalizer_holds_a_consumer_deletion_until_it_releases_the_copy()
+-> anyhow::Result<()> {
+    run(async |w, c| {
+        let (name, ns) = ("rop-final", "rop-kro");
+        ensure_namespace(&c.consumer, ns).await?;
+        let manifest = json!({
+            "apiVersion": "kro.run/v1alpha1",
+            "kind": "Credential",
+            "metadata": { "name": name, "namespace": ns },
+            "spec": { "password": "one" },
+        });
+        apply_server_side(&w.pair.consumer, ARGO_MANAGER, &manifest).await?;
+        // kro serves the copy: its finalizer on it, the Secret its graph makes beside it, and
+        // its Ready condition observed at the consumer object's generation.
+        let copies = credentials(&c.provider, ns);
+        let secret = format!("{name}-credential");
+        wait_for(
+            "kro's finalizer on the copy and its Secret",
+            WAIT,
+            || async {
+                let copy = copies.get_opt(name).await?;
+                let held = copy.is_some_and(|o| o.finalizers().iter().any(|f| f == KRO_FINALIZER));
+                let made = secret_key(&c.provider, ns, &secret, "password").await;
+                Ok((held && made.as_deref() == Some("one")).then_some(()))
+            },
+        )
+        .await?;
+        wait_for("kro's Ready on the consumer object", WAIT, || async {
+            let obj = credentials(&c.consumer, ns).get(name).await?;
+            let ready = condition(&obj, "Ready").is_some_and(|c| {
+                c["status"] == "True" && c["observedGeneration"].as_i64() == obj.metadata.generation
+            });
+            Ok(ready.then_some(()))
+        })
+        .await?;
+        // kro hangs, and the GitOps tool prunes the object.
+        w.kro.pause()?;
+        let waited = async {
+            let args = ["delete", CREDENTIALS, name, "-n", ns, "--wait=false"];
+            kubectl(&w.pair.consumer, &args, "").await?;
+            let note =
+                event_note(&c.consumer, (ns, name), "ProviderFinalizers", None, WAIT).await?;
+            let waiting = credentials(&c.consumer, ns).get(name).await?;
+            anyhow::ensure!(
+                waiting.metadata.deletion_timestamp.is_some(),
+                "not deleting"
+            );
+            let synced = condition(&waiting, "Synced").unwrap_or_default();
+            anyhow::ensure!(synced["reason"] == "ProviderFinalizers", "{synced}");
+            for said in [
+                note.as_str(),
+                synced["message"].as_str().unwrap_or_default(),
+            ] {
+                anyhow::ensure!(said.contains(KRO_FINALIZER), "{said}");
+            }
+            anyhow::Ok(())
+        }
+        .await;
+        w.kro.resume()?;
+        waited?;
+        // kro deletes what the instance made and releases the copy; then the object goes.
+        gone(&copies, name).await?;
+        gone(&credentials(&c.consumer, ns), name).await?;
+        assert_eq!(secret_key(&c.provider, ns, &secret, "password").await, None);
+        Ok(())
     })
 }
