@@ -22,9 +22,9 @@ dir="$cache/operators-$key"
 go_tool_build trust-manager "$dir/trust-manager" "$src" "$trust_manager/cmd/trust-manager" "" \
   "trust-manager $tm_version (first build on a machine takes ~2 min on 2 cores)" >/dev/null
 go_tool_build kro "$dir/kro" "$src" "$kro/cmd/controller" "" \
-  "kro $kro_version (~1 min more on 2 cores, sharing trust-manager's packages)" >/dev/null
+  "kro $kro_version (~30 s more on 2 cores: most of its packages are trust-manager's)" >/dev/null
 go_tool_build controller-gen "$dir/controller-gen" "$src" sigs.k8s.io/controller-tools/cmd/controller-gen "" \
-  "controller-gen (~20 s more on 2 cores)" >/dev/null
+  "controller-gen (~30 s more on 2 cores)" >/dev/null
 # The CRDs of each operator's API packages, generated from its Go types as its own Makefile
 # does.
 for api in trust-manager=$trust_manager/pkg/apis/... kro=$kro/api/...; do
