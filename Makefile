@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: test lint unit e2e tools kube-bin helm helm-docs registry tinyproxy toxiproxy chart-docs wasm-target testenv-up testenv-down demo bench crds image image-check release release-check docs docs-tools
+.PHONY: test lint unit e2e tools kube-bin helm helm-docs registry tinyproxy toxiproxy operators chart-docs wasm-target testenv-up testenv-down demo bench crds image image-check release release-check docs docs-tools
 
 # The test binaries run KBIND_TEST_JOBS at a time (default 3); see scripts/test.sh.
 test: tools lint
@@ -12,7 +12,7 @@ lint: tools
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
-tools: wasm-target kube-bin helm helm-docs registry tinyproxy toxiproxy docs-tools
+tools: wasm-target kube-bin helm helm-docs registry tinyproxy toxiproxy operators docs-tools
 
 # The policy modules are built for wasm32-wasip2; install the target when it is missing.
 wasm-target:
@@ -40,6 +40,12 @@ registry:
 # tests hang, slow and reset the link between one replica and one apiserver through it.
 toxiproxy:
 	@scripts/toxiproxy.sh >/dev/null
+
+# The real operators the e2e tests run against the provider (trust-manager, kro) and
+# controller-gen, built from the Go modules pinned in tools/operators once per machine, with
+# each operator's CRDs generated from its API types.
+operators:
+	@scripts/operators.sh >/dev/null
 
 # tinyproxy, from the distribution's packages when missing: the proxy test's HTTP proxy.
 tinyproxy:

@@ -199,6 +199,16 @@ pub async fn ensure_namespace(client: &Client, name: &str) -> Result<NamespaceSt
     }
 }
 
+/// Parameters of the konnector's merge and JSON patches: its field manager named, so that
+/// `managedFields` says `kbind-konnector` owns the finalizer and annotations it writes on an
+/// object a GitOps tool owns, instead of a name derived from the client's user agent.
+pub fn patch_params() -> PatchParams {
+    PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_string()),
+        ..PatchParams::default()
+    }
+}
+
 /// Removes `finalizer` from `obj` by index, with a JSON patch `test` so that a concurrent
 /// change of the list fails the patch instead of removing someone else's finalizer. An
 /// object already gone, or without the finalizer, is fine.
@@ -216,11 +226,7 @@ where
     ]))
     .map_err(kube::Error::SerdeError)?;
     match api
-        .patch(
-            &obj.name_any(),
-            &PatchParams::default(),
-            &Patch::<()>::Json(patch),
-        )
+        .patch(&obj.name_any(), &patch_params(), &Patch::<()>::Json(patch))
         .await
     {
         Ok(_) => Ok(()),

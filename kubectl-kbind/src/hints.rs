@@ -46,6 +46,7 @@ const REASONS: &[Reason] = &[
     Reason::DeletionRequested,
     Reason::PinnedConnectionGone,
     Reason::ResponseTooLarge,
+    Reason::ProviderFinalizers,
 ];
 
 /// The reason stored as `reason`, if the konnector knows it.
@@ -194,6 +195,9 @@ pub fn what_to_do(reason: &str) -> &'static str {
         }
         Reason::ResponseTooLarge => {
             "a provider answer exceeded a konnector cap (the message names it and its --max-* flag): shrink it on the provider, or raise the flag"
+        }
+        Reason::ProviderFinalizers => {
+            "wait: the instance goes once the provider's controllers named in the message release its copy; to finish now and keep the copy, annotate the instance core.kbind.io/deletion-policy=Orphan"
         }
     }
 }

@@ -70,6 +70,13 @@ impl Daemon {
         matches!(self.child.try_wait(), Ok(None))
     }
 
+    /// Stops (`SIGSTOP`) or continues (`SIGCONT`) the process and its wrapper, as an
+    /// operator that hangs or is descheduled, then comes back.
+    pub fn signal(&self, signal: Signal) -> Result<()> {
+        let group = Pid::from_raw(i32::try_from(self.child.id())?);
+        killpg(group, signal).with_context(|| format!("sending {signal} to {}", self.name))
+    }
+
     /// The log file.
     pub fn log(&self) -> &Path {
         &self.log

@@ -12,6 +12,8 @@ pub mod exports;
 pub mod faultproxy;
 pub mod faults;
 pub mod fixtures;
+pub mod gitops;
+pub mod operators;
 pub mod proxy;
 pub mod registry;
 pub mod sharding;

@@ -5,7 +5,8 @@
 use std::time::Duration;
 
 use kbind_tests::syncenv::{
-    Scenario, WAIT, delete, gone, holds_syncer_finalizer, markers, merge, stays, wait_for,
+    Scenario, WAIT, delete, event_note, gone, holds_syncer_finalizer, markers, merge, stays,
+    synced_condition, wait_for,
 };
 use serde_json::json;
 
@@ -39,6 +40,18 @@ fn instance_deletion_waits_for_provider_finalizer() -> anyhow::Result<()> {
             }))
         })
         .await?;
+        // It says why: an Event and its Synced condition name the copy and the finalizer.
+        let note = event_note(&s.consumer, (s.ns(), "w"), "ProviderFinalizers", None, WAIT).await?;
+        let waiting = s.instances().get("w").await?;
+        let synced = synced_condition(&waiting).unwrap_or_default();
+        assert_eq!(synced["reason"], "ProviderFinalizers");
+        for said in [
+            note.as_str(),
+            synced["message"].as_str().unwrap_or_default(),
+        ] {
+            assert!(said.contains("provider.example.org/hold"), "{said}");
+            assert!(said.contains(&format!("{}/w", s.ns())), "{said}");
+        }
         // The provider controller finishes; only then does the consumer instance go.
         merge(
             &s.copies(),

@@ -210,6 +210,9 @@ pub enum Reason {
     /// A provider answer (discovery, the `/openapi/v3` index, a copy's status) is larger than
     /// the konnector's cap for it: it was not read.
     ResponseTooLarge,
+    /// A deleting instance waits for its provider copy, whose deletion was requested and which
+    /// finalizers of the provider's controllers still hold: the message names them.
+    ProviderFinalizers,
 }
 
 impl Reason {
@@ -256,6 +259,7 @@ impl Reason {
             Self::DeletionRequested => "DeletionRequested",
             Self::PinnedConnectionGone => "PinnedConnectionGone",
             Self::ResponseTooLarge => "ResponseTooLarge",
+            Self::ProviderFinalizers => "ProviderFinalizers",
         }
     }
 }

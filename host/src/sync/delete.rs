@@ -12,19 +12,20 @@
 //! ```
 //!
 //! An unreachable provider or a provider-side finalizer therefore holds the consumer deletion
-//! open, visibly: the finalizer stays and an Event says what it waits for.
+//! open, visibly: the finalizer stays, and an Event and the instance's `Synced=False` condition
+//! (reason `ProviderFinalizers`) name the copy and each provider finalizer it waits for.
 
+use kube::ResourceExt;
 use kube::api::DynamicObject;
 use kube::runtime::controller::Action;
-use kube::runtime::events::EventType;
 use tracing::{debug, info};
 
-use crate::api::Reason;
 use crate::api::names::SYNCER_FINALIZER;
 use crate::markers::{CopyDeletion, copy_deletion, orphaned};
 
 use super::context::SyncContext;
-use super::report::publish;
+use super::placement::display;
+use super::report::deletion_waits;
 use super::{Error, Result};
 use crate::k8s::{ApiErrorExt, remove_finalizer};
 
@@ -81,15 +82,9 @@ pub(super) async fn cleanup(obj: &DynamicObject, ctx: &SyncContext) -> Result<Ac
         }
         CopyDeletion::Terminating => {
             debug!("provider copy is terminating");
-            publish(
-                ctx,
-                obj,
-                EventType::Normal,
-                Reason::Pending,
-                "Delete",
-                "waiting for the provider copy to be deleted (provider-side finalizers)",
-            )
-            .await;
+            let finalizers = target.as_ref().map(|t| t.finalizers().to_vec());
+            let at = display(place.namespace.as_deref(), &place.name);
+            deletion_waits(obj, ctx, &at, &finalizers.unwrap_or_default()).await;
         }
     }
     // Spec: "Waits for the provider object to disappear before releasing the consumer

@@ -8,9 +8,13 @@
 //! ```
 //!
 //! Spec: "Absence of provider status does not actively clear an existing consumer status."
-//! kbind owns the `Synced` condition type on instances: a provider condition of that type is
-//! replaced by kbind's, so "in sync" can be told from "never seen" and every failure reason
-//! clears once the cause is gone. `lastTransitionTime` moves only when the status flips.
+//! kbind writes the `Synced` condition type on instances, so "in sync" can be told from "never
+//! seen" and every failure reason clears once the cause is gone; but an operator on the
+//! provider may own a condition of that type too (trust-manager's bundles, Crossplane's
+//! resources), and while the copy is in sync that one is the product's word on the instance:
+//! it is copied as it is, and kbind's `Synced=True` is written only where the provider's
+//! status has no `Synced`. A failure replaces it (the provider's status is not about the
+//! instance's current spec then). `lastTransitionTime` moves only when the status flips.
 
 use k8s_openapi::jiff::Timestamp;
 use kube::api::DynamicObject;
@@ -49,8 +53,9 @@ pub(super) fn instance_status(
     synced: Option<Synced<'_>>,
 ) -> Option<Value> {
     let current = consumer.data.get("status").filter(|s| !s.is_null());
+    let provider_status = provider_status.filter(|s| !s.is_null());
+    let provider_says_synced = keeps_synced(provider_status);
     let mut status = provider_status
-        .filter(|s| !s.is_null())
         .or(current)
         .cloned()
         .unwrap_or_else(|| json!({}));
@@ -59,12 +64,53 @@ pub(super) fn instance_status(
             // A scalar status cannot carry conditions; copy it as it is.
             return (Some(&status) != current).then(|| status_body(consumer, ar, status));
         }
-        set_synced(&mut status, current, synced);
+        let operators_word = provider_says_synced && matches!(synced, Synced::True { .. });
+        if !operators_word {
+            set_synced(&mut status, current, synced);
+        }
     }
     if Some(&status) == current || (current.is_none() && status == json!({})) {
         return None;
     }
     Some(status_body(consumer, ar, status))
+}
+
+/// The provider copy's `status` with each `observedGeneration` it carries (its own and each
+/// condition's) told in the instance's generations instead of the copy's. The two clusters
+/// count generations apart (an instance edited before it was bound, a copy re-created or
+/// repaired), but a copy in sync holds the instance's current spec: what observed the copy's
+/// current generation observed the instance's, and anything older observed an older spec, so
+/// it says less than the instance's generation. Tools that compare `observedGeneration` with
+/// `metadata.generation` (kstatus, GitOps health checks) then read the consumer object right.
+pub(super) fn in_instance_generations(
+    mut status: Value,
+    copy_generation: Option<i64>,
+    instance_generation: Option<i64>,
+) -> Value {
+    let (Some(copy), Some(instance)) = (copy_generation, instance_generation) else {
+        return status;
+    };
+    let told = |observed: &mut Value| {
+        if let Some(seen) = observed.as_i64() {
+            let said = if seen == copy {
+                instance
+            } else {
+                seen.min(instance - 1).max(0)
+            };
+            *observed = json!(said);
+        }
+    };
+    if let Some(observed) = status.get_mut("observedGeneration") {
+        told(observed);
+    }
+    if let Some(list) = status.get_mut("conditions").and_then(Value::as_array_mut) {
+        for condition in list {
+            if let Some(observed) = condition.get_mut("observedGeneration") {
+                told(observed);
+            }
+        }
+    }
+    status
 }
 
 /// Whether `status` (as the apiserver stored it) kept kbind's `Synced` condition; an API
@@ -227,7 +273,7 @@ mod tests {
     }
 
     #[test]
-    fn provider_status_and_synced_go_in_one_write() {
+    fn a_provider_synced_condition_is_kept_in_sync_and_replaced_on_failure() {
         let c = object(json!({ "spec": {} }));
         let p = object(json!({ "status": { "phase": "Ready", "conditions": [
             { "type": "Available", "status": "True" },
@@ -250,10 +296,23 @@ mod tests {
             types,
             vec![
                 (json!("Available"), json!("True")),
-                (json!("Synced"), json!("True"))
+                (json!("Synced"), json!("False"))
             ],
-            "kbind owns Synced on instances"
+            "the provider's own Synced is the operator's word while the copy is in sync"
         );
+        assert_eq!(status["conditions"][1]["reason"], "BackendDown");
+        // A failure replaces it: the provider's status is not about the current spec then.
+        let failed = Synced::False {
+            reason: Reason::ProviderRejected,
+            message: "invalid",
+        };
+        let status = written(instance_status(
+            &c,
+            &ar(),
+            p.data.get("status"),
+            Some(failed),
+        ));
+        assert_eq!(status["conditions"][1]["reason"], "ProviderRejected");
     }
 
     #[test]
@@ -334,5 +393,43 @@ mod tests {
         assert!(keeps_synced(Some(
             &json!({ "conditions": [{ "type": "Synced" }] })
         )));
+    }
+
+    #[test]
+    fn observed_generations_are_told_in_the_instance_s_generations() {
+        let status = json!({
+            "observedGeneration": 7,
+            "conditions": [
+                { "type": "Ready", "observedGeneration": 7 },
+                { "type": "Issuing", "observedGeneration": 6 },
+                { "type": "Old", "observedGeneration": 1 },
+                { "type": "Plain" },
+            ],
+        });
+        // The copy is at generation 7, the instance (in sync with it) at 3.
+        let told = in_instance_generations(status.clone(), Some(7), Some(3));
+        let expected = json!({
+            "observedGeneration": 3,
+            "conditions": [
+                { "type": "Ready", "observedGeneration": 3 },
+                { "type": "Issuing", "observedGeneration": 2 },
+                { "type": "Old", "observedGeneration": 1 },
+                { "type": "Plain" },
+            ],
+        });
+        assert_eq!(told, expected);
+        // Counted alike on both clusters, nothing changes.
+        assert_eq!(
+            in_instance_generations(status.clone(), Some(7), Some(7)),
+            status
+        );
+        // Without either generation there is nothing to translate by.
+        assert_eq!(
+            in_instance_generations(status.clone(), None, Some(3)),
+            status
+        );
+        // A copy behind the instance: what observed the copy observed the instance.
+        let behind = in_instance_generations(json!({ "observedGeneration": 1 }), Some(1), Some(5));
+        assert_eq!(behind, json!({ "observedGeneration": 5 }));
     }
 }

@@ -27,7 +27,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use kube::ResourceExt;
-use kube::api::{DynamicObject, Patch, PatchParams};
+use kube::api::{DynamicObject, Patch};
 use kube::runtime::controller::Action;
 use serde_json::json;
 use tracing::{Instrument, debug, info, info_span};
@@ -46,7 +46,7 @@ use super::report::Reported;
 use super::write::{apply_to_provider, create_on_provider};
 use super::{Error, Result};
 use super::{desired, report};
-use crate::k8s::{ApiErrorExt, NamespaceState, ensure_namespace};
+use crate::k8s::{ApiErrorExt, NamespaceState, ensure_namespace, patch_params};
 
 /// Reconciles one consumer instance. Wired into the syncer's controller. A periodic resync of
 /// an instance still in sync is answered before any span is made (at 100 000 instances, 333 a
@@ -392,11 +392,7 @@ async fn add_finalizer(obj: &DynamicObject, ctx: &SyncContext) -> Result<()> {
     let patch = serde_json::from_value(patch)
         .map_err(|e| Error::AddFinalizer(kube::Error::SerdeError(e)))?;
     let stored = api
-        .patch(
-            &obj.name_any(),
-            &PatchParams::default(),
-            &Patch::<()>::Json(patch),
-        )
+        .patch(&obj.name_any(), &patch_params(), &Patch::<()>::Json(patch))
         .await
         .map_err(Error::AddFinalizer)?;
     ctx.wrote_instance(stored);

@@ -22,8 +22,10 @@ use serde_json::json;
 use tracing::{debug, info, warn};
 
 use crate::api::Reason;
-use crate::api::names::{CONFLICT_ANNOTATION, FIELD_MANAGER};
-use crate::k8s::ApiErrorExt;
+use crate::api::names::{
+    CONFLICT_ANNOTATION, DELETION_POLICY_ANNOTATION, DELETION_POLICY_ORPHAN, FIELD_MANAGER,
+};
+use crate::k8s::{ApiErrorExt, patch_params};
 use crate::policy::ConflictReason;
 use crate::provider::limits::{COPY_STATUS_FLAG, limits};
 use crate::telemetry::{ApiLabels, metrics};
@@ -31,7 +33,9 @@ use crate::telemetry::{ApiLabels, metrics};
 use super::cache::copy::CachedCopy;
 use super::conflict::conflict_annotation_value;
 use super::context::SyncContext;
-use super::instance_status::{Synced, already_says, instance_status, keeps_synced};
+use super::instance_status::{
+    Synced, already_says, in_instance_generations, instance_status, keeps_synced,
+};
 use super::{Error, Result};
 use crate::registry::Outcome;
 
@@ -64,7 +68,12 @@ pub(super) async fn in_sync(
         generation: obj.metadata.generation,
         placed_at: placed.as_deref(),
     };
-    let written = write_status(obj, ctx, copy.status().as_ref(), synced)
+    // The copy holds this instance's current spec, so its observed generations are the
+    // instance's to tell.
+    let status = copy
+        .status()
+        .map(|s| in_instance_generations(s, copy.generation, obj.metadata.generation));
+    let written = write_status(obj, ctx, status.as_ref(), synced)
         .await
         .map_err(Error::CopyStatus)?;
     Ok(if written { Reported::Written } else { reported })
@@ -185,11 +194,7 @@ async fn annotate_conflict(
     let api = ctx.consumer_api(obj.metadata.namespace.as_deref());
     let patch = json!({ "metadata": { "annotations": { CONFLICT_ANNOTATION: value } } });
     let stored = api
-        .patch(
-            &obj.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
+        .patch(&obj.name_any(), &patch_params(), &Patch::Merge(&patch))
         .await?;
     ctx.wrote_instance(stored);
     Ok(())
@@ -240,6 +245,45 @@ async fn write_status(
     Ok(true)
 }
 
+/// A deleting instance whose provider copy is terminating but held by the provider's own
+/// finalizers (spec: "a provider-side finalizer can therefore hold normal instance deletion
+/// open"): a Normal Event and the best-effort `Synced=False` condition, reason
+/// `ProviderFinalizers`, name the copy and each finalizer it waits on, once per change.
+pub(super) async fn deletion_waits(
+    obj: &DynamicObject,
+    ctx: &SyncContext,
+    copy_at: &str,
+    finalizers: &[String],
+) {
+    let message = deletion_wait_message(copy_at, finalizers);
+    let reason = Reason::ProviderFinalizers;
+    if already_says(obj.data.get("status"), reason, &message) {
+        return;
+    }
+    info!(
+        copy = copy_at,
+        ?finalizers,
+        "waiting for provider-side finalizers"
+    );
+    publish(ctx, obj, EventType::Normal, reason, "Delete", &message).await;
+    set_synced_failure(obj, ctx, reason, &message).await;
+}
+
+/// What a deletion held by provider finalizers says, and what the operator can do about it.
+fn deletion_wait_message(copy_at: &str, finalizers: &[String]) -> String {
+    let held = if finalizers.is_empty() {
+        "no finalizer is left on it, it is going".to_string()
+    } else {
+        format!(
+            "finalizers of the provider's controllers hold it: {}",
+            finalizers.join(", ")
+        )
+    };
+    format!(
+        "waiting for the provider copy {copy_at} to be deleted ({held}); this instance goes once they release it, or annotate it {DELETION_POLICY_ANNOTATION}={DELETION_POLICY_ORPHAN} to keep the copy and finish now"
+    )
+}
+
 /// Publishes an Event about a consumer instance; failures are logged, never fatal.
 pub(crate) async fn publish(
     ctx: &SyncContext,
@@ -259,5 +303,28 @@ pub(crate) async fn publish(
     };
     if let Err(e) = ctx.shared.recorder.publish(&event, &reference).await {
         debug!(error = %e, "could not publish event");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_deletion_wait_names_the_copy_each_finalizer_and_the_way_out() {
+        let held = [
+            "example.org/cleanup".to_string(),
+            "other.io/hold".to_string(),
+        ];
+        let message = deletion_wait_message("team-a/w", &held);
+        for said in [
+            "team-a/w",
+            "example.org/cleanup, other.io/hold",
+            "deletion-policy=Orphan",
+        ] {
+            assert!(message.contains(said), "{said} in {message}");
+        }
+        let going = deletion_wait_message("w", &[]);
+        assert!(going.contains("no finalizer is left on it"), "{going}");
     }
 }

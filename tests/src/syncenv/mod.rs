@@ -21,7 +21,7 @@ use konnector::api::{
     ApiReference, Binding, BindingSpec, ClusterBinding, ConflictPolicy, Connection,
     ConnectionReference, ConnectionSpec, PullPolicy, SchemaPolicy, SecretReference,
 };
-use konnector::api::{ConditionType, Isolation, IsolationInForce};
+use konnector::api::{ConditionType, ExportedApi, Isolation, IsolationInForce};
 use konnector::binding::BindingObject;
 use konnector::binding::Config;
 use konnector::conditions::is_true;
@@ -194,6 +194,32 @@ impl Stack {
     pub fn engage_isolated(&self, apis: &[&TestApi], isolation: &Isolation) -> Engagement {
         let in_force = isolation.in_force(&self.consumer_uid);
         self.engage_placed(self.provider.clone(), apis, "admin", in_force)
+    }
+
+    /// Engages the Connection with the admin provider client, exporting `exported` as the
+    /// Connection controller would discover them: the APIs of an operator on the provider,
+    /// which are not [`TestApi`]s.
+    pub fn engage_exports(&self, exported: Vec<ExportedApi>) -> Engagement {
+        let mut engagement = self.engagement(
+            self.provider.clone(),
+            &[],
+            "admin",
+            IsolationInForce::default(),
+        );
+        engagement.exported = exported;
+        self.engagements.engage(engagement)
+    }
+
+    /// A ClusterBinding of the APIs named `apis` (`<plural>.<group>`), labelled for this stack.
+    pub fn cluster_binding_of(&self, name: &str, apis: &[&str]) -> ClusterBinding {
+        let mut binding = self.cluster_binding(name, &[], ConflictPolicy::Fail);
+        binding.spec.spec.apis = apis
+            .iter()
+            .map(|api| ApiReference {
+                name: api.to_string(),
+            })
+            .collect();
+        binding
     }
 
     /// Engages like [`Self::engage`], with each API's schema revision as the Connection

@@ -5,8 +5,9 @@
 //! provider watch event (DynamicObject) ──▶ CachedCopy ──▶ provider cache (Store<CachedCopy>)
 //!   name, namespace, resourceVersion          "does the copy match?"  (labels, markers,
 //!   kbind's two labels, both UID markers                               origin, spec digest)
-//!   the consumer object it records            "what status goes back?" (status, as JSON text)
-//!   sha256 of its spec, its status as JSON
+//!   the consumer object it records            "what status goes back?" (status, as JSON text,
+//!   sha256 of its spec, its status as JSON                              and the generation its
+//!   its generation                                                      observedGeneration means)
 //! ```
 //!
 //! A provider copy is kept once per instance for as long as the syncer runs, so its size is
@@ -43,6 +44,9 @@ pub(crate) struct CachedCopy {
     /// `metadata.resourceVersion`, for the write that follows and for telling a newer
     /// version of the copy from an older one.
     pub resource_version: Option<String>,
+    /// `metadata.generation`: what the provider's controllers mean by the `observedGeneration`
+    /// they write into the copy's status.
+    pub generation: Option<i64>,
     /// Whether the copy carries `core.kbind.io/managed: "true"`.
     managed: bool,
     /// The value of the copy's `core.kbind.io/consumer-cluster` label.
@@ -90,6 +94,7 @@ impl CachedCopy {
             name: meta.name.clone().unwrap_or_default(),
             namespace: meta.namespace.clone(),
             resource_version: meta.resource_version.clone(),
+            generation: meta.generation,
             managed: label(MANAGED_LABEL).is_some_and(|v| v == "true"),
             consumer_cluster: label(CONSUMER_CLUSTER_LABEL).cloned(),
             markers,
