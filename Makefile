@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: test lint unit e2e tools kube-bin helm helm-docs registry tinyproxy toxiproxy crd-corpus chart-docs wasm-target testenv-up testenv-down demo bench crds image image-check release release-check docs docs-tools
+.PHONY: test lint unit e2e tools kube-bin helm helm-docs registry tinyproxy toxiproxy crd-corpus crd-corpus-page chart-docs wasm-target testenv-up testenv-down demo bench crds image image-check release release-check docs docs-tools
 
 # The test binaries run KBIND_TEST_JOBS at a time (default 3); see scripts/test.sh.
 test: tools lint
@@ -45,6 +45,11 @@ toxiproxy:
 # their API packages, pinned in tests/corpus, once per machine and inputs (the corpus test binds it).
 crd-corpus:
 	@scripts/crd-corpus.sh >/dev/null
+
+# Regenerate docs/src/reference/crd-corpus.md, the corpus test's per-CRD table (the test fails
+# when the committed page differs from what it found).
+crd-corpus-page: crd-corpus kube-bin
+	KBIND_WRITE_CORPUS_PAGE=1 $(CARGO) test -p kbind-tests --test crd_corpus
 
 # tinyproxy, from the distribution's packages when missing: the proxy test's HTTP proxy.
 tinyproxy:

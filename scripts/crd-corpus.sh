@@ -10,7 +10,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 . "$root/scripts/lib/go-tool.sh"
 src="$root/tests/corpus"
 cache="${KBIND_CACHE:-$HOME/.cache/kbind}"
-key=$(cat "$src/go.mod" "$src/go.sum" "$src/main.go" | sha256sum | cut -c1-12)
+key=$(cat "$src/go.mod" "$src/go.sum" "$src/main.go" "$src/pins.go" | sha256sum | cut -c1-12)
 dir="$cache/crd-corpus-$key"
 if [ -f "$dir/crds/.complete" ]; then
   echo "$dir/crds"
