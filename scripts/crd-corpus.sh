@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Generates the CRD corpus the corpus e2e test binds (tests/tests/crd_corpus.rs): the small Go
+# Generates the CRD corpus the corpus e2e test binds (tests/tests/crd_corpus): the small Go
 # program in tests/corpus runs controller-gen's CRD generator (sigs.k8s.io/controller-tools, as a
 # library) on the API packages of the projects its go.mod pins. Built and run once per machine
 # and inputs: the CRDs are cached under ${KBIND_CACHE:-~/.cache/kbind}/crd-corpus-<inputs>/crds/
