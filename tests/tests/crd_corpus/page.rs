@@ -70,10 +70,12 @@ pub(super) fn render(corpus: &Corpus) -> String {
          `go.mod`), through both schema sources: a provider with every CRD exported, one \
          consumer whose Connection uses `source: CRD` and one whose Connection uses \
          `source: OpenAPI`, both `pullPolicy: All`. For each CRD it checks that the consumer CRD \
-         installs, lists every difference between the provider's schema and the consumer's \
-         (the differential check of schema synthesis, apart from what \
+         installs, lists every difference between the provider's CRD and the consumer's: each \
+         served version's schema (the differential check of schema synthesis, apart from what \
          [`/openapi/v3` does not publish](../concepts/schemas.md#what-a-schema-synthesised-from-openapi-keeps)), \
-         and, for the CRDs with examples (written from the projects' documented examples in \
+         status subresource and selectable fields, the scope and names (the `all` category \
+         aside, which no bound API joins), and with the `CRD` source the printer columns and \
+         scale subresource too; and, for the CRDs with examples (written from the projects' documented examples in \
          `tests/corpus/examples`), that they are accepted on both consumers and that their \
          provider copies carry the same spec, defaults included.\n\n",
         corpus.rows.len(),

@@ -22,6 +22,7 @@ use konnector::api::names::EXPORTED_LABEL;
 use konnector::api::{Binding, BindingSpec, SchemaPolicy};
 use konnector::schema::is_established;
 use konnector::schema::managed::is_protected_api;
+use konnector::schema::sanitize::CATEGORY_ALL;
 
 use super::{
     Corpus, CorpusCrd, Example, ExampleOutcome, INSTALL, Row, SYNC, Source, SourceFacts,
@@ -204,14 +205,45 @@ fn schema_of(crd: &Value, version: &str) -> Option<Value> {
     Some(found["schema"]["openAPIV3Schema"].clone())
 }
 
-/// Every schema difference between the provider's CRD and the consumer's, over the versions the
-/// consumer CRD serves.
+/// Every difference between the provider's CRD and the consumer's that changes what the
+/// consumer stores, accepts or shows: the schema of each version the consumer CRD serves (the
+/// differential check), its status subresource and selectable fields, the scope and names;
+/// with `source` CRD also the printer columns and the scale subresource, which the OpenAPI
+/// source cannot carry (not published).
 fn schema_differences(
     original: &Value,
     installed: &CustomResourceDefinition,
+    source: Source,
 ) -> Result<Vec<String>> {
     let installed = serde_json::to_value(installed)?;
     let mut found = Vec::new();
+    for field in ["scope", "group"] {
+        if original["spec"][field] != installed["spec"][field] {
+            found.push(format!("spec.{field} differs"));
+        }
+    }
+    // No bound API joins the `all` category (`kubectl get all` lists the cluster's own).
+    let mut names = original["spec"]["names"].clone();
+    if let Some(categories) = names["categories"].as_array_mut() {
+        categories.retain(|c| c != CATEGORY_ALL);
+    }
+    for field in [
+        "plural",
+        "singular",
+        "kind",
+        "listKind",
+        "shortNames",
+        "categories",
+    ] {
+        let (a, b) = (&names[field], &installed["spec"]["names"][field]);
+        if a != b {
+            found.push(format!("names.{field}: original {a}, installed {b}"));
+        }
+    }
+    let mut kept = vec!["/subresources/status", "/selectableFields"];
+    if source == Source::Crd {
+        kept.extend(["/subresources/scale", "/additionalPrinterColumns"]);
+    }
     for version in installed["spec"]["versions"]
         .as_array()
         .into_iter()
@@ -225,6 +257,20 @@ fn schema_differences(
             found.push(format!("{name}: a version the provider does not have"));
             continue;
         };
+        let provider_version = original["spec"]["versions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|v| v["name"] == name);
+        for pointer in &kept {
+            let a = provider_version.and_then(|v| v.pointer(pointer));
+            let b = version.pointer(pointer);
+            if a != b {
+                found.push(format!(
+                    "{name}: {pointer}: original {a:?}, installed {b:?}"
+                ));
+            }
+        }
         let synthesized = &version["schema"]["openAPIV3Schema"];
         found.extend(
             differences(&schema, synthesized)
@@ -422,7 +468,7 @@ pub(super) async fn run_corpus() -> Result<Corpus> {
         for (source, consumer) in &consumers {
             let mut facts = SourceFacts::default();
             match installed[source].get(&c.name) {
-                Some(crd) => facts.differences = schema_differences(&c.crd, crd)?,
+                Some(crd) => facts.differences = schema_differences(&c.crd, crd, *source)?,
                 None => facts.not_installed = Some(schema_message(consumer, *source).await),
             }
             for ((_, api, _), outcome) in matched.iter().zip(&example_outcomes[source]) {
