@@ -5,7 +5,8 @@
 //! ```text
 //! provider: every corpus CRD, exported ──┬─▶ consumer A: Connection source CRD, pullPolicy All
 //!                                         └─▶ consumer B: Connection source OpenAPI, pullPolicy All
-//! each consumer: a Binding of the APIs with examples ─▶ examples created ─▶ provider copies
+//! each consumer: a Binding (and a ClusterBinding) of the APIs with examples ─▶ examples
+//!                created ─▶ provider copies
 //! ```
 //!
 //! For each CRD: the consumer CRD installs from both sources; the differential check

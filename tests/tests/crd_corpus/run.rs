@@ -19,7 +19,7 @@ use kbind_tests::fixtures::{Konnector, connect, shared_konnector, start_konnecto
 use kbind_tests::syncenv::ensure_namespace;
 use kbind_tests::testenv::{second_consumer, shared_pair};
 use konnector::api::names::EXPORTED_LABEL;
-use konnector::api::{Binding, BindingSpec, SchemaPolicy};
+use konnector::api::{Binding, BindingSpec, ClusterBinding, SchemaPolicy};
 use konnector::schema::is_established;
 use konnector::schema::managed::is_protected_api;
 use konnector::schema::sanitize::CATEGORY_ALL;
@@ -86,8 +86,38 @@ fn load_examples() -> Result<Vec<Example>> {
     Ok(examples)
 }
 
+/// An example with the corpus CRD it is an instance of.
+struct Matched<'a> {
+    example: &'a Example,
+    /// `<plural>.<group>`.
+    api: String,
+    resource: ApiResource,
+    namespaced: bool,
+}
+
+impl Matched<'_> {
+    /// The example as `source`'s consumer creates it: a cluster-scoped one named for the
+    /// source, since both consumers' copies land on the one provider.
+    fn object(&self, source: Source) -> Result<DynamicObject> {
+        let mut object: DynamicObject = serde_json::from_value(self.example.object.clone())?;
+        if !self.namespaced {
+            object.metadata.name = Some(format!("{}-{}", object.name_any(), source.namespace()));
+        }
+        Ok(object)
+    }
+
+    /// The example's objects on `client`: in `namespace` when namespaced.
+    fn api(&self, client: &Client, namespace: &str) -> Api<DynamicObject> {
+        if self.namespaced {
+            Api::namespaced_with(client.clone(), namespace, &self.resource)
+        } else {
+            Api::all_with(client.clone(), &self.resource)
+        }
+    }
+}
+
 /// The CRD an example is an instance of, and its API resource.
-fn resource_of(corpus: &[CorpusCrd], example: &Example) -> Option<(String, ApiResource)> {
+fn resource_of<'a>(corpus: &[CorpusCrd], example: &'a Example) -> Option<Matched<'a>> {
     let api_version = example.object["apiVersion"].as_str()?;
     let kind = example.object["kind"].as_str()?;
     let (group, version) = api_version.split_once('/')?;
@@ -96,10 +126,12 @@ fn resource_of(corpus: &[CorpusCrd], example: &Example) -> Option<(String, ApiRe
         .find(|c| c.crd["spec"]["group"] == group && c.crd["spec"]["names"]["kind"] == kind)?;
     let plural = crd.crd["spec"]["names"]["plural"].as_str()?;
     let gvk = GroupVersionKind::gvk(group, version, kind);
-    Some((
-        crd.name.clone(),
-        ApiResource::from_gvk_with_plural(&gvk, plural),
-    ))
+    Some(Matched {
+        example,
+        api: crd.name.clone(),
+        resource: ApiResource::from_gvk_with_plural(&gvk, plural),
+        namespaced: crd.crd["spec"]["scope"] == "Namespaced",
+    })
 }
 
 /// Creates every corpus CRD on the provider, labelled exported, and waits until each is
@@ -299,45 +331,62 @@ fn differing_paths(a: &Value, b: &Value, path: &str, out: &mut Vec<String>) {
     }
 }
 
-/// Creates the examples in `source`'s namespace of `consumer`, binds their APIs, and waits for
-/// each provider copy to carry the consumer's spec.
+/// Creates the examples on `consumer` (namespaced ones in `source`'s namespace), binds their
+/// APIs (a Binding there, a ClusterBinding for the cluster-scoped ones), and waits for each
+/// provider copy to carry the consumer's spec.
 async fn run_examples(
     consumer: &Client,
     provider: &Client,
     source: Source,
-    examples: &[(&Example, String, ApiResource)],
+    examples: &[Matched<'_>],
 ) -> Result<Vec<(String, ExampleOutcome)>> {
     let namespace = source.namespace();
     ensure_namespace(consumer, namespace).await?;
-    let mut apis: Vec<&str> = examples.iter().map(|(_, api, _)| api.as_str()).collect();
-    apis.sort_unstable();
-    apis.dedup();
-    let apis: Vec<Value> = apis.iter().map(|a| json!({ "name": a })).collect();
-    let spec = json!({"connectionRef": {"name": connection_name(source)}, "apis": apis});
-    let spec: BindingSpec = serde_json::from_value(spec)?;
-    let bindings: Api<Binding> = Api::namespaced(consumer.clone(), namespace);
-    bindings
-        .create(&PostParams::default(), &Binding::new("corpus", spec))
-        .await?;
+    // The APIs of the namespaced (or cluster-scoped) examples, if any.
+    let listed = |namespaced: bool| -> Result<Option<BindingSpec>> {
+        let mut apis: Vec<&str> = examples
+            .iter()
+            .filter(|m| m.namespaced == namespaced)
+            .map(|m| m.api.as_str())
+            .collect();
+        apis.sort_unstable();
+        apis.dedup();
+        if apis.is_empty() {
+            return Ok(None);
+        }
+        let apis: Vec<Value> = apis.iter().map(|a| json!({ "name": a })).collect();
+        let spec = json!({"connectionRef": {"name": connection_name(source)}, "apis": apis});
+        Ok(Some(serde_json::from_value(spec)?))
+    };
+    if let Some(spec) = listed(true)? {
+        let bindings: Api<Binding> = Api::namespaced(consumer.clone(), namespace);
+        let binding = Binding::new("corpus", spec);
+        bindings.create(&PostParams::default(), &binding).await?;
+    }
+    if let Some(spec) = listed(false)? {
+        let cluster_bindings: Api<ClusterBinding> = Api::all(consumer.clone());
+        let binding = ClusterBinding::new(namespace, spec.into());
+        cluster_bindings
+            .create(&PostParams::default(), &binding)
+            .await?;
+    }
 
     let mut outcomes = Vec::new();
     let mut waiting = Vec::new();
-    for (i, (example, _, resource)) in examples.iter().enumerate() {
-        let objects: Api<DynamicObject> =
-            Api::namespaced_with(consumer.clone(), namespace, resource);
-        let object: DynamicObject = serde_json::from_value(example.object.clone())?;
-        match objects.create(&PostParams::default(), &object).await {
-            Ok(created) => waiting.push((i, example.describe(), resource, created)),
-            Err(e) => {
-                let refused = ExampleOutcome::Refused(e.to_string());
-                outcomes.push((i, (example.describe(), refused)));
-            }
+    for (i, matched) in examples.iter().enumerate() {
+        let described = matched.example.describe();
+        let objects = matched.api(consumer, namespace);
+        match objects
+            .create(&PostParams::default(), &matched.object(source)?)
+            .await
+        {
+            Ok(created) => waiting.push((i, described, matched, created)),
+            Err(e) => outcomes.push((i, (described, ExampleOutcome::Refused(e.to_string())))),
         }
     }
     let began = Instant::now();
-    for (i, described, resource, created) in waiting {
-        let copies: Api<DynamicObject> =
-            Api::namespaced_with(provider.clone(), namespace, resource);
+    for (i, described, matched, created) in waiting {
+        let copies = matched.api(provider, namespace);
         let spec = created.data["spec"].clone();
         let outcome = loop {
             let copy = copies.get_opt(&created.name_any()).await?;
@@ -366,10 +415,7 @@ async fn run_examples(
 
 /// Checks each example against the provider's own CRD (a server-side dry run): an example it
 /// refuses is a fixture to fix.
-async fn invalid_fixtures(
-    provider: &Client,
-    examples: &[(&Example, String, ApiResource)],
-) -> Result<Vec<String>> {
+async fn invalid_fixtures(provider: &Client, examples: &[Matched<'_>]) -> Result<Vec<String>> {
     let namespace = "corpus-fixtures";
     ensure_namespace(provider, namespace).await?;
     let dry_run = PostParams {
@@ -377,11 +423,11 @@ async fn invalid_fixtures(
         ..PostParams::default()
     };
     let mut invalid = Vec::new();
-    for (example, _, resource) in examples {
-        let objects: Api<DynamicObject> =
-            Api::namespaced_with(provider.clone(), namespace, resource);
-        let object: DynamicObject = serde_json::from_value(example.object.clone())?;
+    for matched in examples {
+        let objects = matched.api(provider, namespace);
+        let object: DynamicObject = serde_json::from_value(matched.example.object.clone())?;
         if let Err(e) = objects.create(&dry_run, &object).await {
+            let example = matched.example;
             invalid.push(format!("{} ({}): {e}", example.describe(), example.project));
         }
     }
@@ -444,7 +490,7 @@ pub(super) async fn run_corpus() -> Result<Corpus> {
     let mut unmatched_fixtures = Vec::new();
     for example in &examples {
         match resource_of(&corpus, example) {
-            Some((api, resource)) => matched.push((example, api, resource)),
+            Some(found) => matched.push(found),
             None => {
                 unmatched_fixtures.push(format!("{} ({})", example.describe(), example.project))
             }
@@ -471,8 +517,8 @@ pub(super) async fn run_corpus() -> Result<Corpus> {
                 Some(crd) => facts.differences = schema_differences(&c.crd, crd, *source)?,
                 None => facts.not_installed = Some(schema_message(consumer, *source).await),
             }
-            for ((_, api, _), outcome) in matched.iter().zip(&example_outcomes[source]) {
-                if *api == c.name {
+            for (m, outcome) in matched.iter().zip(&example_outcomes[source]) {
+                if m.api == c.name {
                     facts.examples.push(outcome.clone());
                 }
             }
