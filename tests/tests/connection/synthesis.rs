@@ -1,15 +1,16 @@
 //! Per-API readiness covers schema synthesis: a Binding through an OpenAPI-source Connection
 //! lists one API whose provider schema cannot be synthesized (its OpenAPI document is nested
-//! deeper than the konnector parses) and one that can. The refused API's `boundAPIs` entry and the binding's `APIsNotReady` message name it, a Warning
-//! Event says so, the other API syncs meanwhile, and the refused one is retried: once the
-//! provider's schema is fixed, its consumer CRD installs and the binding is Ready.
+//! deeper than the konnector parses) and one that can. The refused API's `boundAPIs` entry and
+//! the binding's `APIsNotReady` message name it, a Warning Event says so, the other API syncs
+//! meanwhile, and the refused one is retried: once the provider's schema is fixed, its consumer
+//! CRD installs and the binding is Ready.
 
 use super::*;
 use kbind_tests::syncenv::ensure_namespace;
 use konnector::api::{ApiState, BoundApi};
 
-/// Nesting synthesis refuses: its OpenAPI document is nested deeper than a JSON parser's
-/// recursion limit (128), and the schema deeper than the 64 levels synthesis allows.
+/// Nesting the konnector cannot synthesize: the OpenAPI document is nested deeper than its JSON
+/// parser's recursion limit (128), and the schema deeper than the 64 levels synthesis allows.
 const TOO_DEEP: usize = 70;
 
 /// A provider CRD `Deep` of `group` whose spec nests `depth` objects (`.spec.a.a.a...`), as JSON:
@@ -105,7 +106,7 @@ async fn a_schema_that_cannot_be_synthesized_fails_only_its_api_and_is_retried_o
         let binding = Binding::new("both", serde_json::from_value(spec)?);
         bindings.create(&PostParams::default(), &binding).await?;
 
-        // The refused API is named, with the reason and what synthesis said; the other syncs.
+        // The refused API is named, with its reason and the parser's error; the other syncs.
         let at = (namespace, "both");
         // (Until the provider publishes the new group, its document is missing: retried too.)
         let refused = |b: &Binding| {
