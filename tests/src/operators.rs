@@ -107,7 +107,7 @@ async fn install_operator_crds(client: &Client, operator: &str) -> anyhow::Resul
     anyhow::ensure!(!files.is_empty(), "no CRD in {}", dir.display());
     for file in files {
         let text = std::fs::read_to_string(file.path())?;
-        let mut crd: CustomResourceDefinition = serde_yaml::from_str(&text)
+        let mut crd: CustomResourceDefinition = serde_saphyr::from_str(&text)
             .with_context(|| format!("parsing {}", file.path().display()))?;
         if crd.metadata.name.as_deref() == Some(BUNDLES) {
             crd.metadata

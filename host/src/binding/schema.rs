@@ -118,6 +118,7 @@ async fn still_serving(ctx: &Context, name: &str, connection: &str, error: &Sche
         SchemaError::ProviderRead { .. }
             | SchemaError::Read { .. }
             | SchemaError::OpenApi { .. }
+            | SchemaError::NotPublished { .. }
             | SchemaError::Synthesis { .. }
             | SchemaError::Unacceptable { .. }
             | SchemaError::ConsumerDiscovery { .. }
@@ -162,6 +163,8 @@ fn reason(error: &SchemaError) -> Reason {
             Reason::CRDNotManaged
         }
         SchemaError::NotEstablished { .. } => Reason::SchemaNotEstablished,
+        // Published a moment later: waiting, retried, not a failure of the API.
+        SchemaError::NotPublished { .. } => Reason::Pending,
         SchemaError::NameCollision { .. } => Reason::NameCollision,
         SchemaError::Read {
             source: ReadError::TooLarge { .. },
@@ -258,5 +261,14 @@ mod tests {
             holder: "configmaps".into(),
         };
         assert_eq!(reason(&collision), Reason::NameCollision);
+        let unpublished = SchemaError::NotPublished {
+            api: "widgets.new.example.org".into(),
+            group_version: "new.example.org/v1".into(),
+        };
+        assert_eq!(reason(&unpublished), Reason::Pending);
+        assert_eq!(
+            unpublished.to_string(),
+            "waiting for the provider to publish the OpenAPI document of new.example.org/v1 (for widgets.new.example.org) in /openapi/v3"
+        );
     }
 }

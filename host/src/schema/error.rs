@@ -39,6 +39,17 @@ pub enum SchemaError {
         /// What is wrong.
         detail: String,
     },
+    /// Discovery serves the API's group-version, but `/openapi/v3` does not list its document
+    /// yet: the provider publishes a new group's document a moment after serving it.
+    #[error(
+        "waiting for the provider to publish the OpenAPI document of {group_version} (for {api}) in /openapi/v3"
+    )]
+    NotPublished {
+        /// The API.
+        api: String,
+        /// `<group>/<version>`.
+        group_version: String,
+    },
     /// The CRD the source gave (provider CRD or synthesis module) is not one for this API.
     #[error("the CRD the schema source gave for {api} is unacceptable: {detail}")]
     Unacceptable {

@@ -155,7 +155,10 @@ pub async fn fetch_facts(
                 api.group, version
             ))
             .and_then(Value::as_str)
-            .ok_or_else(|| unusable(format!("/openapi/v3 lists no document for {gv}")))?;
+            .ok_or_else(|| SchemaError::NotPublished {
+                api: api.name.clone(),
+                group_version: gv.clone(),
+            })?;
         let document = read_document(provider, api, url).await?;
         versions.push(VersionFacts {
             name: version.clone(),

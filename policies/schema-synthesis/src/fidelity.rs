@@ -85,7 +85,7 @@ fn compare(
     out: &mut Vec<Difference>,
 ) {
     let (Some(a), Some(b)) = (original.as_object(), synthesized.as_object()) else {
-        if original != synthesized {
+        if !same(original, synthesized) {
             out.push(Difference {
                 path: path.to_owned(),
                 what: format!("schema: original {original}, synthesized {synthesized}"),
@@ -98,7 +98,7 @@ fn compare(
     let keys: BTreeSet<&String> = a.keys().chain(b.keys()).collect();
     for key in keys.into_iter().filter(|k| !NESTED.contains(&k.as_str())) {
         match (a.get(key), b.get(key)) {
-            (Some(x), Some(y)) if x == y => {}
+            (Some(x), Some(y)) if same(x, y) => {}
             (x, y) => out.push(Difference {
                 path: path.to_owned(),
                 what: format!("{key}: original {}, synthesized {}", show(x), show(y)),
@@ -143,6 +143,21 @@ fn compare(
                 what: format!("{key}: original {}, synthesized {}", show(x), show(y)),
             }),
         }
+    }
+}
+
+/// JSON equality with numbers compared by value: a client that reads a CRD through typed
+/// structs (float bounds) writes `maximum: 65535` back as `65535.0`, the same bound.
+fn same(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => x == y || x.as_f64() == y.as_f64(),
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(x, y)| same(x, y))
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len() && x.iter().all(|(k, v)| y.get(k).is_some_and(|w| same(v, w)))
+        }
+        _ => a == b,
     }
 }
 
@@ -265,6 +280,18 @@ mod tests {
         assert_eq!(
             whats(original, synthesized),
             [r#".spec.kind: enum: original ["A"], synthesized none"#]
+        );
+    }
+
+    #[test]
+    fn numbers_are_compared_by_value() {
+        let original = json!({"type": "integer", "minimum": 1, "maximum": 65535, "default": 80});
+        let typed = json!({"type": "integer", "minimum": 1.0, "maximum": 65535.0, "default": 80});
+        assert_eq!(whats(original.clone(), typed), Vec::<String>::new());
+        let other = json!({"type": "integer", "minimum": 1, "maximum": 65534, "default": 80});
+        assert_eq!(
+            whats(original, other),
+            ["<root>: maximum: original 65535, synthesized 65534"]
         );
     }
 

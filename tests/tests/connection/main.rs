@@ -1,12 +1,14 @@
 //! The Connection controller against real kube-apiservers (one shared cluster pair and
 //! konnector), one test per branch of its reconciliation: credentials and identity, discovery
-//! and schemas, lifecycle (autoBind, heartbeat, deletion, what exports cannot reach). Each
+//! and schemas, lifecycle (autoBind, heartbeat, deletion, what exports cannot reach), and a
+//! binding's API whose schema synthesis refuses. Each
 //! failure's Warning Event is checked with its condition: one when the Connection enters it,
 //! not one per periodic reconcile.
 
 mod credentials;
 mod discovery;
 mod lifecycle;
+mod synthesis;
 
 use std::time::Duration;
 

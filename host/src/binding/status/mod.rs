@@ -92,9 +92,16 @@ pub(super) fn build(
             .map(|b| (b.syncer.clone(), b.report.clone()))
             .unwrap_or_default()
     };
+    // An entry for every API with a consumer CRD, and for every API that failed definitively
+    // without one (its schema refused, say): the entry names what is wrong, and the teardown
+    // rule reads from it that this binding does not count for that API.
+    let failed = |name: &String| {
+        let judged = observed.verdict.apis.get(name);
+        judged.is_some_and(|v| v.state == ApiState::Failed)
+    };
     let bound_apis = names
         .into_iter()
-        .filter(|name| observed.hashes.contains_key(*name))
+        .filter(|name| observed.hashes.contains_key(*name) || failed(name))
         .map(|name| {
             let (syncer, report) = reported(name);
             let judged = observed.verdict.apis.get(name);
@@ -250,6 +257,50 @@ mod tests {
             ConditionType::PermissionDenied
         ));
         assert_eq!(s.observed_generation, Some(3));
+    }
+
+    #[test]
+    fn an_api_that_failed_without_a_consumer_crd_has_an_entry_saying_why() {
+        use crate::binding::readiness::ApiFacts;
+        let listed = vec!["typos.example.org".to_string()];
+        let facts = |name: &str| ApiFacts {
+            name: name.into(),
+            crd: None,
+            index_pin: None,
+            install_problem: None,
+        };
+        let engaged = ConnectionState::Engaged { exported: vec![] };
+        let failed = evaluate("p", &engaged, &[facts("typos.example.org")]);
+        let summary = Outcomes::default().summarise("p", ["typos.example.org"], Some("ns"));
+        let none = BTreeMap::new();
+        let s = build(None, &observed(&failed, &listed, &none, &summary), Some(1));
+        let entry = s.bound_apis.first().map(|b| {
+            let b = b.clone();
+            (b.name, b.crd_hash, b.state, b.reason)
+        });
+        assert_eq!(
+            entry,
+            Some((
+                "typos.example.org".to_string(),
+                None,
+                Some(ApiState::Failed),
+                Some("APINotExported".to_string())
+            ))
+        );
+        assert!(
+            s.bound_apis[0]
+                .message
+                .as_deref()
+                .is_some_and(|m| m.contains("typos.example.org"))
+        );
+        // Waiting without a consumer CRD (the Connection not Ready): no entry yet.
+        let waiting = evaluate(
+            "p",
+            &ConnectionState::NotReady,
+            &[facts("typos.example.org")],
+        );
+        let s = build(None, &observed(&waiting, &listed, &none, &summary), Some(1));
+        assert!(s.bound_apis.is_empty(), "{:?}", s.bound_apis);
     }
 
     #[test]

@@ -4,6 +4,9 @@
 
 use std::collections::BTreeMap;
 
+use futures::StreamExt as _;
+use futures::future::{BoxFuture, FutureExt as _};
+
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::ResourceExt;
 use kube::api::Api;
@@ -12,12 +15,15 @@ use super::{Steps, Stop};
 use crate::api::names::EXPORTED_LABEL;
 use crate::api::{ConditionType, ExportedApi, PullPolicy, Reason};
 use crate::conditions::Desired;
-use crate::connection::{Error, Result};
+use crate::connection::{Context, Error, Result};
 use crate::provider::discovery::Discovered;
 use crate::provider::kubeconfig::ProviderCredentials;
 use crate::schema::handover::{self, Handover};
 use crate::schema::versions::left_out_note;
 use crate::schema::{self, Refusal, SchemaError, Target, managed};
+
+/// How many consumer CRDs `pullPolicy: All` installs at once.
+const INSTALL_PARALLELISM: usize = 4;
 
 impl Steps<'_> {
     /// Which exported APIs kbind may not install for this Connection (a consumer CRD it does
@@ -54,28 +60,35 @@ impl Steps<'_> {
         let mut failures = Vec::new();
         let mut notes = Vec::new();
         if policy.pull_policy == PullPolicy::All {
-            for api in discovered
+            let targets: Vec<Target<'_>> = discovered
                 .apis
                 .iter()
                 .filter(|api| !refused.contains_key(&api.name))
-            {
-                let target = Target {
+                .map(|api| Target {
                     connection: &name,
                     api,
                     source: discovered.source,
                     update: policy.update_policy,
                     revision: discovered.revisions.get(&api.name).map(String::as_str),
                     provider_uid: self.status.remote_cluster_uid.as_deref(),
-                };
-                let installed = schema::ensure_installed(
-                    &self.ctx.shared.consumer,
-                    &credentials.client,
-                    &self.ctx.shared.policies,
-                    &self.ctx.applied_schemas,
-                    &target,
-                    self.ctx.config.schema_wait,
-                )
+                })
+                .collect();
+            // A few at a time, in order: most of an install is waiting for the consumer to
+            // establish the CRD, and a provider exporting dozens of large CRDs would otherwise
+            // take one wait after another.
+            let ctx: &Context = self.ctx;
+            // Boxed: the futures' types name lifetimes that the controller's `Send` bound
+            // cannot see through in an iterator adapter.
+            let installs: Vec<BoxFuture<'_, _>> = targets
+                .iter()
+                .map(|target| install(ctx, &credentials.client, target).boxed())
+                .collect();
+            let installed: Vec<_> = futures::stream::iter(installs)
+                .buffered(INSTALL_PARALLELISM)
+                .collect()
                 .await;
+            for (target, installed) in targets.iter().zip(installed) {
+                let api = target.api;
                 match installed {
                     Ok(installed) => notes.extend(
                         left_out_note(&installed.crd).map(|note| format!("{}: {note}", api.name)),
@@ -140,6 +153,23 @@ impl Steps<'_> {
             ));
         }
     }
+}
+
+/// Installs one consumer CRD of `pullPolicy: All`.
+async fn install<'a>(
+    ctx: &'a Context,
+    provider: &'a kube::Client,
+    target: &'a Target<'a>,
+) -> Result<schema::Installed, SchemaError> {
+    schema::ensure_installed(
+        &ctx.shared.consumer,
+        provider,
+        &ctx.shared.policies,
+        &ctx.applied_schemas,
+        target,
+        ctx.config.schema_wait,
+    )
+    .await
 }
 
 /// The SchemaInSync reason of a failed install: a name collision is its own case (the
