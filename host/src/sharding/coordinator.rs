@@ -27,12 +27,13 @@ use tracing::{debug, info, warn};
 
 use super::decision::{Decision, Hold, decide};
 use super::leases::{Leases, live_holder};
-use super::reads::World;
+mod reads;
 use super::{Config, Plan, SHARD_ANNOTATION, SHARD_KIND_LABEL, Shard};
 use crate::fencing::Holds;
 use crate::k8s::ApiErrorExt as _;
 use crate::shared::Shared;
 use crate::telemetry::{HandoverLabels, ShardKindLabels, metrics};
+use reads::World;
 
 /// A shard this replica holds.
 #[derive(Debug)]

@@ -32,7 +32,6 @@ mod coordinator;
 mod decision;
 mod leases;
 mod membership;
-mod reads;
 pub mod rendezvous;
 
 use std::time::Duration;

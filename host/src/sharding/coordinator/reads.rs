@@ -9,18 +9,18 @@ use std::time::Duration;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, ListParams};
 
-use super::coordinator::{Coordinator, bounded};
-use super::{MEMBER_LABEL, Plan, SHARD_KIND_LABEL, Shard};
+use super::{Coordinator, bounded};
 use crate::api::Connection;
+use crate::sharding::{MEMBER_LABEL, Plan, SHARD_KIND_LABEL, Shard};
 
 /// What one tick read for assignment.
-pub(super) struct World {
+pub(in crate::sharding) struct World {
     /// Membership Leases by name (none under leader election).
-    pub(super) members: BTreeMap<String, Lease>,
+    pub(in crate::sharding) members: BTreeMap<String, Lease>,
     /// Every shard there is.
-    pub(super) shards: BTreeSet<Shard>,
+    pub(in crate::sharding) shards: BTreeSet<Shard>,
     /// Shard Leases (or the leader Lease) by name.
-    pub(super) recorded: BTreeMap<String, Lease>,
+    pub(in crate::sharding) recorded: BTreeMap<String, Lease>,
 }
 
 impl Coordinator {
@@ -29,7 +29,7 @@ impl Coordinator {
     /// Also the least a renewal is given: a renewal's answer is good until its start plus the
     /// renew deadline, so one of a lapsed hold bounded by the retry period alone would never
     /// come back over a link slower than that period.
-    pub(super) fn read_bound(&self) -> Duration {
+    pub(in crate::sharding) fn read_bound(&self) -> Duration {
         (self.config.renew_deadline / 2).max(self.config.retry_period)
     }
 
@@ -47,7 +47,7 @@ impl Coordinator {
 
     /// What assignment reads, all at once: under leader election the leader Lease; sharded,
     /// the membership Leases, the shards there are and the shard Leases.
-    pub(super) async fn read_world(&self) -> Result<World, String> {
+    pub(in crate::sharding) async fn read_world(&self) -> Result<World, String> {
         if let Plan::Leader { lease } = &self.config.plan {
             return Ok(World {
                 members: BTreeMap::new(),
