@@ -55,9 +55,7 @@ pub(super) async fn reconcile(
     instance: Arc<CachedInstance>,
     ctx: Arc<SyncContext>,
 ) -> Result<Action> {
-    let meta = &instance.metadata;
-    let name = meta.name.as_deref().unwrap_or_default();
-    ctx.queue.started(meta.namespace.as_deref(), name);
+    ctx.queue.started_object(&instance.metadata);
     // Before each attempt: a replica whose hold on this work lapsed (its Lease not renewed in
     // time, the process paused) does nothing until the coordinator renews it or stops this
     // syncer.

@@ -251,9 +251,7 @@ pub(super) async fn run(
         let ctx = ctx.clone();
         move |instance| {
             if let Ok(instance) = instance {
-                let meta = &instance.metadata;
-                let name = meta.name.as_deref().unwrap_or_default();
-                ctx.queue.added(meta.namespace.as_deref(), name);
+                ctx.queue.added_object(&instance.metadata);
             }
         }
     });
@@ -289,9 +287,7 @@ pub(super) async fn run(
         let ctx = ctx.clone();
         move |key| {
             if let Ok(key) = key {
-                let meta = &key.metadata;
-                let name = meta.name.as_deref().unwrap_or_default();
-                ctx.queue.added(meta.namespace.as_deref(), name);
+                ctx.queue.added_object(&key.metadata);
             }
         }
     });

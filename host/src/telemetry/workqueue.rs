@@ -16,6 +16,7 @@ use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 use std::time::Instant;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
@@ -77,6 +78,22 @@ impl WorkQueue {
             self.depth.dec();
             self.duration.observe(since.elapsed().as_secs_f64());
         }
+    }
+
+    /// An event triggered the object `meta` names.
+    pub fn added_object(&self, meta: &ObjectMeta) {
+        self.added(
+            meta.namespace.as_deref(),
+            meta.name.as_deref().unwrap_or_default(),
+        );
+    }
+
+    /// The reconcile of the object `meta` names starts.
+    pub fn started_object(&self, meta: &ObjectMeta) {
+        self.started(
+            meta.namespace.as_deref(),
+            meta.name.as_deref().unwrap_or_default(),
+        );
     }
 
     /// A reconcile failed and is scheduled again.

@@ -190,13 +190,7 @@ impl Drop for ReportOnPanic<'_> {
 /// restart its clusters; isolate by namespace and API group name instead.
 pub fn shared_pair() -> Result<&'static ClusterPair> {
     static PAIR: OnceLock<Result<ClusterPair, String>> = OnceLock::new();
-    PAIR.get_or_init(|| {
-        fresh_root()
-            .and_then(|root| ClusterPair::start(&root))
-            .map_err(|e| e.to_string())
-    })
-    .as_ref()
-    .map_err(|e| Error::SharedPair(e.clone()))
+    started_once(&PAIR)
 }
 
 /// A second pair for the same binary, started on first use: what lets two slow, mostly
@@ -204,7 +198,14 @@ pub fn shared_pair() -> Result<&'static ClusterPair> {
 /// stopped, like [`shared_pair`].
 pub fn second_pair() -> Result<&'static ClusterPair> {
     static PAIR: OnceLock<Result<ClusterPair, String>> = OnceLock::new();
-    PAIR.get_or_init(|| {
+    started_once(&PAIR)
+}
+
+/// The pair `cell` holds, started in a fresh directory on first use.
+fn started_once(
+    cell: &'static OnceLock<Result<ClusterPair, String>>,
+) -> Result<&'static ClusterPair> {
+    cell.get_or_init(|| {
         fresh_root()
             .and_then(|root| ClusterPair::start(&root))
             .map_err(|e| e.to_string())
