@@ -58,7 +58,7 @@ enum Command {
     },
     /// Evaluate and test policy modules (built-in or .wasm files) without a cluster.
     #[command(subcommand)]
-    Policy(crate::cli::policy::PolicyCommand),
+    Policy(Box<crate::cli::policy::PolicyCommand>),
 }
 
 /// Parses the command line and runs the chosen subcommand to completion.
@@ -78,7 +78,7 @@ pub fn main() -> anyhow::Result<()> {
         .init();
     match cli.command {
         Command::Crds { out } => write_crds(out),
-        Command::Policy(command) => crate::cli::policy::run(command),
+        Command::Policy(command) => crate::cli::policy::run(*command),
         Command::Run(_) => Ok(()),
     }
 }

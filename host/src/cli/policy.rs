@@ -13,6 +13,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use crate::artifact::{Credentials, Fetcher, PolicyRef};
 use crate::policy::{Policies, PolicyArgs, PolicyError, PolicyRole, read_file};
 
 /// `konnector policy ...`
@@ -47,21 +48,27 @@ pub struct ModuleArgs {
     /// The role the module plays.
     #[arg(long, value_enum)]
     pub role: PolicyRole,
-    /// A component (.wasm) for the role; the built-in one when omitted.
-    #[arg(long, value_name = "FILE.wasm")]
-    pub module: Option<PathBuf>,
+    /// The module for the role: a component file (.wasm), `oci://REGISTRY/REPO:TAG`,
+    /// `oci://...@sha256:DIGEST` or `built-in` (the default).
+    #[arg(long, value_name = "REF")]
+    pub module: Option<PolicyRef>,
     #[command(flatten)]
     pub policies: PolicyArgs,
 }
 
 impl ModuleArgs {
-    /// Loads the policies, with `--module` serving `--role`.
-    pub fn load(&self) -> anyhow::Result<Policies> {
+    /// Loads the policies, with `--module` serving `--role` (pulled first when it is a
+    /// registry reference).
+    pub async fn load(&self) -> anyhow::Result<Policies> {
         let mut args = self.policies.clone();
         if let Some(module) = &self.module {
             args.set_module(self.role, Some(module.clone()));
         }
-        Ok(Policies::load(&args)?)
+        if !args.pulls() {
+            return Ok(Policies::load(&args)?);
+        }
+        let fetcher = Fetcher::new(args.fetcher_config(Credentials::default()))?;
+        Ok(Policies::resolve(&args, &fetcher).await?)
     }
 }
 
@@ -73,7 +80,7 @@ pub fn run(command: PolicyCommand) -> anyhow::Result<()> {
         .context("starting the async runtime")?;
     match command {
         PolicyCommand::Eval { target, input } => {
-            let policies = target.load()?;
+            let policies = rt.block_on(target.load())?;
             let text = if input == Path::new("-") {
                 std::io::read_to_string(std::io::stdin()).context("reading stdin")?
             } else {
@@ -92,7 +99,7 @@ pub fn run(command: PolicyCommand) -> anyhow::Result<()> {
             dir,
             reused,
         } => {
-            let policies = target.load()?;
+            let policies = rt.block_on(target.load())?;
             let passes = if reused {
                 Passes::Reused
             } else {

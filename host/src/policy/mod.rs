@@ -36,14 +36,19 @@ mod types;
 mod validate;
 mod warm;
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
+use tracing::info;
+
+use crate::artifact::{Fetched, FetchedFrom, Fetcher, PolicyRef};
+
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 
-use crate::telemetry::{PolicyFailureLabels, PolicyLabels, metrics};
+use crate::telemetry::{PolicyFailureLabels, PolicyLabels, PolicyModuleLabels, metrics};
 
 pub use args::PolicyArgs;
 pub use error::PolicyError;
@@ -119,20 +124,65 @@ impl Policies {
     }
 
     /// The modules the flags name (built-in for the others), with the flags' limits. Each
-    /// file is checked against its role's world; a mismatch is an error naming both.
+    /// file is checked against its role's world; a mismatch is an error naming both. A
+    /// registry reference is an error here: [`Policies::resolve`] pulls those.
     pub fn load(args: &PolicyArgs) -> Result<Self, PolicyError> {
-        let path = |role| args.module(role).map(|p| p.as_path());
-        Ok(Self {
+        Self::assemble(args, &BTreeMap::new())
+    }
+
+    /// [`Policies::load`], with each registry reference resolved, pulled and checked through
+    /// `fetcher` first. A reference that can be neither pulled nor found in the cache is an
+    /// error: nothing (no built-in module) runs in its place.
+    pub async fn resolve(args: &PolicyArgs, fetcher: &Fetcher) -> Result<Self, PolicyError> {
+        let mut fetched = BTreeMap::new();
+        for role in PolicyRole::ALL {
+            let Some(PolicyRef::Oci(reference)) = args.module(role) else {
+                continue;
+            };
+            let module = fetcher
+                .fetch(reference)
+                .await
+                .map_err(|source| PolicyError::FetchModule { role, source })?;
+            log_fetched(role, &module);
+            fetched.insert(role, module);
+        }
+        Self::assemble(args, &fetched)
+    }
+
+    /// The policies from references and the registry modules already fetched for them.
+    fn assemble(
+        args: &PolicyArgs,
+        fetched: &BTreeMap<PolicyRole, Fetched>,
+    ) -> Result<Self, PolicyError> {
+        let slot = |role| (args.module(role), fetched.get(&role));
+        let policies = Self {
             inner: Arc::new(Inner {
                 limits: args.limits(),
                 bound: Arc::new(call::CallBound::new(args.policy_max_concurrent_calls)),
                 reuse: args.policy_instance_calls.max(1),
-                schema: load::slot(path(PolicyRole::SchemaSynthesis))?,
-                conflict: load::slot(path(PolicyRole::ConflictPolicy))?,
-                related: load::slot(path(PolicyRole::RelatedSelection))?,
-                placement: load::slot(path(PolicyRole::Placement))?,
+                schema: load_slot(slot(PolicyRole::SchemaSynthesis))?,
+                conflict: load_slot(slot(PolicyRole::ConflictPolicy))?,
+                related: load_slot(slot(PolicyRole::RelatedSelection))?,
+                placement: load_slot(slot(PolicyRole::Placement))?,
             }),
-        })
+        };
+        Ok(policies)
+    }
+
+    /// Publishes which module serves each role (`kbind_policy_module_info{role, reference,
+    /// digest}`), replacing what an earlier set of policies published.
+    pub fn publish_module_info(&self) {
+        let family = &metrics().policy_module;
+        family.clear();
+        for role in PolicyRole::ALL {
+            family
+                .get_or_create(&PolicyModuleLabels {
+                    role: role_label(role),
+                    reference: self.reference(role),
+                    digest: self.digest(role).to_owned(),
+                })
+                .set(1);
+        }
     }
 
     /// These policies with one role served by the component in `bytes` (`origin` names it
@@ -209,7 +259,31 @@ impl Policies {
         self.inner.limits
     }
 
-    /// Where a role's module came from: `built-in` or the file path.
+    /// The digest of a role's module: of the component's bytes, or, for a module pulled from
+    /// a registry, of its manifest (what `@sha256:` pins).
+    pub fn digest(&self, role: PolicyRole) -> &str {
+        match role {
+            PolicyRole::SchemaSynthesis => &self.inner.schema.digest,
+            PolicyRole::ConflictPolicy => &self.inner.conflict.digest,
+            PolicyRole::RelatedSelection => &self.inner.related.digest,
+            PolicyRole::Placement => &self.inner.placement.digest,
+        }
+    }
+
+    /// A role's module reference without its digest: `built-in`, the file path, or the
+    /// registry reference as configured.
+    pub fn reference(&self, role: PolicyRole) -> String {
+        let origin = self.origin(role);
+        match origin.split_once('@') {
+            Some((reference, digest)) if crate::artifact::valid_digest(digest) => {
+                reference.to_owned()
+            }
+            _ => origin.to_owned(),
+        }
+    }
+
+    /// Where a role's module came from: `built-in`, the file path, or the registry reference
+    /// pinned to its digest.
     pub fn origin(&self, role: PolicyRole) -> &str {
         match role {
             PolicyRole::SchemaSynthesis => &self.inner.schema.origin,
@@ -263,6 +337,31 @@ impl Policies {
             input,
         );
         timed(P::ROLE, call).await
+    }
+}
+
+/// A role's slot from its reference and, for a registry one, what was fetched.
+fn load_slot<P: RoleModule>(
+    (reference, fetched): (Option<&PolicyRef>, Option<&Fetched>),
+) -> Result<Slot<P>, PolicyError> {
+    load::slot(reference, fetched)
+}
+
+/// Says which module a registry reference resolved to, and when a tag moved since the
+/// cache last saw it.
+fn log_fetched(role: PolicyRole, module: &Fetched) {
+    let from = match module.from {
+        FetchedFrom::Registry => "registry",
+        FetchedFrom::Cache => "cache",
+    };
+    match &module.previous_digest {
+        Some(previous) if *previous != module.digest => info!(
+            %role, reference = %module.reference, from, digest = %module.digest,
+            "policy module resolved: digest {previous} → {}", module.digest
+        ),
+        _ => {
+            info!(%role, reference = %module.reference, from, digest = %module.digest, "policy module resolved")
+        }
     }
 }
 

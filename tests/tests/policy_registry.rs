@@ -1,0 +1,327 @@
+//! Policy modules shipped through an OCI registry: a real registry (distribution's, built from
+//! its Go module) holds modules pushed by the Wasm artifact conventions; the konnector resolves
+//! a tag to a digest, pulls by tag or by digest, refuses bytes that do not match their digest,
+//! and, restarted while the registry is down, starts from its cache or fails closed.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context as _, bail, ensure};
+use kbind_tests::faults::process::KonnectorProcess;
+use kbind_tests::registry::Registry;
+use kbind_tests::testenv::shared_pair;
+use konnector::artifact::{
+    FetchError, Fetched, FetchedFrom, Fetcher, FetcherConfig, OciRef, PolicyRef, PushMeta,
+};
+use konnector::policy::{
+    ConflictDecision, ConflictInput, Policies, PolicyArgs, PolicyError, PolicyRole, builtin,
+};
+
+/// A fresh scratch directory of this test process.
+fn scratch(name: &str) -> anyhow::Result<PathBuf> {
+    let dir = std::env::temp_dir()
+        .join("kbind-policy-registry")
+        .join(format!("{}-{name}", std::process::id()));
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir)?;
+    }
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+/// A fetcher for the test registry (plain HTTP), caching in `cache` when given.
+fn fetcher(registry: &Registry, cache: Option<&Path>) -> anyhow::Result<Fetcher> {
+    Ok(Fetcher::new(FetcherConfig {
+        cache_dir: cache.map(Path::to_owned),
+        plain_http: vec![registry.host().to_owned()],
+        ..FetcherConfig::default()
+    })?)
+}
+
+/// `oci://<registry>/<repository>` with `suffix` (`:tag` or `@digest`).
+fn reference(registry: &Registry, repository: &str, suffix: &str) -> anyhow::Result<OciRef> {
+    let text = format!("oci://{}/{repository}{suffix}", registry.host());
+    match text.parse::<PolicyRef>()? {
+        PolicyRef::Oci(oci) => Ok(oci),
+        other => bail!("{text} parsed as {other:?}"),
+    }
+}
+
+/// Pushes the built-in conflict module as `repository:tag`, with `version` as its version
+/// annotation (a different version makes a different manifest); returns the manifest digest.
+async fn push_conflict(
+    fetcher: &Fetcher,
+    registry: &Registry,
+    repository: &str,
+    tag: &str,
+    version: &str,
+) -> anyhow::Result<String> {
+    let meta = PushMeta {
+        world: Some(PolicyRole::ConflictPolicy.world().to_owned()),
+        annotations: [(
+            "org.opencontainers.image.version".to_owned(),
+            version.to_owned(),
+        )]
+        .into(),
+    };
+    let target = reference(registry, repository, &format!(":{tag}"))?;
+    Ok(fetcher
+        .push(&target, builtin::CONFLICT_POLICY, &meta)
+        .await?)
+}
+
+/// The built-in conflict module's answer for an absent target, asked through `policies`.
+async fn creates(policies: &Policies) -> anyhow::Result<()> {
+    let decision = policies
+        .decide_conflict(&ConflictInput {
+            consumer_cluster_uid: "consumer".into(),
+            consumer_object_uid: "object".into(),
+            conflict_policy: konnector::api::ConflictPolicy::Fail,
+            target: None,
+        })
+        .await?;
+    ensure!(matches!(decision, ConflictDecision::Create), "{decision:?}");
+    Ok(())
+}
+
+fn module_layer_digest(fetched: &Fetched) -> &str {
+    &fetched.module_digest
+}
+
+#[tokio::test]
+async fn a_module_is_pulled_by_tag_and_by_digest_and_runs() -> anyhow::Result<()> {
+    let work = scratch("by-tag-and-digest")?;
+    let registry = Registry::start(&work.join("registry")).await?;
+    let cached = fetcher(&registry, Some(&work.join("cache")))?;
+    let pushed = push_conflict(&cached, &registry, "policies/conflict", "v1", "1.0.0").await?;
+
+    let by_tag = cached
+        .fetch(&reference(&registry, "policies/conflict", ":v1")?)
+        .await?;
+    assert_eq!(
+        by_tag.digest, pushed,
+        "the tag resolves to the pushed manifest"
+    );
+    assert_eq!(by_tag.module, builtin::CONFLICT_POLICY);
+    assert_eq!(by_tag.from, FetchedFrom::Registry);
+    assert_eq!(
+        by_tag.annotations.get("org.opencontainers.image.version"),
+        Some(&"1.0.0".to_owned())
+    );
+
+    // By digest, through a fetcher with no cache: straight from the registry.
+    let uncached = fetcher(&registry, None)?;
+    let pinned = reference(&registry, "policies/conflict", &format!("@{pushed}"))?;
+    let by_digest = uncached.fetch(&pinned).await?;
+    assert_eq!(by_digest.digest, pushed);
+    assert_eq!(by_digest.module, builtin::CONFLICT_POLICY);
+    assert_eq!(
+        module_layer_digest(&by_digest),
+        module_layer_digest(&by_tag)
+    );
+
+    // The konnector's loader: the role runs the pulled module and names it by digest.
+    let mut args = PolicyArgs::default();
+    args.set_module(
+        PolicyRole::ConflictPolicy,
+        Some(PolicyRef::Oci(reference(
+            &registry,
+            "policies/conflict",
+            ":v1",
+        )?)),
+    );
+    let policies = Policies::resolve(&args, &cached).await?;
+    creates(&policies).await?;
+    assert_eq!(policies.digest(PolicyRole::ConflictPolicy), pushed);
+    assert_eq!(
+        policies.origin(PolicyRole::ConflictPolicy),
+        format!("oci://{}/policies/conflict:v1@{pushed}", registry.host())
+    );
+    assert_eq!(
+        policies.reference(PolicyRole::ConflictPolicy),
+        format!("oci://{}/policies/conflict:v1", registry.host())
+    );
+    // Loading without pulling never puts the built-in module in the registry one's place.
+    let unfetched = Policies::load(&args);
+    assert!(
+        matches!(unfetched, Err(PolicyError::NotFetched { .. })),
+        "{unfetched:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_moved_tag_resolves_to_its_new_digest_and_says_from_which() -> anyhow::Result<()> {
+    let work = scratch("moved-tag")?;
+    let registry = Registry::start(&work.join("registry")).await?;
+    let fetcher = fetcher(&registry, Some(&work.join("cache")))?;
+    let tag = reference(&registry, "policies/moving", ":stable")?;
+    let first = push_conflict(&fetcher, &registry, "policies/moving", "stable", "1.0.0").await?;
+    let resolved = fetcher.fetch(&tag).await?;
+    assert_eq!(
+        (
+            resolved.digest.as_str(),
+            resolved.previous_digest.as_deref()
+        ),
+        (first.as_str(), None)
+    );
+    let second = push_conflict(&fetcher, &registry, "policies/moving", "stable", "1.0.1").await?;
+    assert_ne!(first, second);
+    let moved = fetcher.fetch(&tag).await?;
+    assert_eq!(moved.digest, second);
+    assert_eq!(moved.previous_digest.as_deref(), Some(first.as_str()));
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_tampered_blob_is_refused() -> anyhow::Result<()> {
+    let work = scratch("tampered")?;
+    let registry = Registry::start(&work.join("registry")).await?;
+    let fetcher = fetcher(&registry, Some(&work.join("cache")))?;
+    let pushed = push_conflict(&fetcher, &registry, "policies/tampered", "v1", "1.0.0").await?;
+    let module_digest = konnector::artifact::sha256_digest(builtin::CONFLICT_POLICY);
+    registry.tamper_blob(&module_digest)?;
+
+    for asked in [":v1".to_owned(), format!("@{pushed}")] {
+        let refused = fetcher
+            .fetch(&reference(&registry, "policies/tampered", &asked)?)
+            .await;
+        match &refused {
+            Err(e @ FetchError::DigestMismatch { what, expected, .. }) => {
+                assert_eq!(what, "module");
+                assert_eq!(*expected, module_digest);
+                assert!(e.to_string().contains("is not run"), "{e}");
+            }
+            other => bail!("{asked}: expected a digest mismatch, got {other:?}"),
+        }
+    }
+    // Nothing of it reached the cache: with the registry gone, there is nothing to start from.
+    drop(registry);
+    let fetcher = Fetcher::new(FetcherConfig {
+        cache_dir: Some(work.join("cache")),
+        ..FetcherConfig::default()
+    })?;
+    let pinned = OciRef {
+        registry: "127.0.0.1:1".into(),
+        repository: "policies/tampered".into(),
+        tag: None,
+        digest: Some(pushed),
+    };
+    let unavailable = fetcher.fetch(&pinned).await;
+    assert!(
+        matches!(unavailable, Err(FetchError::Unavailable { .. })),
+        "{unavailable:?}"
+    );
+    Ok(())
+}
+
+/// The flags that make `konnector run` pull its conflict module from `conflict` through the
+/// plain-HTTP registry `host`, caching in `cache`.
+fn pull_flags(conflict: &str, host: &str, cache: &Path) -> Vec<String> {
+    vec![
+        format!("--conflict-policy={conflict}"),
+        format!("--policy-plain-http-registry={host}"),
+        format!("--policy-cache-dir={}", cache.display()),
+    ]
+}
+
+/// Waits for `process` to exit; its status.
+async fn exit_status(
+    process: &mut KonnectorProcess,
+    within: Duration,
+) -> anyhow::Result<std::process::ExitStatus> {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        if let Some(status) = process.exited()? {
+            return Ok(status);
+        }
+        ensure!(
+            tokio::time::Instant::now() < deadline,
+            "still running after {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn the_registry_down_at_restart_starts_from_the_cached_digest() -> anyhow::Result<()> {
+    let pair = shared_pair()?;
+    let work = pair.root().join("policy-registry-restart");
+    pair.diagnose(async {
+        let registry = Registry::start(&work.join("registry")).await?;
+        let host = registry.host().to_owned();
+        let pusher = fetcher(&registry, None)?;
+        let pushed = push_conflict(&pusher, &registry, "policies/restart", "v1", "1.0.0").await?;
+        let conflict = format!("oci://{host}/policies/restart:v1");
+        let flags = pull_flags(&conflict, &host, &work.join("cache"));
+        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+        let binary = kbind_tests::konnector_binary!();
+        let kubeconfig = pair.consumer.admin().kubeconfig_path();
+        let sample = format!(
+            "kbind_policy_module_info{{role=\"conflict\",reference=\"{conflict}\",digest=\"{pushed}\"}}"
+        );
+
+        let mut first = KonnectorProcess::start(&binary, kubeconfig, &work.join("first.log"), &flags)?;
+        first.wait_ready(Duration::from_secs(60)).await?;
+        let metrics = first.metrics().await?;
+        ensure!(metrics.contains(&format!("{sample} 1")), "no {sample} in:\n{metrics}");
+        first.terminate(Duration::from_secs(10)).await?;
+
+        drop(registry);
+        let log = work.join("second.log");
+        let mut second = KonnectorProcess::start(&binary, kubeconfig, &log, &flags)?;
+        second
+            .wait_ready(Duration::from_secs(60))
+            .await
+            .with_context(|| std::fs::read_to_string(&log).unwrap_or_default())?;
+        let metrics = second.metrics().await?;
+        ensure!(metrics.contains(&format!("{sample} 1")), "no {sample} in:\n{metrics}");
+        let said = std::fs::read_to_string(&log)?;
+        ensure!(
+            said.contains("registry unreachable: using the cached module"),
+            "the log does not say the cache stood in:\n{said}"
+        );
+        second.terminate(Duration::from_secs(10)).await?;
+        Ok::<_, anyhow::Error>(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn the_registry_down_at_restart_without_a_cached_digest_fails_closed() -> anyhow::Result<()> {
+    let pair = shared_pair()?;
+    let work = pair.root().join("policy-registry-closed");
+    pair.diagnose(async {
+        let registry = Registry::start(&work.join("registry")).await?;
+        let host = registry.host().to_owned();
+        let pusher = fetcher(&registry, None)?;
+        push_conflict(&pusher, &registry, "policies/closed", "v1", "1.0.0").await?;
+        drop(registry);
+
+        let conflict = format!("oci://{host}/policies/closed:v1");
+        let flags = pull_flags(&conflict, &host, &work.join("empty-cache"));
+        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+        let log = work.join("konnector.log");
+        let binary = kbind_tests::konnector_binary!();
+        let kubeconfig = pair.consumer.admin().kubeconfig_path();
+        let mut process = KonnectorProcess::start(&binary, kubeconfig, &log, &flags)?;
+        let status = exit_status(&mut process, Duration::from_secs(60)).await?;
+        ensure!(
+            !status.success(),
+            "the konnector started without its module: {status}"
+        );
+        let said = std::fs::read_to_string(&log)?;
+        for expected in [
+            "fetching the conflict-policy module",
+            "the registry did not answer",
+            "no cached copy of",
+        ] {
+            ensure!(
+                said.contains(expected),
+                "the log does not say {expected:?}:\n{said}"
+            );
+        }
+        Ok::<_, anyhow::Error>(())
+    })
+    .await
+}
