@@ -325,3 +325,108 @@ async fn the_registry_down_at_restart_without_a_cached_digest_fails_closed() -> 
     })
     .await
 }
+
+/// Runs `konnector policy <args>`; its stdout, or an error with its stderr.
+fn konnector_policy(args: &[&str]) -> anyhow::Result<String> {
+    let output = std::process::Command::new(kbind_tests::konnector_binary!())
+        .arg("policy")
+        .args(args)
+        .output()?;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    ensure!(output.status.success(), "policy {args:?} failed: {stderr}");
+    Ok(String::from_utf8(output.stdout)?)
+}
+
+#[tokio::test]
+async fn policy_push_pull_inspect_and_test_speak_the_registry_with_the_module_s_metadata()
+-> anyhow::Result<()> {
+    let work = scratch("cli")?;
+    let registry = Registry::start(&work.join("registry")).await?;
+    let host = registry.host().to_owned();
+    let module = work.join("conflict.wasm");
+    std::fs::write(&module, builtin::CONFLICT_POLICY)?;
+    let module = module.display().to_string();
+    let tag = format!("oci://{host}/acme/conflict:v1.2.0");
+    let plain = format!("--plain-http-registry={host}");
+
+    // A module pushed for a role whose world it does not implement is refused, nothing sent.
+    let wrong = konnector_policy(&["push", "--role", "placement", &module, &tag, &plain]);
+    let Err(refused) = wrong else {
+        bail!("a conflict module was pushed as a placement module");
+    };
+    ensure!(
+        refused
+            .to_string()
+            .contains("does not implement the world kbind:policy/placement-policy"),
+        "{refused:#}"
+    );
+
+    let pinned = konnector_policy(&[
+        "push",
+        "--role",
+        "conflict",
+        &module,
+        &tag,
+        &plain,
+        "--name",
+        "acme-conflict",
+        "--version",
+        "1.2.0",
+        "--source",
+        "https://git.example.com/acme/policies",
+    ])?;
+    let pinned = pinned.trim();
+    ensure!(pinned.starts_with(&format!("{tag}@sha256:")), "{pinned}");
+
+    let inspected: serde_json::Value =
+        serde_json::from_str(&konnector_policy(&["inspect", &tag, &plain])?)?;
+    let digest = pinned.rsplit_once('@').map(|(_, d)| d);
+    assert_eq!(inspected["digest"].as_str(), digest);
+    assert_eq!(
+        inspected["metadata"],
+        serde_json::json!({
+            "name": "acme-conflict", "version": "1.2.0", "role": "conflict-policy",
+            "source": "https://git.example.com/acme/policies",
+        })
+    );
+    assert_eq!(
+        inspected["annotations"]["io.kbind.policy.role"],
+        "conflict-policy"
+    );
+    assert_eq!(
+        inspected["annotations"]["org.opencontainers.image.version"],
+        "1.2.0"
+    );
+    assert_eq!(inspected["role"]["implemented"], true);
+    assert_eq!(
+        inspected["config"]["component"]["exports"][0],
+        PolicyRole::ConflictPolicy.world()
+    );
+
+    let pulled = work.join("pulled.wasm");
+    let pulled_ref =
+        konnector_policy(&["pull", pinned, "-o", &pulled.display().to_string(), &plain])?;
+    assert_eq!(pulled_ref.trim(), pinned);
+    let bytes = std::fs::read(&pulled)?;
+    assert_eq!(
+        konnector::artifact::metadata::read(&bytes).map(|m| m.name),
+        Some("acme-conflict".to_owned())
+    );
+
+    // The author's fixture loop runs on the module as the registry serves it.
+    let fixtures = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../policies/conflict-policy/fixtures"
+    );
+    let report = konnector_policy(&[
+        "test",
+        "--role",
+        "conflict",
+        "--module",
+        &tag,
+        &format!("--policy-plain-http-registry={host}"),
+        fixtures,
+    ])?;
+    ensure!(report.contains(" passed, 0 failed"), "{report}");
+    Ok(())
+}

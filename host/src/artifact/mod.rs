@@ -22,6 +22,7 @@ mod cache;
 mod credentials;
 mod digest;
 mod error;
+pub mod metadata;
 mod reference;
 mod wire;
 
@@ -38,6 +39,7 @@ pub use cache::{Cache, CacheError};
 pub use credentials::{Credentials, CredentialsError, DOCKER_CONFIG_JSON_KEY};
 pub use digest::sha256_digest;
 pub use error::FetchError;
+pub use metadata::ModuleMetadata;
 pub use reference::{BUILTIN, OCI_SCHEME, OciRef, PolicyRef, ReferenceError, valid_digest};
 pub use wire::{
     LEGACY_WASM_LAYER_MEDIA_TYPE, MAX_MODULE_BYTES, PushMeta, WASM_CONFIG_MEDIA_TYPE,

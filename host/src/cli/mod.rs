@@ -4,7 +4,9 @@
 //! * `run`: the controller process.
 //! * `policy eval`: run one module (built-in or a file) on one JSON input.
 //! * `policy test`: run a folder of fixture cases and report like a test runner.
+//! * `policy push|pull|inspect`: a module into, out of and as seen in an OCI registry.
 
+pub mod artifact;
 pub mod policy;
 pub mod run;
 

@@ -1,5 +1,5 @@
 //! `konnector policy eval` and `konnector policy test`: a policy author's loop without a
-//! cluster. Both load the module the way the konnector does (same sandbox, same limits,
+//! cluster (`push`, `pull` and `inspect`, the registry side, are in `artifact`). Both load the module the way the konnector does (same sandbox, same limits,
 //! same world check) and speak the JSON shapes of [`crate::policy`]'s types.
 //!
 //! A fixture folder holds cases as file pairs: `<case>.input.json` (the role's input) and
@@ -39,6 +39,47 @@ pub enum PolicyCommand {
         /// on state left by earlier calls fails. Without it each case gets a fresh instance.
         #[arg(long)]
         reused: bool,
+    },
+    /// Push a module to an OCI registry: checked against the role's world, its metadata
+    /// (name, version, role, source) embedded; prints the reference pinned to its digest.
+    Push {
+        /// The role the module plays.
+        #[arg(long, value_enum)]
+        role: PolicyRole,
+        /// The component file.
+        #[arg(value_name = "FILE.wasm")]
+        module: PathBuf,
+        /// Where to: `oci://REGISTRY/REPOSITORY:TAG`.
+        #[arg(value_name = "REF")]
+        reference: PolicyRef,
+        #[command(flatten)]
+        metadata: super::artifact::MetadataArgs,
+        #[command(flatten)]
+        registry: super::artifact::RegistryArgs,
+    },
+    /// Pull a module from an OCI registry (every digest checked) into a file; prints the
+    /// reference pinned to its digest.
+    Pull {
+        /// `oci://REGISTRY/REPOSITORY:TAG` or `oci://...@sha256:DIGEST`.
+        #[arg(value_name = "REF")]
+        reference: PolicyRef,
+        /// The file to write.
+        #[arg(long, short = 'o', value_name = "FILE.wasm")]
+        output: PathBuf,
+        #[command(flatten)]
+        registry: super::artifact::RegistryArgs,
+    },
+    /// Show what a reference resolves to (digest, annotations, config) and what its module
+    /// says it is (metadata, and whether it implements its role's world), as JSON.
+    Inspect {
+        /// `oci://...`, a file, or `built-in` (with `--role`).
+        #[arg(value_name = "REF")]
+        reference: PolicyRef,
+        /// The role to check it against (default: the role its metadata names).
+        #[arg(long, value_enum)]
+        role: Option<PolicyRole>,
+        #[command(flatten)]
+        registry: super::artifact::RegistryArgs,
     },
 }
 
@@ -120,6 +161,37 @@ pub fn run(command: PolicyCommand) -> anyhow::Result<()> {
                     report.cases.len()
                 );
             }
+            Ok(())
+        }
+        PolicyCommand::Push {
+            role,
+            module,
+            reference,
+            metadata,
+            registry,
+        } => {
+            let pinned = rt.block_on(super::artifact::push(
+                role, &module, &reference, &metadata, &registry,
+            ))?;
+            println!("{pinned}");
+            Ok(())
+        }
+        PolicyCommand::Pull {
+            reference,
+            output,
+            registry,
+        } => {
+            let pinned = rt.block_on(super::artifact::pull(&reference, &output, &registry))?;
+            println!("{pinned}");
+            Ok(())
+        }
+        PolicyCommand::Inspect {
+            reference,
+            role,
+            registry,
+        } => {
+            let report = rt.block_on(super::artifact::inspect(&reference, role, &registry))?;
+            println!("{}", serde_json::to_string_pretty(&report)?);
             Ok(())
         }
     }
