@@ -132,9 +132,12 @@ async fn a_module_is_pulled_by_tag_and_by_digest_and_runs() -> anyhow::Result<()
     );
     let policies = Policies::resolve(&args, &cached).await?;
     creates(&policies).await?;
-    assert_eq!(policies.digest(PolicyRole::ConflictPolicy), pushed);
     assert_eq!(
-        policies.origin(PolicyRole::ConflictPolicy),
+        &*policies.digest(PolicyRole::ConflictPolicy),
+        pushed.as_str()
+    );
+    assert_eq!(
+        policies.origin(PolicyRole::ConflictPolicy).to_string(),
         format!("oci://{}/policies/conflict:v1@{pushed}", registry.host())
     );
     assert_eq!(
@@ -429,4 +432,82 @@ async fn policy_push_pull_inspect_and_test_speak_the_registry_with_the_module_s_
     ])?;
     ensure!(report.contains(" passed, 0 failed"), "{report}");
     Ok(())
+}
+
+/// Waits until the konnector's metrics contain `sample`.
+async fn metrics_show(process: &KonnectorProcess, sample: &str) -> anyhow::Result<()> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let metrics = process.metrics().await?;
+        if metrics.contains(sample) {
+            return Ok(());
+        }
+        ensure!(
+            tokio::time::Instant::now() < deadline,
+            "no {sample} within 30s in:\n{metrics}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_changed_reference_is_swapped_live_and_a_failing_one_leaves_the_old_module()
+-> anyhow::Result<()> {
+    let pair = shared_pair()?;
+    let work = pair.root().join("policy-registry-live");
+    pair.diagnose(async {
+        let registry = Registry::start(&work.join("registry")).await?;
+        let host = registry.host().to_owned();
+        let pusher = fetcher(&registry, None)?;
+        let v1 = push_conflict(&pusher, &registry, "policies/live", "v1", "1.0.0").await?;
+        let v2 = push_conflict(&pusher, &registry, "policies/live", "v2", "2.0.0").await?;
+        let refs = work.join("refs.yaml");
+        let write_ref = |tag: &str| {
+            std::fs::write(&refs, format!("conflict: oci://{host}/policies/live:{tag}\n"))
+        };
+        write_ref("v1")?;
+        let flags = [
+            format!("--policy-refs-file={}", refs.display()),
+            format!("--policy-plain-http-registry={host}"),
+            format!("--policy-cache-dir={}", work.join("cache").display()),
+        ];
+        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+        let log = work.join("konnector.log");
+        let binary = kbind_tests::konnector_binary!();
+        let kubeconfig = pair.consumer.admin().kubeconfig_path();
+        let mut process = KonnectorProcess::start(&binary, kubeconfig, &log, &flags)?;
+        process.wait_ready(Duration::from_secs(60)).await?;
+        let pid = process.pid();
+        let info = |tag: &str, digest: &str| {
+            format!(
+                "kbind_policy_module_info{{role=\"conflict\",reference=\"oci://{host}/policies/live:{tag}\",digest=\"{digest}\"}} 1"
+            )
+        };
+        metrics_show(&process, &info("v1", &v1)).await?;
+
+        // The reference moves to v2: pulled, checked and swapped in the running process.
+        write_ref("v2")?;
+        metrics_show(&process, &info("v2", &v2)).await?;
+        metrics_show(&process, "kbind_policy_swaps_total{role=\"conflict\",result=\"swapped\"} 1").await?;
+        let said = std::fs::read_to_string(&log)?;
+        ensure!(
+            said.contains(&format!("policy module swapped: digest {v1} → {v2}")),
+            "the log does not name both digests:\n{said}"
+        );
+
+        // A reference that cannot be pulled: the failure is counted, v2 keeps running.
+        write_ref("missing")?;
+        metrics_show(&process, "kbind_policy_swaps_total{role=\"conflict\",result=\"failed\"} 1").await?;
+        let metrics = process.metrics().await?;
+        ensure!(metrics.contains(&info("v2", &v2)), "v2 no longer runs:\n{metrics}");
+        ensure!(process.exited()?.is_none() && process.pid() == pid, "the konnector restarted");
+        let said = std::fs::read_to_string(&log)?;
+        ensure!(
+            said.contains("policy module not swapped; the running module stays"),
+            "the log does not say why:\n{said}"
+        );
+        process.terminate(Duration::from_secs(10)).await?;
+        Ok::<_, anyhow::Error>(())
+    })
+    .await
 }

@@ -217,9 +217,16 @@ impl RunArgs {
 
 /// The policy modules the flags name; registry references are pulled (with the pull Secret's
 /// credentials) before anything else starts, and one that cannot be had stops the start.
-async fn load_policies(args: &RunArgs, consumer: &kube::Config) -> anyhow::Result<Policies> {
-    if !args.policies.pulls() {
-        return Ok(Policies::load(&args.policies)?);
+async fn load_policies(
+    args: &RunArgs,
+    consumer: &kube::Config,
+) -> anyhow::Result<(Policies, Option<Fetcher>)> {
+    let policies_args = match &args.policies.policy_refs_file {
+        Some(path) => crate::policy::live::with_refs_file(&args.policies, path)?,
+        None => args.policies.clone(),
+    };
+    if !policies_args.pulls() && policies_args.policy_refs_file.is_none() {
+        return Ok((Policies::load(&policies_args)?, None));
     }
     let credentials = match &args.policy_pull_secret {
         None => Credentials::default(),
@@ -230,8 +237,9 @@ async fn load_policies(args: &RunArgs, consumer: &kube::Config) -> anyhow::Resul
             pull_credentials(client, &args.secret_namespace, name).await?
         }
     };
-    let fetcher = Fetcher::new(args.policies.fetcher_config(credentials))?;
-    Ok(Policies::resolve(&args.policies, &fetcher).await?)
+    let fetcher = Fetcher::new(policies_args.fetcher_config(credentials))?;
+    let policies = Policies::resolve(&policies_args, &fetcher).await?;
+    Ok((policies, Some(fetcher)))
 }
 
 /// The registry credentials in the pull Secret `namespace/name`.
@@ -293,7 +301,7 @@ pub fn bind_address(flag: &str, value: &str) -> anyhow::Result<SocketAddr> {
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     init_logging(&args.log_level, args.log_format).map_err(anyhow::Error::msg)?;
     let consumer_config = consumer_config(args.kubeconfig.as_deref()).await?;
-    let policies = load_policies(&args, &consumer_config)
+    let (policies, fetcher) = load_policies(&args, &consumer_config)
         .await
         .context("loading policy modules")?;
     policies.publish_module_info();
@@ -335,6 +343,17 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         shutdown.clone(),
     ));
     tokio::spawn(stop_on_signal(shutdown.clone()));
+    if let (Some(path), Some(fetcher)) = (&args.policies.policy_refs_file, fetcher) {
+        info!(file = %path.display(), "watching the policy references file for live swaps");
+        tokio::spawn(crate::policy::live::watch(
+            policies.clone(),
+            args.policies.clone(),
+            fetcher,
+            path.clone(),
+            crate::policy::live::DEFAULT_INTERVAL,
+            shutdown.clone(),
+        ));
+    }
 
     let mut shared = Shared::new(client, policies, args.pod_name.clone());
     let (leading_tx, mut leading) = watch::channel(false);

@@ -92,6 +92,11 @@ pub struct PolicyArgs {
         value_delimiter = ','
     )]
     pub policy_plain_http: Vec<String>,
+    /// A YAML file with a reference per role (`conflict: oci://...`), overriding the role
+    /// flags it names; read again every few seconds, and a changed reference is swapped in
+    /// without a restart (the chart mounts it from a ConfigMap).
+    #[arg(long, value_name = "FILE", env = "KBIND_POLICY_REFS_FILE")]
+    pub policy_refs_file: Option<PathBuf>,
 }
 
 /// Policy calls in flight at once unless configured otherwise.
@@ -115,6 +120,7 @@ impl Default for PolicyArgs {
             policy_max_concurrent_calls: DEFAULT_MAX_CONCURRENT_CALLS,
             policy_cache_dir: None,
             policy_plain_http: Vec::new(),
+            policy_refs_file: None,
         }
     }
 }

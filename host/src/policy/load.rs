@@ -38,6 +38,16 @@ impl<P: RoleModule> Slot<P> {
         }
     }
 
+    /// The same module sharing its warm instances (a swap of another role keeps them).
+    pub(crate) fn shared(&self) -> Self {
+        Self {
+            pre: self.pre.clone(),
+            origin: self.origin.clone(),
+            digest: self.digest.clone(),
+            pool: self.pool.clone(),
+        }
+    }
+
     /// The same module with no warm instances: instances made under other limits or
     /// another reuse count are not carried over.
     pub(crate) fn without_instances(&self) -> Self {

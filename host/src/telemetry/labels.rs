@@ -44,6 +44,15 @@ pub struct PolicyModuleLabels {
     pub digest: String,
 }
 
+/// Labels of live policy module swaps.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PolicySwapLabels {
+    /// `schema`, `conflict`, `related`, `placement`.
+    pub role: &'static str,
+    /// `swapped` or `failed` (the running module stayed).
+    pub result: &'static str,
+}
+
 /// Labels of policy failures.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PolicyFailureLabels {

@@ -13,7 +13,8 @@ use prometheus_client::registry::Registry;
 use super::labels::{
     ApiLabels, BuildLabels, ClientLatencyLabels, ClientRequestLabels, ClientRetryLabels,
     ControllerLabels, HandoverLabels, InstanceStateLabels, PolicyFailureLabels, PolicyLabels,
-    PolicyModuleLabels, RelatedLabels, RelatedReadLabels, ShardKindLabels, WatchLabels,
+    PolicyModuleLabels, PolicySwapLabels, RelatedLabels, RelatedReadLabels, ShardKindLabels,
+    WatchLabels,
 };
 
 /// Every metric the konnector exports.
@@ -46,6 +47,8 @@ pub struct Metrics {
     pub policy_failures: Family<PolicyFailureLabels, Counter>,
     /// The module serving each role: its reference and digest (value 1).
     pub policy_module: Family<PolicyModuleLabels, Gauge>,
+    /// Live swaps of a role's module, per role and result.
+    pub policy_swaps: Family<PolicySwapLabels, Counter>,
     /// Connections currently engaged (Ready, provider client live).
     pub engaged_connections: Gauge,
     /// Syncers started, per API: each start lists both clusters again, so a rise without a
@@ -103,6 +106,7 @@ impl Metrics {
             policy_duration: Family::new_with_constructor(latency_histogram),
             policy_failures: Family::default(),
             policy_module: Family::default(),
+            policy_swaps: Family::default(),
             engaged_connections: Gauge::default(),
             syncer_starts: Family::default(),
             in_sync_checks: Family::default(),
@@ -182,6 +186,11 @@ impl Metrics {
             "policy_module_info",
             "The policy module serving each role: its reference and digest (always 1)",
             metrics.policy_module.clone(),
+        );
+        registry.register(
+            "policy_swaps",
+            "Live swaps of a policy role's module (failed: the running module stayed)",
+            metrics.policy_swaps.clone(),
         );
         registry.register(
             "engaged_connections",
@@ -308,6 +317,10 @@ impl Metrics {
             role: "conflict",
             reference: "built-in".into(),
             digest: "sha256:0".into(),
+        });
+        let _ = m.policy_swaps.get_or_create(&PolicySwapLabels {
+            role: "conflict",
+            result: "failed",
         });
         let _ = m.syncer_starts.get_or_create(&api);
         let _ = m.in_sync_checks.get_or_create(&api);

@@ -11,7 +11,8 @@ mod server;
 pub use labels::{
     ApiLabels, BuildLabels, ClientLatencyLabels, ClientRequestLabels, ClientRetryLabels,
     ControllerLabels, HandoverLabels, InstanceStateLabels, PolicyFailureLabels, PolicyLabels,
-    PolicyModuleLabels, RelatedLabels, RelatedReadLabels, ShardKindLabels, WatchLabels,
+    PolicyModuleLabels, PolicySwapLabels, RelatedLabels, RelatedReadLabels, ShardKindLabels,
+    WatchLabels,
 };
 pub use logging::{LogFormat, init_logging};
 pub use metrics::{Metrics, ReconcileTimer, metrics};
