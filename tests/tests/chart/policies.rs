@@ -71,15 +71,17 @@ fn no_policy_config_map_means_the_built_in_modules() -> Result<()> {
 }
 
 #[test]
-fn a_policy_reference_sets_the_flag_and_mounts_the_digest_cache() -> Result<()> {
+fn a_policy_reference_is_mounted_as_a_references_file_beside_the_digest_cache() -> Result<()> {
     let rendered = render(
         r#"
 policies: {placement: {ref: "oci://ghcr.io/acme/placement:v1.2.3"}}
 policyRegistry: {pullSecret: policy-pull, plainHTTP: [registry.lab:5000], cache: {sizeLimit: 64Mi}}
 "#,
     )?;
+    // The reference goes through a mounted file the konnector reads again, so that a changed
+    // reference (helm upgrade) is swapped in without a Pod restart.
     let args = format!(
-        "args: {CHART_ARGS} --placement-policy=oci://ghcr.io/acme/placement:v1.2.3 \
+        "args: {CHART_ARGS} --policy-refs-file=/etc/kbind/policy-refs/refs.yaml \
          --policy-cache-dir=/var/cache/kbind/policies --policy-pull-secret=policy-pull \
          --policy-plain-http-registry=registry.lab:5000"
     );
@@ -87,11 +89,17 @@ policyRegistry: {pullSecret: policy-pull, plainHTTP: [registry.lab:5000], cache:
         &(args
             + r#"
 container:
-  volumeMounts: [{name: tmp}, {name: policy-cache, mountPath: /var/cache/kbind/policies}]
+  volumeMounts:
+    - {name: tmp}
+    - {name: policy-cache, mountPath: /var/cache/kbind/policies}
+    - {name: policy-refs, mountPath: /etc/kbind/policy-refs, readOnly: true}
 pod:
   volumes:
     - name: tmp
     - {name: policy-cache, emptyDir: {sizeLimit: 64Mi}}
+    - {name: policy-refs, configMap: {name: kbind-konnector-policy-refs}}
+ConfigMap/kbind-system/kbind-konnector-policy-refs:
+  data: {refs.yaml: "placement: \"oci://ghcr.io/acme/placement:v1.2.3\"\n"}
 "#),
     )
 }
