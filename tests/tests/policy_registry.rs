@@ -511,3 +511,47 @@ async fn a_changed_reference_is_swapped_live_and_a_failing_one_leaves_the_old_mo
     })
     .await
 }
+
+#[tokio::test]
+async fn a_call_in_flight_finishes_on_the_module_it_started_with() -> anyhow::Result<()> {
+    // A conflict module that loops on one object: its call runs until the deadline.
+    let looping = kbind_tests::faults::policy::poisoned_conflict_policy("never", "slow-object")?;
+    let policies = Policies::builtin()?
+        .with_limits(konnector::policy::PolicyLimits {
+            timeout: Duration::from_millis(1500),
+            ..konnector::policy::PolicyLimits::DEFAULT
+        })
+        .with_module(PolicyRole::ConflictPolicy, &looping, "looping.wasm")?;
+    let ask = |uid: &str| ConflictInput {
+        consumer_cluster_uid: "consumer".into(),
+        consumer_object_uid: uid.into(),
+        conflict_policy: konnector::api::ConflictPolicy::Fail,
+        target: None,
+    };
+    let in_flight = tokio::spawn({
+        let policies = policies.clone();
+        let question = ask("slow-object");
+        async move { policies.decide_conflict(&question).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    ensure!(!in_flight.is_finished(), "the looping call ended early");
+
+    // The built-in module swapped in while that call runs: new calls get it at once.
+    policies.swap(PolicyRole::ConflictPolicy, &Policies::builtin()?);
+    let started = std::time::Instant::now();
+    creates(&policies).await?;
+    ensure!(
+        started.elapsed() < Duration::from_millis(1000),
+        "a new call waited for the old one"
+    );
+    let decision = policies.decide_conflict(&ask("slow-object")).await?;
+    ensure!(matches!(decision, ConflictDecision::Create), "{decision:?}");
+
+    // The call in flight finished on the module it started with (its error names it).
+    let finished = in_flight.await?;
+    assert!(
+        matches!(&finished, Err(PolicyError::PolicyTimeout { origin, .. }) if origin == "looping.wasm"),
+        "{finished:?}"
+    );
+    Ok(())
+}
