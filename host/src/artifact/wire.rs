@@ -298,3 +298,64 @@ pub async fn push(
         .map_err(failed)?;
     Ok(sha256_digest(&manifest))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reference() -> OciRef {
+        OciRef {
+            registry: "r.example".into(),
+            repository: "acme/conflict".into(),
+            tag: Some("v1".into()),
+            digest: None,
+        }
+    }
+
+    fn manifest(layers: &[&str]) -> OciImageManifest {
+        OciImageManifest {
+            layers: layers
+                .iter()
+                .map(|media_type| OciDescriptor {
+                    media_type: (*media_type).to_owned(),
+                    digest: sha256_digest(media_type.as_bytes()),
+                    size: 1,
+                    ..OciDescriptor::default()
+                })
+                .collect(),
+            ..OciImageManifest::default()
+        }
+    }
+
+    #[test]
+    fn the_module_layer_is_found_under_either_wasm_media_type() {
+        for media_type in [WASM_LAYER_MEDIA_TYPE, LEGACY_WASM_LAYER_MEDIA_TYPE] {
+            let manifest = manifest(&[media_type]);
+            let layer = module_layer(&reference(), &manifest).map(|l| l.media_type.clone());
+            assert_eq!(layer.ok().as_deref(), Some(media_type));
+        }
+    }
+
+    #[test]
+    fn an_artifact_without_exactly_one_module_layer_is_not_a_module() {
+        for layers in [
+            &["application/vnd.oci.image.layer.v1.tar+gzip"][..],
+            &[WASM_LAYER_MEDIA_TYPE, LEGACY_WASM_LAYER_MEDIA_TYPE],
+            &[],
+        ] {
+            let refused = module_layer(&reference(), &manifest(layers)).map(|_| ());
+            assert!(
+                matches!(&refused, Err(e @ FetchError::NotAModule { .. }) if e.to_string().contains("konnector policy push")),
+                "{layers:?}: {refused:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_reference_names_the_registry_side_by_tag_or_digest() {
+        let digest = sha256_digest(b"m");
+        assert_eq!(client_reference(&reference()).tag(), Some("v1"));
+        let pinned = client_reference(&reference().pinned(&digest));
+        assert_eq!(pinned.digest(), Some(digest.as_str()));
+    }
+}
