@@ -555,3 +555,65 @@ async fn a_call_in_flight_finishes_on_the_module_it_started_with() -> anyhow::Re
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn the_pull_secret_is_read_from_the_credential_namespace() -> anyhow::Result<()> {
+    use k8s_openapi::ByteString;
+    use k8s_openapi::api::core::v1::Secret;
+    let pair = shared_pair()?;
+    let work = pair.root().join("policy-registry-pull-secret");
+    pair.diagnose(async {
+        let registry = Registry::start(&work.join("registry")).await?;
+        let host = registry.host().to_owned();
+        let pusher = fetcher(&registry, None)?;
+        let pushed = push_conflict(&pusher, &registry, "policies/private", "v1", "1.0.0").await?;
+        let consumer = pair.consumer.client().await?;
+        kbind_tests::syncenv::ensure_namespace(&consumer, kbind_tests::fixtures::SECRET_NAMESPACE)
+            .await?;
+        let secrets: kube::Api<Secret> =
+            kube::Api::namespaced(consumer, kbind_tests::fixtures::SECRET_NAMESPACE);
+        let secret = |name: &str, kind: &str, key: &str| -> anyhow::Result<Secret> {
+            let config = serde_json::json!({"auths": {host.as_str(): {"username": "robot", "password": "s3cret"}}});
+            Ok(serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name},
+                "type": kind,
+                "data": {key: ByteString(serde_json::to_vec(&config)?)},
+            }))?)
+        };
+        let pp = kube::api::PostParams::default();
+        secrets.create(&pp, &secret("policy-pull-wrong", "Opaque", "config.json")?).await?;
+        secrets.create(&pp, &secret("policy-pull", "kubernetes.io/dockerconfigjson", ".dockerconfigjson")?).await?;
+
+        let conflict = format!("oci://{host}/policies/private:v1");
+        let binary = kbind_tests::konnector_binary!();
+        let kubeconfig = pair.consumer.admin().kubeconfig_path();
+        let run = |secret: &str, log: &Path| {
+            let mut flags = pull_flags(&conflict, &host, &work.join(format!("cache-{secret}")));
+            flags.push(format!("--policy-pull-secret={secret}"));
+            let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+            KonnectorProcess::start(&binary, kubeconfig, log, &flags)
+        };
+
+        // A Secret without the docker config key: the start stops and says what to do.
+        let log = work.join("wrong.log");
+        let mut wrong = run("policy-pull-wrong", &log)?;
+        let status = exit_status(&mut wrong, Duration::from_secs(60)).await?;
+        ensure!(!status.success(), "started with an unusable pull Secret");
+        let said = std::fs::read_to_string(&log)?;
+        ensure!(
+            said.contains("the policy pull Secret kbind/policy-pull-wrong has no .dockerconfigjson key"),
+            "{said}"
+        );
+
+        // The pull Secret as `kubectl create secret docker-registry` writes it.
+        let mut right = run("policy-pull", &work.join("right.log"))?;
+        right.wait_ready(Duration::from_secs(60)).await?;
+        metrics_show(&right, &format!(
+            "kbind_policy_module_info{{role=\"conflict\",reference=\"{conflict}\",digest=\"{pushed}\"}} 1"
+        ))
+        .await?;
+        right.terminate(Duration::from_secs(10)).await?;
+        Ok::<_, anyhow::Error>(())
+    })
+    .await
+}
