@@ -228,6 +228,16 @@ fn pull_flags(conflict: &str, host: &str, cache: &Path) -> Vec<String> {
     ]
 }
 
+/// Fails unless the konnector log `log` contains `expected`, showing the log.
+fn log_says(log: &Path, expected: &str) -> anyhow::Result<()> {
+    let said = std::fs::read_to_string(log)?;
+    ensure!(
+        said.contains(expected),
+        "the log does not say {expected:?}:\n{said}"
+    );
+    Ok(())
+}
+
 /// Waits for `process` to exit; its status.
 async fn exit_status(
     process: &mut KonnectorProcess,
@@ -279,11 +289,7 @@ async fn the_registry_down_at_restart_starts_from_the_cached_digest() -> anyhow:
             .with_context(|| std::fs::read_to_string(&log).unwrap_or_default())?;
         let metrics = second.metrics().await?;
         ensure!(metrics.contains(&format!("{sample} 1")), "no {sample} in:\n{metrics}");
-        let said = std::fs::read_to_string(&log)?;
-        ensure!(
-            said.contains("registry unreachable: using the cached module"),
-            "the log does not say the cache stood in:\n{said}"
-        );
+        log_says(&log, "registry unreachable: using the cached module")?;
         second.terminate(Duration::from_secs(10)).await?;
         Ok::<_, anyhow::Error>(())
     })
@@ -313,16 +319,12 @@ async fn the_registry_down_at_restart_without_a_cached_digest_fails_closed() -> 
             !status.success(),
             "the konnector started without its module: {status}"
         );
-        let said = std::fs::read_to_string(&log)?;
         for expected in [
             "fetching the conflict-policy module",
             "the registry did not answer",
             "no cached copy of",
         ] {
-            ensure!(
-                said.contains(expected),
-                "the log does not say {expected:?}:\n{said}"
-            );
+            log_says(&log, expected)?;
         }
         Ok::<_, anyhow::Error>(())
     })
@@ -489,11 +491,7 @@ async fn a_changed_reference_is_swapped_live_and_a_failing_one_leaves_the_old_mo
         write_ref("v2")?;
         metrics_show(&process, &info("v2", &v2)).await?;
         metrics_show(&process, "kbind_policy_swaps_total{role=\"conflict\",result=\"swapped\"} 1").await?;
-        let said = std::fs::read_to_string(&log)?;
-        ensure!(
-            said.contains(&format!("policy module swapped: digest {v1} → {v2}")),
-            "the log does not name both digests:\n{said}"
-        );
+        log_says(&log, &format!("policy module swapped: digest {v1} → {v2}"))?;
 
         // A reference that cannot be pulled: the failure is counted, v2 keeps running.
         write_ref("missing")?;
@@ -501,11 +499,7 @@ async fn a_changed_reference_is_swapped_live_and_a_failing_one_leaves_the_old_mo
         let metrics = process.metrics().await?;
         ensure!(metrics.contains(&info("v2", &v2)), "v2 no longer runs:\n{metrics}");
         ensure!(process.exited()?.is_none() && process.pid() == pid, "the konnector restarted");
-        let said = std::fs::read_to_string(&log)?;
-        ensure!(
-            said.contains("policy module not swapped; the running module stays"),
-            "the log does not say why:\n{said}"
-        );
+        log_says(&log, "policy module not swapped; the running module stays")?;
         process.terminate(Duration::from_secs(10)).await?;
         Ok::<_, anyhow::Error>(())
     })
@@ -599,11 +593,7 @@ async fn the_pull_secret_is_read_from_the_credential_namespace() -> anyhow::Resu
         let mut wrong = run("policy-pull-wrong", &log)?;
         let status = exit_status(&mut wrong, Duration::from_secs(60)).await?;
         ensure!(!status.success(), "started with an unusable pull Secret");
-        let said = std::fs::read_to_string(&log)?;
-        ensure!(
-            said.contains("the policy pull Secret kbind/policy-pull-wrong has no .dockerconfigjson key"),
-            "{said}"
-        );
+        log_says(&log, "the policy pull Secret kbind/policy-pull-wrong has no .dockerconfigjson key")?;
 
         // The pull Secret as `kubectl create secret docker-registry` writes it.
         let mut right = run("policy-pull", &work.join("right.log"))?;
