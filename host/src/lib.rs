@@ -22,7 +22,9 @@ pub mod k8s;
 pub mod recent;
 pub mod telemetry;
 
-// Reaching providers, their schemas on the consumer, and the Wasm policy modules.
+// Policy modules as artifacts (references, registries, the digest cache), reaching
+// providers, their schemas on the consumer, and the Wasm policy modules.
+pub mod artifact;
 pub mod policy;
 pub mod provider;
 pub mod schema;

@@ -51,6 +51,7 @@ pub fn registry_binary() -> Result<PathBuf> {
 pub struct Registry {
     daemon: Daemon,
     host: String,
+    storage: PathBuf,
     client: Client<HttpConnector, Full<Bytes>>,
 }
 
@@ -80,6 +81,7 @@ impl Registry {
             let mut registry = Self {
                 daemon,
                 host: format!("127.0.0.1:{port}"),
+                storage: dir.join("storage"),
                 client: Client::builder(TokioExecutor::new()).build_http(),
             };
             match registry.wait_answering().await {
@@ -93,6 +95,25 @@ impl Registry {
     /// `127.0.0.1:<port>`, the registry part of a reference (`<host>/<repository>:<tag>`).
     pub fn host(&self) -> &str {
         &self.host
+    }
+
+    /// Alters the stored blob `digest` in place (its first byte flipped, its length kept), as
+    /// a compromised registry or storage would: the registry then serves bytes that no longer
+    /// match the digest that names them.
+    pub fn tamper_blob(&self, digest: &str) -> Result<()> {
+        let hex = digest
+            .strip_prefix("sha256:")
+            .context("not a sha256 digest")?;
+        let file = self
+            .storage
+            .join("docker/registry/v2/blobs/sha256")
+            .join(hex.get(..2).context("a short digest")?)
+            .join(hex)
+            .join("data");
+        let mut bytes = read_blob_file(&file)?;
+        let first = bytes.first_mut().context("an empty blob")?;
+        *first ^= 0xff;
+        std::fs::write(&file, bytes).with_context(|| format!("writing {}", file.display()))
     }
 
     /// The registry's log file.

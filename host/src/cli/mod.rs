@@ -4,7 +4,9 @@
 //! * `run`: the controller process.
 //! * `policy eval`: run one module (built-in or a file) on one JSON input.
 //! * `policy test`: run a folder of fixture cases and report like a test runner.
+//! * `policy push|pull|inspect`: a module into, out of and as seen in an OCI registry.
 
+pub mod artifact;
 pub mod policy;
 pub mod run;
 
@@ -58,7 +60,7 @@ enum Command {
     },
     /// Evaluate and test policy modules (built-in or .wasm files) without a cluster.
     #[command(subcommand)]
-    Policy(crate::cli::policy::PolicyCommand),
+    Policy(Box<crate::cli::policy::PolicyCommand>),
 }
 
 /// Parses the command line and runs the chosen subcommand to completion.
@@ -78,7 +80,7 @@ pub fn main() -> anyhow::Result<()> {
         .init();
     match cli.command {
         Command::Crds { out } => write_crds(out),
-        Command::Policy(command) => crate::cli::policy::run(command),
+        Command::Policy(command) => crate::cli::policy::run(*command),
         Command::Run(_) => Ok(()),
     }
 }

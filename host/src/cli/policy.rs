@@ -1,5 +1,5 @@
 //! `konnector policy eval` and `konnector policy test`: a policy author's loop without a
-//! cluster. Both load the module the way the konnector does (same sandbox, same limits,
+//! cluster (`push`, `pull` and `inspect`, the registry side, are in `artifact`). Both load the module the way the konnector does (same sandbox, same limits,
 //! same world check) and speak the JSON shapes of [`crate::policy`]'s types.
 //!
 //! A fixture folder holds cases as file pairs: `<case>.input.json` (the role's input) and
@@ -13,6 +13,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use crate::artifact::{Credentials, Fetcher, PolicyRef};
 use crate::policy::{Policies, PolicyArgs, PolicyError, PolicyRole, read_file};
 
 /// `konnector policy ...`
@@ -39,6 +40,47 @@ pub enum PolicyCommand {
         #[arg(long)]
         reused: bool,
     },
+    /// Push a module to an OCI registry: checked against the role's world, its metadata
+    /// (name, version, role, source) embedded; prints the reference pinned to its digest.
+    Push {
+        /// The role the module plays.
+        #[arg(long, value_enum)]
+        role: PolicyRole,
+        /// The component file.
+        #[arg(value_name = "FILE.wasm")]
+        module: PathBuf,
+        /// Where to: `oci://REGISTRY/REPOSITORY:TAG`.
+        #[arg(value_name = "REF")]
+        reference: PolicyRef,
+        #[command(flatten)]
+        metadata: super::artifact::MetadataArgs,
+        #[command(flatten)]
+        registry: super::artifact::RegistryArgs,
+    },
+    /// Pull a module from an OCI registry (every digest checked) into a file; prints the
+    /// reference pinned to its digest.
+    Pull {
+        /// `oci://REGISTRY/REPOSITORY:TAG` or `oci://...@sha256:DIGEST`.
+        #[arg(value_name = "REF")]
+        reference: PolicyRef,
+        /// The file to write.
+        #[arg(long, short = 'o', value_name = "FILE.wasm")]
+        output: PathBuf,
+        #[command(flatten)]
+        registry: super::artifact::RegistryArgs,
+    },
+    /// Show what a reference resolves to (digest, annotations, config) and what its module
+    /// says it is (metadata, and whether it implements its role's world), as JSON.
+    Inspect {
+        /// `oci://...`, a file, or `built-in` (with `--role`).
+        #[arg(value_name = "REF")]
+        reference: PolicyRef,
+        /// The role to check it against (default: the role its metadata names).
+        #[arg(long, value_enum)]
+        role: Option<PolicyRole>,
+        #[command(flatten)]
+        registry: super::artifact::RegistryArgs,
+    },
 }
 
 /// Which role and module to run.
@@ -47,21 +89,27 @@ pub struct ModuleArgs {
     /// The role the module plays.
     #[arg(long, value_enum)]
     pub role: PolicyRole,
-    /// A component (.wasm) for the role; the built-in one when omitted.
-    #[arg(long, value_name = "FILE.wasm")]
-    pub module: Option<PathBuf>,
+    /// The module for the role: a component file (.wasm), `oci://REGISTRY/REPO:TAG`,
+    /// `oci://...@sha256:DIGEST` or `built-in` (the default).
+    #[arg(long, value_name = "REF")]
+    pub module: Option<PolicyRef>,
     #[command(flatten)]
     pub policies: PolicyArgs,
 }
 
 impl ModuleArgs {
-    /// Loads the policies, with `--module` serving `--role`.
-    pub fn load(&self) -> anyhow::Result<Policies> {
+    /// Loads the policies, with `--module` serving `--role` (pulled first when it is a
+    /// registry reference).
+    pub async fn load(&self) -> anyhow::Result<Policies> {
         let mut args = self.policies.clone();
         if let Some(module) = &self.module {
             args.set_module(self.role, Some(module.clone()));
         }
-        Ok(Policies::load(&args)?)
+        if !args.pulls() {
+            return Ok(Policies::load(&args)?);
+        }
+        let fetcher = Fetcher::new(args.fetcher_config(Credentials::default()))?;
+        Ok(Policies::resolve(&args, &fetcher).await?)
     }
 }
 
@@ -73,7 +121,7 @@ pub fn run(command: PolicyCommand) -> anyhow::Result<()> {
         .context("starting the async runtime")?;
     match command {
         PolicyCommand::Eval { target, input } => {
-            let policies = target.load()?;
+            let policies = rt.block_on(target.load())?;
             let text = if input == Path::new("-") {
                 std::io::read_to_string(std::io::stdin()).context("reading stdin")?
             } else {
@@ -92,7 +140,7 @@ pub fn run(command: PolicyCommand) -> anyhow::Result<()> {
             dir,
             reused,
         } => {
-            let policies = target.load()?;
+            let policies = rt.block_on(target.load())?;
             let passes = if reused {
                 Passes::Reused
             } else {
@@ -113,6 +161,37 @@ pub fn run(command: PolicyCommand) -> anyhow::Result<()> {
                     report.cases.len()
                 );
             }
+            Ok(())
+        }
+        PolicyCommand::Push {
+            role,
+            module,
+            reference,
+            metadata,
+            registry,
+        } => {
+            let pinned = rt.block_on(super::artifact::push(
+                role, &module, &reference, &metadata, &registry,
+            ))?;
+            println!("{pinned}");
+            Ok(())
+        }
+        PolicyCommand::Pull {
+            reference,
+            output,
+            registry,
+        } => {
+            let pinned = rt.block_on(super::artifact::pull(&reference, &output, &registry))?;
+            println!("{pinned}");
+            Ok(())
+        }
+        PolicyCommand::Inspect {
+            reference,
+            role,
+            registry,
+        } => {
+            let report = rt.block_on(super::artifact::inspect(&reference, role, &registry))?;
+            println!("{}", serde_json::to_string_pretty(&report)?);
             Ok(())
         }
     }

@@ -1,7 +1,9 @@
 //! `konnector run`: the controller process a Deployment runs.
 //!
-//! Start-up order: logging, policy modules (a module that does not implement its role's
-//! world stops the process here, with the reason), consumer client, probe and metrics
+//! Start-up order: logging, consumer client, policy modules (pulled from their registries
+//! when referenced there, with the pull Secret from the credential namespace; a module that
+//! can be neither pulled nor found in the cache, or that does not implement its role's world,
+//! stops the process here, with the reason), probe and metrics
 //! listeners, then the Lease coordinator (leader election or sharding, when enabled) and the
 //! controllers. SIGTERM or SIGINT stops the controllers, then the coordinator releases its
 //! Leases; losing the leader Lease stops reconciling at once and exits non-zero so the Pod
@@ -20,7 +22,10 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
 
+use k8s_openapi::api::core::v1::Secret;
+
 use crate::api::names::{DEFAULT_SECRET_NAMESPACE, LEADER_ELECTION_ID};
+use crate::artifact::{Credentials, DOCKER_CONFIG_JSON_KEY, Fetcher};
 use crate::fencing::{Fence, Holds, Mode};
 use crate::manager::{self, Config};
 use crate::policy::{Policies, PolicyArgs};
@@ -124,6 +129,11 @@ pub struct RunArgs {
     /// Policy modules and their limits.
     #[command(flatten)]
     pub policies: PolicyArgs,
+    /// A `kubernetes.io/dockerconfigjson` Secret in the credential namespace
+    /// (`--secret-namespace`) holding the credentials of the registries policy modules are
+    /// pulled from; registries it does not name are pulled anonymously.
+    #[arg(long, value_name = "NAME", env = "KBIND_POLICY_PULL_SECRET")]
+    pub policy_pull_secret: Option<String>,
     /// Log level or env-filter directives (`info`, `konnector=debug,kube=info`); RUST_LOG wins.
     /// A bare level up to info leaves kube-runtime's controller at warn (its per-reconcile span).
     #[arg(long, default_value = "info", value_name = "LEVEL")]
@@ -205,6 +215,57 @@ impl RunArgs {
     }
 }
 
+/// The policy modules the flags name; registry references are pulled (with the pull Secret's
+/// credentials) before anything else starts, and one that cannot be had stops the start.
+async fn load_policies(
+    args: &RunArgs,
+    consumer: &kube::Config,
+) -> anyhow::Result<(Policies, Option<Fetcher>)> {
+    let policies_args = match &args.policies.policy_refs_file {
+        Some(path) => crate::policy::live::with_refs_file(&args.policies, path)?,
+        None => args.policies.clone(),
+    };
+    if !policies_args.pulls() && policies_args.policy_refs_file.is_none() {
+        return Ok((Policies::load(&policies_args)?, None));
+    }
+    let credentials = match &args.policy_pull_secret {
+        None => Credentials::default(),
+        Some(name) => {
+            // A client of its own, unfenced: nothing is written, and no Lease is held yet.
+            let client = kube::Client::try_from(consumer.clone())
+                .context("building the client that reads the policy pull Secret")?;
+            pull_credentials(client, &args.secret_namespace, name).await?
+        }
+    };
+    let fetcher = Fetcher::new(policies_args.fetcher_config(credentials))?;
+    let policies = Policies::resolve(&policies_args, &fetcher).await?;
+    Ok((policies, Some(fetcher)))
+}
+
+/// The registry credentials in the pull Secret `namespace/name`.
+pub async fn pull_credentials(
+    client: kube::Client,
+    namespace: &str,
+    name: &str,
+) -> anyhow::Result<Credentials> {
+    let secrets: kube::Api<Secret> = kube::Api::namespaced(client, namespace);
+    let secret = secrets
+        .get(name)
+        .await
+        .with_context(|| format!("reading the policy pull Secret {namespace}/{name}"))?;
+    let json = secret
+        .data
+        .as_ref()
+        .and_then(|data| data.get(DOCKER_CONFIG_JSON_KEY))
+        .with_context(|| {
+            format!(
+                "the policy pull Secret {namespace}/{name} has no {DOCKER_CONFIG_JSON_KEY} key (create it with kubectl create secret docker-registry)"
+            )
+        })?;
+    Credentials::from_docker_config(&json.0)
+        .with_context(|| format!("the policy pull Secret {namespace}/{name}"))
+}
+
 /// Parses a size in bytes: a plain number, or one with a `KiB`, `MiB` or `GiB` suffix.
 pub fn parse_bytes(value: &str) -> Result<usize, String> {
     let value = value.trim();
@@ -239,7 +300,11 @@ pub fn bind_address(flag: &str, value: &str) -> anyhow::Result<SocketAddr> {
 /// Runs the konnector until SIGTERM/SIGINT.
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     init_logging(&args.log_level, args.log_format).map_err(anyhow::Error::msg)?;
-    let policies = Policies::load(&args.policies).context("loading policy modules")?;
+    let consumer_config = consumer_config(args.kubeconfig.as_deref()).await?;
+    let (policies, fetcher) = load_policies(&args, &consumer_config)
+        .await
+        .context("loading policy modules")?;
+    policies.publish_module_info();
     info!(?policies, "policy modules loaded");
     info!(
         max_concurrent_calls = policies.max_concurrent_calls(),
@@ -262,7 +327,6 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             write_timeout: config.write_timeout(),
         });
     }
-    let consumer_config = consumer_config(args.kubeconfig.as_deref()).await?;
     let client = crate::fencing::client(consumer_config.clone(), "consumer")
         .context("building the consumer client")?;
 
@@ -279,6 +343,17 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         shutdown.clone(),
     ));
     tokio::spawn(stop_on_signal(shutdown.clone()));
+    if let (Some(path), Some(fetcher)) = (&args.policies.policy_refs_file, fetcher) {
+        info!(file = %path.display(), "watching the policy references file for live swaps");
+        tokio::spawn(crate::policy::live::watch(
+            policies.clone(),
+            args.policies.clone(),
+            fetcher,
+            path.clone(),
+            crate::policy::live::DEFAULT_INTERVAL,
+            shutdown.clone(),
+        ));
+    }
 
     let mut shared = Shared::new(client, policies, args.pod_name.clone());
     let (leading_tx, mut leading) = watch::channel(false);

@@ -1,8 +1,11 @@
 //! Command-line flags that swap a role's module and bound every call; the `run` command
-//! flattens [`PolicyArgs`], and `konnector policy` uses it too.
+//! flattens [`PolicyArgs`], and `konnector policy` uses it too. A role's module is a
+//! reference ([`PolicyRef`]): `built-in`, a component file, or an OCI artifact.
 
 use std::path::PathBuf;
 use std::time::Duration;
+
+use crate::artifact::{Credentials, FetcherConfig, PolicyRef};
 
 use super::limits::PolicyLimits;
 use super::role::PolicyRole;
@@ -10,18 +13,22 @@ use super::role::PolicyRole;
 /// Which module serves each role, and the limits of each call.
 #[derive(clap::Args, Debug, Clone, PartialEq, Eq)]
 pub struct PolicyArgs {
-    /// A schema-synthesis component (.wasm) to use instead of the built-in one.
-    #[arg(long, value_name = "FILE.wasm", env = "KBIND_SCHEMA_POLICY")]
-    pub schema_policy: Option<PathBuf>,
-    /// A conflict-policy component (.wasm) to use instead of the built-in one.
-    #[arg(long, value_name = "FILE.wasm", env = "KBIND_CONFLICT_POLICY")]
-    pub conflict_policy: Option<PathBuf>,
-    /// A related-selection component (.wasm) to use instead of the built-in one.
-    #[arg(long, value_name = "FILE.wasm", env = "KBIND_RELATED_POLICY")]
-    pub related_policy: Option<PathBuf>,
-    /// A placement component (.wasm) to use instead of the built-in one.
-    #[arg(long, value_name = "FILE.wasm", env = "KBIND_PLACEMENT_POLICY")]
-    pub placement_policy: Option<PathBuf>,
+    /// A schema-synthesis module instead of the built-in one: a component file (.wasm),
+    /// `oci://REGISTRY/REPOSITORY:TAG`, `oci://...@sha256:DIGEST`, or `built-in`.
+    #[arg(long, value_name = "REF", env = "KBIND_SCHEMA_POLICY")]
+    pub schema_policy: Option<PolicyRef>,
+    /// A conflict-policy module instead of the built-in one: a component file (.wasm),
+    /// `oci://REGISTRY/REPOSITORY:TAG`, `oci://...@sha256:DIGEST`, or `built-in`.
+    #[arg(long, value_name = "REF", env = "KBIND_CONFLICT_POLICY")]
+    pub conflict_policy: Option<PolicyRef>,
+    /// A related-selection module instead of the built-in one: a component file (.wasm),
+    /// `oci://REGISTRY/REPOSITORY:TAG`, `oci://...@sha256:DIGEST`, or `built-in`.
+    #[arg(long, value_name = "REF", env = "KBIND_RELATED_POLICY")]
+    pub related_policy: Option<PolicyRef>,
+    /// A placement module instead of the built-in one: a component file (.wasm),
+    /// `oci://REGISTRY/REPOSITORY:TAG`, `oci://...@sha256:DIGEST`, or `built-in`.
+    #[arg(long, value_name = "REF", env = "KBIND_PLACEMENT_POLICY")]
+    pub placement_policy: Option<PolicyRef>,
     /// Wall-clock budget of one policy call, in milliseconds (waits inside WASI included).
     #[arg(
         long,
@@ -72,6 +79,24 @@ pub struct PolicyArgs {
         env = "KBIND_POLICY_MAX_CONCURRENT_CALLS"
     )]
     pub policy_max_concurrent_calls: usize,
+    /// Directory where modules pulled from registries are kept by digest: a restart with
+    /// the registry down starts from it. Without it, pulled modules are kept in memory only.
+    #[arg(long, value_name = "DIR", env = "KBIND_POLICY_CACHE_DIR")]
+    pub policy_cache_dir: Option<PathBuf>,
+    /// A registry (`host:port`) reached over plain HTTP instead of TLS; repeat for more.
+    /// For test and lab registries only.
+    #[arg(
+        long = "policy-plain-http-registry",
+        value_name = "HOST:PORT",
+        env = "KBIND_POLICY_PLAIN_HTTP_REGISTRIES",
+        value_delimiter = ','
+    )]
+    pub policy_plain_http: Vec<String>,
+    /// A YAML file with a reference per role (`conflict: oci://...`), overriding the role
+    /// flags it names; read again every few seconds, and a changed reference is swapped in
+    /// without a restart (the chart mounts it from a ConfigMap).
+    #[arg(long, value_name = "FILE", env = "KBIND_POLICY_REFS_FILE")]
+    pub policy_refs_file: Option<PathBuf>,
 }
 
 /// Policy calls in flight at once unless configured otherwise.
@@ -93,13 +118,16 @@ impl Default for PolicyArgs {
             policy_max_output_mib: limits.max_output_bytes / MIB,
             policy_instance_calls: super::warm::DEFAULT_REUSE,
             policy_max_concurrent_calls: DEFAULT_MAX_CONCURRENT_CALLS,
+            policy_cache_dir: None,
+            policy_plain_http: Vec::new(),
+            policy_refs_file: None,
         }
     }
 }
 
 impl PolicyArgs {
-    /// The module file given for a role, if any.
-    pub fn module(&self, role: PolicyRole) -> Option<&PathBuf> {
+    /// The module reference given for a role, if any.
+    pub fn module(&self, role: PolicyRole) -> Option<&PolicyRef> {
         match role {
             PolicyRole::SchemaSynthesis => self.schema_policy.as_ref(),
             PolicyRole::ConflictPolicy => self.conflict_policy.as_ref(),
@@ -108,13 +136,29 @@ impl PolicyArgs {
         }
     }
 
-    /// Sets the module file for a role.
-    pub fn set_module(&mut self, role: PolicyRole, path: Option<PathBuf>) {
+    /// Sets the module reference for a role.
+    pub fn set_module(&mut self, role: PolicyRole, reference: Option<PolicyRef>) {
         match role {
-            PolicyRole::SchemaSynthesis => self.schema_policy = path,
-            PolicyRole::ConflictPolicy => self.conflict_policy = path,
-            PolicyRole::RelatedSelection => self.related_policy = path,
-            PolicyRole::Placement => self.placement_policy = path,
+            PolicyRole::SchemaSynthesis => self.schema_policy = reference,
+            PolicyRole::ConflictPolicy => self.conflict_policy = reference,
+            PolicyRole::RelatedSelection => self.related_policy = reference,
+            PolicyRole::Placement => self.placement_policy = reference,
+        }
+    }
+
+    /// Whether any role names a module in a registry.
+    pub fn pulls(&self) -> bool {
+        PolicyRole::ALL
+            .into_iter()
+            .any(|role| matches!(self.module(role), Some(PolicyRef::Oci(_))))
+    }
+
+    /// How to reach registries, with `credentials` for them.
+    pub fn fetcher_config(&self, credentials: Credentials) -> FetcherConfig {
+        FetcherConfig {
+            cache_dir: self.policy_cache_dir.clone(),
+            plain_http: self.policy_plain_http.clone(),
+            credentials,
         }
     }
 

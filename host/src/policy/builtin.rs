@@ -1,6 +1,8 @@
 //! The four built-in policy components, built for `wasm32-wasip2` by `host/build.rs` from
 //! `policies/*` and embedded in the binary.
 
+use crate::artifact::sha256_digest;
+
 use super::role::PolicyRole;
 
 /// `policies/schema-synthesis`.
@@ -20,6 +22,17 @@ pub fn component(role: PolicyRole) -> &'static [u8] {
         PolicyRole::RelatedSelection => RELATED_SELECTION,
         PolicyRole::Placement => PLACEMENT_POLICY,
     }
+}
+
+/// The digest of a role's embedded component (computed once).
+pub fn digest(role: PolicyRole) -> &'static str {
+    static DIGESTS: std::sync::OnceLock<[String; 4]> = std::sync::OnceLock::new();
+    let digests = DIGESTS.get_or_init(|| PolicyRole::ALL.map(|r| sha256_digest(component(r))));
+    let index = PolicyRole::ALL
+        .iter()
+        .position(|r| *r == role)
+        .unwrap_or_default();
+    &digests[index]
 }
 
 /// How errors and logs name a built-in module.

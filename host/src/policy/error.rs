@@ -27,6 +27,25 @@ pub enum PolicyError {
         /// Why it could not be read.
         source: std::io::Error,
     },
+    /// A registry module could not be resolved, pulled and checked, nor found in the cache.
+    #[error("fetching the {role} module: {source}")]
+    FetchModule {
+        /// The role.
+        role: PolicyRole,
+        /// Why.
+        source: crate::artifact::FetchError,
+    },
+    /// A registry reference reached the loader without having been fetched (a caller's
+    /// mistake): refused rather than run the built-in module in its place.
+    #[error(
+        "the {role} module {reference} is in a registry and was not fetched; nothing runs in its place"
+    )]
+    NotFetched {
+        /// The role.
+        role: PolicyRole,
+        /// The reference.
+        reference: String,
+    },
     /// The bytes are not a WebAssembly component (or do not compile).
     #[error("the {role} module {origin} is not a valid WebAssembly component: {message}")]
     CompileModule {
@@ -175,6 +194,8 @@ impl PolicyError {
         match self {
             Self::CreateEngine { .. } => "engine",
             Self::ReadModule { .. } => "read",
+            Self::FetchModule { .. } => "fetch",
+            Self::NotFetched { .. } => "not-fetched",
             Self::CompileModule { .. } => "compile",
             Self::WrongWorld { .. } => "wrong-world",
             Self::PolicyTrap { .. } => "trap",

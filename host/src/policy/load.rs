@@ -8,6 +8,8 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use crate::artifact::{Fetched, PolicyRef, sha256_digest};
+
 use super::builtin;
 use super::error::PolicyError;
 use super::role::PolicyRole;
@@ -18,17 +20,31 @@ use super::warm::Pool;
 /// A role's pre-instantiated component, with where it came from and its warm instances.
 pub(crate) struct Slot<P: RoleModule> {
     pub(crate) pre: P,
+    /// `built-in`, the file path, or the registry reference pinned to its digest.
     pub(crate) origin: Arc<str>,
+    /// The module's digest: of its bytes, or, for a registry module, of its manifest.
+    pub(crate) digest: Arc<str>,
     pub(crate) pool: Arc<Pool<P::Instance>>,
 }
 
 impl<P: RoleModule> Slot<P> {
     /// A slot for a checked module.
-    fn new(pre: P, origin: &str) -> Self {
+    fn new(pre: P, origin: &str, digest: &str) -> Self {
         Self {
             pre,
             origin: Arc::from(origin),
+            digest: Arc::from(digest),
             pool: Pool::new(),
+        }
+    }
+
+    /// The same module sharing its warm instances (a swap of another role keeps them).
+    pub(crate) fn shared(&self) -> Self {
+        Self {
+            pre: self.pre.clone(),
+            origin: self.origin.clone(),
+            digest: self.digest.clone(),
+            pool: self.pool.clone(),
         }
     }
 
@@ -38,6 +54,7 @@ impl<P: RoleModule> Slot<P> {
         Self {
             pre: self.pre.clone(),
             origin: self.origin.clone(),
+            digest: self.digest.clone(),
             pool: Pool::new(),
         }
     }
@@ -49,7 +66,11 @@ pub(crate) fn builtin<P: RoleModule>() -> Result<Slot<P>, PolicyError> {
         from_bytes::<P>(builtin::component(P::ROLE), builtin::ORIGIN).map_err(|e| e.to_string())
     });
     match cached {
-        Ok(pre) => Ok(Slot::new(pre.clone(), builtin::ORIGIN)),
+        Ok(pre) => Ok(Slot::new(
+            pre.clone(),
+            builtin::ORIGIN,
+            builtin::digest(P::ROLE),
+        )),
         // The embedded module is ours: failing to load it is a build problem, reported
         // with the original message.
         Err(message) => Err(PolicyError::CompileModule {
@@ -62,7 +83,18 @@ pub(crate) fn builtin<P: RoleModule>() -> Result<Slot<P>, PolicyError> {
 
 /// A module for a role from bytes (`origin` names it in errors and logs).
 pub(crate) fn module<P: RoleModule>(bytes: &[u8], origin: &str) -> Result<Slot<P>, PolicyError> {
-    Ok(Slot::new(from_bytes::<P>(bytes, origin)?, origin))
+    let digest = sha256_digest(bytes);
+    Ok(Slot::new(from_bytes::<P>(bytes, origin)?, origin, &digest))
+}
+
+/// A module pulled from a registry, named by its reference pinned to the manifest digest.
+pub(crate) fn fetched<P: RoleModule>(fetched: &Fetched) -> Result<Slot<P>, PolicyError> {
+    let origin = fetched.pinned().to_string();
+    Ok(Slot::new(
+        from_bytes::<P>(&fetched.module, &origin)?,
+        &origin,
+        &fetched.digest,
+    ))
 }
 
 /// A checked module for a role from bytes.
@@ -78,14 +110,27 @@ fn from_bytes<P: RoleModule>(bytes: &[u8], origin: &str) -> Result<P, PolicyErro
     P::new(pre).map_err(wrong_world)
 }
 
-/// A module for a role from a file, or the built-in one when `path` is `None`.
-pub(crate) fn slot<P: RoleModule>(path: Option<&Path>) -> Result<Slot<P>, PolicyError> {
-    let Some(path) = path else {
-        return builtin::<P>();
-    };
-    let bytes = read_module(P::ROLE, path)?;
-    let origin = path.display().to_string();
-    Ok(Slot::new(from_bytes::<P>(&bytes, &origin)?, &origin))
+/// A module for a role from its reference: the built-in one (also when none is given), a
+/// file, or a registry module already fetched (`fetched`); a registry reference not fetched
+/// is an error, never the built-in module in its place.
+pub(crate) fn slot<P: RoleModule>(
+    reference: Option<&PolicyRef>,
+    fetched: Option<&Fetched>,
+) -> Result<Slot<P>, PolicyError> {
+    match reference {
+        None | Some(PolicyRef::Builtin) => builtin::<P>(),
+        Some(PolicyRef::File(path)) => {
+            let bytes = read_module(P::ROLE, path)?;
+            module::<P>(&bytes, &path.display().to_string())
+        }
+        Some(PolicyRef::Oci(oci)) => match fetched {
+            Some(f) if f.reference == *oci => self::fetched::<P>(f),
+            _ => Err(PolicyError::NotFetched {
+                role: P::ROLE,
+                reference: oci.to_string(),
+            }),
+        },
+    }
 }
 
 /// Reads a module file through cap-std: the directory is opened with ambient authority

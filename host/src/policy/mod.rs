@@ -27,6 +27,7 @@ pub mod builtin;
 mod call;
 mod error;
 mod limits;
+pub mod live;
 mod load;
 mod role;
 mod role_module;
@@ -36,14 +37,19 @@ mod types;
 mod validate;
 mod warm;
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Instant;
+
+use tracing::info;
+
+use crate::artifact::{Fetched, FetchedFrom, Fetcher, PolicyRef};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 
-use crate::telemetry::{PolicyFailureLabels, PolicyLabels, metrics};
+use crate::telemetry::{PolicyFailureLabels, PolicyLabels, PolicyModuleLabels, metrics};
 
 pub use args::PolicyArgs;
 pub use error::PolicyError;
@@ -65,10 +71,12 @@ use load::Slot;
 use role_module::RoleModule;
 use runtime::HostState;
 
-/// The loaded policy modules, one per role.
+/// The loaded policy modules, one per role. Clones share one current set: a role swapped
+/// through any clone ([`Policies::swap`]) serves every later call of all of them, while calls
+/// already running finish on the module they started with.
 #[derive(Clone)]
 pub struct Policies {
-    inner: Arc<Inner>,
+    current: Arc<RwLock<Arc<Inner>>>,
 }
 
 struct Inner {
@@ -101,38 +109,120 @@ impl Inner {
 
 impl std::fmt::Debug for Policies {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let current = self.current();
         f.debug_struct("Policies")
-            .field("limits", &self.inner.limits)
-            .field("reuse", &self.inner.reuse)
-            .field("schema", &self.inner.schema.origin)
-            .field("conflict", &self.inner.conflict.origin)
-            .field("related", &self.inner.related.origin)
-            .field("placement", &self.inner.placement.origin)
+            .field("limits", &current.limits)
+            .field("reuse", &current.reuse)
+            .field("schema", &current.schema.origin)
+            .field("conflict", &current.conflict.origin)
+            .field("related", &current.related.origin)
+            .field("placement", &current.placement.origin)
             .finish()
     }
 }
 
 impl Policies {
+    /// Policies whose current set is `inner`.
+    fn new(inner: Inner) -> Self {
+        Self {
+            current: Arc::new(RwLock::new(Arc::new(inner))),
+        }
+    }
+
+    /// The current set: a call holds it to its end, so a swap never changes a call midway.
+    fn current(&self) -> Arc<Inner> {
+        let guard = self.current.read().unwrap_or_else(|e| e.into_inner());
+        Arc::clone(&guard)
+    }
+
+    /// Serves `role` with the module in `replacement` from the next call on, for every clone of
+    /// these policies; calls in flight finish on the module they started with. Only the
+    /// swapped role starts without warm instances.
+    pub fn swap(&self, role: PolicyRole, replacement: &Policies) {
+        let new = replacement.current();
+        let mut guard = self.current.write().unwrap_or_else(|e| e.into_inner());
+        let old = Arc::clone(&guard);
+        let mut next = Inner {
+            limits: old.limits,
+            bound: old.bound.clone(),
+            reuse: old.reuse,
+            schema: old.schema.shared(),
+            conflict: old.conflict.shared(),
+            related: old.related.shared(),
+            placement: old.placement.shared(),
+        };
+        match role {
+            PolicyRole::SchemaSynthesis => next.schema = new.schema.without_instances(),
+            PolicyRole::ConflictPolicy => next.conflict = new.conflict.without_instances(),
+            PolicyRole::RelatedSelection => next.related = new.related.without_instances(),
+            PolicyRole::Placement => next.placement = new.placement.without_instances(),
+        }
+        *guard = Arc::new(next);
+    }
+
     /// The four built-in modules with the default limits.
     pub fn builtin() -> Result<Self, PolicyError> {
         Self::load(&PolicyArgs::default())
     }
 
     /// The modules the flags name (built-in for the others), with the flags' limits. Each
-    /// file is checked against its role's world; a mismatch is an error naming both.
+    /// file is checked against its role's world; a mismatch is an error naming both. A
+    /// registry reference is an error here: [`Policies::resolve`] pulls those.
     pub fn load(args: &PolicyArgs) -> Result<Self, PolicyError> {
-        let path = |role| args.module(role).map(|p| p.as_path());
-        Ok(Self {
-            inner: Arc::new(Inner {
-                limits: args.limits(),
-                bound: Arc::new(call::CallBound::new(args.policy_max_concurrent_calls)),
-                reuse: args.policy_instance_calls.max(1),
-                schema: load::slot(path(PolicyRole::SchemaSynthesis))?,
-                conflict: load::slot(path(PolicyRole::ConflictPolicy))?,
-                related: load::slot(path(PolicyRole::RelatedSelection))?,
-                placement: load::slot(path(PolicyRole::Placement))?,
-            }),
-        })
+        Self::assemble(args, &BTreeMap::new())
+    }
+
+    /// [`Policies::load`], with each registry reference resolved, pulled and checked through
+    /// `fetcher` first. A reference that can be neither pulled nor found in the cache is an
+    /// error: nothing (no built-in module) runs in its place.
+    pub async fn resolve(args: &PolicyArgs, fetcher: &Fetcher) -> Result<Self, PolicyError> {
+        let mut fetched = BTreeMap::new();
+        for role in PolicyRole::ALL {
+            let Some(PolicyRef::Oci(reference)) = args.module(role) else {
+                continue;
+            };
+            let module = fetcher
+                .fetch(reference)
+                .await
+                .map_err(|source| PolicyError::FetchModule { role, source })?;
+            log_fetched(role, &module);
+            fetched.insert(role, module);
+        }
+        Self::assemble(args, &fetched)
+    }
+
+    /// The policies from references and the registry modules already fetched for them.
+    fn assemble(
+        args: &PolicyArgs,
+        fetched: &BTreeMap<PolicyRole, Fetched>,
+    ) -> Result<Self, PolicyError> {
+        let slot = |role| (args.module(role), fetched.get(&role));
+        let policies = Self::new(Inner {
+            limits: args.limits(),
+            bound: Arc::new(call::CallBound::new(args.policy_max_concurrent_calls)),
+            reuse: args.policy_instance_calls.max(1),
+            schema: load_slot(slot(PolicyRole::SchemaSynthesis))?,
+            conflict: load_slot(slot(PolicyRole::ConflictPolicy))?,
+            related: load_slot(slot(PolicyRole::RelatedSelection))?,
+            placement: load_slot(slot(PolicyRole::Placement))?,
+        });
+        Ok(policies)
+    }
+
+    /// Publishes which module serves each role (`kbind_policy_module_info{role, reference,
+    /// digest}`), replacing what an earlier set of policies published.
+    pub fn publish_module_info(&self) {
+        let family = &metrics().policy_module;
+        family.clear();
+        for role in PolicyRole::ALL {
+            family
+                .get_or_create(&PolicyModuleLabels {
+                    role: role_label(role),
+                    reference: self.reference(role),
+                    digest: self.digest(role).to_string(),
+                })
+                .set(1);
+        }
     }
 
     /// These policies with one role served by the component in `bytes` (`origin` names it
@@ -143,16 +233,15 @@ impl Policies {
         bytes: &[u8],
         origin: &str,
     ) -> Result<Self, PolicyError> {
-        let mut inner = self.inner.rebuilt(self.inner.limits, self.inner.reuse);
+        let current = self.current();
+        let mut inner = current.rebuilt(current.limits, current.reuse);
         match role {
             PolicyRole::SchemaSynthesis => inner.schema = load::module(bytes, origin)?,
             PolicyRole::ConflictPolicy => inner.conflict = load::module(bytes, origin)?,
             PolicyRole::RelatedSelection => inner.related = load::module(bytes, origin)?,
             PolicyRole::Placement => inner.placement = load::module(bytes, origin)?,
         }
-        Ok(Self {
-            inner: Arc::new(inner),
-        })
+        Ok(Self::new(inner))
     }
 
     /// These policies with one role served by the module file at `path`.
@@ -163,59 +252,83 @@ impl Policies {
 
     /// These policies with other limits.
     pub fn with_limits(&self, limits: PolicyLimits) -> Self {
-        Self {
-            inner: Arc::new(self.inner.rebuilt(limits, self.inner.reuse)),
-        }
+        let current = self.current();
+        Self::new(current.rebuilt(limits, current.reuse))
     }
 
     /// These policies with each instance serving at most `calls` calls (at least one) before
     /// it is recycled; 1 gives every call a fresh instance.
     pub fn with_instance_reuse(&self, calls: u32) -> Self {
-        Self {
-            inner: Arc::new(self.inner.rebuilt(self.inner.limits, calls.max(1))),
-        }
+        let current = self.current();
+        Self::new(current.rebuilt(current.limits, calls.max(1)))
     }
 
     /// These policies with at most `calls` (at least one) calls in flight at once.
     pub fn with_max_concurrent_calls(&self, calls: usize) -> Self {
-        let mut inner = self.inner.rebuilt(self.inner.limits, self.inner.reuse);
+        let current = self.current();
+        let mut inner = current.rebuilt(current.limits, current.reuse);
         inner.bound = Arc::new(call::CallBound::new(calls));
-        Self {
-            inner: Arc::new(inner),
-        }
+        Self::new(inner)
     }
 
     /// How many calls may be in flight at once.
     pub fn max_concurrent_calls(&self) -> usize {
-        self.inner.bound.max()
+        self.current().bound.max()
     }
 
     /// The most calls these policies (and their copies) had in flight at once so far.
     pub fn peak_concurrent_calls(&self) -> usize {
-        self.inner.bound.peak()
+        self.current().bound.peak()
     }
 
     /// The most Wasm memory running calls can hold together: calls in flight × the per-store
     /// cap (idle warm instances, at most half the cap each, come on top).
     pub fn max_call_memory_bytes(&self) -> usize {
-        self.inner
+        let current = self.current();
+        current
             .bound
             .max()
-            .saturating_mul(self.inner.limits.memory_bytes)
+            .saturating_mul(current.limits.memory_bytes)
     }
 
     /// The limits of each call.
     pub fn limits(&self) -> PolicyLimits {
-        self.inner.limits
+        self.current().limits
     }
 
-    /// Where a role's module came from: `built-in` or the file path.
-    pub fn origin(&self, role: PolicyRole) -> &str {
+    /// The digest of a role's module: of the component's bytes, or, for a module pulled from
+    /// a registry, of its manifest (what `@sha256:` pins).
+    pub fn digest(&self, role: PolicyRole) -> Arc<str> {
+        let current = self.current();
         match role {
-            PolicyRole::SchemaSynthesis => &self.inner.schema.origin,
-            PolicyRole::ConflictPolicy => &self.inner.conflict.origin,
-            PolicyRole::RelatedSelection => &self.inner.related.origin,
-            PolicyRole::Placement => &self.inner.placement.origin,
+            PolicyRole::SchemaSynthesis => current.schema.digest.clone(),
+            PolicyRole::ConflictPolicy => current.conflict.digest.clone(),
+            PolicyRole::RelatedSelection => current.related.digest.clone(),
+            PolicyRole::Placement => current.placement.digest.clone(),
+        }
+    }
+
+    /// A role's module reference without its digest: `built-in`, the file path, or the
+    /// registry reference as configured.
+    pub fn reference(&self, role: PolicyRole) -> String {
+        let origin = self.origin(role);
+        match origin.split_once('@') {
+            Some((reference, digest)) if crate::artifact::valid_digest(digest) => {
+                reference.to_owned()
+            }
+            _ => origin.to_string(),
+        }
+    }
+
+    /// Where a role's module came from: `built-in`, the file path, or the registry reference
+    /// pinned to its digest.
+    pub fn origin(&self, role: PolicyRole) -> Arc<str> {
+        let current = self.current();
+        match role {
+            PolicyRole::SchemaSynthesis => current.schema.origin.clone(),
+            PolicyRole::ConflictPolicy => current.conflict.origin.clone(),
+            PolicyRole::RelatedSelection => current.related.origin.clone(),
+            PolicyRole::Placement => current.placement.origin.clone(),
         }
     }
 
@@ -224,7 +337,8 @@ impl Policies {
         &self,
         input: &ConflictInput,
     ) -> Result<ConflictDecision, PolicyError> {
-        self.call(&self.inner.conflict, input).await
+        let current = self.current();
+        self.call(&current, &current.conflict, input).await
     }
 
     /// Asks the schema-synthesis policy for the consumer CRD of a provider resource.
@@ -232,13 +346,15 @@ impl Policies {
         &self,
         input: &SchemaInput,
     ) -> Result<CustomResourceDefinition, PolicyError> {
-        self.call(&self.inner.schema, input).await
+        let current = self.current();
+        self.call(&current, &current.schema, input).await
     }
 
     /// Asks the related-selection policy what one `relatedResources` entry copies, skips
     /// and deletes.
     pub async fn select_related(&self, input: &RelatedInput) -> Result<RelatedPlan, PolicyError> {
-        self.call(&self.inner.related, input).await
+        let current = self.current();
+        self.call(&current, &current.related, input).await
     }
 
     /// Asks the placement policy where a consumer object's provider copy goes, before its first
@@ -246,23 +362,44 @@ impl Policies {
     /// namespace by scope, no protected namespace); the caller still refuses the heartbeat
     /// namespace and a place another consumer object already has.
     pub async fn place(&self, input: &PlacementInput) -> Result<Placement, PolicyError> {
-        self.call(&self.inner.placement, input).await
+        let current = self.current();
+        self.call(&current, &current.placement, input).await
     }
 
     /// One call of the module in `slot` under these policies' limits, timed as its role.
     async fn call<P: RoleModule>(
         &self,
+        current: &Inner,
         slot: &Slot<P>,
         input: &P::Input,
     ) -> Result<P::Output, PolicyError> {
-        let call = call::call(
-            slot,
-            &self.inner.bound,
-            self.inner.limits,
-            self.inner.reuse,
-            input,
-        );
+        let call = call::call(slot, &current.bound, current.limits, current.reuse, input);
         timed(P::ROLE, call).await
+    }
+}
+
+/// A role's slot from its reference and, for a registry one, what was fetched.
+fn load_slot<P: RoleModule>(
+    (reference, fetched): (Option<&PolicyRef>, Option<&Fetched>),
+) -> Result<Slot<P>, PolicyError> {
+    load::slot(reference, fetched)
+}
+
+/// Says which module a registry reference resolved to, and when a tag moved since the
+/// cache last saw it.
+fn log_fetched(role: PolicyRole, module: &Fetched) {
+    let from = match module.from {
+        FetchedFrom::Registry => "registry",
+        FetchedFrom::Cache => "cache",
+    };
+    match &module.previous_digest {
+        Some(previous) if *previous != module.digest => info!(
+            %role, reference = %module.reference, from, digest = %module.digest,
+            "policy module resolved: digest {previous} → {}", module.digest
+        ),
+        _ => {
+            info!(%role, reference = %module.reference, from, digest = %module.digest, "policy module resolved")
+        }
     }
 }
 
@@ -292,7 +429,7 @@ async fn timed<T>(
 }
 
 /// The `role` metric label.
-fn role_label(role: PolicyRole) -> &'static str {
+pub(crate) fn role_label(role: PolicyRole) -> &'static str {
     match role {
         PolicyRole::SchemaSynthesis => "schema",
         PolicyRole::ConflictPolicy => "conflict",
@@ -335,7 +472,7 @@ mod tests {
                 matches!(decision, Ok(ConflictDecision::Create)),
                 "{decision:?}"
             );
-            assert_eq!(policies.inner.conflict.pool.idle(), 1);
+            assert_eq!(policies.current().conflict.pool.idle(), 1);
         }
     }
 
@@ -344,11 +481,11 @@ mod tests {
         let policies = policies().with_instance_reuse(2);
         let first = policies.decide_conflict(&ask(None)).await;
         assert!(first.is_ok(), "{first:?}");
-        assert_eq!(policies.inner.conflict.pool.idle(), 1);
+        assert_eq!(policies.current().conflict.pool.idle(), 1);
         let second = policies.decide_conflict(&ask(None)).await;
         assert!(second.is_ok(), "{second:?}");
         assert_eq!(
-            policies.inner.conflict.pool.idle(),
+            policies.current().conflict.pool.idle(),
             0,
             "an instance that served its calls is dropped"
         );
@@ -363,13 +500,13 @@ mod tests {
         });
         let created = policies.decide_conflict(&ask(None)).await;
         assert!(created.is_ok(), "{created:?}");
-        assert_eq!(policies.inner.conflict.pool.idle(), 1);
+        assert_eq!(policies.current().conflict.pool.idle(), 1);
         let refused = policies.decide_conflict(&ask(foreign())).await;
         assert!(
             matches!(refused, Err(PolicyError::OutputTooLarge { .. })),
             "{refused:?}"
         );
-        assert_eq!(policies.inner.conflict.pool.idle(), 0);
+        assert_eq!(policies.current().conflict.pool.idle(), 0);
     }
 
     #[tokio::test]
@@ -378,7 +515,7 @@ mod tests {
         let decision = policies.decide_conflict(&ask(None)).await;
         assert!(decision.is_ok(), "{decision:?}");
         let relimited = policies.with_limits(PolicyLimits::DEFAULT);
-        assert_eq!(relimited.inner.conflict.pool.idle(), 0);
+        assert_eq!(relimited.current().conflict.pool.idle(), 0);
     }
 
     fn placement_question(strategy: crate::api::IsolationStrategy) -> PlacementInput {
@@ -410,14 +547,14 @@ mod tests {
             name: "w1".into(),
         };
         assert_eq!(placed.ok(), Some(expected));
-        assert_eq!(policies.inner.placement.pool.idle(), 1);
+        assert_eq!(policies.current().placement.pool.idle(), 1);
         let placed = policies.place(&placement_question(Prefixed)).await;
         let expected = Placement {
             namespace: Some("team-a".into()),
             name: "east-w1".into(),
         };
         assert_eq!(placed.ok(), Some(expected));
-        assert_eq!(policies.origin(PolicyRole::Placement), "built-in");
+        assert_eq!(&*policies.origin(PolicyRole::Placement), "built-in");
     }
 
     #[tokio::test]

@@ -33,6 +33,26 @@ pub struct PolicyLabels {
     pub role: &'static str,
 }
 
+/// Labels of the module serving a policy role.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PolicyModuleLabels {
+    /// `schema`, `conflict`, `related`, `placement`.
+    pub role: &'static str,
+    /// `built-in`, the file path, or the registry reference as configured.
+    pub reference: String,
+    /// `sha256:...`: of the component, or of the manifest for a registry module.
+    pub digest: String,
+}
+
+/// Labels of live policy module swaps.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PolicySwapLabels {
+    /// `schema`, `conflict`, `related`, `placement`.
+    pub role: &'static str,
+    /// `swapped` or `failed` (the running module stayed).
+    pub result: &'static str,
+}
+
 /// Labels of policy failures.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PolicyFailureLabels {

@@ -13,7 +13,8 @@ use prometheus_client::registry::Registry;
 use super::labels::{
     ApiLabels, BuildLabels, ClientLatencyLabels, ClientRequestLabels, ClientRetryLabels,
     ControllerLabels, HandoverLabels, InstanceStateLabels, PolicyFailureLabels, PolicyLabels,
-    RelatedLabels, RelatedReadLabels, ShardKindLabels, WatchLabels, WorkQueueLabels,
+    PolicyModuleLabels, PolicySwapLabels, RelatedLabels, RelatedReadLabels, ShardKindLabels,
+    WatchLabels, WorkQueueLabels,
 };
 
 /// Every metric the konnector exports.
@@ -44,6 +45,10 @@ pub struct Metrics {
     pub policy_duration: Family<PolicyLabels, Histogram>,
     /// Policy call failures, per role and kind.
     pub policy_failures: Family<PolicyFailureLabels, Counter>,
+    /// The module serving each role: its reference and digest (value 1).
+    pub policy_module: Family<PolicyModuleLabels, Gauge>,
+    /// Live swaps of a role's module, per role and result.
+    pub policy_swaps: Family<PolicySwapLabels, Counter>,
     /// Connections currently engaged (Ready, provider client live).
     pub engaged_connections: Gauge,
     /// Syncers started, per API: each start lists both clusters again, so a rise without a
@@ -109,6 +114,8 @@ impl Metrics {
             related_copy_failures: Family::default(),
             policy_duration: Family::new_with_constructor(latency_histogram),
             policy_failures: Family::default(),
+            policy_module: Family::default(),
+            policy_swaps: Family::default(),
             engaged_connections: Gauge::default(),
             syncer_starts: Family::default(),
             in_sync_checks: Family::default(),
@@ -187,6 +194,16 @@ impl Metrics {
             "policy_failures",
             "Policy module call failures",
             metrics.policy_failures.clone(),
+        );
+        registry.register(
+            "policy_module_info",
+            "The policy module serving each role: its reference and digest (always 1)",
+            metrics.policy_module.clone(),
+        );
+        registry.register(
+            "policy_swaps",
+            "Live swaps of a policy role's module (failed: the running module stayed)",
+            metrics.policy_swaps.clone(),
         );
         registry.register(
             "engaged_connections",
@@ -328,6 +345,15 @@ impl Metrics {
         let _ = m.policy_failures.get_or_create(&PolicyFailureLabels {
             role: "conflict",
             kind: "trap",
+        });
+        let _ = m.policy_module.get_or_create(&PolicyModuleLabels {
+            role: "conflict",
+            reference: "built-in".into(),
+            digest: "sha256:0".into(),
+        });
+        let _ = m.policy_swaps.get_or_create(&PolicySwapLabels {
+            role: "conflict",
+            result: "failed",
         });
         let _ = m.syncer_starts.get_or_create(&api);
         let _ = m.in_sync_checks.get_or_create(&api);

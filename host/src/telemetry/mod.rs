@@ -12,7 +12,8 @@ mod workqueue;
 pub use labels::{
     ApiLabels, BuildLabels, ClientLatencyLabels, ClientRequestLabels, ClientRetryLabels,
     ControllerLabels, HandoverLabels, InstanceStateLabels, PolicyFailureLabels, PolicyLabels,
-    RelatedLabels, RelatedReadLabels, ShardKindLabels, WatchLabels, WorkQueueLabels,
+    PolicyModuleLabels, PolicySwapLabels, RelatedLabels, RelatedReadLabels, ShardKindLabels,
+    WatchLabels, WorkQueueLabels,
 };
 pub use logging::{LogFormat, init_logging};
 pub use metrics::{Metrics, ReconcileTimer, metrics};

@@ -155,7 +155,7 @@ fn assert_mentions(err: &PolicyError, detail: &str) {
 /// stands in for the role the hostile module took.
 async fn assert_still_answers(policies: &Policies) {
     let fresh = builtin();
-    let serving = |role| match policies.origin(role) {
+    let serving = |role| match &*policies.origin(role) {
         "built-in" => policies,
         _ => &fresh,
     };
@@ -563,7 +563,7 @@ async fn a_valid_placement_from_a_swapped_module_is_used() {
         name: "c1a2b3c4-w1".into(),
     };
     assert_eq!(placed.ok(), Some(expected));
-    assert_eq!(policies.origin(PolicyRole::Placement), "fixed.wasm");
+    assert_eq!(&*policies.origin(PolicyRole::Placement), "fixed.wasm");
 }
 
 #[tokio::test]

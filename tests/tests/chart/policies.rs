@@ -69,3 +69,68 @@ fn no_policy_config_map_means_the_built_in_modules() -> Result<()> {
         "{{args: {CHART_ARGS}, pod: {{volumes: [{{name: tmp, configMap: null}}]}}}}"
     ))
 }
+
+#[test]
+fn a_policy_reference_is_mounted_as_a_references_file_beside_the_digest_cache() -> Result<()> {
+    let rendered = render(
+        r#"
+policies: {placement: {ref: "oci://ghcr.io/acme/placement:v1.2.3"}}
+policyRegistry: {pullSecret: policy-pull, plainHTTP: [registry.lab:5000], cache: {sizeLimit: 64Mi}}
+"#,
+    )?;
+    // The reference goes through a mounted file the konnector reads again, so that a changed
+    // reference (helm upgrade) is swapped in without a Pod restart.
+    let args = format!(
+        "args: {CHART_ARGS} --policy-refs-file=/etc/kbind/policy-refs/refs.yaml \
+         --policy-cache-dir=/var/cache/kbind/policies --policy-pull-secret=policy-pull \
+         --policy-plain-http-registry=registry.lab:5000"
+    );
+    rendered.expect(
+        &(args
+            + r#"
+container:
+  volumeMounts:
+    - {name: tmp}
+    - {name: policy-cache, mountPath: /var/cache/kbind/policies}
+    - {name: policy-refs, mountPath: /etc/kbind/policy-refs, readOnly: true}
+pod:
+  volumes:
+    - name: tmp
+    - {name: policy-cache, emptyDir: {sizeLimit: 64Mi}}
+    - {name: policy-refs, configMap: {name: kbind-konnector-policy-refs}}
+ConfigMap/kbind-system/kbind-konnector-policy-refs:
+  data: {refs.yaml: "placement: \"oci://ghcr.io/acme/placement:v1.2.3\"\n"}
+"#),
+    )
+}
+
+#[test]
+fn a_role_with_both_a_reference_and_a_config_map_is_refused() -> Result<()> {
+    let refused = render(
+        "policies: {conflict: {ref: \"oci://ghcr.io/acme/conflict:v1\", configMap: cm, key: policy.wasm}}",
+    );
+    let Err(error) = refused else {
+        anyhow::bail!("a role with two modules rendered");
+    };
+    assert!(
+        error
+            .to_string()
+            .contains("policies.conflict: set ref or configMap, not both"),
+        "{error:#}"
+    );
+    Ok(())
+}
+
+#[test]
+fn a_malformed_policy_reference_is_refused_by_the_values_schema() -> Result<()> {
+    for values in [
+        "policies: {conflict: {ref: \"ghcr.io/acme/conflict:v1\", configMap: \"\", key: policy.wasm}}",
+        "policies: {conflict: {ref: \"oci://ghcr.io/acme/conflict@sha256:abc\", configMap: \"\", key: policy.wasm}}",
+    ] {
+        let Err(error) = render(values) else {
+            anyhow::bail!("{values} passed the values schema");
+        };
+        assert!(error.to_string().contains("ref"), "{values}: {error:#}");
+    }
+    Ok(())
+}

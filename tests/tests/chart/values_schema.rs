@@ -60,7 +60,8 @@ policies:
   schema: {configMap: schema-policy, key: schema.wasm}
   conflict: {configMap: conflict-policy, key: policy.wasm}
   related: {configMap: related-policy, key: related.wasm}
-  placement: {configMap: placement-policy, key: placement.wasm}
+  placement: {ref: "oci://ghcr.io/acme/placement:v1@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", configMap: "", key: policy.wasm}
+policyRegistry: {pullSecret: policy-pull, plainHTTP: ["registry.lab:5000"], cache: {sizeLimit: 1Gi}}
 nameOverride: kon
 fullnameOverride: kbind-kon
 serviceAccount: {annotations: {eks.amazonaws.com/role-arn: "arn:aws:iam::1:role/x"}}
@@ -102,6 +103,8 @@ fn values_schema_refuses_unknown_keys_at_every_level_the_chart_owns() -> Result<
         ),
         ("healthProbe: {prot: 1}", "prot"),
         ("policies: {conflcit: {configMap: x}}", "conflcit"),
+        ("policyRegistry: {pullsecret: x}", "pullsecret"),
+        ("policyRegistry: {cache: {size: 1Gi}}", "size"),
         (
             "policies: {conflict: {configmap: x, key: policy.wasm}}",
             "configmap",

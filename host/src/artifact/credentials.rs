@@ -1,0 +1,171 @@
+//! Registry credentials from a `kubernetes.io/dockerconfigjson` Secret (the pull Secret a
+//! Pod would use), read from the credential namespace: the registry host a reference names
+//! picks its entry; a registry without one is pulled anonymously.
+
+use std::collections::BTreeMap;
+
+use base64::Engine as _;
+use oci_client::secrets::RegistryAuth;
+use serde::Deserialize;
+
+/// The key of a `kubernetes.io/dockerconfigjson` Secret.
+pub const DOCKER_CONFIG_JSON_KEY: &str = ".dockerconfigjson";
+
+/// Credentials per registry host.
+#[derive(Clone, Default)]
+pub struct Credentials {
+    by_registry: BTreeMap<String, RegistryAuth>,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Registry names only: never a password in a log line.
+        f.debug_list().entries(self.by_registry.keys()).finish()
+    }
+}
+
+/// Why a docker config is not usable.
+#[derive(Debug, thiserror::Error)]
+pub enum CredentialsError {
+    /// Not JSON of the docker config shape.
+    #[error(
+        "parsing the registry credentials: {0} (expected a .dockerconfigjson document: {{\"auths\": {{\"REGISTRY\": {{\"auth\": \"base64(user:password)\"}}}}}})"
+    )]
+    Parse(serde_json::Error),
+    /// An `auth` entry that is not base64 of `user:password`.
+    #[error("parsing the registry credentials for {0}: its auth is not base64 of user:password")]
+    BadAuth(String),
+}
+
+#[derive(Deserialize)]
+struct DockerConfig {
+    #[serde(default)]
+    auths: BTreeMap<String, Entry>,
+}
+
+#[derive(Deserialize)]
+struct Entry {
+    auth: Option<String>,
+    username: Option<String>,
+    password: Option<String>,
+    #[serde(rename = "identitytoken")]
+    identity_token: Option<String>,
+    #[serde(rename = "registrytoken")]
+    registry_token: Option<String>,
+}
+
+impl Credentials {
+    /// Credentials from a `.dockerconfigjson` document.
+    pub fn from_docker_config(json: &[u8]) -> Result<Self, CredentialsError> {
+        let config: DockerConfig = serde_json::from_slice(json).map_err(CredentialsError::Parse)?;
+        let mut by_registry = BTreeMap::new();
+        for (server, entry) in config.auths {
+            let auth = match entry {
+                Entry {
+                    registry_token: Some(token),
+                    ..
+                } => RegistryAuth::Bearer(token),
+                Entry {
+                    username: Some(user),
+                    password: Some(password),
+                    ..
+                } => RegistryAuth::Basic(user, password),
+                Entry {
+                    auth: Some(auth), ..
+                } => {
+                    let decoded = base64::engine::general_purpose::STANDARD
+                        .decode(auth.trim())
+                        .ok()
+                        .and_then(|bytes| String::from_utf8(bytes).ok())
+                        .ok_or_else(|| CredentialsError::BadAuth(server.clone()))?;
+                    let (user, password) = decoded
+                        .split_once(':')
+                        .ok_or_else(|| CredentialsError::BadAuth(server.clone()))?;
+                    RegistryAuth::Basic(user.to_owned(), password.to_owned())
+                }
+                Entry {
+                    identity_token: Some(token),
+                    ..
+                } => RegistryAuth::Bearer(token),
+                _ => continue,
+            };
+            by_registry.insert(registry_host(&server).to_owned(), auth);
+        }
+        Ok(Self { by_registry })
+    }
+
+    /// The credentials for `registry` (`host[:port]`), anonymous when there are none.
+    pub fn for_registry(&self, registry: &str) -> RegistryAuth {
+        self.by_registry
+            .get(registry)
+            .cloned()
+            .unwrap_or(RegistryAuth::Anonymous)
+    }
+
+    /// How many registries have credentials.
+    pub fn len(&self) -> usize {
+        self.by_registry.len()
+    }
+
+    /// Whether no registry has credentials.
+    pub fn is_empty(&self) -> bool {
+        self.by_registry.is_empty()
+    }
+}
+
+/// A docker config key may be a URL (`https://index.docker.io/v1/`): its host part.
+fn registry_host(server: &str) -> &str {
+    let without_scheme = server
+        .strip_prefix("https://")
+        .or_else(|| server.strip_prefix("http://"))
+        .unwrap_or(server);
+    without_scheme.split('/').next().unwrap_or(without_scheme)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn basic(auth: &RegistryAuth) -> Option<(&str, &str)> {
+        match auth {
+            RegistryAuth::Basic(user, password) => Some((user, password)),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn a_pull_secret_gives_each_registry_its_credentials() -> Result<(), CredentialsError> {
+        let encoded = base64::engine::general_purpose::STANDARD.encode("robot:s3cret");
+        let json = format!(
+            r#"{{"auths": {{
+                "registry.example.com:5000": {{"auth": "{encoded}"}},
+                "https://ghcr.io/v2/": {{"username": "me", "password": "token"}}
+            }}}}"#
+        );
+        let credentials = Credentials::from_docker_config(json.as_bytes())?;
+        assert_eq!(
+            basic(&credentials.for_registry("registry.example.com:5000")),
+            Some(("robot", "s3cret"))
+        );
+        assert_eq!(
+            basic(&credentials.for_registry("ghcr.io")),
+            Some(("me", "token"))
+        );
+        assert!(matches!(
+            credentials.for_registry("quay.io"),
+            RegistryAuth::Anonymous
+        ));
+        assert!(!format!("{credentials:?}").contains("s3cret"));
+        Ok(())
+    }
+
+    #[test]
+    fn a_malformed_auth_is_refused_naming_its_registry() {
+        let refused =
+            Credentials::from_docker_config(br#"{"auths": {"r.example": {"auth": "!!"}}}"#);
+        assert!(
+            matches!(&refused, Err(e) if e.to_string().contains("r.example")),
+            "{refused:?}"
+        );
+    }
+}

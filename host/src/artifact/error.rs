@@ -1,0 +1,163 @@
+//! Every way getting a module from a registry (or the cache) can fail, each naming the
+//! reference and what to do. [`FetchError::is_transient`] is the one rule for when the
+//! cache may stand in for the registry: only when the registry could not be reached, never
+//! when it answered (a missing tag, a refused credential, a blob that is not what its digest
+//! says).
+
+use oci_client::errors::{DigestError, OciDistributionError};
+
+use super::cache::CacheError;
+
+/// A failed pull, push or cache read.
+#[derive(Debug, thiserror::Error)]
+pub enum FetchError {
+    /// No answer: the registry is down, unreachable, timed out or answered 5xx.
+    #[error("{operation} {reference}: the registry did not answer: {message}")]
+    Unreachable {
+        /// The reference.
+        reference: String,
+        /// What was being done.
+        operation: String,
+        /// The transport's explanation.
+        message: String,
+    },
+    /// The registry answered no (not found, unauthorized, malformed request).
+    #[error(
+        "{operation} {reference}: the registry refused: {message} (check the reference, and the pull Secret for private repositories)"
+    )]
+    Refused {
+        /// The reference.
+        reference: String,
+        /// What was being done.
+        operation: String,
+        /// The registry's answer.
+        message: String,
+    },
+    /// A manifest or blob whose bytes do not hash to the digest that named it: refused.
+    #[error(
+        "pulling {reference}: the {what} does not match its digest (expected {expected}, got {actual}); it was altered in the registry or on the way, and is not run"
+    )]
+    DigestMismatch {
+        /// The reference.
+        reference: String,
+        /// `manifest`, `module` or `config`.
+        what: String,
+        /// The digest that named it.
+        expected: String,
+        /// What its bytes hash to.
+        actual: String,
+    },
+    /// The artifact is not a Wasm policy module by the OCI conventions.
+    #[error(
+        "pulling {reference}: not a Wasm module artifact: {message} (push it with `konnector policy push`)"
+    )]
+    NotAModule {
+        /// The reference.
+        reference: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A blob larger than the konnector reads.
+    #[error("pulling {reference}: the {what} is larger than {limit} bytes and is not read")]
+    TooLarge {
+        /// The reference.
+        reference: String,
+        /// Which blob.
+        what: String,
+        /// The bound.
+        limit: u64,
+    },
+    /// The cache could not be used.
+    #[error(transparent)]
+    Cache(#[from] CacheError),
+    /// Neither the registry nor the cache has the module: nothing runs in its place.
+    #[error(
+        "{cause}; and no cached copy of {reference} (the policy cache keeps what was pulled before; pin a digest that was pulled once, or restore the registry)"
+    )]
+    Unavailable {
+        /// The reference.
+        reference: String,
+        /// Why the pull failed.
+        cause: Box<FetchError>,
+    },
+    /// The HTTP client could not be built.
+    #[error("building the registry client: {0}")]
+    Client(String),
+}
+
+impl FetchError {
+    /// Whether the registry was not reached at all, so a cached copy may stand in.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Self::Unreachable { .. })
+    }
+
+    /// A transport failure.
+    pub fn unreachable(
+        reference: &impl std::fmt::Display,
+        operation: &str,
+        message: &dyn std::fmt::Display,
+    ) -> Self {
+        Self::Unreachable {
+            reference: reference.to_string(),
+            operation: operation.to_owned(),
+            message: message.to_string(),
+        }
+    }
+
+    /// Sorts an `oci-client` error into ours.
+    pub fn from_client(
+        reference: &impl std::fmt::Display,
+        operation: &str,
+        error: OciDistributionError,
+    ) -> Self {
+        let reference = reference.to_string();
+        let operation = operation.to_owned();
+        match error {
+            OciDistributionError::RequestError(e) if !e.is_status() => Self::Unreachable {
+                reference,
+                operation,
+                message: format!("{e:#}"),
+            },
+            OciDistributionError::IoError(e) => Self::Unreachable {
+                reference,
+                operation,
+                message: e.to_string(),
+            },
+            OciDistributionError::ServerError {
+                code, ref message, ..
+            } if code >= 500 => Self::Unreachable {
+                reference,
+                operation,
+                message: format!("{code} {message}"),
+            },
+            OciDistributionError::DigestError(DigestError::VerificationError {
+                expected,
+                actual,
+            }) => Self::DigestMismatch {
+                reference,
+                what: "manifest".to_owned(),
+                expected,
+                actual,
+            },
+            other => Self::Refused {
+                reference,
+                operation,
+                message: other.to_string(),
+            },
+        }
+    }
+
+    /// A short, fixed name of the failure, for a metric label.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Unreachable { .. } => "unreachable",
+            Self::Refused { .. } => "refused",
+            Self::DigestMismatch { .. } => "digest_mismatch",
+            Self::NotAModule { .. } => "not_a_module",
+            Self::TooLarge { .. } => "too_large",
+            Self::Cache(_) => "cache",
+            Self::Unavailable { .. } => "unavailable",
+            Self::Client(_) => "client",
+        }
+    }
+}
