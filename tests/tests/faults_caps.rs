@@ -3,18 +3,28 @@
 //!
 //! The caps are process-wide (`konnector run` sets them once from its flags), so this binary
 //! sets a small `/openapi/v3` index cap and a small copy-status cap before its konnector
-//! starts, the same for every test; its tests are the only ones they affect.
+//! starts, the same for every test; its tests are the only ones they affect. The discovery cap
+//! is set the way an operator sets it, on the command line of a `konnector run` process on a
+//! pair of its own: a cap small enough for `/apis` would refuse every discovery in this binary.
 
 use anyhow::Result;
-use kbind_tests::fixtures::{connect, has_condition, shared_konnector, unique, wait_connection};
-use kbind_tests::syncenv::{Scenario, WAIT, says, set_status, synced_condition, wait_for};
-use kbind_tests::testenv::shared_pair;
+use kbind_tests::faults::process::KonnectorProcess;
+use kbind_tests::fixtures::{
+    connect, has_condition, install_core_crds, shared_konnector, unique, wait_connection,
+};
+use kbind_tests::syncenv::{
+    Scenario, WAIT, ensure_namespace, says, set_status, synced_condition, wait_for,
+};
+use kbind_tests::testenv::{second_pair, shared_pair};
+use konnector::api::names::DEFAULT_SECRET_NAMESPACE;
 use konnector::api::{SchemaPolicy, SchemaSource};
 use konnector::provider::limits::{self, Limits};
 use serde_json::json;
 
 /// Smaller than any kube-apiserver's `/openapi/v3` index (one entry per served group-version).
 const SMALL_INDEX: usize = 1024;
+/// Smaller than any kube-apiserver's `/apis` group list.
+const SMALL_DISCOVERY: &str = "1KiB";
 /// Larger than a test widget's ordinary status, smaller than the one written here to exceed it.
 const SMALL_STATUS: usize = 2048;
 
@@ -55,6 +65,49 @@ async fn an_openapi_index_over_its_cap_makes_the_connection_say_so() -> Result<(
         );
         let exported = seen.status.iter().flat_map(|s| &s.exported_apis).count();
         anyhow::ensure!(exported == 0, "nothing is exported from an unread index");
+        anyhow::Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_discovery_answer_over_its_cap_makes_the_connection_say_so_and_names_the_flag()
+-> Result<()> {
+    let pair = second_pair()?;
+    let binary = kbind_tests::konnector_binary!();
+    let log = pair.root().join("caps-discovery.log");
+    pair.diagnose(async {
+        let consumer = pair.consumer.client().await?;
+        install_core_crds(&consumer).await?;
+        ensure_namespace(&consumer, DEFAULT_SECRET_NAMESPACE).await?;
+        let cap = format!("--max-discovery-response-bytes={SMALL_DISCOVERY}");
+        let kubeconfig = pair.consumer.admin().kubeconfig_path();
+        let konnector = KonnectorProcess::start(&binary, kubeconfig, &log, &[&cap])?;
+        konnector.wait_ready(WAIT).await?;
+        let name = unique("caps-discovery");
+        let openapi = SchemaPolicy {
+            source: SchemaSource::OpenApi,
+            ..SchemaPolicy::default()
+        };
+        connect(&consumer, &pair.provider, &name, openapi, false).await?;
+        let seen = wait_connection(&consumer, &name, "Ready=False ResponseTooLarge", |c| {
+            has_condition(c, "Ready", "False", "ResponseTooLarge")
+        })
+        .await?;
+        let ready = kbind_tests::fixtures::condition(&seen, "Ready");
+        says(
+            ready.map_or("", |c| c.message.as_str()),
+            &[
+                "/apis",
+                "larger than 1024 bytes",
+                "--max-discovery-response-bytes",
+            ],
+        );
+        let exported = seen.status.iter().flat_map(|s| &s.exported_apis).count();
+        anyhow::ensure!(
+            exported == 0,
+            "nothing is exported from an unread group list"
+        );
         anyhow::Ok(())
     })
     .await

@@ -419,13 +419,18 @@ fn an_operator_s_finalizer_holds_a_consumer_deletion_until_it_releases_the_copy(
             kubectl(&w.pair.consumer, &args, "").await?;
             let note =
                 event_note(&c.consumer, (ns, name), "ProviderFinalizers", None, WAIT).await?;
-            let waiting = credentials(&c.consumer, ns).get(name).await?;
+            // The Event and the status are two writes; the condition may land a moment later.
+            let waiting = wait_for("Synced=False ProviderFinalizers", WAIT, || async {
+                let obj = credentials(&c.consumer, ns).get(name).await?;
+                let synced = condition(&obj, "Synced").unwrap_or_default();
+                Ok((synced["reason"] == "ProviderFinalizers").then_some(obj))
+            })
+            .await?;
             anyhow::ensure!(
                 waiting.metadata.deletion_timestamp.is_some(),
                 "not deleting"
             );
             let synced = condition(&waiting, "Synced").unwrap_or_default();
-            anyhow::ensure!(synced["reason"] == "ProviderFinalizers", "{synced}");
             for said in [
                 note.as_str(),
                 synced["message"].as_str().unwrap_or_default(),
