@@ -145,10 +145,10 @@ docs: docs-tools helm-docs
 	@scripts/chart-docs.sh
 	CARGO_TARGET_DIR='$(TARGET_DIR)' scripts/docs.sh build
 
-# mdBook and lychee, built from crates.io once per machine (cached in ~/.cache/kbind), both
-# at once.
+# mdBook and hyperlink (the link checker), built from crates.io once per machine (cached in
+# ~/.cache/kbind), both at once.
 docs-tools:
-	@scripts/docs-tools.sh mdbook >/dev/null & m=$$!; scripts/docs-tools.sh lychee >/dev/null; l=$$?; wait $$m && exit $$l
+	@scripts/docs-tools.sh mdbook >/dev/null & m=$$!; scripts/docs-tools.sh hyperlink >/dev/null; l=$$?; wait $$m && exit $$l
 
 # Regenerate the committed core CRDs from the Rust types.
 crds:

@@ -2,18 +2,18 @@
 # Builds the docs tools from crates.io, once per machine, with `cargo install --locked` into
 # ${KBIND_CACHE:-~/.cache/kbind}/<tool>-<version> (cached and reused):
 #   mdbook   builds the book in docs/ (only the search feature: no server, no file watcher);
-#   lychee   checks the built book's and the top-level Markdown's internal links and anchors
-#            (run with --offline: no request leaves the machine).
-# Usage: scripts/docs-tools.sh mdbook|lychee   prints the binary's path on stdout; progress and
+#   hyperlink  checks the built book's internal links and anchors (it reads files only and
+#              has no HTTP client: no request leaves the machine, and it builds in seconds).
+# Usage: scripts/docs-tools.sh mdbook|hyperlink   prints the binary's path on stdout; progress and
 # build times go to stderr. The two build in parallel when `make docs-tools` asks for both.
 set -euo pipefail
 cache="${KBIND_CACHE:-$HOME/.cache/kbind}"
 MDBOOK_VERSION=0.5.4
-LYCHEE_VERSION=0.24.2
-tool=${1:?usage: scripts/docs-tools.sh mdbook|lychee}
+HYPERLINK_VERSION=0.3.2
+tool=${1:?usage: scripts/docs-tools.sh mdbook|hyperlink}
 case $tool in
 mdbook) version=$MDBOOK_VERSION features=(--no-default-features --features search) ;;
-lychee) version=$LYCHEE_VERSION features=(--no-default-features) ;;
+hyperlink) version=$HYPERLINK_VERSION features=() ;;
 *) echo "docs-tools: unknown tool $tool" >&2; exit 2 ;;
 esac
 root="$cache/$tool-$version"
@@ -28,8 +28,8 @@ tmp="$root.tmp.$$"
 trap 'rm -rf "$tmp"' EXIT
 # A private target directory: the workspace's stays untouched, and a failed build leaves no
 # half-installed tool behind (the cache entry appears only when complete). Built without
-# optimisation: both tools run for about a second on this book, and an optimised build of
-# lychee alone costs minutes of CPU.
+# optimisation: both tools run for under a second on this book, so optimising them would
+# only add build time.
 CARGO_PROFILE_RELEASE_OPT_LEVEL=0 CARGO_PROFILE_RELEASE_CODEGEN_UNITS=256 \
 CARGO_PROFILE_RELEASE_DEBUG=false CARGO_PROFILE_RELEASE_INCREMENTAL=false \
   nice -n 10 cargo install --quiet --locked "$tool" --version "=$version" "${features[@]}" \

@@ -151,8 +151,8 @@ mod tests {
         check(&repository_root())
     }
 
-    /// The book builds with mdBook, and lychee (offline) finds every internal link and
-    /// `#anchor` of the built pages and of the top-level Markdown files.
+    /// The book builds with mdBook, every internal link and `#anchor` of the built pages
+    /// resolves (hyperlink), and every relative link of the top-level Markdown files does.
     #[test]
     fn the_book_builds_and_every_internal_link_and_anchor_resolves() -> anyhow::Result<()> {
         let root = repository_root();
