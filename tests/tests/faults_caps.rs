@@ -15,7 +15,7 @@ use kbind_tests::fixtures::{
 use kbind_tests::syncenv::{
     Scenario, WAIT, ensure_namespace, says, set_status, synced_condition, wait_for,
 };
-use kbind_tests::testenv::{second_pair, shared_pair};
+use kbind_tests::testenv::{ClusterPair, second_pair, shared_pair};
 use konnector::api::names::DEFAULT_SECRET_NAMESPACE;
 use konnector::api::{SchemaPolicy, SchemaSource};
 use konnector::provider::limits::{self, Limits};
@@ -37,6 +37,32 @@ fn small_caps() {
     });
 }
 
+/// Connects `pair`'s consumer to its provider through the OpenAPI source, and checks that the
+/// Connection is `Ready=False ResponseTooLarge`, its message saying each of `says_what` and
+/// nothing exported.
+async fn refused_as_too_large(
+    consumer: &kube::Client,
+    pair: &ClusterPair,
+    prefix: &str,
+    says_what: &[&str],
+) -> Result<()> {
+    let name = unique(prefix);
+    let openapi = SchemaPolicy {
+        source: SchemaSource::OpenApi,
+        ..SchemaPolicy::default()
+    };
+    connect(consumer, &pair.provider, &name, openapi, false).await?;
+    let seen = wait_connection(consumer, &name, "Ready=False ResponseTooLarge", |c| {
+        has_condition(c, "Ready", "False", "ResponseTooLarge")
+    })
+    .await?;
+    let ready = kbind_tests::fixtures::condition(&seen, "Ready");
+    says(ready.map_or("", |c| c.message.as_str()), says_what);
+    let exported = seen.status.iter().flat_map(|s| &s.exported_apis).count();
+    anyhow::ensure!(exported == 0, "nothing is exported from an answer not read");
+    Ok(())
+}
+
 #[tokio::test]
 async fn an_openapi_index_over_its_cap_makes_the_connection_say_so() -> Result<()> {
     small_caps();
@@ -44,28 +70,9 @@ async fn an_openapi_index_over_its_cap_makes_the_connection_say_so() -> Result<(
     shared_konnector(pair)?;
     pair.diagnose(async {
         let consumer = pair.consumer.client().await?;
-        let name = unique("caps-index");
-        let openapi = SchemaPolicy {
-            source: SchemaSource::OpenApi,
-            ..SchemaPolicy::default()
-        };
-        connect(&consumer, &pair.provider, &name, openapi, false).await?;
-        let seen = wait_connection(&consumer, &name, "Ready=False ResponseTooLarge", |c| {
-            has_condition(c, "Ready", "False", "ResponseTooLarge")
-        })
-        .await?;
-        let ready = kbind_tests::fixtures::condition(&seen, "Ready");
-        says(
-            ready.map_or("", |c| c.message.as_str()),
-            &[
-                "/openapi/v3",
-                &format!("larger than {SMALL_INDEX} bytes"),
-                "--max-openapi-index-bytes",
-            ],
-        );
-        let exported = seen.status.iter().flat_map(|s| &s.exported_apis).count();
-        anyhow::ensure!(exported == 0, "nothing is exported from an unread index");
-        anyhow::Ok(())
+        let cap = format!("larger than {SMALL_INDEX} bytes");
+        let says_what = ["/openapi/v3", &cap, "--max-openapi-index-bytes"];
+        refused_as_too_large(&consumer, pair, "caps-index", &says_what).await
     })
     .await
 }
@@ -84,31 +91,12 @@ async fn a_discovery_answer_over_its_cap_makes_the_connection_say_so_and_names_t
         let kubeconfig = pair.consumer.admin().kubeconfig_path();
         let konnector = KonnectorProcess::start(&binary, kubeconfig, &log, &[&cap])?;
         konnector.wait_ready(WAIT).await?;
-        let name = unique("caps-discovery");
-        let openapi = SchemaPolicy {
-            source: SchemaSource::OpenApi,
-            ..SchemaPolicy::default()
-        };
-        connect(&consumer, &pair.provider, &name, openapi, false).await?;
-        let seen = wait_connection(&consumer, &name, "Ready=False ResponseTooLarge", |c| {
-            has_condition(c, "Ready", "False", "ResponseTooLarge")
-        })
-        .await?;
-        let ready = kbind_tests::fixtures::condition(&seen, "Ready");
-        says(
-            ready.map_or("", |c| c.message.as_str()),
-            &[
-                "/apis",
-                "larger than 1024 bytes",
-                "--max-discovery-response-bytes",
-            ],
-        );
-        let exported = seen.status.iter().flat_map(|s| &s.exported_apis).count();
-        anyhow::ensure!(
-            exported == 0,
-            "nothing is exported from an unread group list"
-        );
-        anyhow::Ok(())
+        let says_what = [
+            "/apis",
+            "larger than 1024 bytes",
+            "--max-discovery-response-bytes",
+        ];
+        refused_as_too_large(&consumer, pair, "caps-discovery", &says_what).await
     })
     .await
 }
