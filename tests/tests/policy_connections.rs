@@ -50,9 +50,9 @@ async fn world() -> anyhow::Result<&'static World> {
                 plain_http: vec![registry.host().to_owned()],
                 ..FetcherConfig::default()
             };
-            let consumer = pair.consumer.clone();
+            let consumer = &pair.consumer;
             let konnector =
-                tokio::task::spawn_blocking(move || start_konnector_pulling(&consumer, config))
+                tokio::task::spawn_blocking(move || start_konnector_pulling(consumer, config))
                     .await??;
             anyhow::Ok(World {
                 pair,
@@ -102,7 +102,7 @@ impl World {
     }
 
     async fn consumer(&self) -> anyhow::Result<kube::Client> {
-        self.pair.consumer.client().await
+        Ok(self.pair.consumer.client().await?)
     }
 }
 

@@ -22,10 +22,8 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
 
-use k8s_openapi::api::core::v1::Secret;
-
 use crate::api::names::{DEFAULT_SECRET_NAMESPACE, LEADER_ELECTION_ID};
-use crate::artifact::{Credentials, DOCKER_CONFIG_JSON_KEY, Fetcher};
+use crate::artifact::{Credentials, Fetcher};
 use crate::fencing::{Fence, Holds, Mode};
 use crate::manager::{self, Config};
 use crate::policy::{Policies, PolicyArgs};
@@ -257,22 +255,9 @@ pub async fn pull_credentials(
     namespace: &str,
     name: &str,
 ) -> anyhow::Result<Credentials> {
-    let secrets: kube::Api<Secret> = kube::Api::namespaced(client, namespace);
-    let secret = secrets
-        .get(name)
+    crate::artifact::from_pull_secret(client, namespace, name)
         .await
-        .with_context(|| format!("reading the policy pull Secret {namespace}/{name}"))?;
-    let json = secret
-        .data
-        .as_ref()
-        .and_then(|data| data.get(DOCKER_CONFIG_JSON_KEY))
-        .with_context(|| {
-            format!(
-                "the policy pull Secret {namespace}/{name} has no {DOCKER_CONFIG_JSON_KEY} key (create it with kubectl create secret docker-registry)"
-            )
-        })?;
-    Credentials::from_docker_config(&json.0)
-        .with_context(|| format!("the policy pull Secret {namespace}/{name}"))
+        .context("loading the policy registry credentials")
 }
 
 /// Parses a size in bytes: a plain number, or one with a `KiB`, `MiB` or `GiB` suffix.

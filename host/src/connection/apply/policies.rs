@@ -147,9 +147,9 @@ impl Steps<'_> {
         };
         let namespace = &self.ctx.config.secret_namespace;
         let credentials =
-            crate::cli::run::pull_credentials(self.ctx.shared.consumer.clone(), namespace, secret)
+            crate::artifact::from_pull_secret(self.ctx.shared.consumer.clone(), namespace, secret)
                 .await
-                .map_err(|e| format!("{e:#}"))?;
+                .map_err(|e| e.to_string())?;
         let mut config = fetch.config.clone();
         config.credentials = credentials;
         let fetcher = Fetcher::new(config).map_err(|e| e.to_string())?;
