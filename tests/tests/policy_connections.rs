@@ -469,3 +469,26 @@ async fn two_connections_with_different_placement_modules_place_copies_different
         })
         .await
 }
+
+#[tokio::test]
+async fn a_connection_may_not_name_a_module_file_on_the_konnectors_filesystem() -> anyhow::Result<()>
+{
+    let world = world().await?;
+    world
+        .pair
+        .diagnose(async {
+            let name = unique("file-path");
+            let policies = ConnectionPolicies {
+                conflict: Some(choice("/etc/kbind/conflict.wasm", None)),
+                ..ConnectionPolicies::default()
+            };
+            let refused = connect_with(world, &name, policies, IsolationStrategy::None).await;
+            let message = match refused {
+                Ok(()) => bail!("a Connection naming a file path was accepted"),
+                Err(e) => format!("{e:#}"),
+            };
+            ensure!(message.contains("file paths are not allowed"), "{message}");
+            Ok(())
+        })
+        .await
+}
