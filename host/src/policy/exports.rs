@@ -62,7 +62,7 @@ pub(crate) fn find(
     let component = pre.component();
     let lookup = |version: &str, interface: &str, function: &str| {
         let instance =
-            component.get_export_index(None, &format!("kbind:policy/{interface}@{version}"))?;
+            component.get_export_index(None, format!("kbind:policy/{interface}@{version}"))?;
         component.get_export_index(Some(&instance), function)
     };
     if let Some(function_index) = lookup(CURRENT_VERSION, interface, function) {
