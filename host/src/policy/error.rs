@@ -211,6 +211,18 @@ fn stderr_suffix(stderr: &str) -> String {
     }
 }
 
+/// A module's `configure` refused its settings (carried through wasmtime's error so the
+/// host can tell it from a trap).
+#[derive(Debug, thiserror::Error)]
+#[error("the module refused its settings: {0}")]
+pub(crate) struct SettingsRefused(pub(crate) String);
+
+/// The role's export does not have the role's types (carried through wasmtime's error so
+/// the host reports the module as implementing another world).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct WorldMismatch(pub(crate) String);
+
 impl PolicyError {
     /// A short stable label for metrics and logs (the `kind` label of
     /// `kbind_policy_failures_total`).

@@ -12,6 +12,7 @@ use wasmtime::Store;
 use wasmtime::component::{Func, Instance, InstancePre};
 
 use super::bindings::{self, conflict, placement, related, schema};
+use super::error::{SettingsRefused, WorldMismatch};
 use super::exports::{self, Exports, WitVersion};
 use super::role::PolicyRole;
 use super::runtime::HostState;
@@ -29,18 +30,6 @@ pub(crate) enum Refusal {
     /// The answer breaks a rule the host enforces.
     Invalid(String),
 }
-
-/// A module's `configure` refused its settings (carried through wasmtime's error so the
-/// host can tell it from a trap).
-#[derive(Debug, thiserror::Error)]
-#[error("the module refused its settings: {0}")]
-pub(crate) struct SettingsRefused(pub(crate) String);
-
-/// The role's export does not have the role's types (carried through wasmtime's error so
-/// the host reports the module as implementing another world).
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub(crate) struct WorldMismatch(pub(crate) String);
 
 /// A role's compiled module, where its exports are, and the settings each new instance is
 /// configured with.

@@ -37,10 +37,9 @@ use wasmtime_wasi::{
     WasiView,
 };
 
-use super::error::PolicyError;
+use super::error::{PolicyError, SettingsRefused, WorldMismatch};
 use super::limits::{PolicyLimits, StoreCap};
 use super::role::PolicyRole;
-use super::role_module::{SettingsRefused, WorldMismatch};
 use super::sandbox::SandboxResource;
 
 /// How often the epoch advances; also how often a running module yields to tokio.
