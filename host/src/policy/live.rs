@@ -277,6 +277,38 @@ mod tests {
     }
 
     #[test]
+    fn the_references_file_takes_settings_beside_a_reference() -> Result<(), RefsFileError> {
+        let merged = merged(
+            &PolicyArgs::default(),
+            Path::new("refs.yaml"),
+            b"placement: {module: built-in, settings: {zone: eu-1}}\nconflict: built-in\n",
+        )?;
+        assert_eq!(
+            merged.module(PolicyRole::Placement),
+            Some(&PolicyRef::Builtin)
+        );
+        assert_eq!(
+            merged.settings(PolicyRole::Placement).as_str(),
+            r#"{"zone":"eu-1"}"#
+        );
+        assert!(merged.settings(PolicyRole::ConflictPolicy).is_empty());
+        let too_large = format!(
+            "placement: {{module: built-in, settings: {{x: {}}}}}\n",
+            "a".repeat(super::super::MAX_SETTINGS_BYTES)
+        );
+        let refused = merged_bytes(too_large.as_bytes());
+        assert!(
+            matches!(&refused, Err(e @ RefsFileError::Parse { .. }) if e.to_string().contains("at most")),
+            "{refused:?}"
+        );
+        Ok(())
+    }
+
+    fn merged_bytes(bytes: &[u8]) -> Result<PolicyArgs, RefsFileError> {
+        merged(&PolicyArgs::default(), Path::new("refs.yaml"), bytes)
+    }
+
+    #[test]
     fn a_malformed_references_file_is_refused_naming_it() {
         for bytes in [
             &b"conflcit: built-in\n"[..],
