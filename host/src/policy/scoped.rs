@@ -421,3 +421,135 @@ fn unavailable(o: &mut Overrides, role: PolicyRole, choice: &Choice, message: &s
         PolicyRole::Placement => o.placement = gone(choice, message),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{IsolationInForce, IsolationStrategy, ResourceScope};
+    use crate::policy::{PlacementApi, PlacementInput};
+
+    fn question(connection: &str) -> PlacementInput {
+        PlacementInput {
+            consumer_cluster_uid: "consumer".into(),
+            connection: connection.into(),
+            api: PlacementApi {
+                group: "example.org".into(),
+                resource: "widgets".into(),
+                kind: "Widget".into(),
+                scope: ResourceScope::Namespaced,
+            },
+            namespace: Some("team-a".into()),
+            name: "w1".into(),
+            isolation: IsolationInForce {
+                strategy: IsolationStrategy::Prefixed,
+                prefix: "east".into(),
+            },
+        }
+    }
+
+    fn builtin_choice(settings: &str) -> Result<Choice, crate::policy::SettingsError> {
+        Ok(Choice {
+            reference: PolicyRef::Builtin,
+            settings: settings.parse()?,
+        })
+    }
+
+    #[tokio::test]
+    async fn a_module_that_cannot_be_had_fails_its_connection_only_and_never_falls_back()
+    -> anyhow::Result<()> {
+        let policies = Policies::builtin()?;
+        let oci: PolicyRef = "oci://registry.example/acme/placement:v1".parse()?;
+        let wanted = Choice {
+            reference: oci,
+            settings: PolicySettings::default(),
+        };
+        let outcome = policies
+            .choose("a", PolicyRole::Placement, Some(wanted), None)
+            .await;
+        assert!(
+            matches!(
+                outcome,
+                ChoiceOutcome::Unavailable(ChoiceError::NoFetcher { .. })
+            ),
+            "{outcome:?}"
+        );
+        let refused = policies.for_connection("a").place(&question("a")).await;
+        assert!(
+            matches!(refused, Err(PolicyError::Unavailable { .. })),
+            "{refused:?}"
+        );
+        let other = policies.for_connection("b").place(&question("b")).await?;
+        assert_eq!(other.name, "east-w1");
+        assert_eq!(
+            policies.connection_modules_of("a"),
+            vec![ConnectionModule {
+                role: PolicyRole::Placement,
+                reference: "oci://registry.example/acme/placement:v1".into(),
+                digest: None,
+            }]
+        );
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_failing_change_keeps_the_module_running_and_a_file_path_is_refused()
+    -> anyhow::Result<()> {
+        let policies = Policies::builtin()?;
+        let first = policies
+            .choose(
+                "a",
+                PolicyRole::Placement,
+                Some(builtin_choice("{}")?),
+                None,
+            )
+            .await;
+        assert!(matches!(first, ChoiceOutcome::Swapped), "{first:?}");
+        let again = policies
+            .choose(
+                "a",
+                PolicyRole::Placement,
+                Some(builtin_choice("{}")?),
+                None,
+            )
+            .await;
+        assert!(matches!(again, ChoiceOutcome::Unchanged), "{again:?}");
+        let refused = policies
+            .choose(
+                "a",
+                PolicyRole::Placement,
+                Some(builtin_choice(r#"{"zone": "eu-1"}"#)?),
+                None,
+            )
+            .await;
+        assert!(
+            matches!(
+                &refused,
+                ChoiceOutcome::KeptOld(ChoiceError::Policy(PolicyError::SettingsRejected { .. }))
+            ),
+            "{refused:?}"
+        );
+        let file = Choice {
+            reference: PolicyRef::File("/etc/kbind/placement.wasm".into()),
+            settings: PolicySettings::default(),
+        };
+        let refused = policies
+            .choose("a", PolicyRole::Placement, Some(file), None)
+            .await;
+        assert!(
+            matches!(
+                &refused,
+                ChoiceOutcome::KeptOld(ChoiceError::FilePath { .. })
+            ),
+            "{refused:?}"
+        );
+        // The module chosen first still answers for the Connection.
+        let placed = policies.for_connection("a").place(&question("a")).await?;
+        assert_eq!(placed.name, "east-w1");
+        let dropped = policies
+            .choose("a", PolicyRole::Placement, None, None)
+            .await;
+        assert!(matches!(dropped, ChoiceOutcome::Swapped), "{dropped:?}");
+        assert!(!policies.for_connection("a").chooses(PolicyRole::Placement));
+        Ok(())
+    }
+}
