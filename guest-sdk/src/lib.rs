@@ -1,7 +1,9 @@
 //! The crate a kbind policy author depends on.
 //!
 //! The kbind konnector delegates four decisions to WebAssembly components, one WIT world
-//! per role (package `kbind:policy@0.1.0`, in `wit/policy.wit`):
+//! per role (package `kbind:policy@0.2.0`, in `wit/policy.wit`; modules built against 0.1.0
+//! still load). Every role's interface has `configure`, which takes the operator's settings
+//! ([`settings`]):
 //!
 //! | role | module | export macro |
 //! |---|---|---|
@@ -18,6 +20,10 @@
 //!
 //! struct AlwaysCreate;
 //! impl Guest for AlwaysCreate {
+//!     // No settings: an empty document only.
+//!     fn configure(settings: String) -> Result<(), String> {
+//!         kbind_policy_sdk::settings::none(&settings)
+//!     }
 //!     fn decide(_input: ConflictInput) -> Result<Decision, String> {
 //!         Ok(Decision::Create)
 //!     }
@@ -40,6 +46,7 @@ pub mod placement;
 pub mod related;
 pub mod schema;
 pub mod selector;
+pub mod settings;
 
 #[doc(hidden)]
 pub use wit_bindgen as __wit_bindgen;

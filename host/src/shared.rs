@@ -14,6 +14,9 @@ use kube::Client;
 use kube::runtime::events::{Recorder, Reporter};
 
 use crate::api::names::FIELD_MANAGER;
+use std::sync::Arc;
+
+use crate::artifact::{Fetcher, FetcherConfig};
 use crate::policy::Policies;
 use crate::registry::{Engagements, Outcomes, RunningSyncers, Shards, SharedIndex};
 
@@ -35,6 +38,10 @@ pub struct Shared {
     pub shards: Shards,
     /// The policy modules (Wasm components in production).
     pub policies: Policies,
+    /// How Connections' own registry modules are pulled (`spec.policies`): the konnector's
+    /// cache and registries, with its pull Secret's credentials. None: Connections may name
+    /// built-in modules only.
+    pub policy_fetcher: Option<Arc<PolicyFetch>>,
     /// Who Events are reported as: the konnector, and its Pod when known.
     pub reporter: Reporter,
     /// Publishes Events as `reporter`.
@@ -65,7 +72,17 @@ impl Shared {
             syncers: RunningSyncers::default(),
             shards: Shards::default(),
             policies,
+            policy_fetcher: None,
             reporter,
         }
     }
+}
+
+/// The konnector's way to pull registry modules, for Connections that name their own.
+#[derive(Debug)]
+pub struct PolicyFetch {
+    /// Pulls with the konnector's own pull Secret (or anonymously).
+    pub fetcher: Fetcher,
+    /// The cache and registries, for a fetcher with a Connection's pull Secret.
+    pub config: FetcherConfig,
 }

@@ -176,7 +176,7 @@ fn swapping_in_a_module_for_another_role_refuses_to_load() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(
-        stderr.contains("does not implement the world kbind:policy/conflict-policy@0.1.0"),
+        stderr.contains("does not implement the world kbind:policy/conflict-policy@0.2.0"),
         "{stderr}"
     );
 }

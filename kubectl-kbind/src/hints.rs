@@ -27,6 +27,8 @@ const REASONS: &[Reason] = &[
     Reason::SchemaInstallFailed,
     Reason::SchemaNotEstablished,
     Reason::PolicyFailed,
+    Reason::PolicyUnavailable,
+    Reason::PolicySwapFailed,
     Reason::ConflictsFound,
     Reason::ProviderUnreachable,
     Reason::ProviderRejected,
@@ -74,6 +76,7 @@ pub fn needs_operator(reason: &str) -> bool {
                 | Reason::IsolationChangePending
                 | Reason::PinnedConnectionGone
                 | Reason::ResponseTooLarge
+                | Reason::PolicySwapFailed
         )
     )
 }
@@ -138,6 +141,12 @@ pub fn what_to_do(reason: &str) -> &'static str {
         Reason::SchemaNotEstablished => "wait: the consumer CRD is not Established yet",
         Reason::PolicyFailed => {
             "a policy module failed: check the konnector log and the module configured for that role"
+        }
+        Reason::PolicyUnavailable => {
+            "a module spec.policies names cannot be had or refuses its settings: push it, fix the reference, its pull Secret or its settings, or remove it from spec.policies"
+        }
+        Reason::PolicySwapFailed => {
+            "the changed module in spec.policies failed (the message says why) and the previous one keeps running: fix the reference or its settings"
         }
         Reason::ConflictsFound => {
             "instances conflict with foreign provider objects: `kubectl kbind status` names them"

@@ -271,7 +271,7 @@ async fn the_registry_down_at_restart_starts_from_the_cached_digest() -> anyhow:
         let binary = kbind_tests::konnector_binary!();
         let kubeconfig = pair.consumer.admin().kubeconfig_path();
         let sample = format!(
-            "kbind_policy_module_info{{role=\"conflict\",reference=\"{conflict}\",digest=\"{pushed}\"}}"
+            "kbind_policy_module_info{{role=\"conflict\",reference=\"{conflict}\",digest=\"{pushed}\",connection=\"\"}}"
         );
 
         let mut first = KonnectorProcess::start(&binary, kubeconfig, &work.join("first.log"), &flags)?;
@@ -482,7 +482,7 @@ async fn a_changed_reference_is_swapped_live_and_a_failing_one_leaves_the_old_mo
         let pid = process.pid();
         let info = |tag: &str, digest: &str| {
             format!(
-                "kbind_policy_module_info{{role=\"conflict\",reference=\"oci://{host}/policies/live:{tag}\",digest=\"{digest}\"}} 1"
+                "kbind_policy_module_info{{role=\"conflict\",reference=\"oci://{host}/policies/live:{tag}\",digest=\"{digest}\",connection=\"\"}} 1"
             )
         };
         metrics_show(&process, &info("v1", &v1)).await?;
@@ -599,7 +599,7 @@ async fn the_pull_secret_is_read_from_the_credential_namespace() -> anyhow::Resu
         let mut right = run("policy-pull", &work.join("right.log"))?;
         right.wait_ready(Duration::from_secs(60)).await?;
         metrics_show(&right, &format!(
-            "kbind_policy_module_info{{role=\"conflict\",reference=\"{conflict}\",digest=\"{pushed}\"}} 1"
+            "kbind_policy_module_info{{role=\"conflict\",reference=\"{conflict}\",digest=\"{pushed}\",connection=\"\"}} 1"
         ))
         .await?;
         right.terminate(Duration::from_secs(10)).await?;

@@ -37,11 +37,14 @@ pub enum ConditionType {
     /// The isolation strategy in force (`status.isolation`) is the one `spec.isolation` asks
     /// for (only on Connections that ask for one, or whose change is pending).
     IsolationInSync,
+    /// The policy modules the Connection names (`spec.policies`) run as named (only on
+    /// Connections that name any).
+    PoliciesInSync,
 }
 
 impl ConditionType {
     /// Every condition type, for lookups by the string stored in a condition.
-    pub const ALL: [Self; 14] = [
+    pub const ALL: [Self; 15] = [
         Self::SecretValid,
         Self::Connected,
         Self::SchemaInSync,
@@ -56,6 +59,7 @@ impl ConditionType {
         Self::Released,
         Self::ProviderDegraded,
         Self::IsolationInSync,
+        Self::PoliciesInSync,
     ];
 
     /// The condition type stored as `type_`, if it is one of ours.
@@ -84,6 +88,7 @@ impl ConditionType {
             Self::Released => "Release",
             Self::ProviderDegraded => "RideOutProviderFailures",
             Self::IsolationInSync => "PlaceCopies",
+            Self::PoliciesInSync => "LoadPolicies",
         }
     }
 
@@ -104,6 +109,7 @@ impl ConditionType {
             Self::Released => "Released",
             Self::ProviderDegraded => "ProviderDegraded",
             Self::IsolationInSync => "IsolationInSync",
+            Self::PoliciesInSync => "PoliciesInSync",
         }
     }
 }
@@ -154,6 +160,12 @@ pub enum Reason {
     SchemaNotEstablished,
     /// A policy module failed (trap, timeout, bad output).
     PolicyFailed,
+    /// A policy module the Connection names can be neither pulled nor found in the cache
+    /// (or is refused) and none ran before: nothing runs in its place.
+    PolicyUnavailable,
+    /// A changed policy module of the Connection failed to load, check or configure; the
+    /// module running before keeps running.
+    PolicySwapFailed,
     /// Some instances conflict with foreign provider objects.
     ConflictsFound,
     /// The provider API server could not be reached.
@@ -240,6 +252,8 @@ impl Reason {
             Self::SchemaInstallFailed => "SchemaInstallFailed",
             Self::SchemaNotEstablished => "SchemaNotEstablished",
             Self::PolicyFailed => "PolicyFailed",
+            Self::PolicyUnavailable => "PolicyUnavailable",
+            Self::PolicySwapFailed => "PolicySwapFailed",
             Self::ConflictsFound => "ConflictsFound",
             Self::ProviderUnreachable => "ProviderUnreachable",
             Self::ProviderRejected => "ProviderRejected",

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::isolation::{Isolation, IsolationInForce};
 use super::names::DEFAULT_KUBECONFIG_KEY;
+use super::policies::{ConnectionPolicies, PolicyModuleStatus};
 
 /// Which provider to reach (the kubeconfig Secret) and how its exported APIs are found,
 /// installed and bound on this consumer.
@@ -49,6 +50,12 @@ pub struct ConnectionSpec {
     /// use the Connection: copies never move.
     #[serde(default, skip_serializing_if = "is_default")]
     pub isolation: Isolation,
+    /// Policy modules (placement, conflict, related selection, schema synthesis) this
+    /// Connection chooses for itself, each with settings, overriding the konnector's. A
+    /// changed module is swapped in live; one that cannot be had leaves the Connection
+    /// `Ready=False PolicyUnavailable` (never a silent fallback to the built-in one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policies: Option<ConnectionPolicies>,
 }
 
 fn is_default<T: Default + PartialEq>(value: &T) -> bool {
@@ -174,6 +181,9 @@ pub struct ConnectionStatus {
     /// unless a change is pending while bindings still use the Connection.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub isolation: Option<IsolationInForce>,
+    /// The policy modules running for the roles `spec.policies` names.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub policies: Vec<PolicyModuleStatus>,
     /// SecretValid, Connected, SchemaInSync, PermissionDenied, Ready.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,

@@ -11,6 +11,7 @@ mod conditions;
 mod connection;
 mod isolation;
 pub mod names;
+mod policies;
 
 pub use binding::{
     ApiReference, ApiReport, ApiState, Binding, BindingSpec, BindingStatus, BoundApi,
@@ -23,6 +24,7 @@ pub use connection::{
     SchemaPolicy, SchemaSource, SecretReference, UpdatePolicy,
 };
 pub use isolation::{Isolation, IsolationInForce, IsolationStrategy, default_prefix};
+pub use policies::{ConnectionPolicies, PolicyChoice, PolicyModuleStatus};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;

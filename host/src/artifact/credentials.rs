@@ -35,6 +35,44 @@ pub enum CredentialsError {
     /// An `auth` entry that is not base64 of `user:password`.
     #[error("parsing the registry credentials for {0}: its auth is not base64 of user:password")]
     BadAuth(String),
+    /// The pull Secret could not be read.
+    #[error("reading the policy pull Secret {secret}: {source}")]
+    ReadSecret {
+        /// `namespace/name`.
+        secret: String,
+        /// Why.
+        source: kube::Error,
+    },
+    /// The pull Secret has no docker config.
+    #[error(
+        "the policy pull Secret {0} has no {DOCKER_CONFIG_JSON_KEY} key (create it with kubectl create secret docker-registry)"
+    )]
+    NoDockerConfig(String),
+}
+
+/// The registry credentials in the pull Secret `namespace/name` (a
+/// `kubernetes.io/dockerconfigjson` Secret, as a Pod's image pull Secret).
+pub async fn from_pull_secret(
+    client: kube::Client,
+    namespace: &str,
+    name: &str,
+) -> Result<Credentials, CredentialsError> {
+    let secret_name = format!("{namespace}/{name}");
+    let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> =
+        kube::Api::namespaced(client, namespace);
+    let secret = secrets
+        .get(name)
+        .await
+        .map_err(|source| CredentialsError::ReadSecret {
+            secret: secret_name.clone(),
+            source,
+        })?;
+    let json = secret
+        .data
+        .as_ref()
+        .and_then(|data| data.get(DOCKER_CONFIG_JSON_KEY))
+        .ok_or(CredentialsError::NoDockerConfig(secret_name))?;
+    Credentials::from_docker_config(&json.0)
 }
 
 #[derive(Deserialize)]

@@ -36,7 +36,7 @@ use oci_client::manifest::OciImageManifest;
 use tracing::warn;
 
 pub use cache::{Cache, CacheError};
-pub use credentials::{Credentials, CredentialsError, DOCKER_CONFIG_JSON_KEY};
+pub use credentials::{Credentials, CredentialsError, DOCKER_CONFIG_JSON_KEY, from_pull_secret};
 pub use digest::sha256_digest;
 pub use error::FetchError;
 pub use metadata::ModuleMetadata;

@@ -201,6 +201,7 @@ mod tests {
                 auto_bind: false,
                 binding_namespace_selector: None,
                 isolation: Default::default(),
+                policies: None,
             },
         );
         c.status = Some(ConnectionStatus {

@@ -106,7 +106,10 @@ impl ModuleArgs {
             args.set_module(self.role, Some(module.clone()));
         }
         if !args.pulls() {
-            return Ok(Policies::load(&args)?);
+            let policies = Policies::load(&args)?;
+            // Each module type-checked and configured with its settings before any decision.
+            policies.check().await?;
+            return Ok(policies);
         }
         let fetcher = Fetcher::new(args.fetcher_config(Credentials::default()))?;
         Ok(Policies::resolve(&args, &fetcher).await?)

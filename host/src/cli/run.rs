@@ -22,17 +22,15 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
 
-use k8s_openapi::api::core::v1::Secret;
-
 use crate::api::names::{DEFAULT_SECRET_NAMESPACE, LEADER_ELECTION_ID};
-use crate::artifact::{Credentials, DOCKER_CONFIG_JSON_KEY, Fetcher};
+use crate::artifact::{Credentials, Fetcher};
 use crate::fencing::{Fence, Holds, Mode};
 use crate::manager::{self, Config};
 use crate::policy::{Policies, PolicyArgs};
 use crate::provider::kubeconfig::Transport;
 use crate::provider::limits::Limits;
 use crate::registry::Shards;
-use crate::shared::Shared;
+use crate::shared::{PolicyFetch, Shared};
 use crate::sync::SyncConfig;
 use crate::telemetry::{Health, LogFormat, init_logging, serve_health, serve_metrics};
 use crate::{binding, connection, sharding};
@@ -216,18 +214,17 @@ impl RunArgs {
 }
 
 /// The policy modules the flags name; registry references are pulled (with the pull Secret's
-/// credentials) before anything else starts, and one that cannot be had stops the start.
+/// credentials) before anything else starts, and one that cannot be had stops the start, as
+/// does a module that refuses its settings. Also returns a fetcher for the references file
+/// (when there is one) and the way Connections' own modules are pulled.
 async fn load_policies(
     args: &RunArgs,
     consumer: &kube::Config,
-) -> anyhow::Result<(Policies, Option<Fetcher>)> {
+) -> anyhow::Result<(Policies, Option<Fetcher>, PolicyFetch)> {
     let policies_args = match &args.policies.policy_refs_file {
         Some(path) => crate::policy::live::with_refs_file(&args.policies, path)?,
         None => args.policies.clone(),
     };
-    if !policies_args.pulls() && policies_args.policy_refs_file.is_none() {
-        return Ok((Policies::load(&policies_args)?, None));
-    }
     let credentials = match &args.policy_pull_secret {
         None => Credentials::default(),
         Some(name) => {
@@ -237,9 +234,19 @@ async fn load_policies(
             pull_credentials(client, &args.secret_namespace, name).await?
         }
     };
-    let fetcher = Fetcher::new(policies_args.fetcher_config(credentials))?;
+    let config = policies_args.fetcher_config(credentials);
+    let for_connections = PolicyFetch {
+        fetcher: Fetcher::new(config.clone())?,
+        config: config.clone(),
+    };
+    if !policies_args.pulls() && policies_args.policy_refs_file.is_none() {
+        let policies = Policies::load(&policies_args)?;
+        policies.check().await?;
+        return Ok((policies, None, for_connections));
+    }
+    let fetcher = Fetcher::new(config)?;
     let policies = Policies::resolve(&policies_args, &fetcher).await?;
-    Ok((policies, Some(fetcher)))
+    Ok((policies, Some(fetcher), for_connections))
 }
 
 /// The registry credentials in the pull Secret `namespace/name`.
@@ -248,22 +255,9 @@ pub async fn pull_credentials(
     namespace: &str,
     name: &str,
 ) -> anyhow::Result<Credentials> {
-    let secrets: kube::Api<Secret> = kube::Api::namespaced(client, namespace);
-    let secret = secrets
-        .get(name)
+    crate::artifact::from_pull_secret(client, namespace, name)
         .await
-        .with_context(|| format!("reading the policy pull Secret {namespace}/{name}"))?;
-    let json = secret
-        .data
-        .as_ref()
-        .and_then(|data| data.get(DOCKER_CONFIG_JSON_KEY))
-        .with_context(|| {
-            format!(
-                "the policy pull Secret {namespace}/{name} has no {DOCKER_CONFIG_JSON_KEY} key (create it with kubectl create secret docker-registry)"
-            )
-        })?;
-    Credentials::from_docker_config(&json.0)
-        .with_context(|| format!("the policy pull Secret {namespace}/{name}"))
+        .context("loading the policy registry credentials")
 }
 
 /// Parses a size in bytes: a plain number, or one with a `KiB`, `MiB` or `GiB` suffix.
@@ -301,7 +295,7 @@ pub fn bind_address(flag: &str, value: &str) -> anyhow::Result<SocketAddr> {
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     init_logging(&args.log_level, args.log_format).map_err(anyhow::Error::msg)?;
     let consumer_config = consumer_config(args.kubeconfig.as_deref()).await?;
-    let (policies, fetcher) = load_policies(&args, &consumer_config)
+    let (policies, fetcher, for_connections) = load_policies(&args, &consumer_config)
         .await
         .context("loading policy modules")?;
     policies.publish_module_info();
@@ -356,6 +350,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
 
     let mut shared = Shared::new(client, policies, args.pod_name.clone());
+    shared.policy_fetcher = Some(Arc::new(for_connections));
     let (leading_tx, mut leading) = watch::channel(false);
     let elected = matches!(&ha, Some(c) if matches!(c.plan, sharding::Plan::Leader { .. }));
     let coordinator = match ha {

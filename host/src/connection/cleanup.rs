@@ -50,6 +50,7 @@ pub(super) async fn cleanup(connection: &Connection, ctx: &Context) -> Result<Ac
     }
     ctx.shared.engagements.disengage(&name);
     ctx.grace.forget(&name);
+    ctx.shared.policies.forget_connection(&name);
     info!(connection = %name, secret_shared = shared, "connection released");
     Ok(Action::await_change())
 }

@@ -7,6 +7,7 @@
 //!                       Ready turned True ────────────────────▶ Normal Ready: <message>
 //!                       SchemaInSync turned False / changed ──▶ Warning <reason>: <message>
 //!                       AutoBindInSync turned False / changed ▶ Warning <reason>: <message>
+//!                       PoliciesInSync turned False / changed ▶ Warning <reason>: <message>
 //!                       ProviderDegraded turned True / changed ▶ Warning <reason>: <message>
 //! ```
 //!
@@ -14,7 +15,8 @@
 //! (SecretNotFound, KubeconfigInvalid, Forbidden, ClusterIdentityChanged, ProviderUnreachable,
 //! DrainingBindings, ...), so Ready's transitions tell the whole story; SchemaInSync and
 //! AutoBindInSync add what does not make the Connection unready (CRDNotManaged,
-//! SchemaInstallFailed, AutoBindNameTaken) and ProviderDegraded a provider failure that is
+//! SchemaInstallFailed, AutoBindNameTaken), PoliciesInSync a changed policy module that
+//! failed while the old one keeps running (PolicySwapFailed), and ProviderDegraded a provider failure that is
 //! being ridden out (ProviderUnreachable, DiscoveryIncomplete).
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -36,7 +38,8 @@ pub fn announcements(old: &[Condition], new: &[Condition]) -> Vec<Announcement> 
                     Announcement::warning(now)
                 }),
                 x if (x == ConditionType::SchemaInSync.as_str()
-                    || x == ConditionType::AutoBindInSync.as_str())
+                    || x == ConditionType::AutoBindInSync.as_str()
+                    || x == ConditionType::PoliciesInSync.as_str())
                     && !status =>
                 {
                     Some(Announcement::warning(now))

@@ -9,6 +9,7 @@ use crate::artifact::{Credentials, FetcherConfig, PolicyRef};
 
 use super::limits::PolicyLimits;
 use super::role::PolicyRole;
+use super::settings::PolicySettings;
 
 /// Which module serves each role, and the limits of each call.
 #[derive(clap::Args, Debug, Clone, PartialEq, Eq)]
@@ -17,18 +18,34 @@ pub struct PolicyArgs {
     /// `oci://REGISTRY/REPOSITORY:TAG`, `oci://...@sha256:DIGEST`, or `built-in`.
     #[arg(long, value_name = "REF", env = "KBIND_SCHEMA_POLICY")]
     pub schema_policy: Option<PolicyRef>,
+    /// The settings document (JSON, at most 16 KiB) handed to the schema module when it is
+    /// loaded; the module may refuse it. Default: `{}`.
+    #[arg(long, value_name = "JSON", env = "KBIND_SCHEMA_POLICY_SETTINGS")]
+    pub schema_policy_settings: Option<PolicySettings>,
     /// A conflict-policy module instead of the built-in one: a component file (.wasm),
     /// `oci://REGISTRY/REPOSITORY:TAG`, `oci://...@sha256:DIGEST`, or `built-in`.
     #[arg(long, value_name = "REF", env = "KBIND_CONFLICT_POLICY")]
     pub conflict_policy: Option<PolicyRef>,
+    /// The settings document (JSON, at most 16 KiB) handed to the conflict module when it is
+    /// loaded; the module may refuse it. Default: `{}`.
+    #[arg(long, value_name = "JSON", env = "KBIND_CONFLICT_POLICY_SETTINGS")]
+    pub conflict_policy_settings: Option<PolicySettings>,
     /// A related-selection module instead of the built-in one: a component file (.wasm),
     /// `oci://REGISTRY/REPOSITORY:TAG`, `oci://...@sha256:DIGEST`, or `built-in`.
     #[arg(long, value_name = "REF", env = "KBIND_RELATED_POLICY")]
     pub related_policy: Option<PolicyRef>,
+    /// The settings document (JSON, at most 16 KiB) handed to the related module when it is
+    /// loaded; the module may refuse it. Default: `{}`.
+    #[arg(long, value_name = "JSON", env = "KBIND_RELATED_POLICY_SETTINGS")]
+    pub related_policy_settings: Option<PolicySettings>,
     /// A placement module instead of the built-in one: a component file (.wasm),
     /// `oci://REGISTRY/REPOSITORY:TAG`, `oci://...@sha256:DIGEST`, or `built-in`.
     #[arg(long, value_name = "REF", env = "KBIND_PLACEMENT_POLICY")]
     pub placement_policy: Option<PolicyRef>,
+    /// The settings document (JSON, at most 16 KiB) handed to the placement module when it is
+    /// loaded; the module may refuse it. Default: `{}`.
+    #[arg(long, value_name = "JSON", env = "KBIND_PLACEMENT_POLICY_SETTINGS")]
+    pub placement_policy_settings: Option<PolicySettings>,
     /// Wall-clock budget of one policy call, in milliseconds (waits inside WASI included).
     #[arg(
         long,
@@ -112,6 +129,10 @@ impl Default for PolicyArgs {
             conflict_policy: None,
             related_policy: None,
             placement_policy: None,
+            schema_policy_settings: None,
+            conflict_policy_settings: None,
+            related_policy_settings: None,
+            placement_policy_settings: None,
             policy_timeout_ms: u64::try_from(limits.timeout.as_millis()).unwrap_or(u64::MAX),
             policy_memory_mib: limits.memory_bytes / MIB,
             policy_max_input_mib: limits.max_input_bytes / MIB,
@@ -143,6 +164,27 @@ impl PolicyArgs {
             PolicyRole::ConflictPolicy => self.conflict_policy = reference,
             PolicyRole::RelatedSelection => self.related_policy = reference,
             PolicyRole::Placement => self.placement_policy = reference,
+        }
+    }
+
+    /// The settings given for a role (`{}` when none).
+    pub fn settings(&self, role: PolicyRole) -> PolicySettings {
+        let given = match role {
+            PolicyRole::SchemaSynthesis => &self.schema_policy_settings,
+            PolicyRole::ConflictPolicy => &self.conflict_policy_settings,
+            PolicyRole::RelatedSelection => &self.related_policy_settings,
+            PolicyRole::Placement => &self.placement_policy_settings,
+        };
+        given.clone().unwrap_or_default()
+    }
+
+    /// Sets the settings for a role.
+    pub fn set_settings(&mut self, role: PolicyRole, settings: Option<PolicySettings>) {
+        match role {
+            PolicyRole::SchemaSynthesis => self.schema_policy_settings = settings,
+            PolicyRole::ConflictPolicy => self.conflict_policy_settings = settings,
+            PolicyRole::RelatedSelection => self.related_policy_settings = settings,
+            PolicyRole::Placement => self.placement_policy_settings = settings,
         }
     }
 

@@ -56,6 +56,30 @@ pub enum PolicyError {
         /// The compiler's explanation.
         message: String,
     },
+    /// The module's `configure` refused the settings it was given: it is not used, and the
+    /// module running before keeps running.
+    #[error("the {role} module {origin} refused its settings: {message}")]
+    SettingsRejected {
+        /// The role.
+        role: PolicyRole,
+        /// `built-in`, the file path or the registry reference.
+        origin: String,
+        /// The module's explanation.
+        message: String,
+    },
+    /// A Connection's module for the role is not available (never pulled, not cached):
+    /// nothing runs in its place for that Connection.
+    #[error("the {role} module {reference} of Connection {connection} is not available: {message}")]
+    Unavailable {
+        /// The role.
+        role: PolicyRole,
+        /// The Connection.
+        connection: String,
+        /// The reference the Connection names.
+        reference: String,
+        /// Why it is not available.
+        message: String,
+    },
     /// The component does not implement the role's world (wrong exports, or imports the
     /// sandbox does not provide).
     #[error("the {role} module {origin} does not implement the world {}: {message}", role.world())]
@@ -187,6 +211,18 @@ fn stderr_suffix(stderr: &str) -> String {
     }
 }
 
+/// A module's `configure` refused its settings (carried through wasmtime's error so the
+/// host can tell it from a trap).
+#[derive(Debug, thiserror::Error)]
+#[error("the module refused its settings: {0}")]
+pub(crate) struct SettingsRefused(pub(crate) String);
+
+/// The role's export does not have the role's types (carried through wasmtime's error so
+/// the host reports the module as implementing another world).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct WorldMismatch(pub(crate) String);
+
 impl PolicyError {
     /// A short stable label for metrics and logs (the `kind` label of
     /// `kbind_policy_failures_total`).
@@ -198,6 +234,8 @@ impl PolicyError {
             Self::NotFetched { .. } => "not-fetched",
             Self::CompileModule { .. } => "compile",
             Self::WrongWorld { .. } => "wrong-world",
+            Self::SettingsRejected { .. } => "settings-rejected",
+            Self::Unavailable { .. } => "unavailable",
             Self::PolicyTrap { .. } => "trap",
             Self::PolicyTimeout { .. } => "timeout",
             Self::PolicyMemoryLimit { .. } => "memory",

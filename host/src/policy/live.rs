@@ -4,7 +4,8 @@
 //! seconds; a changed reference is resolved, pulled, checked, compiled and checked against its
 //! world, then swapped in ([`Policies::swap`]): calls in flight finish on the old module, new
 //! calls use the new one, nothing restarts or re-lists. A registry is asked only when a
-//! reference changes, never on a timer. A module that fails any step leaves the old one
+//! reference (or its settings) changes, never on a timer. A module that fails any step, or
+//! refuses its settings, leaves the old one
 //! running; the log and `kbind_policy_swaps_total{result="failed"}` say why.
 //!
 //! ```text
@@ -25,19 +26,38 @@ use tracing::{error, info};
 use crate::artifact::{Fetcher, PolicyRef, sha256_digest};
 use crate::telemetry::{PolicySwapLabels, metrics};
 
-use super::{Policies, PolicyArgs, PolicyError, PolicyRole, load::read_file, role_label};
+use super::{
+    Policies, PolicyArgs, PolicyError, PolicyRole, PolicySettings, load::read_file, role_label,
+};
 
 /// How often the references file (and module files) are read again.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(2);
 
-/// The references file: a reference per role (a role left out keeps its flag).
-#[derive(Debug, Default, Deserialize, PartialEq, Eq)]
+/// The references file: a reference per role (a role left out keeps its flag), alone or with
+/// the module's settings (`conflict: {module: oci://..., settings: {...}}`).
+#[derive(Debug, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 struct RefsFile {
-    schema: Option<String>,
-    conflict: Option<String>,
-    related: Option<String>,
-    placement: Option<String>,
+    schema: Option<RefEntry>,
+    conflict: Option<RefEntry>,
+    related: Option<RefEntry>,
+    placement: Option<RefEntry>,
+}
+
+/// One role's entry of the references file.
+#[derive(Debug, Deserialize, PartialEq)]
+#[serde(untagged)]
+enum RefEntry {
+    /// The reference alone.
+    Reference(String),
+    /// The reference and the module's settings.
+    WithSettings {
+        /// The reference.
+        module: String,
+        /// The settings document.
+        #[serde(default)]
+        settings: Option<serde_json::Value>,
+    },
 }
 
 /// Why the references file is not usable.
@@ -81,19 +101,29 @@ fn merged(args: &PolicyArgs, path: &Path, bytes: &[u8]) -> Result<PolicyArgs, Re
         serde_saphyr::from_slice(bytes).map_err(|e| parse_error(e.to_string()))?
     };
     let mut args = args.clone();
-    for (role, text) in [
+    for (role, entry) in [
         (PolicyRole::SchemaSynthesis, file.schema),
         (PolicyRole::ConflictPolicy, file.conflict),
         (PolicyRole::RelatedSelection, file.related),
         (PolicyRole::Placement, file.placement),
     ] {
-        let Some(text) = text.filter(|t| !t.trim().is_empty()) else {
-            continue;
+        let (text, settings) = match entry {
+            None => continue,
+            Some(RefEntry::Reference(text)) => (text, None),
+            Some(RefEntry::WithSettings { module, settings }) => (module, settings),
         };
+        if text.trim().is_empty() {
+            continue;
+        }
         let reference: PolicyRef = text
             .parse()
             .map_err(|e: crate::artifact::ReferenceError| parse_error(e.to_string()))?;
         args.set_module(role, Some(reference));
+        if let Some(value) = settings {
+            let settings = PolicySettings::from_value(&value)
+                .map_err(|e| parse_error(format!("{role} settings: {e}")))?;
+            args.set_settings(role, Some(settings));
+        }
     }
     Ok(args)
 }
@@ -103,16 +133,18 @@ fn merged(args: &PolicyArgs, path: &Path, bytes: &[u8]) -> Result<PolicyArgs, Re
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Seen {
     reference: Option<PolicyRef>,
+    settings: PolicySettings,
     file_digest: Option<String>,
 }
 
-fn seen(reference: Option<&PolicyRef>) -> Seen {
+fn seen(reference: Option<&PolicyRef>, settings: PolicySettings) -> Seen {
     let file_digest = match reference {
         Some(PolicyRef::File(path)) => read_file(path).ok().map(|b| sha256_digest(&b)),
         _ => None,
     };
     Seen {
         reference: reference.cloned(),
+        settings,
         file_digest,
     }
 }
@@ -130,7 +162,7 @@ pub async fn watch(
     let initial = with_refs_file(&args, &path).unwrap_or_else(|_| args.clone());
     let mut last: BTreeMap<PolicyRole, Seen> = PolicyRole::ALL
         .into_iter()
-        .map(|role| (role, seen(initial.module(role))))
+        .map(|role| (role, seen(initial.module(role), initial.settings(role))))
         .collect();
     let mut last_error = None;
     loop {
@@ -151,7 +183,7 @@ pub async fn watch(
         };
         last_error = None;
         for role in PolicyRole::ALL {
-            let now = seen(wanted.module(role));
+            let now = seen(wanted.module(role), wanted.settings(role));
             if last.get(&role) == Some(&now) {
                 continue;
             }
@@ -210,10 +242,13 @@ async fn replacement(
 ) -> Result<Policies, PolicyError> {
     let mut only = PolicyArgs::default();
     only.set_module(role, wanted.module(role).cloned());
-    match wanted.module(role) {
-        Some(PolicyRef::Oci(_)) => Policies::resolve(&only, fetcher).await,
-        _ => Policies::load(&only),
-    }
+    only.set_settings(role, Some(wanted.settings(role)));
+    let loaded = match wanted.module(role) {
+        Some(PolicyRef::Oci(_)) => Policies::resolve(&only, fetcher).await?,
+        _ => Policies::load(&only)?,
+    };
+    loaded.check_role(role).await?;
+    Ok(loaded)
 }
 
 #[cfg(test)]
@@ -239,6 +274,38 @@ mod tests {
         );
         assert_eq!(merged.module(PolicyRole::SchemaSynthesis), None);
         Ok(())
+    }
+
+    #[test]
+    fn the_references_file_takes_settings_beside_a_reference() -> Result<(), RefsFileError> {
+        let merged = merged(
+            &PolicyArgs::default(),
+            Path::new("refs.yaml"),
+            b"placement: {module: built-in, settings: {zone: eu-1}}\nconflict: built-in\n",
+        )?;
+        assert_eq!(
+            merged.module(PolicyRole::Placement),
+            Some(&PolicyRef::Builtin)
+        );
+        assert_eq!(
+            merged.settings(PolicyRole::Placement).as_str(),
+            r#"{"zone":"eu-1"}"#
+        );
+        assert!(merged.settings(PolicyRole::ConflictPolicy).is_empty());
+        let too_large = format!(
+            "placement: {{module: built-in, settings: {{x: {}}}}}\n",
+            "a".repeat(super::super::MAX_SETTINGS_BYTES)
+        );
+        let refused = merged_bytes(too_large.as_bytes());
+        assert!(
+            matches!(&refused, Err(e @ RefsFileError::Parse { .. }) if e.to_string().contains("at most")),
+            "{refused:?}"
+        );
+        Ok(())
+    }
+
+    fn merged_bytes(bytes: &[u8]) -> Result<PolicyArgs, RefsFileError> {
+        merged(&PolicyArgs::default(), Path::new("refs.yaml"), bytes)
     }
 
     #[test]

@@ -12,10 +12,12 @@ use crate::artifact::{Fetched, PolicyRef, sha256_digest};
 
 use super::builtin;
 use super::error::PolicyError;
+use super::limits::PolicyLimits;
 use super::role::PolicyRole;
 use super::role_module::RoleModule;
-use super::runtime::runtime;
-use super::warm::Pool;
+use super::runtime::{self, runtime, within_deadline};
+use super::settings::PolicySettings;
+use super::warm::{Pool, Warm};
 
 /// A role's pre-instantiated component, with where it came from and its warm instances.
 pub(crate) struct Slot<P: RoleModule> {
@@ -60,14 +62,14 @@ impl<P: RoleModule> Slot<P> {
     }
 }
 
-/// The built-in module of a role (compiled on first use, then shared).
-pub(crate) fn builtin<P: RoleModule>() -> Result<Slot<P>, PolicyError> {
+/// The built-in module of a role (compiled on first use, then shared), with `settings`.
+pub(crate) fn builtin<P: RoleModule>(settings: &PolicySettings) -> Result<Slot<P>, PolicyError> {
     let cached = P::builtin_cell().get_or_init(|| {
         from_bytes::<P>(builtin::component(P::ROLE), builtin::ORIGIN).map_err(|e| e.to_string())
     });
     match cached {
         Ok(pre) => Ok(Slot::new(
-            pre.clone(),
+            pre.with_settings(settings.clone()),
             builtin::ORIGIN,
             builtin::digest(P::ROLE),
         )),
@@ -81,17 +83,25 @@ pub(crate) fn builtin<P: RoleModule>() -> Result<Slot<P>, PolicyError> {
     }
 }
 
-/// A module for a role from bytes (`origin` names it in errors and logs).
-pub(crate) fn module<P: RoleModule>(bytes: &[u8], origin: &str) -> Result<Slot<P>, PolicyError> {
+/// A module for a role from bytes (`origin` names it in errors and logs), with `settings`.
+pub(crate) fn module<P: RoleModule>(
+    bytes: &[u8],
+    origin: &str,
+    settings: &PolicySettings,
+) -> Result<Slot<P>, PolicyError> {
     let digest = sha256_digest(bytes);
-    Ok(Slot::new(from_bytes::<P>(bytes, origin)?, origin, &digest))
+    let pre = from_bytes::<P>(bytes, origin)?.with_settings(settings.clone());
+    Ok(Slot::new(pre, origin, &digest))
 }
 
 /// A module pulled from a registry, named by its reference pinned to the manifest digest.
-pub(crate) fn fetched<P: RoleModule>(fetched: &Fetched) -> Result<Slot<P>, PolicyError> {
+pub(crate) fn fetched<P: RoleModule>(
+    fetched: &Fetched,
+    settings: &PolicySettings,
+) -> Result<Slot<P>, PolicyError> {
     let origin = fetched.pinned().to_string();
     Ok(Slot::new(
-        from_bytes::<P>(&fetched.module, &origin)?,
+        from_bytes::<P>(&fetched.module, &origin)?.with_settings(settings.clone()),
         &origin,
         &fetched.digest,
     ))
@@ -110,21 +120,46 @@ fn from_bytes<P: RoleModule>(bytes: &[u8], origin: &str) -> Result<P, PolicyErro
     P::new(pre).map_err(wrong_world)
 }
 
+/// Instantiates a loaded module once under `limits`: its export is type-checked against the
+/// role's records and its settings handed to `configure`. A module that fails here is not
+/// used; the instance, when healthy, is kept warm for the first call.
+pub(crate) async fn check<P: RoleModule>(
+    slot: &Slot<P>,
+    limits: PolicyLimits,
+    reuse: u32,
+) -> Result<(), PolicyError> {
+    let role = P::ROLE;
+    let mut store = runtime()?.store(limits);
+    runtime::arm(&mut store, limits);
+    let outcome = within_deadline(limits, slot.pre.instantiate(&mut store)).await;
+    let origin = slot.origin.to_string();
+    let instance = store.data_mut().settle(outcome, role, &origin, limits)?;
+    store.data_mut().drain_output(role, &origin);
+    let warm = Warm {
+        store,
+        instance,
+        calls: 0,
+    };
+    slot.pool.give_back(warm, reuse, limits.memory_bytes);
+    Ok(())
+}
+
 /// A module for a role from its reference: the built-in one (also when none is given), a
 /// file, or a registry module already fetched (`fetched`); a registry reference not fetched
 /// is an error, never the built-in module in its place.
 pub(crate) fn slot<P: RoleModule>(
     reference: Option<&PolicyRef>,
     fetched: Option<&Fetched>,
+    settings: &PolicySettings,
 ) -> Result<Slot<P>, PolicyError> {
     match reference {
-        None | Some(PolicyRef::Builtin) => builtin::<P>(),
+        None | Some(PolicyRef::Builtin) => builtin::<P>(settings),
         Some(PolicyRef::File(path)) => {
             let bytes = read_module(P::ROLE, path)?;
-            module::<P>(&bytes, &path.display().to_string())
+            module::<P>(&bytes, &path.display().to_string(), settings)
         }
         Some(PolicyRef::Oci(oci)) => match fetched {
-            Some(f) if f.reference == *oci => self::fetched::<P>(f),
+            Some(f) if f.reference == *oci => self::fetched::<P>(f, settings),
             _ => Err(PolicyError::NotFetched {
                 role: P::ROLE,
                 reference: oci.to_string(),

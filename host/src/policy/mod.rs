@@ -26,6 +26,7 @@ mod bindings;
 pub mod builtin;
 mod call;
 mod error;
+mod exports;
 mod limits;
 pub mod live;
 mod load;
@@ -33,6 +34,8 @@ mod role;
 mod role_module;
 mod runtime;
 mod sandbox;
+pub mod scoped;
+mod settings;
 mod types;
 mod validate;
 mod warm;
@@ -53,10 +56,12 @@ use crate::telemetry::{PolicyFailureLabels, PolicyLabels, PolicyModuleLabels, me
 
 pub use args::PolicyArgs;
 pub use error::PolicyError;
+pub use exports::{CURRENT_VERSION, PREVIOUS_VERSION, WitVersion};
 pub use limits::PolicyLimits;
 pub use load::{read_file, read_module};
 pub use role::PolicyRole;
 pub use sandbox::{MAX_INSTANCES, MAX_MEMORIES, MAX_TABLE_ELEMENTS, MAX_TABLES, SandboxResource};
+pub use settings::{MAX_SETTINGS_BYTES, PolicySettings, SettingsError};
 pub use types::{
     ConflictDecision, ConflictInput, ConflictReason, ObjectRef, OwnershipMarkers, Placement,
     PlacementApi, PlacementInput, RelatedInput, RelatedPlan, RelatedSource, RelatedTarget,
@@ -66,17 +71,21 @@ pub use types::{
 pub use validate::placement as check_placement;
 pub use warm::DEFAULT_REUSE;
 
-use bindings::{conflict, placement, related, schema};
 use load::Slot;
-use role_module::RoleModule;
-use runtime::HostState;
+use role_module::{ConflictModule, PlacementModule, RelatedModule, RoleModule, SchemaModule};
+use scoped::{Chosen, Overrides};
 
 /// The loaded policy modules, one per role. Clones share one current set: a role swapped
 /// through any clone ([`Policies::swap`]) serves every later call of all of them, while calls
-/// already running finish on the module they started with.
+/// already running finish on the module they started with. A Connection may choose its own
+/// modules ([`scoped`]): the copy [`Policies::for_connection`] gives asks those first.
 #[derive(Clone)]
 pub struct Policies {
     current: Arc<RwLock<Arc<Inner>>>,
+    /// Each Connection's own modules, shared by every clone.
+    connections: Arc<RwLock<BTreeMap<String, Arc<Overrides>>>>,
+    /// The Connection these calls are made for, if any.
+    scope: Option<Arc<str>>,
 }
 
 struct Inner {
@@ -86,10 +95,10 @@ struct Inner {
     bound: Arc<call::CallBound>,
     /// Calls one warm instance serves before it is recycled (1: a fresh instance per call).
     reuse: u32,
-    schema: Slot<schema::SchemaSynthesisPre<HostState>>,
-    conflict: Slot<conflict::ConflictPolicyPre<HostState>>,
-    related: Slot<related::RelatedSelectionPre<HostState>>,
-    placement: Slot<placement::PlacementPolicyPre<HostState>>,
+    schema: Slot<SchemaModule>,
+    conflict: Slot<ConflictModule>,
+    related: Slot<RelatedModule>,
+    placement: Slot<PlacementModule>,
 }
 
 impl Inner {
@@ -126,6 +135,8 @@ impl Policies {
     fn new(inner: Inner) -> Self {
         Self {
             current: Arc::new(RwLock::new(Arc::new(inner))),
+            connections: Arc::default(),
+            scope: None,
         }
     }
 
@@ -188,7 +199,33 @@ impl Policies {
             log_fetched(role, &module);
             fetched.insert(role, module);
         }
-        Self::assemble(args, &fetched)
+        let policies = Self::assemble(args, &fetched)?;
+        policies.check().await?;
+        Ok(policies)
+    }
+
+    /// Instantiates each role's module once: its export is type-checked against the role's
+    /// records and its settings handed to `configure`. A module that refuses its settings
+    /// fails here ([`PolicyError::SettingsRejected`]), before it decides anything.
+    pub async fn check(&self) -> Result<(), PolicyError> {
+        let current = self.current();
+        let (limits, reuse) = (current.limits, current.reuse);
+        load::check(&current.schema, limits, reuse).await?;
+        load::check(&current.conflict, limits, reuse).await?;
+        load::check(&current.related, limits, reuse).await?;
+        load::check(&current.placement, limits, reuse).await
+    }
+
+    /// Checks only `role`'s module (see [`Policies::check`]).
+    pub async fn check_role(&self, role: PolicyRole) -> Result<(), PolicyError> {
+        let current = self.current();
+        let (limits, reuse) = (current.limits, current.reuse);
+        match role {
+            PolicyRole::SchemaSynthesis => load::check(&current.schema, limits, reuse).await,
+            PolicyRole::ConflictPolicy => load::check(&current.conflict, limits, reuse).await,
+            PolicyRole::RelatedSelection => load::check(&current.related, limits, reuse).await,
+            PolicyRole::Placement => load::check(&current.placement, limits, reuse).await,
+        }
     }
 
     /// The policies from references and the registry modules already fetched for them.
@@ -196,7 +233,7 @@ impl Policies {
         args: &PolicyArgs,
         fetched: &BTreeMap<PolicyRole, Fetched>,
     ) -> Result<Self, PolicyError> {
-        let slot = |role| (args.module(role), fetched.get(&role));
+        let slot = |role| (args.module(role), fetched.get(&role), args.settings(role));
         let policies = Self::new(Inner {
             limits: args.limits(),
             bound: Arc::new(call::CallBound::new(args.policy_max_concurrent_calls)),
@@ -209,17 +246,29 @@ impl Policies {
         Ok(policies)
     }
 
-    /// Publishes which module serves each role (`kbind_policy_module_info{role, reference,
-    /// digest}`), replacing what an earlier set of policies published.
+    /// Publishes which module serves each role, process-wide (`connection=""`) and for each
+    /// Connection that chose its own (`kbind_policy_module_info{connection, role, reference,
+    /// digest}`), replacing what was published before.
     pub fn publish_module_info(&self) {
         let family = &metrics().policy_module;
         family.clear();
         for role in PolicyRole::ALL {
             family
                 .get_or_create(&PolicyModuleLabels {
+                    connection: String::new(),
                     role: role_label(role),
                     reference: self.reference(role),
                     digest: self.digest(role).to_string(),
+                })
+                .set(1);
+        }
+        for (connection, role, reference, digest) in self.connection_modules() {
+            family
+                .get_or_create(&PolicyModuleLabels {
+                    connection,
+                    role: role_label(role),
+                    reference,
+                    digest,
                 })
                 .set(1);
         }
@@ -233,15 +282,48 @@ impl Policies {
         bytes: &[u8],
         origin: &str,
     ) -> Result<Self, PolicyError> {
+        self.with_configured_module(role, bytes, origin, &PolicySettings::default())
+    }
+
+    /// [`Policies::with_module`], the module configured with `settings` on each new instance.
+    pub fn with_configured_module(
+        &self,
+        role: PolicyRole,
+        bytes: &[u8],
+        origin: &str,
+        settings: &PolicySettings,
+    ) -> Result<Self, PolicyError> {
         let current = self.current();
         let mut inner = current.rebuilt(current.limits, current.reuse);
         match role {
-            PolicyRole::SchemaSynthesis => inner.schema = load::module(bytes, origin)?,
-            PolicyRole::ConflictPolicy => inner.conflict = load::module(bytes, origin)?,
-            PolicyRole::RelatedSelection => inner.related = load::module(bytes, origin)?,
-            PolicyRole::Placement => inner.placement = load::module(bytes, origin)?,
+            PolicyRole::SchemaSynthesis => inner.schema = load::module(bytes, origin, settings)?,
+            PolicyRole::ConflictPolicy => inner.conflict = load::module(bytes, origin, settings)?,
+            PolicyRole::RelatedSelection => inner.related = load::module(bytes, origin, settings)?,
+            PolicyRole::Placement => inner.placement = load::module(bytes, origin, settings)?,
         }
         Ok(Self::new(inner))
+    }
+
+    /// The package version a role's module was built against.
+    pub fn version(&self, role: PolicyRole) -> WitVersion {
+        let current = self.current();
+        match role {
+            PolicyRole::SchemaSynthesis => current.schema.pre.prepared().version(),
+            PolicyRole::ConflictPolicy => current.conflict.pre.prepared().version(),
+            PolicyRole::RelatedSelection => current.related.pre.prepared().version(),
+            PolicyRole::Placement => current.placement.pre.prepared().version(),
+        }
+    }
+
+    /// The settings a role's module is configured with.
+    pub fn settings(&self, role: PolicyRole) -> PolicySettings {
+        let current = self.current();
+        match role {
+            PolicyRole::SchemaSynthesis => current.schema.pre.prepared().settings().clone(),
+            PolicyRole::ConflictPolicy => current.conflict.pre.prepared().settings().clone(),
+            PolicyRole::RelatedSelection => current.related.pre.prepared().settings().clone(),
+            PolicyRole::Placement => current.placement.pre.prepared().settings().clone(),
+        }
     }
 
     /// These policies with one role served by the module file at `path`.
@@ -338,7 +420,9 @@ impl Policies {
         input: &ConflictInput,
     ) -> Result<ConflictDecision, PolicyError> {
         let current = self.current();
-        self.call(&current, &current.conflict, input).await
+        let chosen = self.overrides();
+        let chosen = chosen.as_deref().and_then(|o| o.conflict.as_ref());
+        self.call(&current, chosen, &current.conflict, input).await
     }
 
     /// Asks the schema-synthesis policy for the consumer CRD of a provider resource.
@@ -347,14 +431,18 @@ impl Policies {
         input: &SchemaInput,
     ) -> Result<CustomResourceDefinition, PolicyError> {
         let current = self.current();
-        self.call(&current, &current.schema, input).await
+        let chosen = self.overrides();
+        let chosen = chosen.as_deref().and_then(|o| o.schema.as_ref());
+        self.call(&current, chosen, &current.schema, input).await
     }
 
     /// Asks the related-selection policy what one `relatedResources` entry copies, skips
     /// and deletes.
     pub async fn select_related(&self, input: &RelatedInput) -> Result<RelatedPlan, PolicyError> {
         let current = self.current();
-        self.call(&current, &current.related, input).await
+        let chosen = self.overrides();
+        let chosen = chosen.as_deref().and_then(|o| o.related.as_ref());
+        self.call(&current, chosen, &current.related, input).await
     }
 
     /// Asks the placement policy where a consumer object's provider copy goes, before its first
@@ -363,26 +451,44 @@ impl Policies {
     /// namespace and a place another consumer object already has.
     pub async fn place(&self, input: &PlacementInput) -> Result<Placement, PolicyError> {
         let current = self.current();
-        self.call(&current, &current.placement, input).await
+        let chosen = self.overrides();
+        let chosen = chosen.as_deref().and_then(|o| o.placement.as_ref());
+        self.call(&current, chosen, &current.placement, input).await
     }
 
-    /// One call of the module in `slot` under these policies' limits, timed as its role.
+    /// One call under these policies' limits, timed as its role: of the Connection's own
+    /// module when it chose one (`chosen`), else of the process-wide `slot`. A Connection whose
+    /// module is unavailable gets an error, never the process-wide module in its place.
     async fn call<P: RoleModule>(
         &self,
         current: &Inner,
+        chosen: Option<&Chosen<P>>,
         slot: &Slot<P>,
         input: &P::Input,
     ) -> Result<P::Output, PolicyError> {
+        let slot = match chosen {
+            None => slot,
+            Some(Chosen::Module { slot, .. }) => slot,
+            Some(Chosen::Unavailable { wanted, message }) => {
+                let error = PolicyError::Unavailable {
+                    role: P::ROLE,
+                    connection: self.scope.as_deref().unwrap_or_default().to_owned(),
+                    reference: wanted.reference.to_string(),
+                    message: message.clone(),
+                };
+                return timed(P::ROLE, std::future::ready(Err(error))).await;
+            }
+        };
         let call = call::call(slot, &current.bound, current.limits, current.reuse, input);
         timed(P::ROLE, call).await
     }
 }
 
-/// A role's slot from its reference and, for a registry one, what was fetched.
+/// A role's slot from its reference and settings and, for a registry one, what was fetched.
 fn load_slot<P: RoleModule>(
-    (reference, fetched): (Option<&PolicyRef>, Option<&Fetched>),
+    (reference, fetched, settings): (Option<&PolicyRef>, Option<&Fetched>, PolicySettings),
 ) -> Result<Slot<P>, PolicyError> {
-    load::slot(reference, fetched)
+    load::slot(reference, fetched, &settings)
 }
 
 /// Says which module a registry reference resolved to, and when a tag moved since the
@@ -439,133 +545,4 @@ pub(crate) fn role_label(role: PolicyRole) -> &'static str {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::api::ConflictPolicy;
-
-    fn ask(target: Option<OwnershipMarkers>) -> ConflictInput {
-        ConflictInput {
-            consumer_cluster_uid: "consumer".into(),
-            consumer_object_uid: "object".into(),
-            conflict_policy: ConflictPolicy::Fail,
-            target,
-        }
-    }
-
-    fn foreign() -> Option<OwnershipMarkers> {
-        Some(OwnershipMarkers {
-            cluster_uid: Some("another".into()),
-            object_uid: Some("theirs".into()),
-        })
-    }
-
-    fn policies() -> Policies {
-        Policies::builtin().unwrap_or_else(|e| panic!("built-in policies: {e}"))
-    }
-
-    #[tokio::test]
-    async fn warm_instance_serves_the_next_call() {
-        let policies = policies().with_instance_reuse(DEFAULT_REUSE);
-        for _ in 0..3 {
-            let decision = policies.decide_conflict(&ask(None)).await;
-            assert!(
-                matches!(decision, Ok(ConflictDecision::Create)),
-                "{decision:?}"
-            );
-            assert_eq!(policies.current().conflict.pool.idle(), 1);
-        }
-    }
-
-    #[tokio::test]
-    async fn instance_is_recycled_after_its_reuse_count() {
-        let policies = policies().with_instance_reuse(2);
-        let first = policies.decide_conflict(&ask(None)).await;
-        assert!(first.is_ok(), "{first:?}");
-        assert_eq!(policies.current().conflict.pool.idle(), 1);
-        let second = policies.decide_conflict(&ask(None)).await;
-        assert!(second.is_ok(), "{second:?}");
-        assert_eq!(
-            policies.current().conflict.pool.idle(),
-            0,
-            "an instance that served its calls is dropped"
-        );
-    }
-
-    #[tokio::test]
-    async fn failed_call_drops_its_instance() {
-        // An answer of 4 bytes at most: `create` lifts no string, a conflict's message does.
-        let policies = policies().with_limits(PolicyLimits {
-            max_output_bytes: 4,
-            ..PolicyLimits::DEFAULT
-        });
-        let created = policies.decide_conflict(&ask(None)).await;
-        assert!(created.is_ok(), "{created:?}");
-        assert_eq!(policies.current().conflict.pool.idle(), 1);
-        let refused = policies.decide_conflict(&ask(foreign())).await;
-        assert!(
-            matches!(refused, Err(PolicyError::OutputTooLarge { .. })),
-            "{refused:?}"
-        );
-        assert_eq!(policies.current().conflict.pool.idle(), 0);
-    }
-
-    #[tokio::test]
-    async fn other_limits_start_without_warm_instances() {
-        let policies = policies();
-        let decision = policies.decide_conflict(&ask(None)).await;
-        assert!(decision.is_ok(), "{decision:?}");
-        let relimited = policies.with_limits(PolicyLimits::DEFAULT);
-        assert_eq!(relimited.current().conflict.pool.idle(), 0);
-    }
-
-    fn placement_question(strategy: crate::api::IsolationStrategy) -> PlacementInput {
-        PlacementInput {
-            consumer_cluster_uid: "consumer".into(),
-            connection: "provider".into(),
-            api: PlacementApi {
-                group: "example.org".into(),
-                resource: "widgets".into(),
-                kind: "Widget".into(),
-                scope: crate::api::ResourceScope::Namespaced,
-            },
-            namespace: Some("team-a".into()),
-            name: "w1".into(),
-            isolation: crate::api::IsolationInForce {
-                strategy,
-                prefix: "east".into(),
-            },
-        }
-    }
-
-    #[tokio::test]
-    async fn the_built_in_placement_answers_on_a_warm_instance() {
-        use crate::api::IsolationStrategy::{Namespaced, Prefixed};
-        let policies = policies().with_instance_reuse(DEFAULT_REUSE);
-        let placed = policies.place(&placement_question(Namespaced)).await;
-        let expected = Placement {
-            namespace: Some("east-team-a".into()),
-            name: "w1".into(),
-        };
-        assert_eq!(placed.ok(), Some(expected));
-        assert_eq!(policies.current().placement.pool.idle(), 1);
-        let placed = policies.place(&placement_question(Prefixed)).await;
-        let expected = Placement {
-            namespace: Some("team-a".into()),
-            name: "east-w1".into(),
-        };
-        assert_eq!(placed.ok(), Some(expected));
-        assert_eq!(&*policies.origin(PolicyRole::Placement), "built-in");
-    }
-
-    #[tokio::test]
-    async fn a_placement_the_module_cannot_make_is_rejected() {
-        let mut question = placement_question(crate::api::IsolationStrategy::None);
-        question.namespace = None;
-        let refused = policies().place(&question).await;
-        assert!(
-            matches!(&refused, Err(PolicyError::PolicyRejected { role: PolicyRole::Placement, message, .. })
-                if message.contains("has no namespace")),
-            "{refused:?}"
-        );
-    }
-}
+mod tests;

@@ -43,13 +43,14 @@ impl PolicyRole {
         Self::Placement,
     ];
 
-    /// The world a module for this role implements.
+    /// The world a module for this role implements (modules built against the previous
+    /// version, `@0.1.0`, load too).
     pub fn world(self) -> &'static str {
         match self {
-            Self::SchemaSynthesis => "kbind:policy/schema-synthesis@0.1.0",
-            Self::ConflictPolicy => "kbind:policy/conflict-policy@0.1.0",
-            Self::RelatedSelection => "kbind:policy/related-selection@0.1.0",
-            Self::Placement => "kbind:policy/placement-policy@0.1.0",
+            Self::SchemaSynthesis => "kbind:policy/schema-synthesis@0.2.0",
+            Self::ConflictPolicy => "kbind:policy/conflict-policy@0.2.0",
+            Self::RelatedSelection => "kbind:policy/related-selection@0.2.0",
+            Self::Placement => "kbind:policy/placement-policy@0.2.0",
         }
     }
 

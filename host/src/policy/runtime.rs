@@ -37,7 +37,7 @@ use wasmtime_wasi::{
     WasiView,
 };
 
-use super::error::PolicyError;
+use super::error::{PolicyError, SettingsRefused, WorldMismatch};
 use super::limits::{PolicyLimits, StoreCap};
 use super::role::PolicyRole;
 use super::sandbox::SandboxResource;
@@ -239,6 +239,20 @@ impl HostState {
     ) -> PolicyError {
         let stderr = self.drain_output(role, origin);
         let origin = origin.to_owned();
+        if let Some(refused) = err.downcast_ref::<SettingsRefused>() {
+            return PolicyError::SettingsRejected {
+                role,
+                origin,
+                message: refused.0.clone(),
+            };
+        }
+        if let Some(mismatch) = err.downcast_ref::<WorldMismatch>() {
+            return PolicyError::WrongWorld {
+                role,
+                origin,
+                message: mismatch.0.clone(),
+            };
+        }
         let count_limit = err
             .chain()
             .find_map(|cause| SandboxResource::from_wasmtime_message(&cause.to_string()));

@@ -103,6 +103,7 @@ pub async fn sync(
     engagement: &Engagement,
     policies: &crate::policy::Policies,
 ) -> PassReport {
+    let policies = &policies.for_connection(&engagement.connection);
     let mut outcome = PassReport::default();
     for entry in scope.entries {
         if !entry.group.is_empty() {
@@ -258,6 +259,7 @@ pub async fn delete_copies(
     engagement: &Engagement,
     policies: &crate::policy::Policies,
 ) -> Result<()> {
+    let policies = &policies.for_connection(&engagement.connection);
     for entry in scope.entries.iter().filter(|e| e.group.is_empty()) {
         let sides = Sides::new(entry, consumer, engagement);
         let placing = Placing::new(engagement, policies, entry.resource);

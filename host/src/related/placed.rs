@@ -79,7 +79,8 @@ impl<'a> Placing<'a> {
     /// The policy's answer to `input` when it is a place copies may go.
     async fn placed(&self, input: &PlacementInput) -> Option<Coordinates> {
         let (namespace, name) = (input.namespace.as_deref().unwrap_or_default(), &input.name);
-        match self.policies.place(input).await {
+        let policies = self.policies.for_connection(&self.engagement.connection);
+        match policies.place(input).await {
             Ok(Placement {
                 namespace: Some(placed_ns),
                 name: placed,

@@ -230,6 +230,7 @@ async fn desired_crd(
 ) -> Result<CustomResourceDefinition, SchemaError> {
     let (raw, conversion) = match source {
         Source::OpenApi(input) => {
+            let policies = policies.for_connection(connection);
             let raw = policies.synthesize_schema(&input).await.map_err(|source| {
                 SchemaError::Synthesis {
                     api: api.name.clone(),

@@ -286,7 +286,8 @@ async fn decide_and_write(
             target.as_deref(),
         );
         // Spec: force ownership only "after the object-ownership check".
-        let decision = match ctx.shared.policies.decide_conflict(&input).await {
+        let policies = ctx.shared.policies.for_connection(&ctx.spec.connection);
+        let decision = match policies.decide_conflict(&input).await {
             Ok(decision) => decision,
             // The cache holds this consumer's copies only, so its "absent" may hide another
             // object: before calling an answer impossible, look at the provider itself.

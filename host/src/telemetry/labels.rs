@@ -42,6 +42,8 @@ pub struct PolicyModuleLabels {
     pub reference: String,
     /// `sha256:...`: of the component, or of the manifest for a registry module.
     pub digest: String,
+    /// The Connection that chose this module (`spec.policies`); empty for the process-wide one.
+    pub connection: String,
 }
 
 /// Labels of live policy module swaps.

@@ -350,6 +350,7 @@ impl Metrics {
             role: "conflict",
             reference: "built-in".into(),
             digest: "sha256:0".into(),
+            connection: String::new(),
         });
         let _ = m.policy_swaps.get_or_create(&PolicySwapLabels {
             role: "conflict",

@@ -223,8 +223,8 @@ async fn module_for_another_world_is_refused_at_load() {
     let module = conflict_module(TRAP);
     let loaded = builtin().with_module(PolicyRole::SchemaSynthesis, &module, "conflict.wasm");
     let err = assert_fails!(loaded, PolicyError::WrongWorld { .. },
-        opens "the schema-synthesis module conflict.wasm does not implement the world kbind:policy/schema-synthesis@0.1.0");
-    assert_mentions(&err, "kbind:policy/schema@0.1.0");
+        opens "the schema-synthesis module conflict.wasm does not implement the world kbind:policy/schema-synthesis@0.2.0");
+    assert_mentions(&err, "kbind:policy/schema@0.2.0");
 }
 
 #[tokio::test]
@@ -572,6 +572,6 @@ async fn a_conflict_module_is_refused_as_the_placement_policy() {
     let module = conflict_module(CREATE);
     let loaded = builtin().with_module(PolicyRole::Placement, &module, "conflict.wasm");
     let err = assert_fails!(loaded, PolicyError::WrongWorld { .. },
-        opens "the placement-policy module conflict.wasm does not implement the world kbind:policy/placement-policy@0.1.0");
-    assert_mentions(&err, "kbind:policy/placement@0.1.0");
+        opens "the placement-policy module conflict.wasm does not implement the world kbind:policy/placement-policy@0.2.0");
+    assert_mentions(&err, "kbind:policy/placement@0.2.0");
 }

@@ -4,20 +4,22 @@
 
 use std::path::Path;
 
-/// Wraps a core module (WAT) into a component for `world` of `wit/`.
+/// Wraps a core module (WAT) into a component for `world` of `kbind:policy@0.1.0` (the
+/// fixture copy of that WIT): hand-written modules that predate settings, which the host keeps
+/// loading unchanged.
 pub fn component(world: &str, core_wat: &str) -> Vec<u8> {
     let mut resolve = wit_parser::Resolve::default();
     let pkg = push_policy_wit(&mut resolve);
     encode(&resolve, pkg, world, core_wat)
 }
 
-/// Adds the repository's `kbind:policy` package to `resolve`.
+/// Adds `kbind:policy@0.1.0` (the fixture copy of that WIT) to `resolve`.
 pub fn push_policy_wit(resolve: &mut wit_parser::Resolve) -> wit_parser::PackageId {
-    let wit = Path::new(env!("CARGO_MANIFEST_DIR")).join("../wit");
+    let wit =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/policy-0.1.0/policy.wit");
     resolve
-        .push_dir(&wit)
+        .push_file(&wit)
         .unwrap_or_else(|e| panic!("parsing {}: {e:#}", wit.display()))
-        .0
 }
 
 /// The parts of WASI 0.2 a sleeping module imports, as a policy author's toolchain would

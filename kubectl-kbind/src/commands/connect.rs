@@ -112,6 +112,7 @@ impl ConnectArgs {
                 strategy: self.isolation.into(),
                 prefix: self.prefix.clone(),
             },
+            policies: None,
         }
     }
 }

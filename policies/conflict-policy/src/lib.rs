@@ -24,6 +24,12 @@ const OBJECT_MARKER: &str = "core.kbind.io/consumer-object-uid";
 pub struct BuiltinConflictPolicy;
 
 impl Guest for BuiltinConflictPolicy {
+    /// Takes no settings: an empty document, or the module is refused with a message naming
+    /// what was given.
+    fn configure(settings: String) -> Result<(), String> {
+        kbind_policy_sdk::settings::none(&settings)
+    }
+
     fn decide(input: ConflictInput) -> Result<Decision, String> {
         Ok(decide(&input))
     }

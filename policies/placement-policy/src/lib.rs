@@ -22,6 +22,12 @@ use kbind_policy_sdk::placement::{
 pub struct BuiltinPlacementPolicy;
 
 impl Guest for BuiltinPlacementPolicy {
+    /// Takes no settings: an empty document, or the module is refused with a message naming
+    /// what was given.
+    fn configure(settings: String) -> Result<(), String> {
+        kbind_policy_sdk::settings::none(&settings)
+    }
+
     fn place(input: PlacementInput) -> Result<Location, String> {
         place(&input)
     }

@@ -24,6 +24,12 @@ use kbind_policy_sdk::related::{
 pub struct BuiltinRelatedSelection;
 
 impl Guest for BuiltinRelatedSelection {
+    /// Takes no settings: an empty document, or the module is refused with a message naming
+    /// what was given.
+    fn configure(settings: String) -> Result<(), String> {
+        kbind_policy_sdk::settings::none(&settings)
+    }
+
     fn select(input: RelatedInput) -> Result<RelatedPlan, String> {
         select(&input)
     }

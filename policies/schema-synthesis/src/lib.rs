@@ -32,6 +32,12 @@ use serde_json::{Value, json};
 pub struct BuiltinSchemaSynthesis;
 
 impl Guest for BuiltinSchemaSynthesis {
+    /// Takes no settings: an empty document, or the module is refused with a message naming
+    /// what was given.
+    fn configure(settings: String) -> Result<(), String> {
+        kbind_policy_sdk::settings::none(&settings)
+    }
+
     fn synthesize(input: SchemaInput) -> Result<String, SynthesisError> {
         let crd = synthesize(&input)?;
         serde_json::to_string(&crd)

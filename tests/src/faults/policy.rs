@@ -86,12 +86,14 @@ pub fn always_adopt_conflict_policy() -> anyhow::Result<Vec<u8>> {
     component("conflict-policy", &core)
 }
 
-/// Wraps a core module (WAT) into a component for `world` of the repository's `wit/`.
+/// Wraps a core module (WAT) into a component for `world` of `kbind:policy@0.1.0` (the
+/// fixture copy of that WIT): these hand-written modules predate settings, and the konnector
+/// keeps loading such modules unchanged.
 pub(crate) fn component(world: &str, core_wat: &str) -> anyhow::Result<Vec<u8>> {
-    let wit = Path::new(env!("CARGO_MANIFEST_DIR")).join("../wit");
+    let wit = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/policy-0.1.0/policy.wit");
     let mut resolve = wit_parser::Resolve::default();
-    let (pkg, _) = resolve
-        .push_dir(&wit)
+    let pkg = resolve
+        .push_file(&wit)
         .with_context(|| format!("parsing {}", wit.display()))?;
     let world = resolve.select_world(&[pkg], Some(world))?;
     let mut module = wat::parse_str(core_wat)?;

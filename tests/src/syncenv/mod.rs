@@ -464,6 +464,7 @@ pub async fn apply_connection(
             auto_bind: false,
             binding_namespace_selector: None,
             isolation: Default::default(),
+            policies: None,
         },
     );
     Api::<Connection>::all(consumer.clone())

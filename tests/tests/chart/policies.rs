@@ -134,3 +134,28 @@ fn a_malformed_policy_reference_is_refused_by_the_values_schema() -> Result<()> 
     }
     Ok(())
 }
+
+#[test]
+fn policy_settings_go_beside_the_reference_or_into_the_settings_flag() -> Result<()> {
+    let rendered = render(
+        r#"
+policies:
+  placement: {ref: "oci://ghcr.io/acme/placement:v2", settings: {zone: eu-1}}
+  conflict: {settings: {strict: true}}
+"#,
+    )?;
+    // With a reference, the settings travel in the references file (swapped live with it);
+    // for the built-in or a ConfigMap module, in the role's settings flag.
+    let args = format!(
+        "args: {CHART_ARGS} --conflict-policy-settings={{\"strict\":true}} \
+         --policy-refs-file=/etc/kbind/policy-refs/refs.yaml \
+         --policy-cache-dir=/var/cache/kbind/policies"
+    );
+    rendered.expect(
+        &(args
+            + r#"
+ConfigMap/kbind-system/kbind-konnector-policy-refs:
+  data: {refs.yaml: "placement: {\"module\":\"oci://ghcr.io/acme/placement:v2\",\"settings\":{\"zone\":\"eu-1\"}}\n"}
+"#),
+    )
+}

@@ -3,7 +3,7 @@
 //! ```text
 //! secret (SecretValid) ─▶ identities (Connected) ─▶ discover (PermissionDenied, exportedAPIs)
 //!   ─▶ refused installs ─▶ install schemas (SchemaInSync) ─▶ autoBind (AutoBindInSync)
-//!   ─▶ heartbeat ─▶ Ready
+//!   ─▶ heartbeat ─▶ own policy modules (PoliciesInSync, PolicyUnavailable) ─▶ Ready
 //! ```
 //!
 //! A phase that cannot go on sets its condition and `Ready=False` with its reason and stops the
@@ -13,6 +13,7 @@
 //! may not make, and installing the rest).
 
 mod connect;
+mod policies;
 mod schemas;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -84,6 +85,7 @@ impl Steps<'_> {
             .await;
         self.auto_bind(&discovered, &refused).await?;
         self.heartbeat(&credentials, &consumer_uid).await;
+        self.policies().await?;
         self.ready(
             credentials,
             isolation,

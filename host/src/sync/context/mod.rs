@@ -232,16 +232,12 @@ impl SyncContext {
         if strategy == IsolationStrategy::None {
             return Ok(same_place(&key));
         }
+        let policies = self.shared.policies.for_connection(&self.spec.connection);
         if let Some(place) = self.placements.get(&key) {
             return Ok(place);
         }
         let input = self.spec.placement_input(&key);
-        let place = self
-            .shared
-            .policies
-            .place(&input)
-            .await
-            .map_err(Error::Place)?;
+        let place = policies.place(&input).await.map_err(Error::Place)?;
         let object = || placement::display(key.0.as_deref(), &key.1);
         if let Some(ns) = place.namespace.as_deref()
             && let Some(why) = crate::markers::protected(ns, &self.spec.heartbeat_namespace)

@@ -209,6 +209,14 @@ async fn connection_node(
             .as_ref()
             .filter(|i| i.strategy != konnector::api::IsolationStrategy::None)
             .map(|i| format!("{} (prefix {})", i.strategy.as_str(), i.prefix)),
+        policies: status
+            .policies
+            .iter()
+            .map(|p| {
+                let running = p.digest.as_deref().unwrap_or("unavailable");
+                format!("{}={} ({running})", p.role, p.module)
+            })
+            .collect(),
         problems: status
             .conditions
             .iter()

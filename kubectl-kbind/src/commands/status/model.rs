@@ -91,6 +91,10 @@ pub struct ConnectionNode {
     /// `<strategy> (prefix <prefix>)`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub isolation: Option<String>,
+    /// The policy modules the Connection names for itself (`spec.policies`), as
+    /// `<role>=<module>@<digest>` (`unavailable` for a module none runs for).
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub policies: Vec<String>,
     /// Its other conditions that are not as expected (SchemaInSync=False,
     /// ProviderDegraded=True, ...), by type.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]

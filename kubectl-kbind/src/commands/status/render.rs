@@ -57,6 +57,9 @@ fn render_connection(out: &mut String, c: &ConnectionNode) {
     if let Some(isolation) = &c.isolation {
         let _ = write!(out, "  isolation={isolation}");
     }
+    if !c.policies.is_empty() {
+        let _ = write!(out, "  policies: {}", c.policies.join(", "));
+    }
     if c.deleting {
         out.push_str("  (deleting)");
     }
@@ -224,6 +227,7 @@ mod tests {
                 source: Some("CRD".into()),
                 deleting: false,
                 isolation: None,
+                policies: vec![],
                 problems: Default::default(),
                 apis: vec![
                     ApiNode {
