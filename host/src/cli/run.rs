@@ -134,6 +134,10 @@ pub struct RunArgs {
     /// pulled from; registries it does not name are pulled anonymously.
     #[arg(long, value_name = "NAME", env = "KBIND_POLICY_PULL_SECRET")]
     pub policy_pull_secret: Option<String>,
+    /// Who may sign registry policy modules (verified before a module runs, at start-up and
+    /// on every live swap).
+    #[command(flatten)]
+    pub policy_verify: super::artifact::VerifyArgs,
     /// Log level or env-filter directives (`info`, `konnector=debug,kube=info`); RUST_LOG wins.
     /// A bare level up to info leaves kube-runtime's controller at warn (its per-reconcile span).
     #[arg(long, default_value = "info", value_name = "LEVEL")]
@@ -237,7 +241,9 @@ async fn load_policies(
             pull_credentials(client, &args.secret_namespace, name).await?
         }
     };
-    let fetcher = Fetcher::new(policies_args.fetcher_config(credentials))?;
+    let mut config = policies_args.fetcher_config(credentials);
+    config.verification = args.policy_verify.verification()?;
+    let fetcher = Fetcher::new(config)?;
     let policies = Policies::resolve(&policies_args, &fetcher).await?;
     Ok((policies, Some(fetcher)))
 }
