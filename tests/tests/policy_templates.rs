@@ -57,8 +57,10 @@ fn build(project: &Path, target_dir: &Path, package: &str) -> anyhow::Result<Vec
 #[tokio::test]
 async fn a_new_project_per_role_builds_for_wasm32_wasip2_and_implements_its_world()
 -> anyhow::Result<()> {
-    let work = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("policy-templates");
-    let target_dir = work.join("target");
+    // The projects live outside this repository (inside it, Cargo would take them for
+    // members of its workspace); their shared target directory stays in ours, kept warm.
+    let work = std::env::temp_dir().join(format!("kbind-policy-templates-{}", std::process::id()));
+    let target_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("policy-templates");
     for role in PolicyRole::ALL {
         let name = format!("my-{}", role.name());
         let project = work.join(&name);
@@ -114,5 +116,6 @@ async fn a_new_project_per_role_builds_for_wasm32_wasip2_and_implements_its_worl
             ensure!(matches!(decision, ConflictDecision::Create), "{decision:?}");
         }
     }
+    std::fs::remove_dir_all(&work)?;
     Ok(())
 }
