@@ -10,6 +10,10 @@
 # architecture unless `make image PLATFORM=linux/arm64` asks for the consumer nodes' one.
 
 FROM docker.io/library/rust:1.95-slim-trixie AS builder
+# OpenSSL's headers: sigstore-rs (policy signature verification) links libssl, which the
+# distroless runtime image ships.
+RUN apt-get update && apt-get install -y --no-install-recommends pkg-config libssl-dev \
+    && rm -rf /var/lib/apt/lists/*
 RUN rustup target add wasm32-wasip2
 WORKDIR /src
 COPY . .

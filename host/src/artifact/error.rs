@@ -80,6 +80,29 @@ pub enum FetchError {
         /// Why the pull failed.
         cause: Box<FetchError>,
     },
+    /// Verification is configured and the module carries no signature: it is not run.
+    #[error(
+        "{reference} is not signed, and policy modules must be signed by {trusted}; it is not run (sign it with `konnector policy sign` or `cosign sign`)"
+    )]
+    Unsigned {
+        /// The reference, pinned.
+        reference: String,
+        /// Who may sign.
+        trusted: String,
+    },
+    /// Verification is configured and no signature of the module verifies: it is not run.
+    #[error(
+        "{reference}: no signature verifies ({reasons}); it is not run (check who signed it with `konnector policy verify`)"
+    )]
+    Unverified {
+        /// The reference, pinned.
+        reference: String,
+        /// Why each signature failed.
+        reasons: String,
+    },
+    /// A signature could not be made.
+    #[error("{0}")]
+    Sign(String),
     /// The HTTP client could not be built.
     #[error("building the registry client: {0}")]
     Client(String),
@@ -157,6 +180,9 @@ impl FetchError {
             Self::TooLarge { .. } => "too_large",
             Self::Cache(_) => "cache",
             Self::Unavailable { .. } => "unavailable",
+            Self::Unsigned { .. } => "unsigned",
+            Self::Unverified { .. } => "unverified",
+            Self::Sign(_) => "sign",
             Self::Client(_) => "client",
         }
     }

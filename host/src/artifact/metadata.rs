@@ -55,14 +55,30 @@ impl ModuleMetadata {
     }
 }
 
-/// The metadata embedded in `module` (the last such section wins), if any.
+/// The metadata embedded in `module` (the last such section wins), if any: at the
+/// component's top level (`policy push`), or in a core module inside it (a module built from
+/// a `konnector policy new` project, whose metadata the compiler put in its core module).
 pub fn read(module: &[u8]) -> Option<ModuleMetadata> {
+    read_in(module, 0)
+}
+
+/// A component's section id of a nested core module.
+const CORE_MODULE_SECTION: u8 = 1;
+
+fn read_in(module: &[u8], depth: u8) -> Option<ModuleMetadata> {
     let mut found = None;
+    let is_component = module.get(4..8) == Some(&[0x0d, 0x00, 0x01, 0x00][..]);
     let mut at = module.get(8..)?;
     while let Some((&id, rest)) = at.split_first() {
         let (size, rest) = leb128(rest)?;
         let body = rest.get(..size)?;
         at = rest.get(size..)?;
+        if is_component && id == CORE_MODULE_SECTION && depth == 0 {
+            if let Some(inner) = read_in(body, depth + 1) {
+                found = Some(inner);
+            }
+            continue;
+        }
         if id != 0 {
             continue;
         }

@@ -13,6 +13,11 @@
 //!                              none: Unavailable (the caller fails closed)
 //! ```
 //!
+//! With verification configured ([`Verification`]), every module fetched (pulled, or read
+//! from the cache) must carry a Sigstore bundle that verifies ([`verify`], found by
+//! [`signature`]) before it is handed on; a bundle that verified is cached beside the module,
+//! so a restart with the registry down verifies the cached copy again, offline.
+//!
 //! A tag is resolved when asked (at start-up, or when its reference changes), never on a
 //! timer. The registry's definitive answers (a missing tag, a refused credential, a tampered
 //! blob) are errors even when the cache holds an older copy: only an unreachable registry
@@ -24,6 +29,9 @@ mod digest;
 mod error;
 pub mod metadata;
 mod reference;
+pub mod sign;
+mod signature;
+pub mod verify;
 mod wire;
 
 use std::collections::BTreeMap;
@@ -41,6 +49,7 @@ pub use digest::sha256_digest;
 pub use error::FetchError;
 pub use metadata::ModuleMetadata;
 pub use reference::{BUILTIN, OCI_SCHEME, OciRef, PolicyRef, ReferenceError, valid_digest};
+pub use verify::{Verification, VerifyConfigError};
 pub use wire::{
     LEGACY_WASM_LAYER_MEDIA_TYPE, MAX_MODULE_BYTES, PushMeta, WASM_CONFIG_MEDIA_TYPE,
     WASM_LAYER_MEDIA_TYPE,
@@ -61,6 +70,8 @@ pub struct FetcherConfig {
     pub plain_http: Vec<String>,
     /// Credentials per registry.
     pub credentials: Credentials,
+    /// Who may sign modules; nothing configured: modules are not verified.
+    pub verification: Verification,
 }
 
 /// Where a fetched module's bytes came from.
@@ -83,6 +94,8 @@ pub struct Fetched {
     pub module_digest: String,
     /// The component bytes.
     pub module: Vec<u8>,
+    /// The manifest bytes (what a signature covers).
+    pub manifest: Vec<u8>,
     /// The manifest's annotations (`org.opencontainers.image.*`, `io.kbind.policy.*`).
     pub annotations: BTreeMap<String, String>,
     /// Registry or cache.
@@ -104,6 +117,7 @@ pub struct Fetcher {
     client: Client,
     credentials: Credentials,
     cache: Option<Cache>,
+    verification: Verification,
 }
 
 impl std::fmt::Debug for Fetcher {
@@ -111,6 +125,7 @@ impl std::fmt::Debug for Fetcher {
         f.debug_struct("Fetcher")
             .field("credentials", &self.credentials)
             .field("cache", &self.cache.as_ref().map(Cache::path))
+            .field("verification", &self.verification)
             .finish()
     }
 }
@@ -138,11 +153,111 @@ impl Fetcher {
             client,
             credentials: config.credentials,
             cache,
+            verification: config.verification,
         })
     }
 
-    /// Resolves and pulls `reference` (see the module docs for when the cache stands in).
+    /// Resolves and pulls `reference` (see the module docs for when the cache stands in);
+    /// with verification configured, only a module whose signature verifies is returned.
     pub async fn fetch(&self, reference: &OciRef) -> Result<Fetched, FetchError> {
+        let fetched = self.fetch_unverified(reference).await?;
+        if self.verification.is_enabled() {
+            self.verify(&fetched).await?;
+        }
+        Ok(fetched)
+    }
+
+    /// Checks that a bundle attached to `fetched`'s manifest verifies: from the registry, or
+    /// (the registry unreachable) the bundle that verified before, kept in the cache.
+    async fn verify(&self, fetched: &Fetched) -> Result<(), FetchError> {
+        let auth = self.credentials.for_registry(&fetched.reference.registry);
+        let remembered = format!("signature of {}", fetched.digest);
+        let bundles = match signature::bundles(
+            &self.client,
+            &auth,
+            &fetched.reference,
+            &fetched.digest,
+        )
+        .await
+        {
+            Ok(bundles) => bundles,
+            Err(e) if e.is_transient() => {
+                let cached = match &self.cache {
+                    Some(cache) => match cache.tag(&remembered)? {
+                        Some(digest) => cache.blob(&digest)?,
+                        None => None,
+                    },
+                    None => None,
+                };
+                match cached {
+                    Some(bundle) => vec![bundle],
+                    None => {
+                        return Err(FetchError::Unavailable {
+                            reference: fetched.reference.to_string(),
+                            cause: Box::new(e),
+                        });
+                    }
+                }
+            }
+            Err(e) => return Err(e),
+        };
+        if bundles.is_empty() {
+            return Err(FetchError::Unsigned {
+                reference: fetched.pinned().to_string(),
+                trusted: self.verification.describe(),
+            });
+        }
+        let mut reasons = Vec::new();
+        for bundle in &bundles {
+            match self
+                .verification
+                .verify_bundle(&fetched.manifest, bundle)
+                .await
+            {
+                Ok(()) => {
+                    if let Some(cache) = &self.cache {
+                        let digest = sha256_digest(bundle);
+                        if let Err(e) = cache
+                            .put_blob(&digest, bundle)
+                            .and_then(|()| cache.record_tag(&remembered, &digest))
+                        {
+                            warn!(reference = %fetched.reference, error = %e, "the policy cache could not keep a signature");
+                        }
+                    }
+                    return Ok(());
+                }
+                Err(reason) => reasons.push(reason),
+            }
+        }
+        Err(FetchError::Unverified {
+            reference: fetched.pinned().to_string(),
+            reasons: reasons.join(" | "),
+        })
+    }
+
+    /// Signs the module `reference` names with `key` and attaches the bundle to it; returns
+    /// the pinned reference that was signed.
+    pub async fn sign(
+        &self,
+        reference: &OciRef,
+        key: &sign::KeyPair,
+    ) -> Result<OciRef, FetchError> {
+        let auth = self.credentials.for_registry(&reference.registry);
+        let pulled = wire::pull_manifest(&self.client, &auth, reference).await?;
+        let bundle = sign::message_bundle(key, &pulled.bytes)
+            .map_err(|e| FetchError::Sign(e.to_string()))?;
+        signature::attach(
+            &self.client,
+            &auth,
+            reference,
+            (&pulled.digest, pulled.bytes.len()),
+            &bundle,
+        )
+        .await?;
+        Ok(reference.pinned(&pulled.digest))
+    }
+
+    async fn fetch_unverified(&self, reference: &OciRef) -> Result<Fetched, FetchError> {
         if let Some(digest) = &reference.digest
             && let Some(cached) = self.cached(reference, digest)?
         {
@@ -199,6 +314,7 @@ impl Fetcher {
             digest: pulled.digest,
             module_digest,
             module,
+            manifest: pulled.bytes,
             annotations: pulled.manifest.annotations.unwrap_or_default(),
             from: FetchedFrom::Registry,
             previous_digest: None,
@@ -236,6 +352,7 @@ impl Fetcher {
             digest: digest.to_owned(),
             module_digest: layer.digest.clone(),
             module,
+            manifest: manifest_bytes,
             annotations: manifest.annotations.unwrap_or_default(),
             from: FetchedFrom::Cache,
             previous_digest: None,

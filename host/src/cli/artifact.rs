@@ -3,7 +3,9 @@
 //! `application/wasm` layer, a `application/vnd.wasm.config.v0+json` config). `push` checks
 //! the module against its role's world before anything is sent, and embeds its metadata (name,
 //! version, role, source) in the module and the manifest's annotations; `pull` checks every
-//! digest; `inspect` says what a reference resolves to and what the module says it is.
+//! digest; `inspect` says what a reference resolves to and what the module says it is;
+//! `generate-key`, `sign` and `verify` make, attach and check Sigstore signatures (cosign v3's
+//! bundle layout, so `cosign sign` and `cosign verify` interoperate).
 
 use std::path::PathBuf;
 
@@ -11,9 +13,10 @@ use anyhow::{Context as _, bail};
 use clap::ValueEnum as _;
 use serde_json::{Value, json};
 
+use crate::artifact::sign::KeyPair;
 use crate::artifact::{
-    Credentials, Fetcher, FetcherConfig, ModuleMetadata, OciRef, PolicyRef, PushMeta, metadata,
-    sha256_digest,
+    Credentials, Fetcher, FetcherConfig, ModuleMetadata, OciRef, PolicyRef, PushMeta, Verification,
+    metadata, sha256_digest,
 };
 use crate::policy::{Policies, PolicyRole, builtin, read_file};
 
@@ -29,9 +32,72 @@ pub struct RegistryArgs {
     pub registry_config: Option<PathBuf>,
 }
 
+/// Who may sign policy modules: the konnector refuses a registry module whose signature does
+/// not verify against one of these (none given: modules are not verified).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct VerifyArgs {
+    /// A PEM public key (cosign.pub) whose signatures are trusted; repeat for more.
+    #[arg(long = "policy-verify-key", visible_alias = "key", value_name = "FILE")]
+    pub keys: Vec<PathBuf>,
+    /// Keyless: the OIDC issuer of the signer's certificate (with --policy-verify-subject
+    /// and --policy-trust-root).
+    #[arg(
+        long = "policy-verify-issuer",
+        visible_alias = "certificate-oidc-issuer",
+        value_name = "URL"
+    )]
+    pub issuer: Option<String>,
+    /// Keyless: the signer's identity (the certificate's email or URI).
+    #[arg(
+        long = "policy-verify-subject",
+        visible_alias = "certificate-identity",
+        value_name = "IDENTITY"
+    )]
+    pub subject: Option<String>,
+    /// Keyless: the Sigstore trust root (trusted_root.json: Fulcio CAs, CT log and
+    /// transparency log keys).
+    #[arg(
+        long = "policy-trust-root",
+        visible_alias = "trusted-root",
+        value_name = "FILE"
+    )]
+    pub trust_root: Option<PathBuf>,
+}
+
+impl VerifyArgs {
+    /// The verification these flags describe.
+    pub fn verification(&self) -> anyhow::Result<Verification> {
+        let mut verification = Verification::default();
+        for path in &self.keys {
+            let pem = read_file(path).with_context(|| format!("reading {}", path.display()))?;
+            verification = verification.with_key(&path.display().to_string(), &pem)?;
+        }
+        match (&self.issuer, &self.subject, &self.trust_root) {
+            (None, None, None) => {}
+            (Some(issuer), Some(subject), Some(path)) => {
+                let json =
+                    read_file(path).with_context(|| format!("reading {}", path.display()))?;
+                verification = verification.with_keyless(
+                    issuer,
+                    subject,
+                    &path.display().to_string(),
+                    &json,
+                )?;
+            }
+            _ => return Err(crate::artifact::VerifyConfigError::IncompleteKeyless.into()),
+        }
+        Ok(verification)
+    }
+}
+
 impl RegistryArgs {
     /// A fetcher without a disk cache.
     fn fetcher(&self) -> anyhow::Result<Fetcher> {
+        self.verifying_fetcher(Verification::default())
+    }
+
+    /// A fetcher without a disk cache, verifying as `verification` says.
+    fn verifying_fetcher(&self, verification: Verification) -> anyhow::Result<Fetcher> {
         let credentials = match &self.registry_config {
             None => Credentials::default(),
             Some(path) => Credentials::from_docker_config(
@@ -42,6 +108,7 @@ impl RegistryArgs {
             cache_dir: None,
             plain_http: self.plain_http.clone(),
             credentials,
+            verification,
         })?)
     }
 }
@@ -176,4 +243,67 @@ pub async fn inspect(
         fields.insert("role".into(), implements);
     }
     Ok(report)
+}
+
+/// `konnector policy generate-key`: a new ECDSA P-256 key pair written to `PREFIX.key`
+/// (private, PEM PKCS#8, mode 0600) and `PREFIX.pub`; returns the two paths.
+pub fn generate_key(prefix: &std::path::Path) -> anyhow::Result<(PathBuf, PathBuf)> {
+    let key = KeyPair::generate()?;
+    let private = prefix.with_extension("key");
+    let public = prefix.with_extension("pub");
+    if private.exists() {
+        bail!("{} exists; not overwriting a key", private.display());
+    }
+    write_private(&private, key.private_pem()?.as_bytes())?;
+    std::fs::write(&public, key.public_pem()?)
+        .with_context(|| format!("writing {}", public.display()))?;
+    Ok((private, public))
+}
+
+fn write_private(path: &std::path::Path, bytes: &[u8]) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("creating {}", path.display()))?;
+    file.write_all(bytes)
+        .with_context(|| format!("writing {}", path.display()))
+}
+
+/// `konnector policy sign`: signs the module a reference names with the key in `key_file`
+/// (a cosign-encrypted key is opened with COSIGN_PASSWORD) and attaches the bundle; prints
+/// the pinned reference signed.
+pub async fn sign(
+    reference: &PolicyRef,
+    key_file: &std::path::Path,
+    registry: &RegistryArgs,
+) -> anyhow::Result<String> {
+    let pem = read_file(key_file).with_context(|| format!("reading {}", key_file.display()))?;
+    let password = std::env::var("COSIGN_PASSWORD").ok();
+    let key = KeyPair::from_pem(&pem, password.as_deref().map(str::as_bytes))?;
+    let signed = registry.fetcher()?.sign(oci(reference)?, &key).await?;
+    Ok(signed.to_string())
+}
+
+/// `konnector policy verify`: pulls the module a reference names and checks its signatures
+/// as the konnector would; prints the pinned reference verified, or fails saying why.
+pub async fn verify(
+    reference: &PolicyRef,
+    verify: &VerifyArgs,
+    registry: &RegistryArgs,
+) -> anyhow::Result<String> {
+    let verification = verify.verification()?;
+    if !verification.is_enabled() {
+        bail!(
+            "say who may sign: --key FILE, or --certificate-identity, --certificate-oidc-issuer and --trusted-root"
+        );
+    }
+    let fetched = registry
+        .verifying_fetcher(verification)?
+        .fetch(oci(reference)?)
+        .await?;
+    Ok(fetched.pinned().to_string())
 }

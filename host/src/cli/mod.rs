@@ -9,6 +9,7 @@
 pub mod artifact;
 pub mod policy;
 pub mod run;
+pub mod template;
 
 use std::path::PathBuf;
 

@@ -69,6 +69,52 @@ pub enum PolicyCommand {
         #[command(flatten)]
         registry: super::artifact::RegistryArgs,
     },
+    /// Start a policy project for a role from its template: Cargo.toml, src/lib.rs, the
+    /// konnector's WIT (no dependency on the kbind repository), built for wasm32-wasip2 by
+    /// `cargo build --release`, its metadata embedded for `inspect`.
+    New {
+        /// The role the module will play.
+        #[arg(long, value_enum)]
+        role: PolicyRole,
+        /// The package (and module) name.
+        #[arg(long)]
+        name: String,
+        /// The repository URL of its source, embedded in the module.
+        #[arg(long, default_value = "")]
+        source: String,
+        /// The directory to create.
+        #[arg(value_name = "DIR")]
+        dir: PathBuf,
+    },
+    /// Make an ECDSA P-256 key pair for signing modules: PREFIX.key (private) and PREFIX.pub.
+    GenerateKey {
+        /// Where to write (`PREFIX.key`, `PREFIX.pub`).
+        #[arg(long, value_name = "PREFIX", default_value = "policy-signing")]
+        output_key_prefix: PathBuf,
+    },
+    /// Sign a module in a registry with a key and attach the Sigstore bundle (cosign v3's
+    /// layout: the referrers API, or the referrers tag scheme); prints the reference signed.
+    Sign {
+        /// `oci://REGISTRY/REPOSITORY:TAG` or `oci://...@sha256:DIGEST`.
+        #[arg(value_name = "REF")]
+        reference: PolicyRef,
+        /// The private key (PEM PKCS#8, or cosign's encrypted key with COSIGN_PASSWORD).
+        #[arg(long, value_name = "FILE")]
+        key: PathBuf,
+        #[command(flatten)]
+        registry: super::artifact::RegistryArgs,
+    },
+    /// Check a module's signatures as the konnector does (by key, or keyless identity under
+    /// a trust root); prints the reference verified, or fails saying why.
+    Verify {
+        /// `oci://REGISTRY/REPOSITORY:TAG` or `oci://...@sha256:DIGEST`.
+        #[arg(value_name = "REF")]
+        reference: PolicyRef,
+        #[command(flatten)]
+        verify: super::artifact::VerifyArgs,
+        #[command(flatten)]
+        registry: super::artifact::RegistryArgs,
+    },
     /// Show what a reference resolves to (digest, annotations, config) and what its module
     /// says it is (metadata, and whether it implements its role's world), as JSON.
     Inspect {
@@ -186,6 +232,44 @@ pub fn run(command: PolicyCommand) -> anyhow::Result<()> {
         } => {
             let pinned = rt.block_on(super::artifact::pull(&reference, &output, &registry))?;
             println!("{pinned}");
+            Ok(())
+        }
+        PolicyCommand::New {
+            role,
+            name,
+            source,
+            dir,
+        } => {
+            for path in super::template::new_project(role, &name, &source, &dir)? {
+                println!("{}", path.display());
+            }
+            Ok(())
+        }
+        PolicyCommand::GenerateKey { output_key_prefix } => {
+            let (private, public) = super::artifact::generate_key(&output_key_prefix)?;
+            println!(
+                "private key: {}\npublic key: {}",
+                private.display(),
+                public.display()
+            );
+            Ok(())
+        }
+        PolicyCommand::Sign {
+            reference,
+            key,
+            registry,
+        } => {
+            let signed = rt.block_on(super::artifact::sign(&reference, &key, &registry))?;
+            println!("{signed}");
+            Ok(())
+        }
+        PolicyCommand::Verify {
+            reference,
+            verify,
+            registry,
+        } => {
+            let verified = rt.block_on(super::artifact::verify(&reference, &verify, &registry))?;
+            println!("{verified}");
             Ok(())
         }
         PolicyCommand::Inspect {

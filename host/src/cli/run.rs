@@ -132,6 +132,10 @@ pub struct RunArgs {
     /// pulled from; registries it does not name are pulled anonymously.
     #[arg(long, value_name = "NAME", env = "KBIND_POLICY_PULL_SECRET")]
     pub policy_pull_secret: Option<String>,
+    /// Who may sign registry policy modules (verified before a module runs, at start-up and
+    /// on every live swap).
+    #[command(flatten)]
+    pub policy_verify: super::artifact::VerifyArgs,
     /// Log level or env-filter directives (`info`, `konnector=debug,kube=info`); RUST_LOG wins.
     /// A bare level up to info leaves kube-runtime's controller at warn (its per-reconcile span).
     #[arg(long, default_value = "info", value_name = "LEVEL")]
@@ -234,7 +238,9 @@ async fn load_policies(
             pull_credentials(client, &args.secret_namespace, name).await?
         }
     };
-    let config = policies_args.fetcher_config(credentials);
+    // Verification applies to every module pulled: process-wide and each Connection's own.
+    let mut config = policies_args.fetcher_config(credentials);
+    config.verification = args.policy_verify.verification()?;
     let for_connections = PolicyFetch {
         fetcher: Fetcher::new(config.clone())?,
         config: config.clone(),

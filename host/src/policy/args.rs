@@ -201,6 +201,7 @@ impl PolicyArgs {
             cache_dir: self.policy_cache_dir.clone(),
             plain_http: self.policy_plain_http.clone(),
             credentials,
+            verification: Default::default(),
         }
     }
 

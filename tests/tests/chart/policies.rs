@@ -159,3 +159,65 @@ ConfigMap/kbind-system/kbind-konnector-policy-refs:
 "#),
     )
 }
+
+#[test]
+fn policy_verification_mounts_the_trusted_keys_and_sets_the_verification_flags() -> Result<()> {
+    let rendered = render(
+        r#"
+policies: {conflict: {ref: "oci://ghcr.io/acme/conflict:v1"}}
+policyRegistry:
+  verification:
+    publicKeys: ["-----BEGIN PUBLIC KEY-----\nMFkw\n-----END PUBLIC KEY-----\n"]
+    keyless: {issuer: "https://token.actions.githubusercontent.com", subject: "ci@acme.example", trustedRoot: "{}"}
+"#,
+    )?;
+    let args = format!(
+        "args: {CHART_ARGS} --policy-refs-file=/etc/kbind/policy-refs/refs.yaml \
+         --policy-cache-dir=/var/cache/kbind/policies \
+         --policy-verify-key=/etc/kbind/policy-verification/key-0.pub \
+         --policy-verify-issuer=https://token.actions.githubusercontent.com \
+         --policy-verify-subject=ci@acme.example \
+         --policy-trust-root=/etc/kbind/policy-verification/trusted_root.json"
+    );
+    rendered.expect(
+        &(args
+            + r#"
+container:
+  volumeMounts:
+    - {name: tmp}
+    - {name: policy-cache, mountPath: /var/cache/kbind/policies}
+    - {name: policy-refs, mountPath: /etc/kbind/policy-refs, readOnly: true}
+    - {name: policy-verification, mountPath: /etc/kbind/policy-verification, readOnly: true}
+pod:
+  volumes:
+    - name: tmp
+    - {name: policy-cache, emptyDir: {sizeLimit: 256Mi}}
+    - {name: policy-refs, configMap: {name: kbind-konnector-policy-refs}}
+    - {name: policy-verification, configMap: {name: kbind-konnector-policy-verification}}
+ConfigMap/kbind-system/kbind-konnector-policy-verification:
+  data:
+    key-0.pub: "-----BEGIN PUBLIC KEY-----\nMFkw\n-----END PUBLIC KEY-----\n"
+    trusted_root.json: "{}"
+"#),
+    )
+}
+
+#[test]
+fn a_keyless_identity_without_its_trust_root_is_refused() -> Result<()> {
+    let refused = render(
+        r#"
+policies: {conflict: {ref: "oci://ghcr.io/acme/conflict:v1"}}
+policyRegistry: {verification: {keyless: {issuer: "https://issuer.example", subject: "ci@acme.example"}}}
+"#,
+    );
+    let Err(error) = refused else {
+        anyhow::bail!("a keyless identity without a trust root rendered");
+    };
+    assert!(
+        error
+            .to_string()
+            .contains("set issuer, subject and trustedRoot together"),
+        "{error:#}"
+    );
+    Ok(())
+}

@@ -153,7 +153,7 @@ impl Steps<'_> {
         let mut config = fetch.config.clone();
         config.credentials = credentials;
         let fetcher = Fetcher::new(config).map_err(|e| e.to_string())?;
-        Ok(Some(FetcherOrShared::Own(fetcher)))
+        Ok(Some(FetcherOrShared::Own(Box::new(fetcher))))
     }
 }
 
@@ -161,8 +161,8 @@ impl Steps<'_> {
 pub(super) enum FetcherOrShared {
     /// The konnector's.
     Shared(std::sync::Arc<crate::shared::PolicyFetch>),
-    /// With the Connection's pull Secret.
-    Own(Fetcher),
+    /// With the Connection's pull Secret (boxed: a fetcher with verification is large).
+    Own(Box<Fetcher>),
 }
 
 impl std::ops::Deref for FetcherOrShared {

@@ -1,0 +1,67 @@
+//! {{project-name}}: a kbind conflict-policy module. `decide` answers whether the konnector
+//! may write the provider object at a consumer object's namespace/name. This starting point
+//! is the built-in table: create when absent, update what carries this object's markers,
+//! adopt an unmarked one only under `Adopt`, refuse anything else.
+
+wit_bindgen::generate!({ world: "conflict-policy", path: "wit" });
+
+use exports::kbind::policy::conflict::{
+    Conflict, ConflictInput, ConflictPolicy, ConflictReason, Decision, Guest,
+};
+
+struct Policy;
+
+impl Guest for Policy {
+    fn decide(input: ConflictInput) -> Result<Decision, String> {
+        let Some(target) = input.target else {
+            return Ok(Decision::Create);
+        };
+        let ours = target.cluster_uid.as_deref() == Some(input.consumer_cluster_uid.as_str())
+            && target.object_uid.as_deref() == Some(input.consumer_object_uid.as_str());
+        let unmarked = target.cluster_uid.is_none() && target.object_uid.is_none();
+        Ok(if ours {
+            Decision::UpdateOwned
+        } else if unmarked && matches!(input.policy, ConflictPolicy::Adopt) {
+            Decision::Adopt
+        } else if unmarked {
+            Decision::Conflict(Conflict {
+                reason: ConflictReason::ForeignObjectExists,
+                message: "the provider object exists without ownership markers; set conflictPolicy: Adopt to take it over".to_owned(),
+            })
+        } else {
+            Decision::Conflict(Conflict {
+                reason: ConflictReason::OwnedByAnother,
+                message: "the provider object belongs to another consumer object".to_owned(),
+            })
+        })
+    }
+}
+
+export!(Policy);
+
+// The module's metadata (name, version, role, source), a custom section that
+// `konnector policy inspect` and `push` read; taken from Cargo.toml when the module is built.
+const METADATA: &str = concat!(
+    r#"{"name":""#,
+    env!("CARGO_PKG_NAME"),
+    r#"","version":""#,
+    env!("CARGO_PKG_VERSION"),
+    r#"","role":"conflict-policy","source":""#,
+    env!("CARGO_PKG_REPOSITORY"),
+    r#""}"#
+);
+
+#[cfg_attr(target_arch = "wasm32", unsafe(link_section = "kbind.policy.metadata"))]
+#[used]
+static METADATA_SECTION: [u8; METADATA.len()] = bytes(METADATA);
+
+const fn bytes<const N: usize>(text: &str) -> [u8; N] {
+    let mut out = [0u8; N];
+    let text = text.as_bytes();
+    let mut i = 0;
+    while i < N {
+        out[i] = text[i];
+        i += 1;
+    }
+    out
+}

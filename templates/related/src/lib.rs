@@ -1,0 +1,53 @@
+//! {{project-name}}: a kbind related-selection module. `select` plans which related
+//! Secrets/ConfigMaps one `relatedResources` entry copies, skips or deletes. This starting
+//! point selects nothing (and so deletes nothing): fill in `select` with your rule.
+
+wit_bindgen::generate!({ world: "related-selection", path: "wit" });
+
+use exports::kbind::policy::related::{Guest, PlanKey, RelatedInput, RelatedPlan};
+
+struct Policy;
+
+impl Guest for Policy {
+    fn select(input: RelatedInput) -> Result<RelatedPlan, String> {
+        Ok(RelatedPlan {
+            key: PlanKey {
+                binding_uid: input.binding_uid,
+                resource: input.resource,
+                direction: input.direction,
+            },
+            copy: Vec::new(),
+            skip: Vec::new(),
+            delete: Vec::new(),
+        })
+    }
+}
+
+export!(Policy);
+
+// The module's metadata (name, version, role, source), a custom section that
+// `konnector policy inspect` and `push` read; taken from Cargo.toml when the module is built.
+const METADATA: &str = concat!(
+    r#"{"name":""#,
+    env!("CARGO_PKG_NAME"),
+    r#"","version":""#,
+    env!("CARGO_PKG_VERSION"),
+    r#"","role":"related-selection","source":""#,
+    env!("CARGO_PKG_REPOSITORY"),
+    r#""}"#
+);
+
+#[cfg_attr(target_arch = "wasm32", unsafe(link_section = "kbind.policy.metadata"))]
+#[used]
+static METADATA_SECTION: [u8; METADATA.len()] = bytes(METADATA);
+
+const fn bytes<const N: usize>(text: &str) -> [u8; N] {
+    let mut out = [0u8; N];
+    let text = text.as_bytes();
+    let mut i = 0;
+    while i < N {
+        out[i] = text[i];
+        i += 1;
+    }
+    out
+}
