@@ -10,6 +10,18 @@ use exports::kbind::policy::placement::{Guest, Location, PlacementInput, Strateg
 struct Policy;
 
 impl Guest for Policy {
+    /// The settings document an operator gives beside this module's reference (`settings:` in
+    /// the chart's `policies.<role>` or a Connection's `spec.policies`), once at load time.
+    /// This module takes none: an empty document passes, anything else is refused, and the
+    /// message is shown on the Connection. To take settings, parse them here (serde_json) and
+    /// keep them in a `static` (`std::sync::OnceLock`).
+    fn configure(settings: String) -> Result<(), String> {
+        match settings.trim() {
+            "" | "{}" | "null" => Ok(()),
+            other => Err(format!("this module takes no settings, but got {other}")),
+        }
+    }
+
     fn place(input: PlacementInput) -> Result<Location, String> {
         let prefix = &input.isolation.prefix;
         Ok(match input.isolation.strategy {

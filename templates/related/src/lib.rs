@@ -9,6 +9,18 @@ use exports::kbind::policy::related::{Guest, PlanKey, RelatedInput, RelatedPlan}
 struct Policy;
 
 impl Guest for Policy {
+    /// The settings document an operator gives beside this module's reference (`settings:` in
+    /// the chart's `policies.<role>` or a Connection's `spec.policies`), once at load time.
+    /// This module takes none: an empty document passes, anything else is refused, and the
+    /// message is shown on the Connection. To take settings, parse them here (serde_json) and
+    /// keep them in a `static` (`std::sync::OnceLock`).
+    fn configure(settings: String) -> Result<(), String> {
+        match settings.trim() {
+            "" | "{}" | "null" => Ok(()),
+            other => Err(format!("this module takes no settings, but got {other}")),
+        }
+    }
+
     fn select(input: RelatedInput) -> Result<RelatedPlan, String> {
         Ok(RelatedPlan {
             key: PlanKey {
