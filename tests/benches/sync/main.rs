@@ -29,6 +29,8 @@
 //!    konnector CPU time per synced object.
 //!
 //! The table prints each figure's target beside it; targets are never asserted.
+//! `KBIND_BENCH_PROFILE=<file>` records a `perf` profile of the konnector over the initial
+//! sync (`profile.rs`).
 //!
 //! Prints a table and writes every figure to `<target>/bench/sync.json`. No figure is
 //! asserted. `cargo bench` passes `--bench` (N = 1 000, `--instances 10000` or
@@ -38,6 +40,7 @@
 mod baselines;
 mod floor;
 mod initial;
+mod profile;
 mod queues;
 mod replicas;
 mod report;
@@ -243,6 +246,7 @@ async fn run(config: &Config, pair: &ClusterPair, binary: &Path) -> anyhow::Resu
     konnector.wait_ready(WAIT).await?;
     report.cold_start_to_ready_seconds = started.elapsed().as_secs_f64();
     report.konnector_cpu_seconds_at_ready = konnector.cpu_seconds()?;
+    let profile = profile::Profile::start(konnector.pid());
     wait_connection(&consumer, CONNECTION, "Ready", |c| {
         has_condition(c, "Ready", "True", "AsExpected")
     })
@@ -250,6 +254,7 @@ async fn run(config: &Config, pair: &ClusterPair, binary: &Path) -> anyhow::Resu
     wait_binding_ready(&consumer, NS, WAIT).await?;
     let reached = progress.finished(started, WAIT).await?;
     report.konnector_cpu_seconds_initial_sync = konnector.cpu_seconds()?;
+    drop(profile);
     report.konnector_rss_mib_after_initial_sync = mib(konnector.rss_bytes()?);
     drop(progress);
     let requests_after = initial::request_counts(&consumer, &provider).await?;
