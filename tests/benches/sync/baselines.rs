@@ -1,20 +1,17 @@
-//! The two limits the konnector is held against, measured on the same apiservers and with the
-//! same parallelism: plain server-side apply of N objects into the provider (the physical
-//! limit), and the writes the spec requires of a first sync done by a plain client.
+//! The physical limit the konnector is held against, measured on the same apiservers and with
+//! the same parallelism: plain server-side apply of N objects into the provider, its
+//! round-trip, and an apply until a watch shows it. The other limit, the writes a first sync
+//! requires, runs as a process of its own (`floor.rs`).
 
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
 use kbind_tests::faults::instance_name;
 use kbind_tests::syncenv::{TestApi, ensure_namespace};
-use konnector::api::names::{
-    CONSUMER_CLUSTER_UID_ANNOTATION, CONSUMER_OBJECT_UID_ANNOTATION, FIELD_MANAGER, MANAGED_LABEL,
-    SYNCER_FINALIZER,
-};
 use kube::Api;
+use kube::Client;
 use kube::api::{DynamicObject, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Client, ResourceExt};
 use serde_json::json;
 
 use crate::report::{Report, percentile_ms};
@@ -111,84 +108,3 @@ async fn watch_round_trips(
 
 /// How long a watch may take to show one write before the bench gives up.
 const WATCH_WAIT: Duration = Duration::from_secs(30);
-
-/// The writes the spec requires of a first sync, done by a plain client: per object the
-/// `core.kbind.io/syncer` finalizer patch on the consumer instance, the server-side apply of
-/// its copy (managed label and both ownership markers) into the provider, and the instance's
-/// `Synced=True` condition. The konnector cannot be faster than this without skipping a write
-/// the spec asks for.
-pub async fn required_writes(
-    config: &Config,
-    consumer: &Client,
-    provider: &Client,
-    report: &mut Report,
-) -> anyhow::Result<()> {
-    let api = TestApi::namespaced("required.bench.kbind.io");
-    api.install_on_provider(provider).await?;
-    api.install_on_consumer(consumer, None).await?;
-    ensure_namespace(consumer, NS).await?;
-    futures::stream::iter(0..config.instances)
-        .map(|i| {
-            let api = &api;
-            async move {
-                api.create(
-                    consumer,
-                    Some(NS),
-                    &instance_name("r", i),
-                    json!({ "seq": 0 }),
-                )
-                .await
-            }
-        })
-        .buffer_unordered(config.in_flight())
-        .try_collect::<Vec<_>>()
-        .await?;
-    let instances = api.api(consumer, Some(NS));
-    let copies = api.api(provider, Some(NS));
-    let params = PatchParams::apply(FIELD_MANAGER).force();
-    let started = Instant::now();
-    futures::stream::iter(0..config.instances)
-        .map(|i| {
-            let (instances, copies, params, api) = (&instances, &copies, &params, &api);
-            async move {
-                let name = instance_name("r", i);
-                let finalizer = json!({ "metadata": { "finalizers": [SYNCER_FINALIZER] } });
-                let instance = instances
-                    .patch(&name, &PatchParams::default(), &Patch::Merge(&finalizer))
-                    .await?;
-                let mut copy = api.object(Some(NS), &name, json!({ "seq": 0 }));
-                copy.labels_mut()
-                    .insert(MANAGED_LABEL.into(), "true".into());
-                let annotations = copy.annotations_mut();
-                annotations.insert(
-                    CONSUMER_CLUSTER_UID_ANNOTATION.into(),
-                    "c0ffee00-0000-4000-8000-000000000001".into(),
-                );
-                annotations.insert(
-                    CONSUMER_OBJECT_UID_ANNOTATION.into(),
-                    instance.uid().unwrap_or_default(),
-                );
-                copies.patch(&name, params, &Patch::Apply(&copy)).await?;
-                let synced = json!({
-                    "apiVersion": api.resource().api_version, "kind": api.resource().kind,
-                    "metadata": { "name": name, "namespace": NS },
-                    "status": { "conditions": [{
-                        "type": "Synced", "status": "True", "reason": "AsExpected",
-                        "message": "the provider copy matches the spec",
-                        "observedGeneration": instance.metadata.generation,
-                        "lastTransitionTime": "2026-01-01T00:00:00Z",
-                    }] },
-                });
-                instances
-                    .patch_status(&name, params, &Patch::Apply(&synced))
-                    .await?;
-                anyhow::Ok(())
-            }
-        })
-        .buffer_unordered(config.in_flight())
-        .try_collect::<Vec<_>>()
-        .await?;
-    report.required_writes_objects_per_s =
-        config.instances as f64 / started.elapsed().as_secs_f64();
-    Ok(())
-}

@@ -6,27 +6,31 @@
 //! 1. baselines, with the parallelism the konnector has (its default `--sync-concurrency` per
 //!    syncer, one syncer per API):
 //!    plain server-side apply of N objects into the provider (the physical limit), and the
-//!    *required writes* of a first sync done by a plain kube-rs client (per object the
-//!    consumer finalizer patch, the provider apply and the instance's `Synced=True` status:
-//!    what the spec asks for and nothing more); one apply round-trip (p50/p99), and one apply
-//!    until a watch shows it (the hop a spec or status change makes twice on its way through
-//!    the konnector);
+//!    *required writes* of a first sync done by a plain client on the konnector's kube-rs
+//!    stack, as a process of its own (per object the consumer finalizer patch, the provider
+//!    apply and the instance's `Synced=True` status: what the spec asks for and nothing more;
+//!    its rate and its CPU per object are the floor, `floor.rs`); one apply round-trip
+//!    (p50/p99), and one apply until a watch shows it (the hop a spec or status change makes
+//!    twice on its way through the konnector);
 //! 2. initial sync: N consumer instances over 5 APIs created before the real `konnector run`
 //!    process starts; time until every provider copy exists and until every instance says
 //!    `Synced=True` (seen through watches, not polled), objects/s, ratio to both baselines,
 //!    and the API requests both apiservers served per synced object (their own
 //!    `apiserver_request_total`, reads and writes; list and watch requests are left out:
 //!    a watch costs one request per API, not per object);
-//! 3. steady state: spec updates to random instances at a fixed rate; consumer write → provider
-//!    copy latency and provider status write → consumer status latency (p50/p99, ratio to the
-//!    baseline round-trip);
+//! 3. updates to random instances at a fixed rate, over the first minute after the initial sync
+//!    and then as the steady state: consumer write → provider copy latency and provider status
+//!    write → consumer status latency (p50/p99, ratio to the baseline round-trip), each phase
+//!    with the konnector's work queues meanwhile (deepest queue, wait p99; `queues.rs`);
 //! 4. resources: the process's RSS and CPU seconds at N instances, cold start to `/readyz`,
 //!    and the CPU spent after `/readyz` per synced object (start-up, which compiles the
-//!    policy modules, is reported on its own);
+//!    policy modules, is reported on its own), and its ratio to the floor's;
 //! 5. policy cost: one conflict decision (p50, p99 and the amortized mean, µs) vs the
 //!    konnector CPU time per synced object.
 //!
 //! The table prints each figure's target beside it; targets are never asserted.
+//! `KBIND_BENCH_PROFILE=<file>` records a `perf` profile of the konnector over the initial
+//! sync (`profile.rs`).
 //!
 //! Prints a table and writes every figure to `<target>/bench/sync.json`. No figure is
 //! asserted. `cargo bench` passes `--bench` (N = 1 000, `--instances 10000` or
@@ -34,7 +38,10 @@
 //! 25 instances.
 
 mod baselines;
+mod floor;
 mod initial;
+mod profile;
+mod queues;
 mod replicas;
 mod report;
 mod steady;
@@ -75,6 +82,9 @@ pub(crate) struct Config {
     pub(crate) round_trips: usize,
     pub(crate) update_rate: f64,
     pub(crate) update_period: Duration,
+    /// How long the updates right after the initial sync last (`KBIND_BENCH_AFTER_SYNC`
+    /// seconds; a minute under `--bench`, 2 s in the smoke run).
+    after_sync: Duration,
     policy_calls: usize,
     konnector: Option<PathBuf>,
     /// How many APIs the instances are spread over (one syncer each).
@@ -115,6 +125,11 @@ impl Config {
             round_trips: if bench { 200 } else { 10 },
             update_rate: 20.0,
             update_period: Duration::from_secs(if bench { 15 } else { 2 }),
+            after_sync: match std::env::var("KBIND_BENCH_AFTER_SYNC").ok() {
+                Some(s) => Duration::from_secs(s.parse().context("KBIND_BENCH_AFTER_SYNC")?),
+                None if bench => Duration::from_secs(60),
+                None => Duration::from_secs(2),
+            },
             policy_calls: if bench { 1000 } else { 10 },
             konnector: flag("--konnector").map(PathBuf::from),
             apis: match flag("--apis").or_else(|| std::env::var("KBIND_BENCH_APIS").ok()) {
@@ -160,6 +175,10 @@ impl Config {
 }
 
 fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(at) = args.iter().position(|a| a == floor::FLOOR_FLAG) {
+        return floor::floor_main(&args[at + 1..]);
+    }
     let config = Config::from_args()?;
     let binary = match &config.konnector {
         Some(path) => path.clone(),
@@ -199,7 +218,15 @@ async fn run(config: &Config, pair: &ClusterPair, binary: &Path) -> anyhow::Resu
     eprintln!("bench: baseline ({} objects)", config.instances);
     baselines::baseline(config, &provider, &mut report).await?;
     eprintln!("bench: required writes ({} objects)", config.instances);
-    baselines::required_writes(config, &consumer, &provider, &mut report).await?;
+    floor::required_writes(
+        config,
+        pair.consumer.admin().kubeconfig_path(),
+        pair.provider.admin().kubeconfig_path(),
+        &consumer,
+        &provider,
+        &mut report,
+    )
+    .await?;
 
     let apis = prepare(config, pair, &consumer, &provider).await?;
     // Cold start: the process starts with every instance and the Binding already there.
@@ -219,6 +246,7 @@ async fn run(config: &Config, pair: &ClusterPair, binary: &Path) -> anyhow::Resu
     konnector.wait_ready(WAIT).await?;
     report.cold_start_to_ready_seconds = started.elapsed().as_secs_f64();
     report.konnector_cpu_seconds_at_ready = konnector.cpu_seconds()?;
+    let profile = profile::Profile::start(konnector.pid());
     wait_connection(&consumer, CONNECTION, "Ready", |c| {
         has_condition(c, "Ready", "True", "AsExpected")
     })
@@ -226,13 +254,24 @@ async fn run(config: &Config, pair: &ClusterPair, binary: &Path) -> anyhow::Resu
     wait_binding_ready(&consumer, NS, WAIT).await?;
     let reached = progress.finished(started, WAIT).await?;
     report.konnector_cpu_seconds_initial_sync = konnector.cpu_seconds()?;
+    drop(profile);
     report.konnector_rss_mib_after_initial_sync = mib(konnector.rss_bytes()?);
     drop(progress);
     let requests_after = initial::request_counts(&consumer, &provider).await?;
     initial_figures(&mut report, &reached, &requests_before, &requests_after);
 
+    eprintln!(
+        "bench: updates over the first {} s after the sync",
+        config.after_sync.as_secs()
+    );
+    let after_sync = steady::updates(config, &apis, &consumer, &provider, config.after_sync);
+    let (after_sync, queues) = queues::during(&konnector, after_sync).await?;
+    (report.after_sync, report.after_sync_queues) = (after_sync, queues);
     eprintln!("bench: steady state");
-    steady::steady_state(config, &apis, &consumer, &provider, &mut report).await?;
+    let steady = steady::updates(config, &apis, &consumer, &provider, config.update_period);
+    let (steady, queues) = queues::during(&konnector, steady).await?;
+    steady::steady_figures(&mut report, &steady, config.update_rate);
+    report.steady_queues = queues;
     report.konnector_rss_mib_after_steady_state = mib(konnector.rss_bytes()?);
     report.konnector_rss_kib_per_instance =
         report.konnector_rss_mib_after_steady_state * 1024.0 / config.instances as f64;
@@ -465,6 +504,8 @@ fn initial_figures(
     let sync_cpu =
         report.konnector_cpu_seconds_initial_sync - report.konnector_cpu_seconds_at_ready;
     report.sync_cpu_us_per_object = sync_cpu * 1e6 / n;
+    report.sync_cpu_ratio_to_floor =
+        report.sync_cpu_us_per_object / report.required_writes_cpu_us_per_object;
     report.sync_cpu_seconds_per_1000_objects = sync_cpu * 1000.0 / n;
     report.sync_wall_us_per_object = initial * 1e6 / n;
 }

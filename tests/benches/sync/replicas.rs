@@ -105,10 +105,9 @@ pub async fn replicas(
         });
     }
 
-    let mut through = Report::default();
-    steady::steady_state(config, apis, consumer, provider, &mut through).await?;
-    report.replicas_spec_latency_p99_ms = through.spec_latency_p99_ms;
-    report.replicas_status_latency_p99_ms = through.status_latency_p99_ms;
+    let through = steady::updates(config, apis, consumer, provider, config.update_period).await?;
+    report.replicas_spec_latency_p99_ms = through.spec_p99_ms;
+    report.replicas_status_latency_p99_ms = through.status_p99_ms;
     for (figure, (_, process)) in figures.iter_mut().zip(&processes) {
         figure.cpu_seconds_steady = process.cpu_seconds()? - figure.cpu_seconds_to_settle;
         figure.rss_mib = figure.rss_mib.max(mib(process.rss_bytes()?));

@@ -15,6 +15,10 @@ pub struct Report {
     pub concurrency: usize,
     pub baseline_apply_objects_per_s: f64,
     pub required_writes_objects_per_s: f64,
+    /// The floor process's CPU over its writes (`floor.rs`), and per object.
+    pub required_writes_cpu_seconds: f64,
+    pub required_writes_cpu_us_per_object: f64,
+    pub required_writes_rss_mib: f64,
     pub baseline_round_trip_p50_ms: f64,
     pub baseline_round_trip_p99_ms: f64,
     /// Apply of one object until a watch on the same apiserver shows it.
@@ -35,6 +39,11 @@ pub struct Report {
     pub all_copies_seconds: f64,
     pub sync_after_first_copy_objects_per_s: f64,
     pub cold_start_to_ready_seconds: f64,
+    /// The updates over the first minute after the initial sync, and the work queues then.
+    pub after_sync: crate::steady::Latencies,
+    pub after_sync_queues: Vec<crate::queues::QueueFigures>,
+    /// The work queues over the steady phase.
+    pub steady_queues: Vec<crate::queues::QueueFigures>,
     pub steady_updates: usize,
     pub steady_update_rate_per_s: f64,
     pub spec_latency_p50_ms: f64,
@@ -80,6 +89,9 @@ pub struct Report {
     pub policy_decision_mean_us: f64,
     /// CPU after `/readyz` until the end of the initial sync, per synced object.
     pub sync_cpu_us_per_object: f64,
+    /// That over the floor process's CPU per object: 1.0 is a konnector as cheap as the
+    /// required writes alone.
+    pub sync_cpu_ratio_to_floor: f64,
     pub sync_cpu_seconds_per_1000_objects: f64,
     pub sync_wall_us_per_object: f64,
     /// `--replicas N`: from starting N sharded replicas until every shard was held and their
@@ -143,7 +155,10 @@ pub fn print_table(r: &Report) {
         (
             "required writes (finalizer, SSA, Synced) rate",
             format!("{:.0} obj/s", r.required_writes_objects_per_s),
-            none(),
+            format!(
+                "CPU {:.0} µs/obj, {:.0} MiB",
+                r.required_writes_cpu_us_per_object, r.required_writes_rss_mib
+            ),
             "",
         ),
         (
@@ -196,6 +211,19 @@ pub fn print_table(r: &Report) {
             format!("{:.2}", r.initial_sync_api_requests_per_object),
             "reads + writes, both".to_string(),
             "3 (the floor)",
+        ),
+        (
+            "first minute after sync: spec / status p99",
+            format!(
+                "{:.1} / {:.1} ms",
+                r.after_sync.spec_p99_ms, r.after_sync.status_p99_ms
+            ),
+            format!(
+                "{:.1}x / {:.1}x two hops",
+                r.after_sync.spec_p99_ms / r.two_watch_round_trips_p99_ms,
+                r.after_sync.status_p99_ms / r.two_watch_round_trips_p99_ms
+            ),
+            "reported",
         ),
         (
             "spec consumer → provider p50 / p99",
@@ -273,7 +301,8 @@ pub fn print_table(r: &Report) {
                 r.sync_cpu_us_per_object, r.sync_wall_us_per_object
             ),
             format!(
-                "policy = {:.1}% of CPU",
+                "{:.2}x floor, policy {:.1}%",
+                r.sync_cpu_ratio_to_floor,
                 100.0 * r.policy_decision_mean_us / r.sync_cpu_us_per_object
             ),
             "CPU <= 400 µs",
@@ -295,7 +324,30 @@ pub fn print_table(r: &Report) {
     for (name, value, ratio, target) in rows {
         println!("{name:<44} {value:>28} {ratio:>26} {target:>18}");
     }
+    print_queues("first minute after sync", &r.after_sync_queues);
+    print_queues("steady state", &r.steady_queues);
     print_replicas(r);
+}
+
+/// The konnector's work queues over one phase, one row per syncer.
+fn print_queues(phase: &str, queues: &[crate::queues::QueueFigures]) {
+    if queues.is_empty() {
+        return;
+    }
+    println!(
+        "
+work queues, {phase}"
+    );
+    println!(
+        "{:<36} {:>10} {:>10} {:>10} {:>14} {:>16}",
+        "syncer (API)", "max depth", "adds", "waits", "mean wait ms", "p99 wait <= ms"
+    );
+    for q in queues {
+        println!(
+            "{:<36} {:>10.0} {:>10.0} {:>10.0} {:>14.2} {:>16.1}",
+            q.api, q.max_depth, q.adds, q.waits, q.mean_wait_ms, q.p99_wait_at_most_ms
+        );
+    }
 }
 
 /// The `--replicas` table: each sharded replica, then the takeover after a SIGKILL.

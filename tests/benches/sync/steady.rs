@@ -1,5 +1,6 @@
-//! Steady state: spec updates to random instances at a fixed rate, and the latency of each
-//! update reaching the provider copy and of the provider's status reaching the consumer.
+//! Spec updates to random instances at a fixed rate, and the latency of each update reaching
+//! the provider copy and of the provider's status reaching the consumer. The bench runs it
+//! twice: over the first minute after the initial sync, then as the steady state.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -19,16 +20,26 @@ use crate::{Config, NS, lock};
 /// Pending writes: (api index, name) → (sequence number, when it was written).
 type Pending = Arc<Mutex<HashMap<(usize, String), (u64, Instant)>>>;
 
-/// Updates random instances at `update_rate`; watches measure when the provider copy shows
-/// each spec update, and (after the bench writes the provider status) when the consumer
-/// instance shows that status.
-pub async fn steady_state(
+/// The latencies of one phase of updates.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct Latencies {
+    pub updates: usize,
+    pub spec_p50_ms: f64,
+    pub spec_p99_ms: f64,
+    pub status_p50_ms: f64,
+    pub status_p99_ms: f64,
+}
+
+/// Updates random instances at `update_rate` for `period`; watches measure when the provider
+/// copy shows each spec update, and (after the bench writes the provider status) when the
+/// consumer instance shows that status.
+pub async fn updates(
     config: &Config,
     apis: &[TestApi],
     consumer: &Client,
     provider: &Client,
-    report: &mut Report,
-) -> anyhow::Result<()> {
+    period: Duration,
+) -> anyhow::Result<Latencies> {
     let spec_pending: Pending = Arc::default();
     let status_pending: Pending = Arc::default();
     let spec_samples = Arc::new(Mutex::new(Vec::new()));
@@ -80,7 +91,7 @@ pub async fn steady_state(
     // Let the watches list first.
     tokio::time::sleep(Duration::from_secs(2)).await;
 
-    let updates = (config.update_rate * config.update_period.as_secs_f64()) as usize;
+    let updates = (config.update_rate * period.as_secs_f64()) as usize;
     let interval = Duration::from_secs_f64(1.0 / config.update_rate);
     let mut ticker = tokio::time::interval(interval);
     let mut rng = 0x2545_f491_4f6c_dd1d_u64;
@@ -110,12 +121,23 @@ pub async fn steady_state(
     watches.iter().for_each(|w| w.abort());
     let mut spec = lock(&spec_samples).clone();
     let mut status = lock(&status_samples).clone();
-    report.steady_updates = updates;
-    report.steady_update_rate_per_s = config.update_rate;
-    report.spec_latency_p50_ms = percentile_ms(&mut spec, 0.50);
-    report.spec_latency_p99_ms = percentile_ms(&mut spec, 0.99);
-    report.status_latency_p50_ms = percentile_ms(&mut status, 0.50);
-    report.status_latency_p99_ms = percentile_ms(&mut status, 0.99);
+    Ok(Latencies {
+        updates,
+        spec_p50_ms: percentile_ms(&mut spec, 0.50),
+        spec_p99_ms: percentile_ms(&mut spec, 0.99),
+        status_p50_ms: percentile_ms(&mut status, 0.50),
+        status_p99_ms: percentile_ms(&mut status, 0.99),
+    })
+}
+
+/// The steady phase's figures in `report`, with their ratios to the baselines.
+pub fn steady_figures(report: &mut Report, steady: &Latencies, rate: f64) {
+    report.steady_updates = steady.updates;
+    report.steady_update_rate_per_s = rate;
+    report.spec_latency_p50_ms = steady.spec_p50_ms;
+    report.spec_latency_p99_ms = steady.spec_p99_ms;
+    report.status_latency_p50_ms = steady.status_p50_ms;
+    report.status_latency_p99_ms = steady.status_p99_ms;
     report.spec_latency_p50_ratio_to_round_trip =
         report.spec_latency_p50_ms / report.baseline_round_trip_p50_ms;
     report.status_latency_p50_ratio_to_round_trip =
@@ -125,7 +147,6 @@ pub async fn steady_state(
     report.status_latency_p99_ratio_to_round_trip =
         report.status_latency_p99_ms / report.baseline_round_trip_p99_ms;
     report.two_watch_round_trips_p99_ms = 2.0 * report.baseline_watch_round_trip_p99_ms;
-    Ok(())
 }
 
 /// Removes and returns the latency of a pending write once `seq` (or a later one) is seen.

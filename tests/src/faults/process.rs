@@ -194,15 +194,22 @@ impl KonnectorProcess {
 
     /// CPU seconds used so far, user + system (`/proc/<pid>/stat` fields 14 and 15).
     pub fn cpu_seconds(&self) -> anyhow::Result<f64> {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid()))?;
-        // The command name (field 2) may contain spaces; fields after it are plain.
-        let after = stat.rsplit_once(')').context("malformed stat")?.1;
-        let fields: Vec<&str> = after.split_whitespace().collect();
-        // `after` starts at field 3 (state), so utime (14) and stime (15) are at 11 and 12.
-        let utime: f64 = fields.get(11).context("no utime")?.parse()?;
-        let stime: f64 = fields.get(12).context("no stime")?.parse()?;
-        Ok((utime + stime) / clock_ticks())
+        cpu_seconds_of(self.pid())
     }
+}
+
+/// CPU seconds process `pid` used so far, user + system (`/proc/<pid>/stat` fields 14 and
+/// 15): one reading for the konnector and for the bench's floor client, so that their CPU per
+/// object compares.
+pub fn cpu_seconds_of(pid: u32) -> anyhow::Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // The command name (field 2) may contain spaces; fields after it are plain.
+    let after = stat.rsplit_once(')').context("malformed stat")?.1;
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    // `after` starts at field 3 (state), so utime (14) and stime (15) are at 11 and 12.
+    let utime: f64 = fields.get(11).context("no utime")?.parse()?;
+    let stime: f64 = fields.get(12).context("no stime")?.parse()?;
+    Ok((utime + stime) / clock_ticks())
 }
 
 /// Clock ticks per second for `/proc` CPU times (`getconf CLK_TCK`, 100 on Linux).
