@@ -250,7 +250,7 @@ async fn with_verification_on_a_signed_module_runs_and_an_unsigned_or_wrongly_si
         let digest = |pinned: &str| pinned.rsplit_once('@').map(|(_, d)| d.to_owned()).unwrap_or_default();
         let info = |tag: &str, pinned: &str| {
             format!(
-                "kbind_policy_module_info{{role=\"conflict\",reference=\"oci://{host}/acme/conflict:{tag}\",digest=\"{}\"}} 1",
+                "kbind_policy_module_info{{role=\"conflict\",reference=\"oci://{host}/acme/conflict:{tag}\",digest=\"{}\",connection=\"\"}} 1",
                 digest(pinned)
             )
         };
