@@ -333,13 +333,7 @@ async fn the_registry_down_at_restart_without_a_cached_digest_fails_closed() -> 
 
 /// Runs `konnector policy <args>`; its stdout, or an error with its stderr.
 fn konnector_policy(args: &[&str]) -> anyhow::Result<String> {
-    let output = std::process::Command::new(kbind_tests::konnector_binary!())
-        .arg("policy")
-        .args(args)
-        .output()?;
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    ensure!(output.status.success(), "policy {args:?} failed: {stderr}");
-    Ok(String::from_utf8(output.stdout)?)
+    kbind_tests::faults::process::konnector_policy(&kbind_tests::konnector_binary!(), args)
 }
 
 #[tokio::test]
@@ -436,22 +430,6 @@ async fn policy_push_pull_inspect_and_test_speak_the_registry_with_the_module_s_
     Ok(())
 }
 
-/// Waits until the konnector's metrics contain `sample`.
-async fn metrics_show(process: &KonnectorProcess, sample: &str) -> anyhow::Result<()> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let metrics = process.metrics().await?;
-        if metrics.contains(sample) {
-            return Ok(());
-        }
-        ensure!(
-            tokio::time::Instant::now() < deadline,
-            "no {sample} within 30s in:\n{metrics}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
 #[tokio::test]
 async fn a_changed_reference_is_swapped_live_and_a_failing_one_leaves_the_old_module()
 -> anyhow::Result<()> {
@@ -485,17 +463,17 @@ async fn a_changed_reference_is_swapped_live_and_a_failing_one_leaves_the_old_mo
                 "kbind_policy_module_info{{role=\"conflict\",reference=\"oci://{host}/policies/live:{tag}\",digest=\"{digest}\",connection=\"\"}} 1"
             )
         };
-        metrics_show(&process, &info("v1", &v1)).await?;
+        process.wait_for_metric(&info("v1", &v1)).await?;
 
         // The reference moves to v2: pulled, checked and swapped in the running process.
         write_ref("v2")?;
-        metrics_show(&process, &info("v2", &v2)).await?;
-        metrics_show(&process, "kbind_policy_swaps_total{role=\"conflict\",result=\"swapped\"} 1").await?;
+        process.wait_for_metric(&info("v2", &v2)).await?;
+        process.wait_for_metric("kbind_policy_swaps_total{role=\"conflict\",result=\"swapped\"} 1").await?;
         log_says(&log, &format!("policy module swapped: digest {v1} → {v2}"))?;
 
         // A reference that cannot be pulled: the failure is counted, v2 keeps running.
         write_ref("missing")?;
-        metrics_show(&process, "kbind_policy_swaps_total{role=\"conflict\",result=\"failed\"} 1").await?;
+        process.wait_for_metric("kbind_policy_swaps_total{role=\"conflict\",result=\"failed\"} 1").await?;
         let metrics = process.metrics().await?;
         ensure!(metrics.contains(&info("v2", &v2)), "v2 no longer runs:\n{metrics}");
         ensure!(process.exited()?.is_none() && process.pid() == pid, "the konnector restarted");
@@ -598,7 +576,7 @@ async fn the_pull_secret_is_read_from_the_credential_namespace() -> anyhow::Resu
         // The pull Secret as `kubectl create secret docker-registry` writes it.
         let mut right = run("policy-pull", &work.join("right.log"))?;
         right.wait_ready(Duration::from_secs(60)).await?;
-        metrics_show(&right, &format!(
+        right.wait_for_metric(&format!(
             "kbind_policy_module_info{{role=\"conflict\",reference=\"{conflict}\",digest=\"{pushed}\",connection=\"\"}} 1"
         ))
         .await?;

@@ -154,29 +154,7 @@ async fn the_registry_down_a_cached_module_is_verified_again_from_its_cached_sig
 
 /// Runs `konnector policy <args>`; its stdout, or an error with its stderr.
 fn konnector_policy(args: &[&str]) -> anyhow::Result<String> {
-    let output = std::process::Command::new(kbind_tests::konnector_binary!())
-        .arg("policy")
-        .args(args)
-        .output()?;
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    ensure!(output.status.success(), "policy {args:?} failed: {stderr}");
-    Ok(String::from_utf8(output.stdout)?)
-}
-
-/// Waits until the konnector's metrics contain `sample`.
-async fn metrics_show(process: &KonnectorProcess, sample: &str) -> anyhow::Result<()> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let metrics = process.metrics().await?;
-        if metrics.contains(sample) {
-            return Ok(());
-        }
-        ensure!(
-            tokio::time::Instant::now() < deadline,
-            "no {sample} within 30s in:\n{metrics}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    kbind_tests::faults::process::konnector_policy(&kbind_tests::konnector_binary!(), args)
 }
 
 /// Fails unless the konnector log `log` contains `expected`, showing the log.
@@ -254,13 +232,13 @@ async fn with_verification_on_a_signed_module_runs_and_an_unsigned_or_wrongly_si
                 digest(pinned)
             )
         };
-        metrics_show(&process, &info("v1", &v1)).await?;
+        process.wait_for_metric(&info("v1", &v1)).await?;
 
         write_ref("v2")?;
-        metrics_show(&process, "kbind_policy_swaps_total{role=\"conflict\",result=\"failed\"} 1").await?;
+        process.wait_for_metric("kbind_policy_swaps_total{role=\"conflict\",result=\"failed\"} 1").await?;
         log_says(&log, &format!("{unsigned} is not signed"))?;
         write_ref("v3")?;
-        metrics_show(&process, "kbind_policy_swaps_total{role=\"conflict\",result=\"failed\"} 2").await?;
+        process.wait_for_metric("kbind_policy_swaps_total{role=\"conflict\",result=\"failed\"} 2").await?;
         log_says(&log, &format!("{wrongly}: no signature verifies"))?;
         let metrics = process.metrics().await?;
         ensure!(metrics.contains(&info("v1", &v1)), "v1 no longer runs:\n{metrics}");
@@ -269,8 +247,8 @@ async fn with_verification_on_a_signed_module_runs_and_an_unsigned_or_wrongly_si
         let v4 = push_tag("v4", "4.0.0")?;
         konnector_policy(&["sign", &format!("oci://{host}/acme/conflict:v4"), "--key", &key, &plain])?;
         write_ref("v4")?;
-        metrics_show(&process, &info("v4", &v4)).await?;
-        metrics_show(&process, "kbind_policy_swaps_total{role=\"conflict\",result=\"swapped\"} 1").await?;
+        process.wait_for_metric(&info("v4", &v4)).await?;
+        process.wait_for_metric("kbind_policy_swaps_total{role=\"conflict\",result=\"swapped\"} 1").await?;
         process.terminate(Duration::from_secs(10)).await?;
         Ok::<_, anyhow::Error>(())
     })

@@ -13,13 +13,7 @@ use konnector::policy::{ConflictDecision, ConflictInput, Policies, PolicyRole};
 
 /// Runs `konnector policy <args>`; its stdout, or an error with its stderr.
 fn konnector_policy(args: &[&str]) -> anyhow::Result<String> {
-    let output = Command::new(kbind_tests::konnector_binary!())
-        .arg("policy")
-        .args(args)
-        .output()?;
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    ensure!(output.status.success(), "policy {args:?} failed: {stderr}");
-    Ok(String::from_utf8(output.stdout)?)
+    kbind_tests::faults::process::konnector_policy(&kbind_tests::konnector_binary!(), args)
 }
 
 /// `cargo build --release` in `project`, as an author runs it (the outer build's flags and

@@ -150,6 +150,23 @@ impl KonnectorProcess {
         Ok(body)
     }
 
+    /// Waits up to 30 s until the process's metrics contain `sample` (a whole exposition line
+    /// or part of one); the error shows the last metrics read.
+    pub async fn wait_for_metric(&self, sample: &str) -> anyhow::Result<()> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let metrics = self.metrics().await?;
+            if metrics.contains(sample) {
+                return Ok(());
+            }
+            anyhow::ensure!(
+                tokio::time::Instant::now() < deadline,
+                "no {sample} within 30s in:\n{metrics}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
     /// Kills the process with SIGKILL (no graceful shutdown) and reaps it.
     pub fn kill_hard(&mut self) -> anyhow::Result<()> {
         // `Child::kill` sends SIGKILL on Unix.
@@ -228,4 +245,13 @@ impl Drop for KonnectorProcess {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Runs `binary policy <args>` (the policy author's commands); its stdout, or an error with
+/// its stderr.
+pub fn konnector_policy(binary: &Path, args: &[&str]) -> anyhow::Result<String> {
+    let output = Command::new(binary).arg("policy").args(args).output()?;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    anyhow::ensure!(output.status.success(), "policy {args:?} failed: {stderr}");
+    Ok(String::from_utf8(output.stdout)?)
 }
