@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context as _, bail, ensure};
-use kbind_tests::faults::process::KonnectorProcess;
+use kbind_tests::faults::process::{KonnectorProcess, log_says};
 use kbind_tests::registry::Registry;
-use kbind_tests::testenv::shared_pair;
+use kbind_tests::testenv::{fresh_dir, shared_pair};
 use konnector::artifact::{
     FetchError, Fetched, FetchedFrom, Fetcher, FetcherConfig, OciRef, PolicyRef, PushMeta,
 };
@@ -22,10 +22,7 @@ fn scratch(name: &str) -> anyhow::Result<PathBuf> {
     let dir = std::env::temp_dir()
         .join("kbind-policy-registry")
         .join(format!("{}-{name}", std::process::id()));
-    if dir.exists() {
-        std::fs::remove_dir_all(&dir)?;
-    }
-    std::fs::create_dir_all(&dir)?;
+    fresh_dir(&dir)?;
     Ok(dir)
 }
 
@@ -226,16 +223,6 @@ fn pull_flags(conflict: &str, host: &str, cache: &Path) -> Vec<String> {
         format!("--policy-plain-http-registry={host}"),
         format!("--policy-cache-dir={}", cache.display()),
     ]
-}
-
-/// Fails unless the konnector log `log` contains `expected`, showing the log.
-fn log_says(log: &Path, expected: &str) -> anyhow::Result<()> {
-    let said = std::fs::read_to_string(log)?;
-    ensure!(
-        said.contains(expected),
-        "the log does not say {expected:?}:\n{said}"
-    );
-    Ok(())
 }
 
 /// Waits for `process` to exit; its status.

@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, ensure};
-use kbind_tests::faults::process::KonnectorProcess;
+use kbind_tests::faults::process::{KonnectorProcess, log_says};
 use kbind_tests::registry::Registry;
-use kbind_tests::testenv::shared_pair;
+use kbind_tests::testenv::{fresh_dir, shared_pair};
 use konnector::artifact::sign::KeyPair;
 use konnector::artifact::{
     FetchError, FetchedFrom, Fetcher, FetcherConfig, OciRef, PolicyRef, PushMeta, Verification,
@@ -21,10 +21,7 @@ fn scratch(name: &str) -> anyhow::Result<PathBuf> {
     let dir = std::env::temp_dir()
         .join("kbind-policy-signatures")
         .join(format!("{}-{name}", std::process::id()));
-    if dir.exists() {
-        std::fs::remove_dir_all(&dir)?;
-    }
-    std::fs::create_dir_all(&dir)?;
+    fresh_dir(&dir)?;
     Ok(dir)
 }
 
@@ -157,16 +154,6 @@ fn konnector_policy(args: &[&str]) -> anyhow::Result<String> {
     kbind_tests::faults::process::konnector_policy(&kbind_tests::konnector_binary!(), args)
 }
 
-/// Fails unless the konnector log `log` contains `expected`, showing the log.
-fn log_says(log: &Path, expected: &str) -> anyhow::Result<()> {
-    let said = std::fs::read_to_string(log)?;
-    ensure!(
-        said.contains(expected),
-        "the log does not say {expected:?}:\n{said}"
-    );
-    Ok(())
-}
-
 /// The docs' flow, command for command: build (the built-in module stands in) → push → sign
 /// → reference → verify → swap; an unsigned or wrongly signed module is refused on a swap
 /// and the signed one keeps running.
@@ -176,10 +163,7 @@ async fn with_verification_on_a_signed_module_runs_and_an_unsigned_or_wrongly_si
     let pair = shared_pair()?;
     let work = pair.root().join("policy-signatures-live");
     pair.diagnose(async {
-        if work.exists() {
-            std::fs::remove_dir_all(&work)?;
-        }
-        std::fs::create_dir_all(&work)?;
+        fresh_dir(&work)?;
         let registry = Registry::start(&work.join("registry")).await?;
         let host = registry.host().to_owned();
         let plain = format!("--plain-http-registry={host}");
@@ -260,10 +244,7 @@ async fn with_verification_on_an_unsigned_module_stops_the_start() -> anyhow::Re
     let pair = shared_pair()?;
     let work = pair.root().join("policy-signatures-start");
     pair.diagnose(async {
-        if work.exists() {
-            std::fs::remove_dir_all(&work)?;
-        }
-        std::fs::create_dir_all(&work)?;
+        fresh_dir(&work)?;
         let registry = Registry::start(&work.join("registry")).await?;
         let host = registry.host().to_owned();
         let plain = fetcher(&registry, Verification::default(), None)?;

@@ -21,7 +21,7 @@ use std::time::Instant;
 use anyhow::Context as _;
 use futures::{StreamExt, TryStreamExt};
 use kbind_tests::faults::instance_name;
-use kbind_tests::faults::process::cpu_seconds_of;
+use kbind_tests::faults::process::{cpu_seconds_of, rss_bytes_of};
 use kbind_tests::syncenv::{TestApi, ensure_namespace};
 use konnector::api::names::{
     CONSUMER_CLUSTER_UID_ANNOTATION, CONSUMER_OBJECT_UID_ANNOTATION, FIELD_MANAGER, MANAGED_LABEL,
@@ -135,7 +135,7 @@ pub fn floor_main(args: &[String]) -> anyhow::Result<()> {
         anyhow::Ok(FloorFigures {
             objects_per_s: instances as f64 / elapsed,
             cpu_seconds: cpu_seconds_of(std::process::id())? - cpu,
-            rss_mib: crate::report::mib(rss_bytes()?),
+            rss_mib: crate::report::mib(rss_bytes_of(std::process::id())?),
         })
     })?;
     println!("{}", serde_json::to_string(&figures)?);
@@ -148,18 +148,6 @@ async fn client(path: &Path, cluster: &'static str) -> anyhow::Result<Client> {
     let config =
         kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
     Ok(konnector::fencing::client(config, cluster)?)
-}
-
-/// This process's resident set size in bytes.
-fn rss_bytes() -> anyhow::Result<u64> {
-    let status = std::fs::read_to_string("/proc/self/status")?;
-    let kib: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .context("no VmRSS")?
-        .parse()?;
-    Ok(kib * 1024)
 }
 
 /// Per object the `core.kbind.io/syncer` finalizer patch on the consumer instance, the

@@ -199,14 +199,7 @@ impl KonnectorProcess {
 
     /// Resident set size in bytes (`VmRSS` of `/proc/<pid>/status`).
     pub fn rss_bytes(&self) -> anyhow::Result<u64> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()))?;
-        let kib: u64 = status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.split_whitespace().next())
-            .context("no VmRSS")?
-            .parse()?;
-        Ok(kib * 1024)
+        rss_bytes_of(self.pid())
     }
 
     /// CPU seconds used so far, user + system (`/proc/<pid>/stat` fields 14 and 15).
@@ -254,4 +247,26 @@ pub fn konnector_policy(binary: &Path, args: &[&str]) -> anyhow::Result<String> 
     let stderr = String::from_utf8_lossy(&output.stderr);
     anyhow::ensure!(output.status.success(), "policy {args:?} failed: {stderr}");
     Ok(String::from_utf8(output.stdout)?)
+}
+
+/// Resident set size in bytes of process `pid` (`VmRSS` of `/proc/<pid>/status`).
+pub fn rss_bytes_of(pid: u32) -> anyhow::Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .context("no VmRSS")?
+        .parse()?;
+    Ok(kib * 1024)
+}
+
+/// Fails unless the log file `log` contains `expected`, showing the log.
+pub fn log_says(log: &Path, expected: &str) -> anyhow::Result<()> {
+    let said = std::fs::read_to_string(log)?;
+    anyhow::ensure!(
+        said.contains(expected),
+        "the log does not say {expected:?}:\n{said}"
+    );
+    Ok(())
 }

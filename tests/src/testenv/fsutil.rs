@@ -15,6 +15,17 @@ pub(crate) fn create_dir(path: &Path) -> Result<()> {
     })
 }
 
+/// Creates `path` empty: what an earlier run left there is removed first.
+pub fn fresh_dir(path: &Path) -> Result<()> {
+    if path.exists() {
+        fs::remove_dir_all(path).map_err(|source| Error::RemoveDir {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    }
+    create_dir(path)
+}
+
 /// Reads a UTF-8 file.
 pub(crate) fn read(path: &Path) -> Result<String> {
     fs::read_to_string(path).map_err(|source| Error::ReadFile {

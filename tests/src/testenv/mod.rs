@@ -48,7 +48,7 @@ use std::time::Duration;
 pub use binary::{KUBE_BIN_ENV, kube_binary};
 pub use cluster::{ADMIN_TOKEN_USER, Cluster, Options};
 pub use flags::CONTROLLERS;
-pub use fsutil::tail;
+pub use fsutil::{fresh_dir, tail};
 pub use identity::{Credential, Identity};
 pub use pair::{
     CONSUMER, ClusterPair, KEEP_ENV, PROVIDER, SECOND_CONSUMER, second_consumer, second_pair,
@@ -67,6 +67,14 @@ pub enum Error {
     /// A directory could not be created.
     #[error("creating directory {path}: {source}")]
     CreateDir {
+        /// The directory.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// A directory left by an earlier run could not be removed.
+    #[error("removing directory {path}: {source}")]
+    RemoveDir {
         /// The directory.
         path: PathBuf,
         /// The cause.
