@@ -139,12 +139,12 @@ impl FetchError {
             OciDistributionError::RequestError(e) if !e.is_status() => Self::Unreachable {
                 reference,
                 operation,
-                message: format!("{e:#}"),
+                message: with_causes(&e),
             },
             OciDistributionError::IoError(e) => Self::Unreachable {
                 reference,
                 operation,
-                message: e.to_string(),
+                message: with_causes(&e),
             },
             OciDistributionError::ServerError {
                 code, ref message, ..
@@ -185,5 +185,44 @@ impl FetchError {
             Self::Sign(_) => "sign",
             Self::Client(_) => "client",
         }
+    }
+}
+
+/// `error` and what caused it, outermost first: an HTTP client's own message ("error sending
+/// request") says nothing an operator can act on; the refused connection or the certificate
+/// that did not verify, further down the chain, does.
+fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut message = error.to_string();
+    let mut cause = error.source();
+    while let Some(inner) = cause {
+        let said = inner.to_string();
+        if !message.contains(&said) {
+            message.push_str(": ");
+            message.push_str(&said);
+        }
+        cause = inner.source();
+    }
+    message
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_transport_failure_names_its_causes_not_only_the_client_s_words() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("error sending request for url (https://registry.example/v2/)")]
+        struct Request(#[source] Connect);
+        #[derive(Debug, thiserror::Error)]
+        #[error("client error (Connect)")]
+        struct Connect(#[source] std::io::Error);
+        let certificate =
+            std::io::Error::other("certificate verify failed: self-signed certificate");
+        let said = with_causes(&Request(Connect(certificate)));
+        assert_eq!(
+            said,
+            "error sending request for url (https://registry.example/v2/): client error (Connect): certificate verify failed: self-signed certificate"
+        );
     }
 }
