@@ -1,12 +1,15 @@
 //! Policy modules verified before they run: with verification configured, a registry module
 //! runs only when a Sigstore bundle attached to it (cosign v3's layout, in a real registry
-//! built from distribution's Go module) verifies against a configured key. Keys are made in
-//! the test with `konnector policy generate-key`, modules signed with `konnector policy sign`.
+//! built from distribution's Go module) verifies against a configured key, or against a
+//! keyless identity under a trust root. Keys are made in the test with `konnector policy
+//! generate-key`, modules signed with `konnector policy sign`; keyless bundles come from a
+//! Sigstore made in the test (`kbind-keyless`: a CA, a CT log and a Rekor log of its own).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, ensure};
+use kbind_keyless::{Identity, Sigstore};
 use kbind_tests::faults::process::{KonnectorProcess, log_says};
 use kbind_tests::registry::Registry;
 use kbind_tests::testenv::{fresh_dir, shared_pair};
@@ -278,6 +281,82 @@ async fn with_verification_on_an_unsigned_module_stops_the_start() -> anyhow::Re
             "the konnector started an unsigned module: {status}"
         );
         log_says(&log, "is not signed")?;
+        Ok::<_, anyhow::Error>(())
+    })
+    .await
+}
+
+/// Keyless: the konnector trusts an OIDC issuer and subject under a `trusted_root.json` made in
+/// the test. A module signed for that identity runs; one signed for another subject (by the
+/// same CA, logged the same way) is refused on a swap with the subject it carries, the old one
+/// keeps running; a module signed for the identity again is swapped in.
+#[tokio::test]
+async fn with_keyless_verification_a_module_signed_for_the_identity_runs_and_one_for_another_subject_is_refused_keeping_the_old()
+-> anyhow::Result<()> {
+    const ISSUER: &str = "https://issuer.kbind.test";
+    const SUBJECT: &str = "release@acme.test";
+    let pair = shared_pair()?;
+    let work = pair.root().join("policy-signatures-keyless");
+    pair.diagnose(async {
+        fresh_dir(&work)?;
+        let registry = Registry::start(&work.join("registry")).await?;
+        let host = registry.host().to_owned();
+        let sigstore = Sigstore::new("kbind-e2e")?;
+        let trust_root = work.join("trusted_root.json");
+        std::fs::write(&trust_root, sigstore.trusted_root()?)?;
+        let plain = fetcher(&registry, Verification::default(), None)?;
+        let push_signed = async |tag: &str, version: &str, subject: &str| -> anyhow::Result<String> {
+            let target = reference(&registry, &format!("acme/conflict:{tag}"))?;
+            push(&plain, &target, version).await?;
+            let identity = Identity::new(ISSUER, subject);
+            let pinned = plain
+                .sign_with(&target, |manifest| {
+                    sigstore.sign(&identity, manifest).map_err(|e| e.to_string())
+                })
+                .await?;
+            Ok(pinned.to_string())
+        };
+        let v1 = push_signed("v1", "1.0.0", SUBJECT).await?;
+        let stranger = push_signed("v2", "2.0.0", "intern@acme.test").await?;
+
+        let refs = work.join("refs.yaml");
+        let write_ref = |tag: &str| std::fs::write(&refs, format!("conflict: oci://{host}/acme/conflict:{tag}\n"));
+        write_ref("v1")?;
+        let flags = [
+            format!("--policy-refs-file={}", refs.display()),
+            format!("--policy-plain-http-registry={host}"),
+            format!("--policy-cache-dir={}", work.join("cache").display()),
+            format!("--policy-verify-issuer={ISSUER}"),
+            format!("--policy-verify-subject={SUBJECT}"),
+            format!("--policy-trust-root={}", trust_root.display()),
+        ];
+        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+        let log = work.join("konnector.log");
+        let binary = kbind_tests::konnector_binary!();
+        let kubeconfig = pair.consumer.admin().kubeconfig_path();
+        let mut process = KonnectorProcess::start(&binary, kubeconfig, &log, &flags)?;
+        process.wait_ready(Duration::from_secs(60)).await?;
+        let digest = |pinned: &str| pinned.rsplit_once('@').map(|(_, d)| d.to_owned()).unwrap_or_default();
+        let info = |tag: &str, pinned: &str| {
+            format!(
+                "kbind_policy_module_info{{role=\"conflict\",reference=\"oci://{host}/acme/conflict:{tag}\",digest=\"{}\",connection=\"\"}} 1",
+                digest(pinned)
+            )
+        };
+        process.wait_for_metric(&info("v1", &v1)).await?;
+
+        write_ref("v2")?;
+        process.wait_for_metric("kbind_policy_swaps_total{role=\"conflict\",result=\"failed\"} 1").await?;
+        log_says(&log, &format!("{stranger}: no signature verifies (identity {SUBJECT} issued by {ISSUER}"))?;
+        log_says(&log, "SubjectAltName does not match (got intern@acme.test")?;
+        let metrics = process.metrics().await?;
+        ensure!(metrics.contains(&info("v1", &v1)), "v1 no longer runs:\n{metrics}");
+
+        let v3 = push_signed("v3", "3.0.0", SUBJECT).await?;
+        write_ref("v3")?;
+        process.wait_for_metric(&info("v3", &v3)).await?;
+        process.wait_for_metric("kbind_policy_swaps_total{role=\"conflict\",result=\"swapped\"} 1").await?;
+        process.terminate(Duration::from_secs(10)).await?;
         Ok::<_, anyhow::Error>(())
     })
     .await

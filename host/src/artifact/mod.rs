@@ -242,10 +242,23 @@ impl Fetcher {
         reference: &OciRef,
         key: &sign::KeyPair,
     ) -> Result<OciRef, FetchError> {
+        self.sign_with(reference, |manifest| {
+            sign::message_bundle(key, manifest).map_err(|e| e.to_string())
+        })
+        .await
+    }
+
+    /// Attaches the bundle `make_bundle` makes over the manifest `reference` names (a key
+    /// signature, or a keyless one made by a Fulcio elsewhere); returns the pinned reference
+    /// that was signed.
+    pub async fn sign_with(
+        &self,
+        reference: &OciRef,
+        make_bundle: impl FnOnce(&[u8]) -> Result<Vec<u8>, String>,
+    ) -> Result<OciRef, FetchError> {
         let auth = self.credentials.for_registry(&reference.registry);
         let pulled = wire::pull_manifest(&self.client, &auth, reference).await?;
-        let bundle = sign::message_bundle(key, &pulled.bytes)
-            .map_err(|e| FetchError::Sign(e.to_string()))?;
+        let bundle = make_bundle(&pulled.bytes).map_err(FetchError::Sign)?;
         signature::attach(
             &self.client,
             &auth,

@@ -17,6 +17,9 @@
 //!                                   certificate was valid
 //! ```
 //!
+//! sigstore-rs 0.15 does not verify the log entry's signed entry timestamp nor its inclusion
+//! proof (it reads no Rekor key): the entry's integrated time is the bundle's word.
+//!
 //! sigstore-rs 0.15's bundle verifier takes certificate bundles only (a public-key bundle is
 //! "unsupported verification material"), so key mode checks the signature here with its key
 //! types; keyless mode is its verifier as it is.
@@ -192,8 +195,23 @@ impl Keyless {
         verifier
             .verify_digest_with(ArtifactDigest::Sha256(digest), bundle, &policy, true)
             .await
-            .map_err(|e| e.to_string())
+            .map_err(|e| with_causes(&e))
     }
+}
+
+/// An error and its causes, `: `-separated: sigstore-rs's outer messages ("certificate SCT
+/// verification failed") say which check failed, their sources say why.
+fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.ends_with(&cause_text) {
+            text = format!("{text}: {cause_text}");
+        }
+        source = cause.source();
+    }
+    text
 }
 
 /// The trust root's CAs, CT log keys and transparency log keys, as sigstore-rs takes them.
@@ -312,6 +330,141 @@ pub fn b64(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kbind_keyless::{EntryDigest, Identity, Log, Sigstore, trusted_root};
+
+    const MANIFEST: &[u8] = br#"{"schemaVersion":2,"layers":[]}"#;
+    const ISSUER: &str = "https://issuer.kbind.test";
+    const SUBJECT: &str = "ci@kbind.test";
+
+    fn signer() -> Identity {
+        Identity::new(ISSUER, SUBJECT)
+    }
+
+    /// Verification of `issuer` + `subject` under `root`; the reason a `bundle` over
+    /// `MANIFEST` is refused, if it is.
+    async fn keyless(
+        issuer: &str,
+        subject: &str,
+        root: &[u8],
+        bundle: &[u8],
+    ) -> anyhow::Result<Result<(), String>> {
+        let verification =
+            Verification::default().with_keyless(issuer, subject, "trusted_root.json", root)?;
+        assert!(verification.is_enabled());
+        Ok(verification.verify_bundle(MANIFEST, bundle).await)
+    }
+
+    #[tokio::test]
+    async fn a_keyless_bundle_for_the_configured_identity_under_the_trust_root_verifies()
+    -> anyhow::Result<()> {
+        let sigstore = Sigstore::new("fulcio")?;
+        let bundle = sigstore.sign(&signer(), MANIFEST)?;
+        keyless(ISSUER, SUBJECT, &sigstore.trusted_root()?, &bundle)
+            .await?
+            .map_err(anyhow::Error::msg)?;
+        // A subject that is a URI (a CI workflow's identity) verifies alike.
+        let workflow =
+            "https://ci.kbind.test/acme/policies/.github/workflows/release.yaml@refs/heads/main";
+        let bundle = sigstore.sign(&Identity::new(ISSUER, workflow), MANIFEST)?;
+        keyless(ISSUER, workflow, &sigstore.trusted_root()?, &bundle)
+            .await?
+            .map_err(anyhow::Error::msg)?;
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_keyless_bundle_is_refused_for_another_subject() -> anyhow::Result<()> {
+        let sigstore = Sigstore::new("fulcio")?;
+        let bundle = sigstore.sign(&signer(), MANIFEST)?;
+        let refused = keyless(
+            ISSUER,
+            "release@kbind.test",
+            &sigstore.trusted_root()?,
+            &bundle,
+        )
+        .await?;
+        assert!(
+            matches!(&refused, Err(e) if e.contains("identity release@kbind.test")
+                && e.contains("SubjectAltName does not match (got ci@kbind.test")),
+            "{refused:?}"
+        );
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_keyless_bundle_is_refused_for_another_issuer() -> anyhow::Result<()> {
+        let sigstore = Sigstore::new("fulcio")?;
+        let bundle = sigstore.sign(&signer(), MANIFEST)?;
+        let other = "https://accounts.other.test";
+        let refused = keyless(other, SUBJECT, &sigstore.trusted_root()?, &bundle).await?;
+        assert!(
+            matches!(&refused, Err(e) if e.contains("OIDCIssuer does not match")
+                && e.contains(&format!("got {ISSUER}, expected {other}"))),
+            "{refused:?}"
+        );
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_keyless_bundle_is_refused_under_a_trust_root_with_another_ca() -> anyhow::Result<()>
+    {
+        let sigstore = Sigstore::new("fulcio")?;
+        let other = Sigstore::new("other")?;
+        let bundle = sigstore.sign(&signer(), MANIFEST)?;
+        // The same logs, another CA: the certificate chains to nothing trusted.
+        let root = trusted_root(&[&other.ca], &[&sigstore.ct_log], &[&sigstore.rekor])?;
+        let refused = keyless(ISSUER, SUBJECT, &root, &bundle).await?;
+        assert!(
+            matches!(&refused, Err(e) if e.contains("certificate verification failed")),
+            "{refused:?}"
+        );
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_keyless_bundle_is_refused_when_its_sct_is_from_a_log_not_in_the_trust_root()
+    -> anyhow::Result<()> {
+        let sigstore = Sigstore::new("fulcio")?;
+        let stranger = Log::new("https://ctfe.stranger.test")?;
+        let leaf = sigstore.ca.issue(&signer(), &stranger)?;
+        let bundle = leaf.bundle(MANIFEST, &sigstore.rekor, EntryDigest::OfManifest)?;
+        let refused = keyless(ISSUER, SUBJECT, &sigstore.trusted_root()?, &bundle).await?;
+        assert!(
+            matches!(&refused, Err(e) if e.contains("certificate SCT verification failed")
+                && e.contains("requested key not in keyring")),
+            "{refused:?}"
+        );
+        // Trusting that log as well makes the same bundle verify.
+        let root = trusted_root(
+            &[&sigstore.ca],
+            &[&sigstore.ct_log, &stranger],
+            &[&sigstore.rekor],
+        )?;
+        keyless(ISSUER, SUBJECT, &root, &bundle)
+            .await?
+            .map_err(anyhow::Error::msg)?;
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_keyless_bundle_is_refused_when_its_log_entry_records_another_digest()
+    -> anyhow::Result<()> {
+        let sigstore = Sigstore::new("fulcio")?;
+        let leaf = sigstore.leaf(&signer())?;
+        let other: [u8; 32] = sha2::Sha256::digest(b"another manifest").into();
+        let bundle = leaf.bundle(MANIFEST, &sigstore.rekor, EntryDigest::Other(other))?;
+        let refused = keyless(ISSUER, SUBJECT, &sigstore.trusted_root()?, &bundle).await?;
+        assert!(
+            matches!(&refused, Err(e) if e.contains("transparency materials are inconsistent")),
+            "{refused:?}"
+        );
+        // The same leaf's bundle with its own entry verifies.
+        let bundle = leaf.bundle(MANIFEST, &sigstore.rekor, EntryDigest::OfManifest)?;
+        keyless(ISSUER, SUBJECT, &sigstore.trusted_root()?, &bundle)
+            .await?
+            .map_err(anyhow::Error::msg)?;
+        Ok(())
+    }
 
     #[test]
     fn keyless_needs_a_trust_root_with_a_certificate_authority() {
