@@ -4,22 +4,29 @@
 //! module). A Connection's module places, decides and fails for that Connection only; a module
 //! that cannot be had is `Ready=False PolicyUnavailable`, never a silent built-in; a changed
 //! module is swapped in live with no syncer restarted and no list made again; one refusing its
-//! settings is reported while the module before keeps running.
+//! settings is reported while the module before keeps running. A second registry answers only a
+//! user of its own (htpasswd): a module there is pulled with the pull Secret the Connection
+//! names, and without working credentials the Connection says the registry refused it and which
+//! Secret (if any) was used, never the password.
 
 use std::sync::OnceLock;
 
 use anyhow::{Context as _, bail, ensure};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
 use kbind_tests::faults::policy::constant_placement_policy;
 use kbind_tests::faults::{FAULT_WAIT, Sides, create_binding, wait_binding_ready};
 use kbind_tests::fixtures::{
-    Konnector, condition, connection, crd_source, has_condition, put_kubeconfig_secret,
-    start_konnector_pulling, unique, wait_connection,
+    Konnector, SECRET_NAMESPACE, condition, connection, crd_source, has_condition,
+    put_kubeconfig_secret, start_konnector_pulling, unique, wait_connection,
 };
-use kbind_tests::registry::Registry;
+use kbind_tests::registry::{Registry, RegistryUser};
 use kbind_tests::syncenv::{TestApi, ensure_namespace, events_for, wait_for};
 use kbind_tests::testenv::{ClusterPair, shared_pair};
 use konnector::api::{Connection, ConnectionPolicies, Isolation, IsolationStrategy, PolicyChoice};
-use konnector::artifact::{Fetcher, FetcherConfig, PolicyRef, PushMeta};
+use konnector::artifact::{
+    Credentials, DOCKER_CONFIG_JSON_KEY, Fetcher, FetcherConfig, PolicyRef, PushMeta,
+};
 use konnector::policy::{PolicyRole, builtin};
 use konnector::telemetry::{ApiLabels, WatchLabels, metrics};
 use kube::Api;
@@ -30,6 +37,9 @@ use serde_json::{Value, json};
 struct World {
     pair: &'static ClusterPair,
     registry: Registry,
+    /// A registry that answers only `user`.
+    private: Registry,
+    user: RegistryUser,
     _konnector: Konnector,
 }
 
@@ -45,9 +55,15 @@ async fn world() -> anyhow::Result<&'static World> {
             let pair = shared_pair()?;
             let registry =
                 Registry::start(&pair.root().join("policy-connections-registry")).await?;
+            let user = RegistryUser::random("robot")?;
+            let private = Registry::start_with_user(
+                &pair.root().join("policy-connections-private-registry"),
+                user.clone(),
+            )
+            .await?;
             let config = FetcherConfig {
                 cache_dir: Some(pair.root().join("policy-connections-cache")),
-                plain_http: vec![registry.host().to_owned()],
+                plain_http: vec![registry.host().to_owned(), private.host().to_owned()],
                 ..FetcherConfig::default()
             };
             let consumer = &pair.consumer;
@@ -57,6 +73,8 @@ async fn world() -> anyhow::Result<&'static World> {
             anyhow::Ok(World {
                 pair,
                 registry,
+                private,
+                user,
                 _konnector: konnector,
             })
         })
@@ -99,6 +117,61 @@ impl World {
             .into(),
         };
         Ok(pusher.push(&target, module, &meta).await?)
+    }
+
+    /// Pushes the built-in conflict module to the private registry as `repository:v1`, as its
+    /// user; returns the pinned-by-tag reference and the manifest digest.
+    async fn push_private(&self, repository: &str) -> anyhow::Result<(String, String)> {
+        let host = self.private.host();
+        let credentials =
+            Credentials::from_docker_config(self.user.docker_config_json(host).as_bytes())?;
+        let pusher = Fetcher::new(FetcherConfig {
+            plain_http: vec![host.to_owned()],
+            credentials,
+            ..FetcherConfig::default()
+        })?;
+        let reference = format!("oci://{host}/{repository}:v1");
+        let PolicyRef::Oci(target) = reference.parse::<PolicyRef>()? else {
+            bail!("not a registry reference: {reference}");
+        };
+        let meta = PushMeta {
+            world: Some(PolicyRole::ConflictPolicy.world().to_owned()),
+            ..PushMeta::default()
+        };
+        let digest = pusher
+            .push(&target, builtin::CONFLICT_POLICY, &meta)
+            .await?;
+        Ok((reference, digest))
+    }
+
+    /// Creates or replaces the pull Secret `name` in the credential namespace, giving `user`
+    /// for the private registry.
+    async fn put_pull_secret(&self, name: &str, user: &RegistryUser) -> anyhow::Result<()> {
+        let secrets: Api<Secret> = Api::namespaced(self.consumer().await?, SECRET_NAMESPACE);
+        let config = user.docker_config_json(self.private.host());
+        let secret = Secret {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                name: Some(name.to_owned()),
+                ..Default::default()
+            },
+            type_: Some("kubernetes.io/dockerconfigjson".into()),
+            data: Some(
+                [(
+                    DOCKER_CONFIG_JSON_KEY.to_owned(),
+                    ByteString(config.into_bytes()),
+                )]
+                .into(),
+            ),
+            ..Secret::default()
+        };
+        secrets
+            .patch(
+                name,
+                &PatchParams::apply("policy-connections-test").force(),
+                &Patch::Apply(&secret),
+            )
+            .await?;
+        Ok(())
     }
 
     async fn consumer(&self) -> anyhow::Result<kube::Client> {
@@ -488,6 +561,211 @@ async fn a_connection_may_not_name_a_module_file_on_the_konnectors_filesystem() 
                 Err(e) => format!("{e:#}"),
             };
             ensure!(message.contains("file paths are not allowed"), "{message}");
+            Ok(())
+        })
+        .await
+}
+
+/// Waits until Connection `name` is `Ready=False PolicyUnavailable` with a message holding every
+/// one of `says`; returns the Connection.
+async fn unavailable_saying(
+    world: &World,
+    name: &str,
+    says: &[&str],
+) -> anyhow::Result<Connection> {
+    let what = format!("Ready=False PolicyUnavailable saying {says:?}");
+    wait_connection(&world.consumer().await?, name, &what, |c| {
+        has_condition(c, "Ready", "False", "PolicyUnavailable")
+            && says.iter().all(|s| message(c, "Ready").contains(s))
+    })
+    .await
+}
+
+/// The password the tests' wrong pull Secret holds.
+const WRONG_PASSWORD: &str = "not-the-password";
+
+/// Fails if a password (the registry user's or the wrong one) shows in `connection`'s status,
+/// its Events or the registry's log.
+async fn password_nowhere(world: &World, connection: &Connection) -> anyhow::Result<()> {
+    let status = serde_json::to_string(&connection.status)?;
+    let name = connection.metadata.name.as_deref().unwrap_or_default();
+    let events = events_for(&world.consumer().await?, None, name).await?;
+    let log = std::fs::read_to_string(world.private.log())?;
+    for password in [world.user.password(), WRONG_PASSWORD] {
+        ensure!(!status.contains(password), "the status shows a password");
+        for event in &events {
+            let text = event.note.as_deref().unwrap_or_default();
+            ensure!(
+                !text.contains(password),
+                "an Event shows a password: {text}"
+            );
+        }
+        ensure!(
+            !log.contains(password),
+            "the registry's log shows a password"
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_module_in_a_registry_that_needs_credentials_is_pulled_with_the_connections_pull_secret()
+-> anyhow::Result<()> {
+    let world = world().await?;
+    world
+        .pair
+        .diagnose(async {
+            let (reference, digest) = world.push_private("policies/private-conflict").await?;
+            let name = unique("pull-secret");
+            let secret = format!("{name}-pull");
+            let named = format!("{SECRET_NAMESPACE}/{secret}");
+            let policies = ConnectionPolicies {
+                conflict: Some(choice(&reference, None)),
+                pull_secret_name: Some(secret.clone()),
+                ..ConnectionPolicies::default()
+            };
+            connect_with(world, &name, policies, IsolationStrategy::None).await?;
+
+            // The Secret it names is not there yet.
+            unavailable_saying(world, &name, &["reading the policy pull Secret", &named]).await?;
+
+            // A Secret with a wrong password: the registry's refusal, naming the Secret.
+            let impostor = RegistryUser::new(world.user.name(), WRONG_PASSWORD);
+            world.put_pull_secret(&secret, &impostor).await?;
+            let refused = unavailable_saying(
+                world,
+                &name,
+                &[
+                    "refused authentication",
+                    &format!("pull Secret {named}"),
+                    &reference,
+                ],
+            )
+            .await?;
+            password_nowhere(world, &refused).await?;
+
+            // The right password: pulled at once (new credentials are a new attempt) and run.
+            world.put_pull_secret(&secret, &world.user).await?;
+            let ready = until(world, &name, "Ready", "True", "AsExpected").await?;
+            ensure!(
+                running(&ready, "conflict") == Some(digest.clone()),
+                "{:?}",
+                ready.status
+            );
+            password_nowhere(world, &ready).await
+        })
+        .await
+}
+
+#[tokio::test]
+async fn a_module_in_a_registry_that_needs_credentials_is_unavailable_without_them()
+-> anyhow::Result<()> {
+    let world = world().await?;
+    world
+        .pair
+        .diagnose(async {
+            let (reference, _) = world.push_private("policies/anonymous-conflict").await?;
+            let name = unique("no-pull-secret");
+            let policies = ConnectionPolicies {
+                conflict: Some(choice(&reference, None)),
+                ..ConnectionPolicies::default()
+            };
+            connect_with(world, &name, policies, IsolationStrategy::None).await?;
+            let stuck = unavailable_saying(
+                world,
+                &name,
+                &[
+                    "refused authentication",
+                    "asked anonymously",
+                    "spec.policies.pullSecretName",
+                    "next attempt at",
+                ],
+            )
+            .await?;
+            ensure!(running(&stuck, "conflict").is_none(), "{:?}", stuck.status);
+            password_nowhere(world, &stuck).await
+        })
+        .await
+}
+
+/// `kubectl kbind status NAME` as the consumer's admin: its exit code and standard output.
+async fn kbind_status(world: &World, name: &str) -> anyhow::Result<(Option<i32>, String)> {
+    let mut command = std::process::Command::new(kbind_tests::kubectl_kbind_binary!());
+    command
+        .arg("--kubeconfig")
+        .arg(world.pair.consumer.admin().kubeconfig_path())
+        .args(["status", name])
+        .env_remove("KUBECONFIG")
+        .env("NO_COLOR", "1");
+    let output = tokio::task::spawn_blocking(move || command.output()).await??;
+    Ok((
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+    ))
+}
+
+/// The `Connection NAME ...` line of a `status` output.
+fn connection_line<'a>(output: &'a str, name: &str) -> anyhow::Result<&'a str> {
+    let head = format!("Connection {name} ");
+    output
+        .lines()
+        .find(|l| l.starts_with(&head))
+        .with_context(|| format!("no line for Connection {name} in:\n{output}"))
+}
+
+#[tokio::test]
+async fn kubectl_kbind_status_shows_each_role_a_connection_runs_with_its_reference_and_digest()
+-> anyhow::Result<()> {
+    let world = world().await?;
+    world
+        .pair
+        .diagnose(async {
+            let digest = world
+                .push(
+                    PolicyRole::ConflictPolicy,
+                    builtin::CONFLICT_POLICY,
+                    "policies/status",
+                    "v1",
+                    "1.0.0",
+                )
+                .await?;
+            let conflict = world.reference("policies/status", "v1");
+            let name = unique("status");
+            let policies = ConnectionPolicies {
+                conflict: Some(choice(&conflict, None)),
+                placement: Some(choice("built-in", None)),
+                ..ConnectionPolicies::default()
+            };
+            connect_with(world, &name, policies, IsolationStrategy::None).await?;
+            until(world, &name, "Ready", "True", "AsExpected").await?;
+            let (_, output) = kbind_status(world, &name).await?;
+            let line = connection_line(&output, &name)?;
+            let placement = builtin::digest(PolicyRole::Placement);
+            let expected = format!(
+                "policies: conflict={conflict} ({digest}), placement=built-in ({placement})"
+            );
+            ensure!(
+                line.contains(&expected),
+                "expected `{expected}` in `{line}`"
+            );
+
+            // A module that cannot be had: the role is listed as unavailable, and status fails.
+            let missing = unique("status-missing");
+            let never = world.reference("policies/status-never-pushed", "v1");
+            let policies = ConnectionPolicies {
+                conflict: Some(choice(&never, None)),
+                ..ConnectionPolicies::default()
+            };
+            connect_with(world, &missing, policies, IsolationStrategy::None).await?;
+            until(world, &missing, "Ready", "False", "PolicyUnavailable").await?;
+            let (code, output) = kbind_status(world, &missing).await?;
+            ensure!(code == Some(1), "status exited {code:?}:\n{output}");
+            let line = connection_line(&output, &missing)?;
+            let expected = format!("policies: conflict={never} (unavailable)");
+            ensure!(
+                line.contains(&expected),
+                "expected `{expected}` in `{line}`"
+            );
             Ok(())
         })
         .await
