@@ -125,13 +125,7 @@ mod tests {
         let mut now = at(1_000);
         let mut waits = Vec::new();
         for _ in 0..7 {
-            let next = Retry::after_failure(
-                retry.as_ref(),
-                wanted.clone(),
-                "down".into(),
-                now,
-                &schedule,
-            );
+            let next = Retry::after_failure(retry.as_ref(), wanted, "down".into(), now, &schedule);
             assert!(!next.is_due(&wanted, now), "not asked again at once");
             let wait = next.next_attempt.duration_since(now).unwrap_or_default();
             assert!(
@@ -150,8 +144,8 @@ mod tests {
     fn a_changed_reference_settings_or_credentials_is_tried_at_once_and_starts_again() {
         let schedule = RetrySchedule::default();
         let failed = attempt("oci://r.example/p:v1", "{}", Some(1));
-        let mut retry = Retry::after_failure(None, failed.clone(), "x".into(), at(0), &schedule);
-        retry = Retry::after_failure(Some(&retry), failed.clone(), "x".into(), at(30), &schedule);
+        let mut retry = Retry::after_failure(None, failed, "x".into(), at(0), &schedule);
+        retry = Retry::after_failure(Some(&retry), failed, "x".into(), at(30), &schedule);
         assert_eq!(retry.failures, 2);
         for changed in [
             attempt("oci://r.example/p:v2", "{}", Some(1)),
