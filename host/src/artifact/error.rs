@@ -267,3 +267,52 @@ impl FetchError {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_authentication_is_told_apart_and_names_the_credentials_sent() {
+        let refusals = [
+            OciDistributionError::UnauthorizedError {
+                url: "http://r.example/v2/p/manifests/v1".into(),
+            },
+            OciDistributionError::AuthenticationFailure("bad token".into()),
+            OciDistributionError::ServerError {
+                code: 403,
+                url: "http://r.example/v2/".into(),
+                message: "denied".into(),
+            },
+        ];
+        for refusal in refusals {
+            let error = FetchError::from_client(&"oci://r.example/p:v1", "pulling", refusal)
+                .with_credentials(|| "the credentials in pull Secret kbind/pull".into());
+            assert!(
+                matches!(&error, FetchError::Unauthorized { .. }),
+                "{error:?}"
+            );
+            let said = error.to_string();
+            assert!(
+                said.contains("refused authentication")
+                    && said.contains("pull Secret kbind/pull")
+                    && !error.is_transient(),
+                "{said}"
+            );
+        }
+        let down = FetchError::from_client(
+            &"oci://r.example/p:v1",
+            "pulling",
+            OciDistributionError::ServerError {
+                code: 503,
+                url: "http://r.example/v2/".into(),
+                message: "busy".into(),
+            },
+        )
+        .with_credentials(|| "never shown".into());
+        assert!(
+            down.is_transient() && !down.to_string().contains("never shown"),
+            "{down}"
+        );
+    }
+}
