@@ -770,3 +770,60 @@ async fn kubectl_kbind_status_shows_each_role_a_connection_runs_with_its_referen
         })
         .await
 }
+
+/// How many times the private registry was asked for `repository`'s manifests (its access log).
+fn manifest_requests(world: &World, repository: &str) -> anyhow::Result<usize> {
+    let log = std::fs::read_to_string(world.private.log())?;
+    let path = format!("/v2/{repository}/manifests/");
+    Ok(log.lines().filter(|l| l.contains(&path)).count())
+}
+
+/// The attempt count the Connection's Ready message states (`attempt N failed`), if any.
+fn attempts_stated(connection: &Connection) -> Option<u32> {
+    let said = message(connection, "Ready");
+    let (_, after) = said.split_once("attempt ")?;
+    after.split_whitespace().next()?.parse().ok()
+}
+
+#[tokio::test]
+async fn a_module_that_cannot_be_had_is_asked_for_again_on_a_growing_delay_not_on_every_reconcile()
+-> anyhow::Result<()> {
+    let world = world().await?;
+    world
+        .pair
+        .diagnose(async {
+            // The test konnector reconciles Connections every second and waits 1 s, 2 s, 4 s,
+            // then 8 s between attempts.
+            let repository = "policies/backoff-conflict";
+            let (reference, _) = world.push_private(repository).await?;
+            let name = unique("backoff");
+            let policies = ConnectionPolicies {
+                conflict: Some(choice(&reference, None)),
+                ..ConnectionPolicies::default()
+            };
+            connect_with(world, &name, policies, IsolationStrategy::None).await?;
+            let third = unavailable_saying(world, &name, &["attempt 3 failed"]).await?;
+            ensure!(attempts_stated(&third) == Some(3), "{:?}", third.status);
+            let asked = manifest_requests(world, repository)?;
+            ensure!(
+                asked >= 3,
+                "the registry saw {asked} requests for three attempts"
+            );
+            let per_attempt = asked / 3;
+
+            // Six reconciles later: one more attempt at most, where every reconcile would
+            // have made six.
+            tokio::time::sleep(std::time::Duration::from_secs(6)).await;
+            let later = until(world, &name, "Ready", "False", "PolicyUnavailable").await?;
+            let attempts = attempts_stated(&later).context("no attempt count stated")?;
+            ensure!(attempts <= 4, "{attempts} attempts: {:?}", later.status);
+            let asked_later = manifest_requests(world, repository)?;
+            ensure!(
+                asked_later <= asked + per_attempt,
+                "the registry was asked {} more times in six reconciles",
+                asked_later - asked
+            );
+            Ok(())
+        })
+        .await
+}
