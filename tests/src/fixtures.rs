@@ -69,6 +69,11 @@ pub fn test_connection_config() -> konnector::connection::Config {
         provider_transport: konnector::provider::kubeconfig::Transport::VerifiedTls,
         // Longer than the provider outages fault tests inject, short enough to watch expire.
         provider_grace_period: Duration::from_secs(30),
+        // Short enough that a module pushed after a failed pull is found within a test's wait.
+        policy_retry: konnector::policy::retry::RetrySchedule {
+            first: Duration::from_secs(1),
+            cap: Duration::from_secs(8),
+        },
     }
 }
 

@@ -9,13 +9,19 @@
 //! Registry::start(dir) ──▶ registry serve <dir>/config.yml   (127.0.0.1:<port>, storage <dir>/storage)
 //!    push_layout(layout, repo, tag)  OCI image layout ──▶ blobs + manifest (distribution API)
 //!    manifest(repo, ref) / blob(repo, digest)               ◀── what a runtime would pull
+//! Registry::start_with_user(dir, user) ── the same, answering only `user` (htpasswd, basic auth)
 //! ```
+//!
+//! A registry with a user keeps only the password's bcrypt hash on disk (`<dir>/htpasswd`, the
+//! format distribution's htpasswd access controller reads); the password itself is never written
+//! to a file or shown by `Debug`.
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, anyhow, bail, ensure};
+use base64::Engine as _;
 use http_body_util::{BodyExt as _, Full};
 use hyper::body::Bytes;
 use hyper_util::client::legacy::Client;
@@ -47,12 +53,85 @@ pub fn registry_binary() -> Result<PathBuf> {
     found.clone().map_err(|e| anyhow!(e))
 }
 
+/// The bcrypt cost of the htpasswd line: the lowest bcrypt allows, since the registry checks
+/// the password on every request and a test user guards nothing worth the CPU.
+const HTPASSWD_COST: u32 = 4;
+
+/// A user an authenticating registry accepts: a name and a password, given to a client as a
+/// docker config (the content of a pull Secret). `Debug` shows the name only.
+#[derive(Clone)]
+pub struct RegistryUser {
+    name: String,
+    password: String,
+}
+
+impl std::fmt::Debug for RegistryUser {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegistryUser")
+            .field("name", &self.name)
+            .field("password", &"<redacted>")
+            .finish()
+    }
+}
+
+impl RegistryUser {
+    /// `name` with a fresh random password.
+    pub fn random(name: &str) -> Result<Self> {
+        let mut bytes = [0u8; 18];
+        getrandom::fill(&mut bytes).map_err(|e| anyhow!("a random password: {e}"))?;
+        let password = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
+        Ok(Self::new(name, &password))
+    }
+
+    /// `name` with `password`.
+    pub fn new(name: &str, password: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+            password: password.to_owned(),
+        }
+    }
+
+    /// The user's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The password (for a test that checks it appears nowhere it must not).
+    pub fn password(&self) -> &str {
+        &self.password
+    }
+
+    /// A `.dockerconfigjson` document giving this user for `registry` (`host:port`), as `kubectl
+    /// create secret docker-registry` writes it.
+    pub fn docker_config_json(&self, registry: &str) -> String {
+        let auth = base64::engine::general_purpose::STANDARD
+            .encode(format!("{}:{}", self.name, self.password));
+        serde_json::json!({"auths": {registry: {"auth": auth}}}).to_string()
+    }
+
+    /// The `Authorization` header value of HTTP basic authentication.
+    fn basic_authorization(&self) -> String {
+        let credentials = format!("{}:{}", self.name, self.password);
+        let encoded = base64::engine::general_purpose::STANDARD.encode(credentials);
+        format!("Basic {encoded}")
+    }
+
+    /// The htpasswd line distribution accepts: `name:<bcrypt hash>`.
+    fn htpasswd_line(&self) -> Result<String> {
+        let hash = bcrypt::hash(&self.password, HTPASSWD_COST)
+            .map_err(|e| anyhow!("hashing the registry password: {e}"))?;
+        Ok(format!("{}:{hash}\n", self.name))
+    }
+}
+
 /// A running registry.
 pub struct Registry {
     daemon: Daemon,
     host: String,
     storage: PathBuf,
     client: Client<HttpConnector, Full<Bytes>>,
+    /// The one user it accepts, when it authenticates.
+    user: Option<RegistryUser>,
 }
 
 /// One HTTP answer of the registry.
@@ -67,14 +146,34 @@ impl Registry {
     /// Starts a registry storing into `dir` (created), on a free loopback port; returns once it
     /// answers `GET /v2/`.
     pub async fn start(dir: &Path) -> Result<Self> {
+        Self::start_as(dir, None).await
+    }
+
+    /// Starts a registry as [`Registry::start`] does, answering only `user` (HTTP basic
+    /// authentication against an htpasswd file): anonymous requests and other credentials get
+    /// 401. This harness's own requests authenticate as `user`.
+    pub async fn start_with_user(dir: &Path, user: RegistryUser) -> Result<Self> {
+        Self::start_as(dir, Some(user)).await
+    }
+
+    async fn start_as(dir: &Path, user: Option<RegistryUser>) -> Result<Self> {
         let binary = registry_binary()?;
         std::fs::create_dir_all(dir)?;
+        let htpasswd = match &user {
+            Some(user) => {
+                let file = dir.join("htpasswd");
+                std::fs::write(&file, user.htpasswd_line()?)?;
+                Some(file)
+            }
+            None => None,
+        };
         // A port found free can be taken before the registry binds it: try a few.
         let mut last = anyhow!("not started");
         for _ in 0..3 {
             let port = free_port()?;
             let config = dir.join("config.yml");
-            std::fs::write(&config, config_yaml(&dir.join("storage"), port))?;
+            let yaml = config_yaml(&dir.join("storage"), port, htpasswd.as_deref());
+            std::fs::write(&config, yaml)?;
             let log = dir.join("registry.log");
             let args = [Path::new("serve"), &config];
             let daemon = Daemon::spawn("registry", &binary, &args, &[], &log)?;
@@ -83,6 +182,7 @@ impl Registry {
                 host: format!("127.0.0.1:{port}"),
                 storage: dir.join("storage"),
                 client: Client::builder(TokioExecutor::new()).build_http(),
+                user: user.clone(),
             };
             match registry.wait_answering().await {
                 Ok(()) => return Ok(registry),
@@ -154,6 +254,9 @@ impl Registry {
             .header("content-length", body.len());
         if let Some(content_type) = content_type {
             request = request.header("content-type", content_type);
+        }
+        if let Some(user) = &self.user {
+            request = request.header("authorization", user.basic_authorization());
         }
         if method == "GET" || method == "HEAD" {
             let accept = format!("{MANIFEST_MEDIA_TYPE}, {INDEX_MEDIA_TYPE}");
@@ -328,13 +431,21 @@ fn read_blob_file(path: &Path) -> Result<Vec<u8>> {
 }
 
 /// distribution's configuration: filesystem storage, plain HTTP on loopback, deletes allowed
-/// (so a test can also exercise removal), no authentication.
-fn config_yaml(storage: &Path, port: u16) -> String {
+/// (so a test can also exercise removal); with `htpasswd`, only its users are let in.
+fn config_yaml(storage: &Path, port: u16, htpasswd: Option<&Path>) -> String {
+    let auth = htpasswd
+        .map(|file| {
+            format!(
+                "auth:\n  htpasswd:\n    realm: kbind-tests\n    path: {}\n",
+                file.display()
+            )
+        })
+        .unwrap_or_default();
     format!(
         "version: 0.1\n\
          log:\n  level: info\n  accesslog:\n    disabled: false\n\
          storage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\n\
-         http:\n  addr: 127.0.0.1:{port}\n",
+         http:\n  addr: 127.0.0.1:{port}\n{auth}",
         storage.display()
     )
 }

@@ -113,3 +113,33 @@ async fn a_new_project_per_role_builds_for_wasm32_wasip2_and_implements_its_worl
     std::fs::remove_dir_all(&work)?;
     Ok(())
 }
+
+#[tokio::test]
+async fn a_new_project_generated_inside_another_workspace_builds_alone() -> anyhow::Result<()> {
+    // A parent directory holding a Cargo workspace that does not list the project, as a
+    // platform team's monorepo would: Cargo finds that workspace above the project and refuses
+    // to build it unless the project is a workspace of its own.
+    let work = std::env::temp_dir().join(format!(
+        "kbind-policy-template-in-workspace-{}",
+        std::process::id()
+    ));
+    if work.exists() {
+        std::fs::remove_dir_all(&work)?;
+    }
+    std::fs::create_dir_all(&work)?;
+    std::fs::write(
+        work.join("Cargo.toml"),
+        "[workspace]\nresolver = \"3\"\nmembers = []\n",
+    )?;
+    let target_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("policy-templates");
+    let name = "nested-conflict";
+    let project = work.join("policies").join(name);
+    let project_text = project.display().to_string();
+    konnector_policy(&["new", "--role", "conflict", "--name", name, &project_text])?;
+    let module = build(&project, &target_dir, name)?;
+    Policies::builtin()?
+        .with_module(PolicyRole::ConflictPolicy, &module, name)
+        .context("the module built inside another workspace")?;
+    std::fs::remove_dir_all(&work)?;
+    Ok(())
+}

@@ -15,6 +15,12 @@ pub const DOCKER_CONFIG_JSON_KEY: &str = ".dockerconfigjson";
 #[derive(Clone, Default)]
 pub struct Credentials {
     by_registry: BTreeMap<String, RegistryAuth>,
+    /// Where they were read from (`pull Secret NAMESPACE/NAME`), for messages.
+    source: Option<String>,
+    /// A keyed hash of the document they were read from (the key random per process): tells a
+    /// changed Secret from an unchanged one without keeping anything a password could be
+    /// recovered from.
+    fingerprint: u64,
 }
 
 impl std::fmt::Debug for Credentials {
@@ -71,8 +77,10 @@ pub async fn from_pull_secret(
         .data
         .as_ref()
         .and_then(|data| data.get(DOCKER_CONFIG_JSON_KEY))
-        .ok_or(CredentialsError::NoDockerConfig(secret_name))?;
-    Credentials::from_docker_config(&json.0)
+        .ok_or_else(|| CredentialsError::NoDockerConfig(secret_name.clone()))?;
+    let mut credentials = Credentials::from_docker_config(&json.0)?;
+    credentials.source = Some(format!("pull Secret {secret_name}"));
+    Ok(credentials)
 }
 
 #[derive(Deserialize)]
@@ -129,7 +137,37 @@ impl Credentials {
             };
             by_registry.insert(registry_host(&server).to_owned(), auth);
         }
-        Ok(Self { by_registry })
+        Ok(Self {
+            by_registry,
+            source: None,
+            fingerprint: fingerprint_of(json),
+        })
+    }
+
+    /// A value that changes when the credentials do (the digest of their document; empty
+    /// for none), so a failed pull is tried again at once with new credentials.
+    pub fn fingerprint(&self) -> u64 {
+        self.fingerprint
+    }
+
+    /// What a pull from `registry` sent, for a refusal's message: whose credentials, or why
+    /// none. Never the credentials themselves.
+    pub fn describe(&self, registry: &str) -> String {
+        let has = self.by_registry.contains_key(registry);
+        match (&self.source, has) {
+            (Some(source), true) => format!(
+                "the credentials for {registry} in {source} were refused: check the user and password (or token) it holds"
+            ),
+            (None, true) => format!(
+                "the configured credentials for {registry} were refused: check the user and password (or token)"
+            ),
+            (Some(source), false) => format!(
+                "{source} has no entry for {registry}, so it was asked anonymously: add one to the Secret"
+            ),
+            (None, false) => format!(
+                "no pull Secret has credentials for {registry}, so it was asked anonymously: name a kubernetes.io/dockerconfigjson Secret in spec.policies.pullSecretName (or --policy-pull-secret)"
+            ),
+        }
     }
 
     /// The credentials for `registry` (`host[:port]`), anonymous when there are none.
@@ -149,6 +187,14 @@ impl Credentials {
     pub fn is_empty(&self) -> bool {
         self.by_registry.is_empty()
     }
+}
+
+/// A hash of `document` under this process's random key.
+fn fingerprint_of(document: &[u8]) -> u64 {
+    use std::hash::BuildHasher as _;
+    static KEY: std::sync::OnceLock<std::hash::RandomState> = std::sync::OnceLock::new();
+    KEY.get_or_init(std::hash::RandomState::new)
+        .hash_one(document)
 }
 
 /// A docker config key may be a URL (`https://index.docker.io/v1/`): its host part.
@@ -194,6 +240,51 @@ mod tests {
             RegistryAuth::Anonymous
         ));
         assert!(!format!("{credentials:?}").contains("s3cret"));
+        Ok(())
+    }
+
+    #[test]
+    fn a_refusal_says_whose_credentials_were_sent_never_the_password()
+    -> Result<(), CredentialsError> {
+        let encoded = base64::engine::general_purpose::STANDARD.encode("robot:s3cret");
+        let json = format!(r#"{{"auths": {{"r.example:5000": {{"auth": "{encoded}"}}}}}}"#);
+        let mut credentials = Credentials::from_docker_config(json.as_bytes())?;
+        credentials.source = Some("pull Secret kbind/pull".into());
+        let sent = credentials.describe("r.example:5000");
+        assert!(
+            sent.contains("pull Secret kbind/pull") && sent.contains("refused"),
+            "{sent}"
+        );
+        let none = credentials.describe("other.example");
+        assert!(
+            none.contains("pull Secret kbind/pull") && none.contains("anonymously"),
+            "{none}"
+        );
+        let anonymous = Credentials::default().describe("r.example:5000");
+        assert!(
+            anonymous.contains("spec.policies.pullSecretName"),
+            "{anonymous}"
+        );
+        for said in [sent, none, anonymous] {
+            assert!(
+                !said.contains("s3cret") && !said.contains(&encoded),
+                "{said}"
+            );
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn changed_credentials_change_the_fingerprint() -> Result<(), CredentialsError> {
+        let doc = |password: &str| {
+            let encoded = base64::engine::general_purpose::STANDARD.encode(format!("u:{password}"));
+            format!(r#"{{"auths": {{"r.example": {{"auth": "{encoded}"}}}}}}"#)
+        };
+        let a = Credentials::from_docker_config(doc("one").as_bytes())?;
+        let again = Credentials::from_docker_config(doc("one").as_bytes())?;
+        let b = Credentials::from_docker_config(doc("two").as_bytes())?;
+        assert_eq!(a.fingerprint(), again.fingerprint());
+        assert_ne!(a.fingerprint(), b.fingerprint());
         Ok(())
     }
 

@@ -33,6 +33,21 @@ pub enum FetchError {
         /// The registry's answer.
         message: String,
     },
+    /// The registry refused to let the konnector in (401, 403, or an authentication failure):
+    /// `credentials` says whose credentials were sent, or why none were.
+    #[error(
+        "{operation} {reference}: the registry refused authentication ({message}); {credentials}"
+    )]
+    Unauthorized {
+        /// The reference.
+        reference: String,
+        /// What was being done.
+        operation: String,
+        /// The registry's answer.
+        message: String,
+        /// Whose credentials were sent ([`super::Credentials::describe`]).
+        credentials: String,
+    },
     /// A manifest or blob whose bytes do not hash to the digest that named it: refused.
     #[error(
         "pulling {reference}: the {what} does not match its digest (expected {expected}, got {actual}); it was altered in the registry or on the way, and is not run"
@@ -108,7 +123,33 @@ pub enum FetchError {
     Client(String),
 }
 
+/// What an authentication refusal says before the fetcher names the credentials it sent.
+const UNKNOWN_CREDENTIALS: &str = "check the pull Secret's credentials for this registry";
+
 impl FetchError {
+    /// An authentication refusal that names whose credentials were sent (`describe`); any other
+    /// error unchanged.
+    pub fn with_credentials(self, describe: impl FnOnce() -> String) -> Self {
+        match self {
+            Self::Unauthorized {
+                reference,
+                operation,
+                message,
+                ..
+            } => Self::Unauthorized {
+                reference,
+                operation,
+                message,
+                credentials: describe(),
+            },
+            Self::Unavailable { reference, cause } => Self::Unavailable {
+                reference,
+                cause: Box::new(cause.with_credentials(describe)),
+            },
+            other => other,
+        }
+    }
+
     /// Whether the registry was not reached at all, so a cached copy may stand in.
     pub fn is_transient(&self) -> bool {
         matches!(self, Self::Unreachable { .. })
@@ -153,6 +194,44 @@ impl FetchError {
                 operation,
                 message: format!("{code} {message}"),
             },
+            OciDistributionError::UnauthorizedError { url } => Self::Unauthorized {
+                reference,
+                operation,
+                message: format!("401 Unauthorized from {url}"),
+                credentials: UNKNOWN_CREDENTIALS.to_owned(),
+            },
+            OciDistributionError::AuthenticationFailure(reason) => Self::Unauthorized {
+                reference,
+                operation,
+                message: reason,
+                credentials: UNKNOWN_CREDENTIALS.to_owned(),
+            },
+            OciDistributionError::ServerError {
+                code: code @ (401 | 403),
+                ref url,
+                ..
+            } => Self::Unauthorized {
+                reference,
+                operation,
+                message: format!("{code} from {url}"),
+                credentials: UNKNOWN_CREDENTIALS.to_owned(),
+            },
+            OciDistributionError::RegistryError { ref envelope, .. }
+                if envelope.errors.iter().any(|e| {
+                    matches!(
+                        e.code,
+                        oci_client::errors::OciErrorCode::Unauthorized
+                            | oci_client::errors::OciErrorCode::Denied
+                    )
+                }) =>
+            {
+                Self::Unauthorized {
+                    reference,
+                    operation,
+                    message: error.to_string(),
+                    credentials: UNKNOWN_CREDENTIALS.to_owned(),
+                }
+            }
             OciDistributionError::DigestError(DigestError::VerificationError {
                 expected,
                 actual,
@@ -175,6 +254,7 @@ impl FetchError {
         match self {
             Self::Unreachable { .. } => "unreachable",
             Self::Refused { .. } => "refused",
+            Self::Unauthorized { .. } => "unauthorized",
             Self::DigestMismatch { .. } => "digest_mismatch",
             Self::NotAModule { .. } => "not_a_module",
             Self::TooLarge { .. } => "too_large",
@@ -223,6 +303,50 @@ mod tests {
         assert_eq!(
             said,
             "error sending request for url (https://registry.example/v2/): client error (Connect): certificate verify failed: self-signed certificate"
+        );
+    }
+
+    #[test]
+    fn a_refused_authentication_is_told_apart_and_names_the_credentials_sent() {
+        let refusals = [
+            OciDistributionError::UnauthorizedError {
+                url: "http://r.example/v2/p/manifests/v1".into(),
+            },
+            OciDistributionError::AuthenticationFailure("bad token".into()),
+            OciDistributionError::ServerError {
+                code: 403,
+                url: "http://r.example/v2/".into(),
+                message: "denied".into(),
+            },
+        ];
+        for refusal in refusals {
+            let error = FetchError::from_client(&"oci://r.example/p:v1", "pulling", refusal)
+                .with_credentials(|| "the credentials in pull Secret kbind/pull".into());
+            assert!(
+                matches!(&error, FetchError::Unauthorized { .. }),
+                "{error:?}"
+            );
+            let said = error.to_string();
+            assert!(
+                said.contains("refused authentication")
+                    && said.contains("pull Secret kbind/pull")
+                    && !error.is_transient(),
+                "{said}"
+            );
+        }
+        let down = FetchError::from_client(
+            &"oci://r.example/p:v1",
+            "pulling",
+            OciDistributionError::ServerError {
+                code: 503,
+                url: "http://r.example/v2/".into(),
+                message: "busy".into(),
+            },
+        )
+        .with_credentials(|| "never shown".into());
+        assert!(
+            down.is_transient() && !down.to_string().contains("never shown"),
+            "{down}"
         );
     }
 }

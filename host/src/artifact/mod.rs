@@ -157,10 +157,19 @@ impl Fetcher {
         })
     }
 
+    /// A value that changes when this fetcher's credentials do (never the credentials).
+    pub fn credentials_fingerprint(&self) -> u64 {
+        self.credentials.fingerprint()
+    }
+
     /// Resolves and pulls `reference` (see the module docs for when the cache stands in);
-    /// with verification configured, only a module whose signature verifies is returned.
+    /// with verification configured, only a module whose signature verifies is returned. A
+    /// registry refusing authentication is answered with whose credentials were sent.
     pub async fn fetch(&self, reference: &OciRef) -> Result<Fetched, FetchError> {
-        let fetched = self.fetch_unverified(reference).await?;
+        let fetched = self
+            .fetch_unverified(reference)
+            .await
+            .map_err(|e| e.with_credentials(|| self.credentials.describe(&reference.registry)))?;
         if self.verification.is_enabled() {
             self.verify(&fetched).await?;
         }

@@ -123,6 +123,22 @@ mod tests {
     }
 
     #[test]
+    fn every_template_is_a_workspace_of_its_own() {
+        for role in PolicyRole::ALL {
+            let [(_, cargo), _] = files(role);
+            let own = cargo
+                .lines()
+                .map(str::trim)
+                .position(|l| l == "[workspace]");
+            let next = own.and_then(|at| cargo.lines().nth(at + 1)).map(str::trim);
+            assert!(
+                own.is_some() && next.is_none_or(|l| l.is_empty() || l.starts_with('[')),
+                "{role}: the template needs an empty [workspace] table to build inside another workspace"
+            );
+        }
+    }
+
+    #[test]
     fn a_project_is_not_written_over_files_or_under_a_bad_name() -> anyhow::Result<()> {
         let dir = std::env::temp_dir().join(format!("kbind-template-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);

@@ -64,6 +64,8 @@ pub struct Config {
     /// How long an engaged Connection rides out transient provider failures (no answer, 429,
     /// 5xx) while staying Ready, before it turns not Ready and disengages.
     pub provider_grace_period: Duration,
+    /// When a Connection's own policy module that could not be had is asked for again.
+    pub policy_retry: crate::policy::retry::RetrySchedule,
 }
 
 impl Default for Config {
@@ -76,6 +78,7 @@ impl Default for Config {
             max_backoff: Duration::from_secs(60),
             provider_transport: Transport::VerifiedTls,
             provider_grace_period: Duration::from_secs(60),
+            policy_retry: crate::policy::retry::RetrySchedule::default(),
         }
     }
 }

@@ -30,6 +30,7 @@ mod exports;
 mod limits;
 pub mod live;
 mod load;
+pub mod retry;
 mod role;
 mod role_module;
 mod runtime;

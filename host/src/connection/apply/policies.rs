@@ -10,7 +10,8 @@
 //! ```
 //!
 //! A reference with a pull Secret reads it from the credential namespace; a Secret that cannot
-//! be read fails the module like a registry that cannot be reached.
+//! be read fails the module like a registry that cannot be reached. A module that failed is
+//! asked for again on a growing delay, not on every reconcile; the condition says when.
 
 use kube::ResourceExt;
 
@@ -83,7 +84,11 @@ impl Steps<'_> {
                 }
                 Err(_) => None,
             };
-            match policies.choose(&name, role, wanted, fetcher).await {
+            let schedule = &self.ctx.config.policy_retry;
+            match policies
+                .choose(&name, role, wanted, fetcher, schedule)
+                .await
+            {
                 ChoiceOutcome::Unchanged | ChoiceOutcome::Swapped => {}
                 ChoiceOutcome::KeptOld(e) => kept_old.push(format!(
                     "{role_name}: {e}; the module running before keeps running"

@@ -209,14 +209,7 @@ async fn connection_node(
             .as_ref()
             .filter(|i| i.strategy != konnector::api::IsolationStrategy::None)
             .map(|i| format!("{} (prefix {})", i.strategy.as_str(), i.prefix)),
-        policies: status
-            .policies
-            .iter()
-            .map(|p| {
-                let running = p.digest.as_deref().unwrap_or("unavailable");
-                format!("{}={} ({running})", p.role, p.module)
-            })
-            .collect(),
+        policies: status.policies.iter().map(model::policy_line).collect(),
         problems: status
             .conditions
             .iter()

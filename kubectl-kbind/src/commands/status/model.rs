@@ -92,7 +92,8 @@ pub struct ConnectionNode {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub isolation: Option<String>,
     /// The policy modules the Connection names for itself (`spec.policies`), as
-    /// `<role>=<module>@<digest>` (`unavailable` for a module none runs for).
+    /// `<role>=<module> (<digest>)` (`unavailable` for a module none runs for), from
+    /// [`policy_line`].
     #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub policies: Vec<String>,
     /// Its other conditions that are not as expected (SchemaInSync=False,
@@ -323,6 +324,13 @@ impl Report {
     }
 }
 
+/// What runs for one role a Connection names, as `status` shows it: `<role>=<module>
+/// (<digest>)`, or `(unavailable)` while no module runs for it.
+pub fn policy_line(module: &konnector::api::PolicyModuleStatus) -> String {
+    let running = module.digest.as_deref().unwrap_or("unavailable");
+    format!("{}={} ({running})", module.role, module.module)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -415,5 +423,22 @@ mod tests {
             }
         );
         assert_eq!(binding.failing[0].name, "b");
+    }
+
+    #[test]
+    fn a_policy_line_names_the_role_the_reference_and_the_running_digest() {
+        let module = |digest: Option<&str>| konnector::api::PolicyModuleStatus {
+            role: "conflict".into(),
+            module: "oci://r.example/acme/conflict:v1".into(),
+            digest: digest.map(str::to_owned),
+        };
+        assert_eq!(
+            policy_line(&module(Some("sha256:abc"))),
+            "conflict=oci://r.example/acme/conflict:v1 (sha256:abc)"
+        );
+        assert_eq!(
+            policy_line(&module(None)),
+            "conflict=oci://r.example/acme/conflict:v1 (unavailable)"
+        );
     }
 }

@@ -405,4 +405,20 @@ Connection provider  Ready=True  source=CRD
     fn an_empty_cluster_points_at_connect() {
         assert!(render(&Report::default()).contains("kubectl kbind connect"));
     }
+
+    #[test]
+    fn a_connection_s_own_policy_modules_are_on_its_line() {
+        let mut r = report();
+        r.connections[0].policies = vec![
+            "conflict=oci://r.example/acme/conflict:v1 (sha256:abc)".into(),
+            "placement=built-in (unavailable)".into(),
+        ];
+        let text = render(&r);
+        let first = text.lines().next().unwrap_or_default();
+        assert_eq!(
+            first,
+            "Connection provider  Ready=True  source=CRD  policies: \
+             conflict=oci://r.example/acme/conflict:v1 (sha256:abc), placement=built-in (unavailable)"
+        );
+    }
 }

@@ -16,8 +16,14 @@
 //!
 //! Only built-in modules and registry references may be named by a Connection: a file path
 //! would let whoever writes Connections choose files on the konnector's filesystem.
+//!
+//! A choice that failed is not tried again on every reconcile: it waits out a delay that grows
+//! with each failure of the same attempt ([`super::retry`]); a changed reference, settings or
+//! pull credentials is tried at once.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::SystemTime;
 
 use tracing::{error, info};
 
@@ -25,6 +31,7 @@ use crate::artifact::{Fetcher, PolicyRef};
 use crate::telemetry::{PolicySwapLabels, metrics};
 
 use super::load::Slot;
+use super::retry::{Retry, RetrySchedule};
 use super::role_module::{
     ConflictModule, PlacementModule, RelatedModule, RoleModule, SchemaModule,
 };
@@ -37,6 +44,16 @@ pub struct Choice {
     pub reference: PolicyRef,
     /// The settings document handed to the module.
     pub settings: PolicySettings,
+}
+
+/// What one attempt at a choice asked for: the reference and settings, and a fingerprint of
+/// the pull credentials (none: no fetcher). A change of any is a new attempt, made at once.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Attempt {
+    /// The reference and settings.
+    pub choice: Choice,
+    /// [`crate::artifact::Credentials::fingerprint`] of the credentials it was pulled with.
+    pub credentials: Option<u64>,
 }
 
 /// What serves a role for a Connection.
@@ -80,6 +97,8 @@ pub(crate) struct Overrides {
     pub(crate) conflict: Option<Chosen<ConflictModule>>,
     pub(crate) related: Option<Chosen<RelatedModule>>,
     pub(crate) placement: Option<Chosen<PlacementModule>>,
+    /// The roles whose last choice failed: when they are tried again.
+    retries: BTreeMap<PolicyRole, Retry<Attempt>>,
 }
 
 impl Overrides {
@@ -89,6 +108,7 @@ impl Overrides {
             conflict: self.conflict.as_ref().map(Chosen::shared),
             related: self.related.as_ref().map(Chosen::shared),
             placement: self.placement.as_ref().map(Chosen::shared),
+            retries: self.retries.clone(),
         }
     }
 
@@ -154,6 +174,27 @@ pub enum ChoiceError {
     Policy(#[from] PolicyError),
 }
 
+/// A choice that failed: why, and when it is tried again.
+#[derive(Debug)]
+pub struct Failed {
+    /// This attempt's error; none when no attempt was made (the last one's delay has not
+    /// passed), in which case `retry.message` says why the last one failed.
+    pub error: Option<ChoiceError>,
+    /// The failures so far and the next attempt.
+    pub retry: Retry<Attempt>,
+}
+
+impl std::fmt::Display for Failed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} ({})",
+            self.retry.message,
+            self.retry.next_attempt_text()
+        )
+    }
+}
+
 /// How a choice ended.
 #[derive(Debug)]
 pub enum ChoiceOutcome {
@@ -161,10 +202,12 @@ pub enum ChoiceOutcome {
     Unchanged,
     /// The named module now serves the role (or the process-wide one, when none is named).
     Swapped,
-    /// The named module failed; the module running before keeps running.
-    KeptOld(ChoiceError),
-    /// The named module failed and nothing ran before: calls for the role fail.
-    Unavailable(ChoiceError),
+    /// The named module failed (now or before, and is not due again); the module running
+    /// before keeps running.
+    KeptOld(Failed),
+    /// The named module failed (now or before, and is not due again) and nothing ran before:
+    /// calls for the role fail.
+    Unavailable(Failed),
 }
 
 impl Policies {
@@ -237,7 +280,8 @@ impl Policies {
     /// changed choice is resolved, pulled, compiled, checked against the role's world and
     /// configured with its settings, then swapped in atomically: calls in flight finish on the
     /// old module. A failure leaves the old module running; with none before, the role is
-    /// unavailable for the Connection. Each attempt is logged and counted
+    /// unavailable for the Connection. A failed attempt is made again only once `schedule`
+    /// says so (see [`super::retry`]). Each attempt is logged and counted
     /// (`kbind_policy_swaps_total`).
     pub async fn choose(
         &self,
@@ -245,39 +289,90 @@ impl Policies {
         role: PolicyRole,
         choice: Option<Choice>,
         fetcher: Option<&Fetcher>,
+        schedule: &RetrySchedule,
     ) -> ChoiceOutcome {
-        let before = {
+        let (before, previous) = {
             let guard = self.connections.read().unwrap_or_else(|e| e.into_inner());
-            guard.get(connection).and_then(|o| o.state(role))
+            let overrides = guard.get(connection);
+            (
+                overrides.and_then(|o| o.state(role)),
+                overrides.and_then(|o| o.retries.get(&role).cloned()),
+            )
         };
         let Some(choice) = choice else {
             if before.is_none() {
                 return ChoiceOutcome::Unchanged;
             }
-            self.replace(connection, |o| clear(o, role));
+            self.replace(connection, |o| {
+                clear(o, role);
+                o.retries.remove(&role);
+            });
             self.publish_module_info();
             info!(%connection, %role, "Connection's own policy module dropped; the process-wide module serves it");
             return ChoiceOutcome::Swapped;
         };
-        // A choice already loaded is kept; an unavailable one is tried again.
+        // A choice already loaded is kept (a failed change back from it is forgotten); an
+        // unavailable one is tried again when due.
         if let Some((wanted, Some(_))) = &before
             && *wanted == choice
         {
+            if previous.is_some() {
+                self.replace(connection, |o| {
+                    o.retries.remove(&role);
+                });
+            }
             return ChoiceOutcome::Unchanged;
+        }
+        let runs_old = matches!(before, Some((_, Some(_))));
+        let attempt = Attempt {
+            choice: choice.clone(),
+            credentials: fetcher.map(Fetcher::credentials_fingerprint),
+        };
+        let now = SystemTime::now();
+        if let Some(waiting) = previous.as_ref().filter(|p| !p.is_due(&attempt, now)) {
+            // Not due yet: the registry is not asked, nothing is logged or counted again.
+            let failed = Failed {
+                error: None,
+                retry: waiting.clone(),
+            };
+            return if runs_old {
+                ChoiceOutcome::KeptOld(failed)
+            } else {
+                ChoiceOutcome::Unavailable(failed)
+            };
         }
         let result = self.load_choice(role, &choice, fetcher).await;
         let outcome = match result {
             Ok(loaded) => {
-                self.replace(connection, |o| set(o, role, &loaded, &choice));
+                self.replace(connection, |o| {
+                    set(o, role, &loaded, &choice);
+                    o.retries.remove(&role);
+                });
                 ChoiceOutcome::Swapped
             }
             Err(e) => {
-                if matches!(before, Some((_, Some(_)))) {
-                    ChoiceOutcome::KeptOld(e)
+                let message = e.to_string();
+                let retry = Retry::after_failure(
+                    previous.as_ref(),
+                    attempt,
+                    message.clone(),
+                    now,
+                    schedule,
+                );
+                self.replace(connection, |o| {
+                    if !runs_old {
+                        unavailable(o, role, &choice, &message);
+                    }
+                    o.retries.insert(role, retry.clone());
+                });
+                let failed = Failed {
+                    error: Some(e),
+                    retry,
+                };
+                if runs_old {
+                    ChoiceOutcome::KeptOld(failed)
                 } else {
-                    let message = e.to_string();
-                    self.replace(connection, |o| unavailable(o, role, &choice, &message));
-                    ChoiceOutcome::Unavailable(e)
+                    ChoiceOutcome::Unavailable(failed)
                 }
             }
         };
@@ -423,133 +518,4 @@ fn unavailable(o: &mut Overrides, role: PolicyRole, choice: &Choice, message: &s
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::api::{IsolationInForce, IsolationStrategy, ResourceScope};
-    use crate::policy::{PlacementApi, PlacementInput};
-
-    fn question(connection: &str) -> PlacementInput {
-        PlacementInput {
-            consumer_cluster_uid: "consumer".into(),
-            connection: connection.into(),
-            api: PlacementApi {
-                group: "example.org".into(),
-                resource: "widgets".into(),
-                kind: "Widget".into(),
-                scope: ResourceScope::Namespaced,
-            },
-            namespace: Some("team-a".into()),
-            name: "w1".into(),
-            isolation: IsolationInForce {
-                strategy: IsolationStrategy::Prefixed,
-                prefix: "east".into(),
-            },
-        }
-    }
-
-    fn builtin_choice(settings: &str) -> Result<Choice, crate::policy::SettingsError> {
-        Ok(Choice {
-            reference: PolicyRef::Builtin,
-            settings: settings.parse()?,
-        })
-    }
-
-    #[tokio::test]
-    async fn a_module_that_cannot_be_had_fails_its_connection_only_and_never_falls_back()
-    -> anyhow::Result<()> {
-        let policies = Policies::builtin()?;
-        let oci: PolicyRef = "oci://registry.example/acme/placement:v1".parse()?;
-        let wanted = Choice {
-            reference: oci,
-            settings: PolicySettings::default(),
-        };
-        let outcome = policies
-            .choose("a", PolicyRole::Placement, Some(wanted), None)
-            .await;
-        assert!(
-            matches!(
-                outcome,
-                ChoiceOutcome::Unavailable(ChoiceError::NoFetcher { .. })
-            ),
-            "{outcome:?}"
-        );
-        let refused = policies.for_connection("a").place(&question("a")).await;
-        assert!(
-            matches!(refused, Err(PolicyError::Unavailable { .. })),
-            "{refused:?}"
-        );
-        let other = policies.for_connection("b").place(&question("b")).await?;
-        assert_eq!(other.name, "east-w1");
-        assert_eq!(
-            policies.connection_modules_of("a"),
-            vec![ConnectionModule {
-                role: PolicyRole::Placement,
-                reference: "oci://registry.example/acme/placement:v1".into(),
-                digest: None,
-            }]
-        );
-        Ok(())
-    }
-
-    #[tokio::test]
-    async fn a_failing_change_keeps_the_module_running_and_a_file_path_is_refused()
-    -> anyhow::Result<()> {
-        let policies = Policies::builtin()?;
-        let first = policies
-            .choose(
-                "a",
-                PolicyRole::Placement,
-                Some(builtin_choice("{}")?),
-                None,
-            )
-            .await;
-        assert!(matches!(first, ChoiceOutcome::Swapped), "{first:?}");
-        let again = policies
-            .choose(
-                "a",
-                PolicyRole::Placement,
-                Some(builtin_choice("{}")?),
-                None,
-            )
-            .await;
-        assert!(matches!(again, ChoiceOutcome::Unchanged), "{again:?}");
-        let refused = policies
-            .choose(
-                "a",
-                PolicyRole::Placement,
-                Some(builtin_choice(r#"{"zone": "eu-1"}"#)?),
-                None,
-            )
-            .await;
-        assert!(
-            matches!(
-                &refused,
-                ChoiceOutcome::KeptOld(ChoiceError::Policy(PolicyError::SettingsRejected { .. }))
-            ),
-            "{refused:?}"
-        );
-        let file = Choice {
-            reference: PolicyRef::File("/etc/kbind/placement.wasm".into()),
-            settings: PolicySettings::default(),
-        };
-        let refused = policies
-            .choose("a", PolicyRole::Placement, Some(file), None)
-            .await;
-        assert!(
-            matches!(
-                &refused,
-                ChoiceOutcome::KeptOld(ChoiceError::FilePath { .. })
-            ),
-            "{refused:?}"
-        );
-        // The module chosen first still answers for the Connection.
-        let placed = policies.for_connection("a").place(&question("a")).await?;
-        assert_eq!(placed.name, "east-w1");
-        let dropped = policies
-            .choose("a", PolicyRole::Placement, None, None)
-            .await;
-        assert!(matches!(dropped, ChoiceOutcome::Swapped), "{dropped:?}");
-        assert!(!policies.for_connection("a").chooses(PolicyRole::Placement));
-        Ok(())
-    }
-}
+mod tests;

@@ -4,7 +4,10 @@
 //! module). A Connection's module places, decides and fails for that Connection only; a module
 //! that cannot be had is `Ready=False PolicyUnavailable`, never a silent built-in; a changed
 //! module is swapped in live with no syncer restarted and no list made again; one refusing its
-//! settings is reported while the module before keeps running.
+//! settings is reported while the module before keeps running. A second registry answers only a
+//! user of its own (htpasswd): a module there is pulled with the pull Secret the Connection
+//! names, and without working credentials the Connection says the registry refused it and which
+//! Secret (if any) was used, never the password.
 
 use std::sync::OnceLock;
 
@@ -15,7 +18,7 @@ use kbind_tests::fixtures::{
     Konnector, condition, connection, crd_source, has_condition, put_kubeconfig_secret,
     start_konnector_pulling, unique, wait_connection,
 };
-use kbind_tests::registry::Registry;
+use kbind_tests::registry::{Registry, RegistryUser};
 use kbind_tests::syncenv::{TestApi, ensure_namespace, events_for, wait_for};
 use kbind_tests::testenv::{ClusterPair, shared_pair};
 use konnector::api::{Connection, ConnectionPolicies, Isolation, IsolationStrategy, PolicyChoice};
@@ -30,6 +33,9 @@ use serde_json::{Value, json};
 struct World {
     pair: &'static ClusterPair,
     registry: Registry,
+    /// A registry that answers only `user`.
+    private: Registry,
+    user: RegistryUser,
     _konnector: Konnector,
 }
 
@@ -45,9 +51,15 @@ async fn world() -> anyhow::Result<&'static World> {
             let pair = shared_pair()?;
             let registry =
                 Registry::start(&pair.root().join("policy-connections-registry")).await?;
+            let user = RegistryUser::random("robot")?;
+            let private = Registry::start_with_user(
+                &pair.root().join("policy-connections-private-registry"),
+                user.clone(),
+            )
+            .await?;
             let config = FetcherConfig {
                 cache_dir: Some(pair.root().join("policy-connections-cache")),
-                plain_http: vec![registry.host().to_owned()],
+                plain_http: vec![registry.host().to_owned(), private.host().to_owned()],
                 ..FetcherConfig::default()
             };
             let consumer = &pair.consumer;
@@ -57,6 +69,8 @@ async fn world() -> anyhow::Result<&'static World> {
             anyhow::Ok(World {
                 pair,
                 registry,
+                private,
+                user,
                 _konnector: konnector,
             })
         })
@@ -492,3 +506,6 @@ async fn a_connection_may_not_name_a_module_file_on_the_konnectors_filesystem() 
         })
         .await
 }
+
+mod credentials;
+mod status;
