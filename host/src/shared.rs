@@ -14,9 +14,9 @@ use kube::Client;
 use kube::runtime::events::{Recorder, Reporter};
 
 use crate::api::names::FIELD_MANAGER;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
-use crate::artifact::{Fetcher, FetcherConfig};
+use crate::artifact::{Cache, FetchError, Fetcher, FetcherConfig};
 use crate::policy::Policies;
 use crate::registry::{Engagements, Outcomes, RunningSyncers, Shards, SharedIndex};
 
@@ -81,8 +81,65 @@ impl Shared {
 /// The konnector's way to pull registry modules, for Connections that name their own.
 #[derive(Debug)]
 pub struct PolicyFetch {
-    /// Pulls with the konnector's own pull Secret (or anonymously).
-    pub fetcher: Fetcher,
+    /// Pulls with the konnector's own pull Secret (or anonymously), built when a Connection
+    /// first names a module: a registry client loads the system's trust store (about 90 ms
+    /// of CPU and half a million allocations), which a konnector whose Connections name none
+    /// should not pay.
+    fetcher: OnceLock<Arc<Fetcher>>,
     /// The cache and registries, for a fetcher with a Connection's pull Secret.
     pub config: FetcherConfig,
+}
+
+impl PolicyFetch {
+    /// Pulls with `config`; its cache directory is opened now, so a wrong one stops the start.
+    pub fn new(config: FetcherConfig) -> Result<Self, FetchError> {
+        if let Some(dir) = &config.cache_dir {
+            Cache::open(dir)?;
+        }
+        Ok(Self {
+            fetcher: OnceLock::new(),
+            config,
+        })
+    }
+
+    /// The konnector's own fetcher, built on first use.
+    pub fn fetcher(&self) -> Result<Arc<Fetcher>, FetchError> {
+        if let Some(fetcher) = self.fetcher.get() {
+            return Ok(fetcher.clone());
+        }
+        let built = Arc::new(Fetcher::new(self.config.clone())?);
+        // Two first uses at once build two; one is kept, and both pull alike.
+        Ok(self.fetcher.get_or_init(|| built).clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cache_directory_that_cannot_be_opened_stops_the_start() {
+        let scratch =
+            std::env::temp_dir().join(format!("kbind-policy-fetch-{}", std::process::id()));
+        std::fs::write(&scratch, b"a file, not a directory").ok();
+        let refused = PolicyFetch::new(FetcherConfig {
+            cache_dir: Some(scratch.join("cache")),
+            ..FetcherConfig::default()
+        });
+        std::fs::remove_file(&scratch).ok();
+        assert!(refused.is_err(), "{refused:?}");
+    }
+
+    #[test]
+    fn the_registry_client_is_built_once_on_first_use() -> Result<(), FetchError> {
+        let fetch = PolicyFetch::new(FetcherConfig::default())?;
+        assert!(
+            fetch.fetcher.get().is_none(),
+            "built before any Connection asked"
+        );
+        let first = fetch.fetcher()?;
+        let again = fetch.fetcher()?;
+        assert!(Arc::ptr_eq(&first, &again));
+        Ok(())
+    }
 }

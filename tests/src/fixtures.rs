@@ -141,69 +141,66 @@ fn start_konnector_full(
     let shutdown = CancellationToken::new();
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<anyhow::Result<Engagements>>();
     let thread_shutdown = shutdown.clone();
-    let thread =
-        std::thread::Builder::new()
-            .name("konnector".into())
-            .spawn(move || {
-                let runtime = match crate::runtime() {
-                    Ok(runtime) => runtime,
-                    Err(e) => {
-                        let _ = ready_tx.send(Err(e.into()));
-                        return;
-                    }
-                };
-                runtime.block_on(async move {
-                    let started = async {
-                        let client = admin.client().await?;
-                        install_core_crds(&client).await?;
-                        ensure_namespace(&client, SECRET_NAMESPACE).await?;
-                        let policies = Policies::builtin()?;
-                        anyhow::Ok((client, policies))
-                    }
-                    .await;
-                    let started = match (started, refusals) {
-                        (Ok((_, policies)), Some(refusals)) => {
-                            async {
-                                let config = admin.config().await?;
-                                let client = kube::client::ClientBuilder::try_from(config)?
-                                    .with_layer(&refusals)
-                                    .build();
-                                anyhow::Ok((client, policies))
-                            }
-                            .await
+    let thread = std::thread::Builder::new()
+        .name("konnector".into())
+        .spawn(move || {
+            let runtime = match crate::runtime() {
+                Ok(runtime) => runtime,
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e.into()));
+                    return;
+                }
+            };
+            runtime.block_on(async move {
+                let started = async {
+                    let client = admin.client().await?;
+                    install_core_crds(&client).await?;
+                    ensure_namespace(&client, SECRET_NAMESPACE).await?;
+                    let policies = Policies::builtin()?;
+                    anyhow::Ok((client, policies))
+                }
+                .await;
+                let started = match (started, refusals) {
+                    (Ok((_, policies)), Some(refusals)) => {
+                        async {
+                            let config = admin.config().await?;
+                            let client = kube::client::ClientBuilder::try_from(config)?
+                                .with_layer(&refusals)
+                                .build();
+                            anyhow::Ok((client, policies))
                         }
-                        (started, _) => started,
-                    };
-                    match started {
-                        Ok((client, policies)) => {
-                            let mut shared = Shared::new(client, policies, None);
-                            if let Some(config) = fetch {
-                                match konnector::artifact::Fetcher::new(config.clone()) {
-                                    Ok(fetcher) => {
-                                        shared.policy_fetcher = Some(std::sync::Arc::new(
-                                            konnector::shared::PolicyFetch { fetcher, config },
-                                        ));
-                                    }
-                                    Err(e) => {
-                                        let _ = ready_tx.send(Err(e.into()));
-                                        return;
-                                    }
+                        .await
+                    }
+                    (started, _) => started,
+                };
+                match started {
+                    Ok((client, policies)) => {
+                        let mut shared = Shared::new(client, policies, None);
+                        if let Some(config) = fetch {
+                            match konnector::shared::PolicyFetch::new(config) {
+                                Ok(fetch) => {
+                                    shared.policy_fetcher = Some(std::sync::Arc::new(fetch));
+                                }
+                                Err(e) => {
+                                    let _ = ready_tx.send(Err(e.into()));
+                                    return;
                                 }
                             }
-                            let _ = ready_tx.send(Ok(shared.engagements.clone()));
-                            let settings = konnector::manager::Config {
-                                connection,
-                                binding: test_binding_settings(),
-                            };
-                            konnector::manager::run(shared, settings, thread_shutdown).await;
                         }
-                        Err(e) => {
-                            let _ = ready_tx.send(Err(e));
-                        }
+                        let _ = ready_tx.send(Ok(shared.engagements.clone()));
+                        let settings = konnector::manager::Config {
+                            connection,
+                            binding: test_binding_settings(),
+                        };
+                        konnector::manager::run(shared, settings, thread_shutdown).await;
                     }
-                });
-            })
-            .context("spawning the konnector thread")?;
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                    }
+                }
+            });
+        })
+        .context("spawning the konnector thread")?;
     let engagements = ready_rx
         .recv()
         .context("the konnector thread ended before starting")??;

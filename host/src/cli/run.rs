@@ -241,10 +241,7 @@ async fn load_policies(
     // Verification applies to every module pulled: process-wide and each Connection's own.
     let mut config = policies_args.fetcher_config(credentials);
     config.verification = args.policy_verify.verification()?;
-    let for_connections = PolicyFetch {
-        fetcher: Fetcher::new(config.clone())?,
-        config: config.clone(),
-    };
+    let for_connections = PolicyFetch::new(config.clone())?;
     if !policies_args.pulls() && policies_args.policy_refs_file.is_none() {
         let policies = Policies::load(&policies_args)?;
         policies.check().await?;

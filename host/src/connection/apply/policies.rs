@@ -148,7 +148,8 @@ impl Steps<'_> {
             return Ok(None);
         };
         let Some(secret) = pull_secret else {
-            return Ok(Some(FetcherOrShared::Shared(fetch)));
+            let shared = fetch.fetcher().map_err(|e| e.to_string())?;
+            return Ok(Some(FetcherOrShared::Shared(shared)));
         };
         let namespace = &self.ctx.config.secret_namespace;
         let credentials =
@@ -165,7 +166,7 @@ impl Steps<'_> {
 /// The konnector's fetcher, or one of the Connection's own (its pull Secret).
 pub(super) enum FetcherOrShared {
     /// The konnector's.
-    Shared(std::sync::Arc<crate::shared::PolicyFetch>),
+    Shared(std::sync::Arc<Fetcher>),
     /// With the Connection's pull Secret (boxed: a fetcher with verification is large).
     Own(Box<Fetcher>),
 }
@@ -175,7 +176,7 @@ impl std::ops::Deref for FetcherOrShared {
 
     fn deref(&self) -> &Fetcher {
         match self {
-            Self::Shared(fetch) => &fetch.fetcher,
+            Self::Shared(fetcher) => fetcher,
             Self::Own(fetcher) => fetcher,
         }
     }
