@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context as _, bail, ensure};
-use kbind_tests::faults::process::{KonnectorProcess, log_says};
+use kbind_tests::faults::process::{
+    KonnectorProcess, log_says, process_module_info, start_with_policy_refs,
+};
 use kbind_tests::registry::Registry;
 use kbind_tests::testenv::{fresh_dir, shared_pair};
 use konnector::artifact::{
@@ -430,24 +432,22 @@ async fn a_changed_reference_is_swapped_live_and_a_failing_one_leaves_the_old_mo
         let v2 = push_conflict(&pusher, &registry, "policies/live", "v2", "2.0.0").await?;
         let refs = work.join("refs.yaml");
         let write_ref = |tag: &str| {
-            std::fs::write(&refs, format!("conflict: oci://{host}/policies/live:{tag}\n"))
+            std::fs::write(
+                &refs,
+                format!("conflict: oci://{host}/policies/live:{tag}\n"),
+            )
         };
         write_ref("v1")?;
-        let flags = [
-            format!("--policy-refs-file={}", refs.display()),
-            format!("--policy-plain-http-registry={host}"),
-            format!("--policy-cache-dir={}", work.join("cache").display()),
-        ];
-        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-        let log = work.join("konnector.log");
         let binary = kbind_tests::konnector_binary!();
         let kubeconfig = pair.consumer.admin().kubeconfig_path();
-        let mut process = KonnectorProcess::start(&binary, kubeconfig, &log, &flags)?;
-        process.wait_ready(Duration::from_secs(60)).await?;
+        let (mut process, log) =
+            start_with_policy_refs(&binary, kubeconfig, &work, &refs, &host, &[]).await?;
         let pid = process.pid();
         let info = |tag: &str, digest: &str| {
-            format!(
-                "kbind_policy_module_info{{role=\"conflict\",reference=\"oci://{host}/policies/live:{tag}\",digest=\"{digest}\",connection=\"\"}} 1"
+            process_module_info(
+                "conflict",
+                &format!("oci://{host}/policies/live:{tag}"),
+                digest,
             )
         };
         process.wait_for_metric(&info("v1", &v1)).await?;
@@ -455,15 +455,25 @@ async fn a_changed_reference_is_swapped_live_and_a_failing_one_leaves_the_old_mo
         // The reference moves to v2: pulled, checked and swapped in the running process.
         write_ref("v2")?;
         process.wait_for_metric(&info("v2", &v2)).await?;
-        process.wait_for_metric("kbind_policy_swaps_total{role=\"conflict\",result=\"swapped\"} 1").await?;
+        process
+            .wait_for_metric("kbind_policy_swaps_total{role=\"conflict\",result=\"swapped\"} 1")
+            .await?;
         log_says(&log, &format!("policy module swapped: digest {v1} → {v2}"))?;
 
         // A reference that cannot be pulled: the failure is counted, v2 keeps running.
         write_ref("missing")?;
-        process.wait_for_metric("kbind_policy_swaps_total{role=\"conflict\",result=\"failed\"} 1").await?;
+        process
+            .wait_for_metric("kbind_policy_swaps_total{role=\"conflict\",result=\"failed\"} 1")
+            .await?;
         let metrics = process.metrics().await?;
-        ensure!(metrics.contains(&info("v2", &v2)), "v2 no longer runs:\n{metrics}");
-        ensure!(process.exited()?.is_none() && process.pid() == pid, "the konnector restarted");
+        ensure!(
+            metrics.contains(&info("v2", &v2)),
+            "v2 no longer runs:\n{metrics}"
+        );
+        ensure!(
+            process.exited()?.is_none() && process.pid() == pid,
+            "the konnector restarted"
+        );
         log_says(&log, "policy module not swapped; the running module stays")?;
         process.terminate(Duration::from_secs(10)).await?;
         Ok::<_, anyhow::Error>(())
@@ -563,10 +573,7 @@ async fn the_pull_secret_is_read_from_the_credential_namespace() -> anyhow::Resu
         // The pull Secret as `kubectl create secret docker-registry` writes it.
         let mut right = run("policy-pull", &work.join("right.log"))?;
         right.wait_ready(Duration::from_secs(60)).await?;
-        right.wait_for_metric(&format!(
-            "kbind_policy_module_info{{role=\"conflict\",reference=\"{conflict}\",digest=\"{pushed}\",connection=\"\"}} 1"
-        ))
-        .await?;
+        right.wait_for_metric(&process_module_info("conflict", &conflict, &pushed)).await?;
         right.terminate(Duration::from_secs(10)).await?;
         Ok::<_, anyhow::Error>(())
     })

@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use anyhow::{bail, ensure};
 use kbind_keyless::{Identity, Sigstore};
-use kbind_tests::faults::process::{KonnectorProcess, log_says};
+use kbind_tests::faults::process::{
+    KonnectorProcess, log_says, process_module_info, start_with_policy_refs,
+};
 use kbind_tests::registry::Registry;
 use kbind_tests::testenv::{fresh_dir, shared_pair};
 use konnector::artifact::sign::KeyPair;
@@ -152,6 +154,17 @@ async fn the_registry_down_a_cached_module_is_verified_again_from_its_cached_sig
     Ok(())
 }
 
+/// The module-info sample of the conflict module `oci://HOST/acme/conflict:TAG` running at the
+/// digest `pinned` (a reference pinned by `@sha256:…`) names.
+fn running(host: &str, tag: &str, pinned: &str) -> String {
+    let digest = pinned.rsplit_once('@').map(|(_, d)| d).unwrap_or_default();
+    process_module_info(
+        "conflict",
+        &format!("oci://{host}/acme/conflict:{tag}"),
+        digest,
+    )
+}
+
 /// Runs `konnector policy <args>`; its stdout, or an error with its stderr.
 fn konnector_policy(args: &[&str]) -> anyhow::Result<String> {
     kbind_tests::faults::process::konnector_policy(&kbind_tests::konnector_binary!(), args)
@@ -181,61 +194,101 @@ async fn with_verification_on_a_signed_module_runs_and_an_unsigned_or_wrongly_si
 
         let push_tag = |tag: &str, version: &str| {
             konnector_policy(&[
-                "push", "--role", "conflict", &module, &format!("oci://{host}/acme/conflict:{tag}"),
-                &plain, "--version", version,
+                "push",
+                "--role",
+                "conflict",
+                &module,
+                &format!("oci://{host}/acme/conflict:{tag}"),
+                &plain,
+                "--version",
+                version,
             ])
             .map(|pinned| pinned.trim().to_owned())
         };
         let v1 = push_tag("v1", "1.0.0")?;
-        let signed = konnector_policy(&["sign", &format!("oci://{host}/acme/conflict:v1"), "--key", &key, &plain])?;
+        let signed = konnector_policy(&[
+            "sign",
+            &format!("oci://{host}/acme/conflict:v1"),
+            "--key",
+            &key,
+            &plain,
+        ])?;
         ensure!(signed.trim() == v1, "signed {signed}, pushed {v1}");
-        let verified = konnector_policy(&["verify", &format!("oci://{host}/acme/conflict:v1"), "--key", &public, &plain])?;
+        let verified = konnector_policy(&[
+            "verify",
+            &format!("oci://{host}/acme/conflict:v1"),
+            "--key",
+            &public,
+            &plain,
+        ])?;
         ensure!(verified.trim() == v1, "verified {verified}");
         let unsigned = push_tag("v2", "2.0.0")?;
         let wrongly = push_tag("v3", "3.0.0")?;
-        konnector_policy(&["sign", &format!("oci://{host}/acme/conflict:v3"), "--key", &format!("{stranger}.key"), &plain])?;
-        let refused = konnector_policy(&["verify", &format!("oci://{host}/acme/conflict:v3"), "--key", &public, &plain]);
-        ensure!(matches!(&refused, Err(e) if e.to_string().contains("no signature verifies")), "{refused:?}");
+        konnector_policy(&[
+            "sign",
+            &format!("oci://{host}/acme/conflict:v3"),
+            "--key",
+            &format!("{stranger}.key"),
+            &plain,
+        ])?;
+        let refused = konnector_policy(&[
+            "verify",
+            &format!("oci://{host}/acme/conflict:v3"),
+            "--key",
+            &public,
+            &plain,
+        ]);
+        ensure!(
+            matches!(&refused, Err(e) if e.to_string().contains("no signature verifies")),
+            "{refused:?}"
+        );
 
         let refs = work.join("refs.yaml");
-        let write_ref = |tag: &str| std::fs::write(&refs, format!("conflict: oci://{host}/acme/conflict:{tag}\n"));
-        write_ref("v1")?;
-        let flags = [
-            format!("--policy-refs-file={}", refs.display()),
-            format!("--policy-plain-http-registry={host}"),
-            format!("--policy-cache-dir={}", work.join("cache").display()),
-            format!("--policy-verify-key={public}"),
-        ];
-        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-        let log = work.join("konnector.log");
-        let binary = kbind_tests::konnector_binary!();
-        let kubeconfig = pair.consumer.admin().kubeconfig_path();
-        let mut process = KonnectorProcess::start(&binary, kubeconfig, &log, &flags)?;
-        process.wait_ready(Duration::from_secs(60)).await?;
-        let digest = |pinned: &str| pinned.rsplit_once('@').map(|(_, d)| d.to_owned()).unwrap_or_default();
-        let info = |tag: &str, pinned: &str| {
-            format!(
-                "kbind_policy_module_info{{role=\"conflict\",reference=\"oci://{host}/acme/conflict:{tag}\",digest=\"{}\",connection=\"\"}} 1",
-                digest(pinned)
+        let write_ref = |tag: &str| {
+            std::fs::write(
+                &refs,
+                format!("conflict: oci://{host}/acme/conflict:{tag}\n"),
             )
         };
+        write_ref("v1")?;
+        let binary = kbind_tests::konnector_binary!();
+        let kubeconfig = pair.consumer.admin().kubeconfig_path();
+        let verify = [format!("--policy-verify-key={public}")];
+        let (mut process, log) =
+            start_with_policy_refs(&binary, kubeconfig, &work, &refs, &host, &verify).await?;
+        let info = |tag: &str, pinned: &str| running(&host, tag, pinned);
         process.wait_for_metric(&info("v1", &v1)).await?;
 
         write_ref("v2")?;
-        process.wait_for_metric("kbind_policy_swaps_total{role=\"conflict\",result=\"failed\"} 1").await?;
+        process
+            .wait_for_metric("kbind_policy_swaps_total{role=\"conflict\",result=\"failed\"} 1")
+            .await?;
         log_says(&log, &format!("{unsigned} is not signed"))?;
         write_ref("v3")?;
-        process.wait_for_metric("kbind_policy_swaps_total{role=\"conflict\",result=\"failed\"} 2").await?;
+        process
+            .wait_for_metric("kbind_policy_swaps_total{role=\"conflict\",result=\"failed\"} 2")
+            .await?;
         log_says(&log, &format!("{wrongly}: no signature verifies"))?;
         let metrics = process.metrics().await?;
-        ensure!(metrics.contains(&info("v1", &v1)), "v1 no longer runs:\n{metrics}");
+        ensure!(
+            metrics.contains(&info("v1", &v1)),
+            "v1 no longer runs:\n{metrics}"
+        );
 
         // Signed by the trusted key: swapped in.
         let v4 = push_tag("v4", "4.0.0")?;
-        konnector_policy(&["sign", &format!("oci://{host}/acme/conflict:v4"), "--key", &key, &plain])?;
+        konnector_policy(&[
+            "sign",
+            &format!("oci://{host}/acme/conflict:v4"),
+            "--key",
+            &key,
+            &plain,
+        ])?;
         write_ref("v4")?;
         process.wait_for_metric(&info("v4", &v4)).await?;
-        process.wait_for_metric("kbind_policy_swaps_total{role=\"conflict\",result=\"swapped\"} 1").await?;
+        process
+            .wait_for_metric("kbind_policy_swaps_total{role=\"conflict\",result=\"swapped\"} 1")
+            .await?;
         process.terminate(Duration::from_secs(10)).await?;
         Ok::<_, anyhow::Error>(())
     })
@@ -305,57 +358,64 @@ async fn with_keyless_verification_a_module_signed_for_the_identity_runs_and_one
         let trust_root = work.join("trusted_root.json");
         std::fs::write(&trust_root, sigstore.trusted_root()?)?;
         let plain = fetcher(&registry, Verification::default(), None)?;
-        let push_signed = async |tag: &str, version: &str, subject: &str| -> anyhow::Result<String> {
-            let target = reference(&registry, &format!("acme/conflict:{tag}"))?;
-            push(&plain, &target, version).await?;
-            let identity = Identity::new(ISSUER, subject);
-            let pinned = plain
-                .sign_with(&target, |manifest| {
-                    sigstore.sign(&identity, manifest).map_err(|e| e.to_string())
-                })
-                .await?;
-            Ok(pinned.to_string())
-        };
+        let push_signed =
+            async |tag: &str, version: &str, subject: &str| -> anyhow::Result<String> {
+                let target = reference(&registry, &format!("acme/conflict:{tag}"))?;
+                push(&plain, &target, version).await?;
+                let identity = Identity::new(ISSUER, subject);
+                let pinned = plain
+                    .sign_with(&target, |manifest| {
+                        sigstore
+                            .sign(&identity, manifest)
+                            .map_err(|e| e.to_string())
+                    })
+                    .await?;
+                Ok(pinned.to_string())
+            };
         let v1 = push_signed("v1", "1.0.0", SUBJECT).await?;
         let stranger = push_signed("v2", "2.0.0", "intern@acme.test").await?;
 
         let refs = work.join("refs.yaml");
-        let write_ref = |tag: &str| std::fs::write(&refs, format!("conflict: oci://{host}/acme/conflict:{tag}\n"));
+        let write_ref = |tag: &str| {
+            std::fs::write(
+                &refs,
+                format!("conflict: oci://{host}/acme/conflict:{tag}\n"),
+            )
+        };
         write_ref("v1")?;
-        let flags = [
-            format!("--policy-refs-file={}", refs.display()),
-            format!("--policy-plain-http-registry={host}"),
-            format!("--policy-cache-dir={}", work.join("cache").display()),
+        let binary = kbind_tests::konnector_binary!();
+        let kubeconfig = pair.consumer.admin().kubeconfig_path();
+        let verify = [
             format!("--policy-verify-issuer={ISSUER}"),
             format!("--policy-verify-subject={SUBJECT}"),
             format!("--policy-trust-root={}", trust_root.display()),
         ];
-        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-        let log = work.join("konnector.log");
-        let binary = kbind_tests::konnector_binary!();
-        let kubeconfig = pair.consumer.admin().kubeconfig_path();
-        let mut process = KonnectorProcess::start(&binary, kubeconfig, &log, &flags)?;
-        process.wait_ready(Duration::from_secs(60)).await?;
-        let digest = |pinned: &str| pinned.rsplit_once('@').map(|(_, d)| d.to_owned()).unwrap_or_default();
-        let info = |tag: &str, pinned: &str| {
-            format!(
-                "kbind_policy_module_info{{role=\"conflict\",reference=\"oci://{host}/acme/conflict:{tag}\",digest=\"{}\",connection=\"\"}} 1",
-                digest(pinned)
-            )
-        };
+        let (mut process, log) =
+            start_with_policy_refs(&binary, kubeconfig, &work, &refs, &host, &verify).await?;
+        let info = |tag: &str, pinned: &str| running(&host, tag, pinned);
         process.wait_for_metric(&info("v1", &v1)).await?;
 
         write_ref("v2")?;
-        process.wait_for_metric("kbind_policy_swaps_total{role=\"conflict\",result=\"failed\"} 1").await?;
-        log_says(&log, &format!("{stranger}: no signature verifies (identity {SUBJECT} issued by {ISSUER}"))?;
+        process
+            .wait_for_metric("kbind_policy_swaps_total{role=\"conflict\",result=\"failed\"} 1")
+            .await?;
+        log_says(
+            &log,
+            &format!("{stranger}: no signature verifies (identity {SUBJECT} issued by {ISSUER}"),
+        )?;
         log_says(&log, "SubjectAltName does not match (got intern@acme.test")?;
         let metrics = process.metrics().await?;
-        ensure!(metrics.contains(&info("v1", &v1)), "v1 no longer runs:\n{metrics}");
+        ensure!(
+            metrics.contains(&info("v1", &v1)),
+            "v1 no longer runs:\n{metrics}"
+        );
 
         let v3 = push_signed("v3", "3.0.0", SUBJECT).await?;
         write_ref("v3")?;
         process.wait_for_metric(&info("v3", &v3)).await?;
-        process.wait_for_metric("kbind_policy_swaps_total{role=\"conflict\",result=\"swapped\"} 1").await?;
+        process
+            .wait_for_metric("kbind_policy_swaps_total{role=\"conflict\",result=\"swapped\"} 1")
+            .await?;
         process.terminate(Duration::from_secs(10)).await?;
         Ok::<_, anyhow::Error>(())
     })

@@ -270,3 +270,35 @@ pub fn log_says(log: &Path, expected: &str) -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+/// The `kbind_policy_module_info` sample saying that the process-wide `role` module runs
+/// `reference` at `digest`: what a test waits for to know which module is running.
+pub fn process_module_info(role: &str, reference: &str, digest: &str) -> String {
+    format!(
+        "kbind_policy_module_info{{role=\"{role}\",reference=\"{reference}\",digest=\"{digest}\",connection=\"\"}} 1"
+    )
+}
+
+/// A ready `binary run` whose process-wide modules come from the references file `refs`,
+/// pulled over plain HTTP from `registry` (`host:port`) and cached in `work/cache`, with
+/// `extra` flags (verification, for one); it logs to `work/konnector.log`, returned beside it.
+pub async fn start_with_policy_refs(
+    binary: &Path,
+    kubeconfig: &Path,
+    work: &Path,
+    refs: &Path,
+    registry: &str,
+    extra: &[String],
+) -> anyhow::Result<(KonnectorProcess, std::path::PathBuf)> {
+    let mut flags = vec![
+        format!("--policy-refs-file={}", refs.display()),
+        format!("--policy-plain-http-registry={registry}"),
+        format!("--policy-cache-dir={}", work.join("cache").display()),
+    ];
+    flags.extend_from_slice(extra);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let log = work.join("konnector.log");
+    let process = KonnectorProcess::start(binary, kubeconfig, &log, &flags)?;
+    process.wait_ready(Duration::from_secs(60)).await?;
+    Ok((process, log))
+}
