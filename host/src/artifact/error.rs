@@ -268,10 +268,11 @@ impl FetchError {
     }
 }
 
-/// `error` and what caused it, outermost first: an HTTP client's own message ("error sending
-/// request") says nothing an operator can act on; the refused connection or the certificate
-/// that did not verify, further down the chain, does.
-fn with_causes(error: &dyn std::error::Error) -> String {
+/// `error` and what caused it, outermost first, `: `-separated: an HTTP client's own message
+/// ("error sending request") or sigstore-rs's ("certificate SCT verification failed") names
+/// what failed; the refused connection, the certificate or the check further down the chain
+/// says why, which is what an operator can act on.
+pub(super) fn with_causes(error: &dyn std::error::Error) -> String {
     let mut message = error.to_string();
     let mut cause = error.source();
     while let Some(inner) = cause {

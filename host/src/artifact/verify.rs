@@ -37,6 +37,8 @@ use sigstore::trust::ManualTrustRoot;
 use sigstore_protobuf_specs::dev::sigstore::bundle::v1::bundle::Content;
 use sigstore_protobuf_specs::dev::sigstore::trustroot::v1::TrustedRoot;
 
+use super::error::with_causes;
+
 /// The media type of a Sigstore bundle (v0.3), the artifact type of its referrer manifest.
 pub const BUNDLE_MEDIA_TYPE: &str = "application/vnd.dev.sigstore.bundle.v0.3+json";
 /// The in-toto statement payload type of a DSSE bundle.
@@ -197,21 +199,6 @@ impl Keyless {
             .await
             .map_err(|e| with_causes(&e))
     }
-}
-
-/// An error and its causes, `: `-separated: sigstore-rs's outer messages ("certificate SCT
-/// verification failed") say which check failed, their sources say why.
-fn with_causes(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.ends_with(&cause_text) {
-            text = format!("{text}: {cause_text}");
-        }
-        source = cause.source();
-    }
-    text
 }
 
 /// The trust root's CAs, CT log keys and transparency log keys, as sigstore-rs takes them.
