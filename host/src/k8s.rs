@@ -11,7 +11,7 @@
 
 use http::StatusCode;
 use k8s_openapi::api::core::v1::Namespace;
-use kube::api::{DynamicObject, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use kube::core::ApiResource;
 use kube::runtime::events::{Event, EventType};
 use kube::{Api, Client, Resource, ResourceExt};
@@ -154,12 +154,15 @@ fn answered(error: &kube::Error, code: StatusCode) -> bool {
 
 /// The `Api` for objects of `ar` in `namespace` (namespaced resources) or cluster-wide
 /// (cluster-scoped resources, or every namespace when `namespace` is `None`).
-pub fn dynamic_api(
+pub fn dynamic_api<K>(
     client: &Client,
     ar: &ApiResource,
     namespaced: bool,
     namespace: Option<&str>,
-) -> Api<DynamicObject> {
+) -> Api<K>
+where
+    K: kube::Resource<DynamicType = ApiResource, Scope = kube::core::DynamicResourceScope>,
+{
     match (namespaced, namespace) {
         (true, Some(ns)) => Api::namespaced_with(client.clone(), ns, ar),
         _ => Api::all_with(client.clone(), ar),

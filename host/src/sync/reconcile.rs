@@ -376,7 +376,7 @@ async fn decide_and_write(
 /// JSON patch with a `test`, like kube-runtime's `finalizer()`: fails instead of clobbering a
 /// concurrent finalizer change.
 async fn add_finalizer(obj: &DynamicObject, ctx: &SyncContext) -> Result<()> {
-    let api = ctx.consumer_api(obj.metadata.namespace.as_deref());
+    let api = ctx.consumer_writes(obj.metadata.namespace.as_deref());
     let patch = if obj.finalizers().is_empty() {
         json!([
             { "op": "test", "path": "/metadata/finalizers", "value": null },
@@ -394,7 +394,7 @@ async fn add_finalizer(obj: &DynamicObject, ctx: &SyncContext) -> Result<()> {
         .patch(&obj.name_any(), &patch_params(), &Patch::<()>::Json(patch))
         .await
         .map_err(Error::AddFinalizer)?;
-    ctx.wrote_instance(stored);
+    ctx.wrote_instance(stored.0);
     Ok(())
 }
 

@@ -31,6 +31,7 @@ use crate::provider::limits::{COPY_STATUS_FLAG, limits};
 use crate::telemetry::{ApiLabels, metrics};
 
 use super::cache::copy::CachedCopy;
+use super::cache::watched::Watched;
 use super::conflict::conflict_annotation_value;
 use super::context::SyncContext;
 use super::instance_status::{
@@ -191,12 +192,12 @@ async fn annotate_conflict(
     ctx: &SyncContext,
     value: Option<&str>,
 ) -> Result<(), kube::Error> {
-    let api = ctx.consumer_api(obj.metadata.namespace.as_deref());
+    let api = ctx.consumer_writes(obj.metadata.namespace.as_deref());
     let patch = json!({ "metadata": { "annotations": { CONFLICT_ANNOTATION: value } } });
     let stored = api
         .patch(&obj.name_any(), &patch_params(), &Patch::Merge(&patch))
         .await?;
-    ctx.wrote_instance(stored);
+    ctx.wrote_instance(stored.0);
     Ok(())
 }
 
@@ -216,9 +217,9 @@ async fn write_status(
     let Some(body) = instance_status(obj, &ctx.ar, provider_status, synced) else {
         return Ok(false);
     };
-    let api = ctx.consumer_api(obj.metadata.namespace.as_deref());
+    let api = ctx.consumer_writes(obj.metadata.namespace.as_deref());
     let params = PatchParams::apply(FIELD_MANAGER).force();
-    let stored = match api
+    let Watched(stored) = match api
         .patch_status(&obj.name_any(), &params, &Patch::Apply(&body))
         .await
     {

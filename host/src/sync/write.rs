@@ -11,6 +11,7 @@ use tracing::{debug, info};
 use crate::api::names::FIELD_MANAGER;
 use crate::policy::Placement;
 
+use super::cache::watched::Watched;
 use super::context::SyncContext;
 use super::{Error, Result};
 use super::{desired, fields};
@@ -50,12 +51,12 @@ pub(super) async fn create_on_provider(
         ..PostParams::default()
     };
     let created = ctx
-        .provider_api(place.namespace.as_deref())
-        .create(&params, &copy)
+        .provider_creates(place.namespace.as_deref())
+        .create(&params, &Watched(copy))
         .await
         .map_err(Error::CreateOnProvider)?;
     info!("provider copy created");
-    Ok(created)
+    Ok(created.0)
 }
 
 /// Server-side apply of the provider copy, forced: the policy has allowed it. Fields another

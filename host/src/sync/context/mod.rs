@@ -23,6 +23,7 @@ use crate::policy::{Placement, PlacementApi, PlacementInput};
 use super::cache::CacheType;
 use super::cache::copy::CachedCopy;
 use super::cache::instance::CachedInstance;
+use super::cache::watched::Watched;
 use super::placement::{self, Placements, Refused, same_place};
 use super::recovery::{self, Waiting};
 use crate::k8s::dynamic_api;
@@ -173,6 +174,29 @@ impl SyncContext {
     pub(crate) fn consumer_api(&self, ns: Option<&str>) -> Api<DynamicObject> {
         dynamic_api(
             &self.shared.consumer,
+            &self.ar,
+            self.spec.target.namespaced,
+            ns,
+        )
+    }
+
+    /// The consumer `Api` for the writes whose answers only feed the instance cache: the
+    /// answer is read without its managedFields (three entries or more on a synced instance),
+    /// which the cache drops anyway.
+    pub(crate) fn consumer_writes(&self, ns: Option<&str>) -> Api<Watched> {
+        dynamic_api(
+            &self.shared.consumer,
+            &self.ar,
+            self.spec.target.namespaced,
+            ns,
+        )
+    }
+
+    /// The provider `Api` for creating copies: the answer is read without its managedFields,
+    /// which nothing after a create reads (the drift check reads an apply's answer).
+    pub(crate) fn provider_creates(&self, ns: Option<&str>) -> Api<Watched> {
+        dynamic_api(
+            &self.spec.provider,
             &self.ar,
             self.spec.target.namespaced,
             ns,
