@@ -72,6 +72,19 @@ impl<K: Lookup + Clone> RecentWrites<K> {
     /// The remembered write for `namespace/name` when it is newer than `cached` (or there is
     /// no cached object); `None` when the cache is as new, which also forgets the write.
     pub fn newer(&self, namespace: Option<&str>, name: &str, cached: Option<&K>) -> Option<K> {
+        self.newer_or_caught_up(namespace, name, cached, |_| {})
+    }
+
+    /// [`Self::newer`], handing the remembered write to `caught_up` when the cache now holds
+    /// that very version (what a controller learned of its own write, it may carry over to
+    /// the cached object before the write is forgotten).
+    pub fn newer_or_caught_up(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+        cached: Option<&K>,
+        caught_up: impl FnOnce(&K),
+    ) -> Option<K> {
         let mut copies = lock(&self.copies);
         // Most lookups find nothing remembered (every periodic resync): no key is built for them.
         if copies.is_empty() {
@@ -91,6 +104,12 @@ impl<K: Lookup + Clone> RecentWrites<K> {
         };
         if written_is_newer && at.elapsed() < TTL {
             return Some(written.clone());
+        }
+        if let Some(cached) = cached
+            && version(cached).is_some()
+            && version(cached) == version(written)
+        {
+            caught_up(written);
         }
         copies.remove(&key);
         None
@@ -151,6 +170,20 @@ mod tests {
         let recent = wrote("12");
         assert_eq!(newest(&recent, Some("12")).as_deref(), Some("12"));
         assert_eq!(newest(&recent, None), None, "forgotten");
+    }
+
+    #[test]
+    fn a_cache_that_caught_up_is_handed_the_write_of_that_very_version() {
+        let handed = |cached: &str| {
+            let mut seen = None;
+            wrote("12").newer_or_caught_up(Some("ns"), "w", Some(&copy(cached)), |w| {
+                seen = w.metadata.resource_version.clone()
+            });
+            seen
+        };
+        assert_eq!(handed("12").as_deref(), Some("12"));
+        assert_eq!(handed("13"), None, "a newer version is not the write");
+        assert_eq!(handed("11"), None, "the write is still newer");
     }
 
     #[test]

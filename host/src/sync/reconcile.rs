@@ -97,7 +97,7 @@ async fn reconcile_changed(instance: &CachedInstance, ctx: &SyncContext) -> Resu
 /// so every input of the verdict is the same and it is not computed again. The instance's
 /// selection is still checked (a binding change does not change the instance), and its
 /// outcome recorded (a lookup when unchanged). `false`: reconcile in full.
-fn still_in_sync(instance: &CachedInstance, ctx: &SyncContext) -> bool {
+pub(super) fn still_in_sync(instance: &CachedInstance, ctx: &SyncContext) -> bool {
     ctx.selects(instance.metadata.namespace.as_deref()) && selected_still_in_sync(instance, ctx)
 }
 
@@ -394,7 +394,7 @@ async fn add_finalizer(obj: &DynamicObject, ctx: &SyncContext) -> Result<()> {
         .patch(&obj.name_any(), &patch_params(), &Patch::<()>::Json(patch))
         .await
         .map_err(Error::AddFinalizer)?;
-    ctx.wrote_instance(stored.0);
+    ctx.wrote_instance(stored.0, None);
     Ok(())
 }
 

@@ -15,15 +15,16 @@
 //! instance's failure is new or different (its stored `Synced` condition does not say it yet,
 //! or its annotation differs), not on every retry.
 
-use kube::api::{DynamicObject, Patch, PatchParams};
+use kube::api::{DynamicObject, ObjectMeta, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
-use serde_json::json;
+use serde_json::{Value, json};
 use tracing::{debug, info, warn};
 
 use crate::api::Reason;
 use crate::api::names::{
     CONFLICT_ANNOTATION, DELETION_POLICY_ANNOTATION, DELETION_POLICY_ORPHAN, FIELD_MANAGER,
+    SYNCER_FINALIZER,
 };
 use crate::k8s::{ApiErrorExt, patch_params};
 use crate::policy::ConflictReason;
@@ -31,6 +32,7 @@ use crate::provider::limits::{COPY_STATUS_FLAG, limits};
 use crate::telemetry::{ApiLabels, metrics};
 
 use super::cache::copy::CachedCopy;
+use super::cache::instance::{Confirmation, KBIND_ANNOTATION_PREFIX};
 use super::cache::watched::Watched;
 use super::conflict::conflict_annotation_value;
 use super::context::SyncContext;
@@ -74,7 +76,7 @@ pub(super) async fn in_sync(
     let status = copy
         .status()
         .map(|s| in_instance_generations(s, copy.generation, obj.metadata.generation));
-    let written = write_status(obj, ctx, status.as_ref(), synced)
+    let written = write_status(obj, ctx, status.as_ref(), synced, Some(copy))
         .await
         .map_err(Error::CopyStatus)?;
     Ok(if written { Reported::Written } else { reported })
@@ -173,7 +175,7 @@ async fn failure(obj: &DynamicObject, ctx: &SyncContext, reason: Reason, message
 /// so a failure to write it is only logged (spec: "the annotation is the durable
 /// diagnostic").
 async fn set_synced_failure(obj: &DynamicObject, ctx: &SyncContext, reason: Reason, message: &str) {
-    if let Err(e) = write_status(obj, ctx, None, Synced::False { reason, message }).await {
+    if let Err(e) = write_status(obj, ctx, None, Synced::False { reason, message }, None).await {
         debug!(error = %e, "could not set the Synced condition");
     }
 }
@@ -197,24 +199,27 @@ async fn annotate_conflict(
     let stored = api
         .patch(&obj.name_any(), &patch_params(), &Patch::Merge(&patch))
         .await?;
-    ctx.wrote_instance(stored.0);
+    ctx.wrote_instance(stored.0, None);
     Ok(())
 }
 
 /// Writes the instance status from [`instance_status`] (true when it wrote, false when the
 /// instance already said it); learns once per syncer when the API's schema prunes the `Synced`
-/// condition, and then stops writing it.
+/// condition, and then stops writing it. `in_sync_with`: the copy the instance is in sync with
+/// once this status is written; when the answer shows nothing else changed, the instance as
+/// written is confirmed in sync with it.
 async fn write_status(
     obj: &DynamicObject,
     ctx: &SyncContext,
     provider_status: Option<&serde_json::Value>,
     synced: Synced<'_>,
+    in_sync_with: Option<&CachedCopy>,
 ) -> Result<bool, kube::Error> {
     if !ctx.spec.target.status_subresource {
         return Ok(false);
     }
     let synced = (!ctx.conditions_pruned()).then_some(synced);
-    let Some(body) = instance_status(obj, &ctx.ar, provider_status, synced) else {
+    let Some(mut body) = instance_status(obj, &ctx.ar, provider_status, synced) else {
         return Ok(false);
     };
     let api = ctx.consumer_writes(obj.metadata.namespace.as_deref());
@@ -229,9 +234,10 @@ async fn write_status(
         Err(e) if synced.is_some() && e.is_rejected_object() => {
             debug!(error = %e, "the API's status schema has no conditions; Synced is not written");
             ctx.set_conditions_pruned();
-            let Some(body) = instance_status(obj, &ctx.ar, provider_status, None) else {
+            let Some(without) = instance_status(obj, &ctx.ar, provider_status, None) else {
                 return Ok(false);
             };
+            body = without;
             api.patch_status(&obj.name_any(), &params, &Patch::Apply(&body))
                 .await?
         }
@@ -241,9 +247,42 @@ async fn write_status(
         debug!("the API's status schema prunes conditions; Synced is not written");
         ctx.set_conditions_pruned();
     }
-    ctx.wrote_instance(stored);
+    let settled = in_sync_with
+        .filter(|_| settled_by(obj, &stored, body.get("status")))
+        .map(|copy| Confirmation::of(copy, ctx.conditions_pruned()));
+    ctx.wrote_instance(stored, settled);
     debug!("instance status written");
     Ok(true)
+}
+
+/// Whether `stored`, the answer to a status write made while reconciling `obj`, is `obj` with
+/// nothing changed but what that reconcile wrote: the same uid, generation and spec, not
+/// deleting, the syncer finalizer on it, no conflict annotation and kbind's other annotations
+/// as they were, and its status exactly the status written. Such an instance is in sync with
+/// the copy the reconcile wrote against, and a reconcile of it would write nothing.
+fn settled_by(obj: &DynamicObject, stored: &DynamicObject, written: Option<&Value>) -> bool {
+    let (before, after) = (&obj.metadata, &stored.metadata);
+    fn kbind_annotations(meta: &ObjectMeta) -> impl Iterator<Item = (&String, &String)> {
+        meta.annotations
+            .iter()
+            .flatten()
+            .filter(|(key, _)| key.starts_with(KBIND_ANNOTATION_PREFIX))
+            .filter(|(key, _)| key.as_str() != CONFLICT_ANNOTATION)
+    }
+    after.uid.is_some()
+        && after.uid == before.uid
+        && after.generation == before.generation
+        && after.deletion_timestamp.is_none()
+        && after
+            .finalizers
+            .iter()
+            .flatten()
+            .any(|f| f == SYNCER_FINALIZER)
+        && !stored.annotations().contains_key(CONFLICT_ANNOTATION)
+        && kbind_annotations(after).eq(kbind_annotations(before))
+        && stored.data.get("spec") == obj.data.get("spec")
+        && written.is_some()
+        && stored.data.get("status") == written
 }
 
 /// A deleting instance whose provider copy is terminating but held by the provider's own
@@ -310,6 +349,72 @@ pub(crate) async fn publish(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use k8s_openapi::jiff::Timestamp;
+
+    use crate::sync::testing::consumer_widget;
+
+    /// The instance a reconcile read, and the answer to its status write that left it in sync.
+    fn read_and_answered() -> (DynamicObject, DynamicObject, Value) {
+        let mut read = consumer_widget(json!({ "spec": { "size": 3 } }));
+        read.metadata.uid = Some("u-1".into());
+        read.metadata.resource_version = Some("10".into());
+        read.metadata.generation = Some(2);
+        read.metadata.annotations = Some(BTreeMap::from([
+            (DELETION_POLICY_ANNOTATION.to_string(), "Orphan".to_string()),
+            (
+                CONFLICT_ANNOTATION.to_string(),
+                "OwnedByAnother".to_string(),
+            ),
+        ]));
+        let written =
+            json!({ "phase": "Ready", "conditions": [{ "type": "Synced", "status": "True" }] });
+        let mut answer = read.clone();
+        answer.metadata.resource_version = Some("12".into());
+        answer.metadata.finalizers = Some(vec![SYNCER_FINALIZER.to_string()]);
+        answer.metadata.annotations = Some(BTreeMap::from([
+            (DELETION_POLICY_ANNOTATION.to_string(), "Orphan".to_string()),
+            ("note".to_string(), "someone else's".to_string()),
+        ]));
+        answer.data["status"] = written.clone();
+        (read, answer, written)
+    }
+
+    #[test]
+    fn a_status_write_whose_answer_changed_nothing_else_settles_the_instance() {
+        let (read, answer, written) = read_and_answered();
+        assert!(settled_by(&read, &answer, Some(&written)));
+    }
+
+    #[test]
+    fn a_status_write_does_not_settle_an_instance_that_changed_meanwhile() {
+        let (read, answer, written) = read_and_answered();
+        let changes: [(&str, fn(&mut DynamicObject)); 8] = [
+            ("spec", |a| a.data["spec"]["size"] = json!(4)),
+            ("generation", |a| a.metadata.generation = Some(3)),
+            ("uid", |a| a.metadata.uid = Some("u-2".into())),
+            ("deleting", |a| {
+                a.metadata.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH))
+            }),
+            ("finalizer gone", |a| a.metadata.finalizers = None),
+            ("conflict annotated", |a| {
+                a.annotations_mut()
+                    .insert(CONFLICT_ANNOTATION.into(), "x".into());
+            }),
+            ("deletion policy", |a| {
+                a.annotations_mut().remove(DELETION_POLICY_ANNOTATION);
+            }),
+            ("status", |a| a.data["status"]["phase"] = json!("Pending")),
+        ];
+        for (what, change) in changes {
+            let mut changed = answer.clone();
+            change(&mut changed);
+            assert!(!settled_by(&read, &changed, Some(&written)), "{what}");
+        }
+        assert!(!settled_by(&read, &answer, None), "nothing written");
+    }
 
     #[test]
     fn a_deletion_wait_names_the_copy_each_finalizer_and_the_way_out() {

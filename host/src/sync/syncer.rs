@@ -247,6 +247,16 @@ pub(super) async fn run(
         event
     })
     .applied_objects()
+    // The watch's view of a status write this konnector made, whose answer showed the
+    // instance settled (see `report`), would be answered by the resync shortcut: it is not
+    // queued at all.
+    .filter({
+        let ctx = ctx.clone();
+        move |instance| {
+            let settled = matches!(instance, Ok(instance) if ctx.shows_own_settled_write(instance));
+            futures::future::ready(!settled)
+        }
+    })
     .inspect({
         let ctx = ctx.clone();
         move |instance| {

@@ -256,6 +256,8 @@ async fn run(config: &Config, pair: &ClusterPair, binary: &Path) -> anyhow::Resu
     report.konnector_cpu_seconds_initial_sync = konnector.cpu_seconds()?;
     drop(profile);
     report.konnector_rss_mib_after_initial_sync = mib(konnector.rss_bytes()?);
+    report.initial_sync_reconciles_per_object =
+        queues::reconciles_started(&konnector).await? / config.instances as f64;
     drop(progress);
     let requests_after = initial::request_counts(&consumer, &provider).await?;
     initial_figures(&mut report, &reached, &requests_before, &requests_after);

@@ -94,6 +94,12 @@ impl Scrape {
     }
 }
 
+/// Reconciles the konnector's syncers have started since it started: the keys their queues
+/// handed out, over every API.
+pub async fn reconciles_started(konnector: &KonnectorProcess) -> anyhow::Result<f64> {
+    Ok(Scrape::take(konnector).await?.count.values().sum())
+}
+
 /// Runs `phase` while sampling the konnector's work queues; returns its output and each
 /// queue's figures over the phase.
 pub async fn during<T>(

@@ -32,6 +32,9 @@ pub struct Report {
     pub initial_sync_ratio_to_baseline: f64,
     pub initial_sync_ratio_to_required_writes: f64,
     pub initial_sync_api_requests_per_object: f64,
+    /// Reconciles started per synced object over the initial sync (keys the work queues
+    /// handed out; one is the floor: the reconcile that writes).
+    pub initial_sync_reconciles_per_object: f64,
     /// `<cluster> <verb> <resource>` → requests during the initial sync (list/watch excluded).
     pub initial_sync_api_requests: BTreeMap<String, f64>,
     pub first_copy_seconds: f64,
@@ -211,6 +214,12 @@ pub fn print_table(r: &Report) {
             format!("{:.2}", r.initial_sync_api_requests_per_object),
             "reads + writes, both".to_string(),
             "3 (the floor)",
+        ),
+        (
+            "reconciles per synced object",
+            format!("{:.2}", r.initial_sync_reconciles_per_object),
+            "started, initial sync".to_string(),
+            "",
         ),
         (
             "first minute after sync: spec / status p99",

@@ -31,7 +31,7 @@ use super::CacheType;
 use super::copy::{CachedCopy, SpecDigest, spec_digest};
 
 /// The prefix of the annotations kbind reads on instances (conflict, deletion policy).
-const KBIND_ANNOTATION_PREFIX: &str = "core.kbind.io/";
+pub(crate) const KBIND_ANNOTATION_PREFIX: &str = "core.kbind.io/";
 
 /// The part of a consumer instance that reconciles read.
 #[derive(Debug)]
@@ -116,6 +116,22 @@ impl CachedInstance {
     /// Records that this instance was found in sync with `confirmation`, nothing written.
     pub(crate) fn confirm(&self, confirmation: Confirmation) {
         self.confirmed.store(confirmation.0, Ordering::Relaxed);
+    }
+
+    /// Takes over what `written` was confirmed with, when it is this very version of this
+    /// instance (the konnector's own write, now seen by the watch).
+    pub(crate) fn take_confirmation_of(&self, written: &CachedInstance) {
+        let (mine, theirs) = (&self.metadata, &written.metadata);
+        if mine.uid.is_some()
+            && mine.uid == theirs.uid
+            && mine.resource_version.is_some()
+            && mine.resource_version == theirs.resource_version
+        {
+            let confirmed = written.confirmed.load(Ordering::Relaxed);
+            if confirmed != 0 {
+                self.confirmed.store(confirmed, Ordering::Relaxed);
+            }
+        }
     }
 }
 
@@ -310,5 +326,27 @@ mod tests {
         );
         copy.metadata.resource_version = Some("8".into());
         assert!(!kept.confirmed_with(Confirmation::of(&CachedCopy::of(&copy), false)));
+    }
+
+    #[test]
+    fn the_watched_version_of_a_settled_write_takes_its_confirmation_and_no_other_does() {
+        let mut copy = consumer_widget(json!({ "spec": {} }));
+        copy.metadata.resource_version = Some("7".into());
+        let seven = Confirmation::of(&CachedCopy::of(&copy), false);
+        let written = CachedInstance::of(instance());
+        written.confirm(seven);
+        let watched = CachedInstance::of(instance());
+        watched.take_confirmation_of(&written);
+        assert!(watched.confirmed_with(seven));
+        for (what, other) in [("version", "resource_version"), ("uid", "uid")] {
+            let mut obj = instance();
+            match other {
+                "uid" => obj.metadata.uid = Some("another".into()),
+                _ => obj.metadata.resource_version = Some("43".into()),
+            }
+            let watched = CachedInstance::of(obj);
+            watched.take_confirmation_of(&written);
+            assert!(!watched.confirmed_with(seven), "another {what}");
+        }
     }
 }

@@ -22,7 +22,7 @@ use crate::policy::{Placement, PlacementApi, PlacementInput};
 
 use super::cache::CacheType;
 use super::cache::copy::CachedCopy;
-use super::cache::instance::CachedInstance;
+use super::cache::instance::{CachedInstance, Confirmation};
 use super::cache::watched::Watched;
 use super::placement::{self, Placements, Refused, same_place};
 use super::recovery::{self, Waiting};
@@ -306,16 +306,30 @@ impl SyncContext {
     /// sees the instance without the status written since, and writes that status again.
     pub(crate) fn newer_instance(&self, obj: &CachedInstance) -> Option<CachedInstance> {
         let meta = &obj.metadata;
-        self.recent_instances.newer(
+        self.recent_instances.newer_or_caught_up(
             meta.namespace.as_deref(),
             meta.name.as_deref().unwrap_or_default(),
             Some(obj),
+            |written| obj.take_confirmation_of(written),
         )
     }
 
-    /// Remembers what a write to an instance returned, as the consumer cache keeps it.
-    pub(crate) fn wrote_instance(&self, stored: DynamicObject) {
-        self.recent_instances.remember(&CachedInstance::of(stored));
+    /// Whether `watched`, just delivered by the consumer watch, is the version of the instance
+    /// this konnector's own status write left settled: a reconcile of it would find it still in
+    /// sync and do nothing.
+    pub(crate) fn shows_own_settled_write(&self, watched: &CachedInstance) -> bool {
+        self.newer_instance(watched).is_none() && super::reconcile::still_in_sync(watched, self)
+    }
+
+    /// Remembers what a write to an instance returned, as the consumer cache keeps it;
+    /// `settled`: the write left the instance in sync with that confirmation (see
+    /// [`super::report`]), so the reconciles its watch events start need not decide again.
+    pub(crate) fn wrote_instance(&self, stored: DynamicObject, settled: Option<Confirmation>) {
+        let instance = CachedInstance::of(stored);
+        if let Some(confirmation) = settled {
+            instance.confirm(confirmation);
+        }
+        self.recent_instances.remember(&instance);
     }
 
     /// The provider object at `place`, read live.
