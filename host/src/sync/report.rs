@@ -391,7 +391,8 @@ mod tests {
     #[test]
     fn a_status_write_does_not_settle_an_instance_that_changed_meanwhile() {
         let (read, answer, written) = read_and_answered();
-        let changes: [(&str, fn(&mut DynamicObject)); 8] = [
+        type Change = fn(&mut DynamicObject);
+        let changes: [(&str, Change); 8] = [
             ("spec", |a| a.data["spec"]["size"] = json!(4)),
             ("generation", |a| a.metadata.generation = Some(3)),
             ("uid", |a| a.metadata.uid = Some("u-2".into())),
