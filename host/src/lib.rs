@@ -18,7 +18,6 @@ pub mod markers;
 pub mod backoff;
 pub mod conditions;
 pub mod fencing;
-pub mod heap;
 pub mod k8s;
 pub mod recent;
 pub mod telemetry;

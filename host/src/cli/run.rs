@@ -340,7 +340,6 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         shutdown.clone(),
     ));
     tokio::spawn(stop_on_signal(shutdown.clone()));
-    tokio::spawn(crate::heap::trim_periodically(shutdown.clone()));
     if let (Some(path), Some(fetcher)) = (&args.policies.policy_refs_file, fetcher) {
         info!(file = %path.display(), "watching the policy references file for live swaps");
         tokio::spawn(crate::policy::live::watch(
