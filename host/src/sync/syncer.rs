@@ -253,7 +253,8 @@ pub(super) async fn run(
     .filter({
         let ctx = ctx.clone();
         move |instance| {
-            let settled = matches!(instance, Ok(instance) if ctx.shows_own_settled_write(instance));
+            let settled =
+                matches!(instance, Ok(instance) if shows_own_settled_write(instance, &ctx));
             futures::future::ready(!settled)
         }
     })
@@ -319,6 +320,13 @@ pub(super) async fn run(
         .await;
     ctx.forget_all_failures();
     info!(connection = %ctx.spec.connection, api = %ctx.spec.api, "syncer stopped");
+}
+
+/// Whether `watched`, just delivered by the consumer watch, is the version of the instance
+/// this konnector's own status write left settled: a reconcile of it would find it still in
+/// sync and do nothing.
+fn shows_own_settled_write(watched: &CachedInstance, ctx: &SyncContext) -> bool {
+    ctx.newer_instance(watched).is_none() && super::reconcile::still_in_sync(watched, ctx)
 }
 
 /// The queue key of the consumer object with the same namespace and name as `obj`.

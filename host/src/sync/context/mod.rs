@@ -314,13 +314,6 @@ impl SyncContext {
         )
     }
 
-    /// Whether `watched`, just delivered by the consumer watch, is the version of the instance
-    /// this konnector's own status write left settled: a reconcile of it would find it still in
-    /// sync and do nothing.
-    pub(crate) fn shows_own_settled_write(&self, watched: &CachedInstance) -> bool {
-        self.newer_instance(watched).is_none() && super::reconcile::still_in_sync(watched, self)
-    }
-
     /// Remembers what a write to an instance returned, as the consumer cache keeps it;
     /// `settled`: the write left the instance in sync with that confirmation (see
     /// [`super::report`]), so the reconciles its watch events start need not decide again.
