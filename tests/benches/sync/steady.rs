@@ -6,16 +6,39 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
 use kbind_tests::faults::instance_name;
 use kbind_tests::syncenv::{TestApi, wait_for};
 use kube::api::{Patch, PatchParams};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use serde_json::json;
+use tokio::sync::Semaphore;
 
 use crate::report::{Report, percentile_ms};
 use crate::{Config, NS, lock};
+
+/// How long a phase waits for its watches' initial lists.
+const LIST_WAIT: Duration = Duration::from_secs(600);
+
+/// The objects a watch applies, with a permit added to `listed` when its initial list is done.
+fn listed_then_applied<K>(
+    events: impl Stream<Item = watcher::Result<watcher::Event<K>>>,
+    listed: Arc<Semaphore>,
+) -> impl Stream<Item = watcher::Result<K>> {
+    events.filter_map(move |event| {
+        let object = match event {
+            Ok(watcher::Event::InitDone) => {
+                listed.add_permits(1);
+                None
+            }
+            Ok(watcher::Event::Apply(obj) | watcher::Event::InitApply(obj)) => Some(Ok(obj)),
+            Ok(watcher::Event::Delete(_) | watcher::Event::Init) => None,
+            Err(error) => Some(Err(error)),
+        };
+        futures::future::ready(object)
+    })
+}
 
 /// Pending writes: (api index, name) → (sequence number, when it was written).
 type Pending = Arc<Mutex<HashMap<(usize, String), (u64, Instant)>>>;
@@ -45,6 +68,8 @@ pub async fn updates(
     let spec_samples = Arc::new(Mutex::new(Vec::new()));
     let status_samples = Arc::new(Mutex::new(Vec::new()));
     let mut watches = Vec::new();
+    // One permit per watch once its initial list is done.
+    let listed = Arc::new(Semaphore::new(0));
     for (k, api) in apis.iter().enumerate() {
         // Provider side: the copy reflects a spec update → record, then write its status.
         let (pending, samples, next) = (
@@ -53,7 +78,10 @@ pub async fn updates(
             status_pending.clone(),
         );
         let copies = api.api(provider, Some(&config.provider_ns()));
-        let stream = watcher(api.all(provider), watcher::Config::default()).applied_objects();
+        let stream = listed_then_applied(
+            watcher(api.all(provider), watcher::Config::default()),
+            listed.clone(),
+        );
         watches.push(tokio::spawn(async move {
             let mut stream = std::pin::pin!(stream);
             while let Some(Ok(obj)) = stream.next().await {
@@ -76,7 +104,10 @@ pub async fn updates(
         }));
         // Consumer side: the instance shows the provider status.
         let (pending, samples) = (status_pending.clone(), status_samples.clone());
-        let stream = watcher(api.all(consumer), watcher::Config::default()).applied_objects();
+        let stream = listed_then_applied(
+            watcher(api.all(consumer), watcher::Config::default()),
+            listed.clone(),
+        );
         watches.push(tokio::spawn(async move {
             let mut stream = std::pin::pin!(stream);
             while let Some(Ok(obj)) = stream.next().await {
@@ -88,8 +119,18 @@ pub async fn updates(
             }
         }));
     }
-    // Let the watches list first.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // No update is sent before every watch has listed: at 100 000 instances the lists take
+    // the bench seconds, and an update sent meanwhile would be timed with them.
+    let listing = Instant::now();
+    let watch_count = u32::try_from(watches.len())?;
+    tokio::time::timeout(LIST_WAIT, listed.acquire_many(watch_count))
+        .await
+        .map_err(|_| anyhow::anyhow!("the phase's watches did not list within {LIST_WAIT:?}"))??
+        .forget();
+    eprintln!(
+        "bench: the phase's {watch_count} watches listed in {:.1} s",
+        listing.elapsed().as_secs_f64()
+    );
 
     let updates = (config.update_rate * period.as_secs_f64()) as usize;
     let interval = Duration::from_secs_f64(1.0 / config.update_rate);
