@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail, ensure};
 use kbind_tests::faults::process::{
-    KonnectorProcess, log_says, process_module_info, start_with_policy_refs,
+    ConflictRefs, KonnectorProcess, log_says, process_module_info, start_with_policy_refs,
 };
 use kbind_tests::registry::Registry;
 use kbind_tests::testenv::{fresh_dir, shared_pair};
@@ -430,18 +430,12 @@ async fn a_changed_reference_is_swapped_live_and_a_failing_one_leaves_the_old_mo
         let pusher = fetcher(&registry, None)?;
         let v1 = push_conflict(&pusher, &registry, "policies/live", "v1", "1.0.0").await?;
         let v2 = push_conflict(&pusher, &registry, "policies/live", "v2", "2.0.0").await?;
-        let refs = work.join("refs.yaml");
-        let write_ref = |tag: &str| {
-            std::fs::write(
-                &refs,
-                format!("conflict: oci://{host}/policies/live:{tag}\n"),
-            )
-        };
-        write_ref("v1")?;
+        let refs = ConflictRefs::new(&work, &format!("{host}/policies/live"));
+        refs.point_at("v1")?;
         let binary = kbind_tests::konnector_binary!();
         let kubeconfig = pair.consumer.admin().kubeconfig_path();
         let (mut process, log) =
-            start_with_policy_refs(&binary, kubeconfig, &work, &refs, &host, &[]).await?;
+            start_with_policy_refs(&binary, kubeconfig, &work, refs.path(), &host, &[]).await?;
         let pid = process.pid();
         let info = |tag: &str, digest: &str| {
             process_module_info(
@@ -453,7 +447,7 @@ async fn a_changed_reference_is_swapped_live_and_a_failing_one_leaves_the_old_mo
         process.wait_for_metric(&info("v1", &v1)).await?;
 
         // The reference moves to v2: pulled, checked and swapped in the running process.
-        write_ref("v2")?;
+        refs.point_at("v2")?;
         process.wait_for_metric(&info("v2", &v2)).await?;
         process
             .wait_for_metric("kbind_policy_swaps_total{role=\"conflict\",result=\"swapped\"} 1")
@@ -461,7 +455,7 @@ async fn a_changed_reference_is_swapped_live_and_a_failing_one_leaves_the_old_mo
         log_says(&log, &format!("policy module swapped: digest {v1} → {v2}"))?;
 
         // A reference that cannot be pulled: the failure is counted, v2 keeps running.
-        write_ref("missing")?;
+        refs.point_at("missing")?;
         process
             .wait_for_metric("kbind_policy_swaps_total{role=\"conflict\",result=\"failed\"} 1")
             .await?;

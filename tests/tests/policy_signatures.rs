@@ -11,7 +11,7 @@ use std::time::Duration;
 use anyhow::{bail, ensure};
 use kbind_keyless::{Identity, Sigstore};
 use kbind_tests::faults::process::{
-    KonnectorProcess, log_says, process_module_info, start_with_policy_refs,
+    ConflictRefs, KonnectorProcess, log_says, process_module_info, start_with_policy_refs,
 };
 use kbind_tests::registry::Registry;
 use kbind_tests::testenv::{fresh_dir, shared_pair};
@@ -243,28 +243,22 @@ async fn with_verification_on_a_signed_module_runs_and_an_unsigned_or_wrongly_si
             "{refused:?}"
         );
 
-        let refs = work.join("refs.yaml");
-        let write_ref = |tag: &str| {
-            std::fs::write(
-                &refs,
-                format!("conflict: oci://{host}/acme/conflict:{tag}\n"),
-            )
-        };
-        write_ref("v1")?;
+        let refs = ConflictRefs::new(&work, &format!("{host}/acme/conflict"));
+        refs.point_at("v1")?;
         let binary = kbind_tests::konnector_binary!();
         let kubeconfig = pair.consumer.admin().kubeconfig_path();
         let verify = [format!("--policy-verify-key={public}")];
         let (mut process, log) =
-            start_with_policy_refs(&binary, kubeconfig, &work, &refs, &host, &verify).await?;
+            start_with_policy_refs(&binary, kubeconfig, &work, refs.path(), &host, &verify).await?;
         let info = |tag: &str, pinned: &str| running(&host, tag, pinned);
         process.wait_for_metric(&info("v1", &v1)).await?;
 
-        write_ref("v2")?;
+        refs.point_at("v2")?;
         process
             .wait_for_metric("kbind_policy_swaps_total{role=\"conflict\",result=\"failed\"} 1")
             .await?;
         log_says(&log, &format!("{unsigned} is not signed"))?;
-        write_ref("v3")?;
+        refs.point_at("v3")?;
         process
             .wait_for_metric("kbind_policy_swaps_total{role=\"conflict\",result=\"failed\"} 2")
             .await?;
@@ -284,7 +278,7 @@ async fn with_verification_on_a_signed_module_runs_and_an_unsigned_or_wrongly_si
             &key,
             &plain,
         ])?;
-        write_ref("v4")?;
+        refs.point_at("v4")?;
         process.wait_for_metric(&info("v4", &v4)).await?;
         process
             .wait_for_metric("kbind_policy_swaps_total{role=\"conflict\",result=\"swapped\"} 1")
@@ -375,14 +369,8 @@ async fn with_keyless_verification_a_module_signed_for_the_identity_runs_and_one
         let v1 = push_signed("v1", "1.0.0", SUBJECT).await?;
         let stranger = push_signed("v2", "2.0.0", "intern@acme.test").await?;
 
-        let refs = work.join("refs.yaml");
-        let write_ref = |tag: &str| {
-            std::fs::write(
-                &refs,
-                format!("conflict: oci://{host}/acme/conflict:{tag}\n"),
-            )
-        };
-        write_ref("v1")?;
+        let refs = ConflictRefs::new(&work, &format!("{host}/acme/conflict"));
+        refs.point_at("v1")?;
         let binary = kbind_tests::konnector_binary!();
         let kubeconfig = pair.consumer.admin().kubeconfig_path();
         let verify = [
@@ -391,11 +379,11 @@ async fn with_keyless_verification_a_module_signed_for_the_identity_runs_and_one
             format!("--policy-trust-root={}", trust_root.display()),
         ];
         let (mut process, log) =
-            start_with_policy_refs(&binary, kubeconfig, &work, &refs, &host, &verify).await?;
+            start_with_policy_refs(&binary, kubeconfig, &work, refs.path(), &host, &verify).await?;
         let info = |tag: &str, pinned: &str| running(&host, tag, pinned);
         process.wait_for_metric(&info("v1", &v1)).await?;
 
-        write_ref("v2")?;
+        refs.point_at("v2")?;
         process
             .wait_for_metric("kbind_policy_swaps_total{role=\"conflict\",result=\"failed\"} 1")
             .await?;
@@ -411,7 +399,7 @@ async fn with_keyless_verification_a_module_signed_for_the_identity_runs_and_one
         );
 
         let v3 = push_signed("v3", "3.0.0", SUBJECT).await?;
-        write_ref("v3")?;
+        refs.point_at("v3")?;
         process.wait_for_metric(&info("v3", &v3)).await?;
         process
             .wait_for_metric("kbind_policy_swaps_total{role=\"conflict\",result=\"swapped\"} 1")

@@ -273,11 +273,7 @@ fn settled_by(obj: &DynamicObject, stored: &DynamicObject, written: Option<&Valu
         && after.uid == before.uid
         && after.generation == before.generation
         && after.deletion_timestamp.is_none()
-        && after
-            .finalizers
-            .iter()
-            .flatten()
-            .any(|f| f == SYNCER_FINALIZER)
+        && stored.finalizers().iter().any(|f| f == SYNCER_FINALIZER)
         && !stored.annotations().contains_key(CONFLICT_ANNOTATION)
         && kbind_annotations(after).eq(kbind_annotations(before))
         && stored.data.get("spec") == obj.data.get("spec")

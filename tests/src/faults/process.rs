@@ -279,6 +279,36 @@ pub fn process_module_info(role: &str, reference: &str, digest: &str) -> String 
     )
 }
 
+/// The references file (`work/refs.yaml`) through which a test moves a konnector's
+/// process-wide conflict module from one tag of a registry repository to another.
+pub struct ConflictRefs {
+    path: std::path::PathBuf,
+    repository: String,
+}
+
+impl ConflictRefs {
+    /// The file in `work` for tags of `repository` (`host:port/path`).
+    pub fn new(work: &Path, repository: &str) -> Self {
+        Self {
+            path: work.join("refs.yaml"),
+            repository: repository.to_string(),
+        }
+    }
+
+    /// Points the conflict module at `oci://<repository>:<tag>`.
+    pub fn point_at(&self, tag: &str) -> std::io::Result<()> {
+        std::fs::write(
+            &self.path,
+            format!("conflict: oci://{}:{tag}\n", self.repository),
+        )
+    }
+
+    /// The file, for `--policy-refs-file`.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
 /// A ready `binary run` whose process-wide modules come from the references file `refs`,
 /// pulled over plain HTTP from `registry` (`host:port`) and cached in `work/cache`, with
 /// `extra` flags (verification, for one); it logs to `work/konnector.log`, returned beside it.

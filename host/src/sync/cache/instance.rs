@@ -338,12 +338,14 @@ mod tests {
         let watched = CachedInstance::of(instance());
         watched.take_confirmation_of(&written);
         assert!(watched.confirmed_with(seven));
-        for (what, other) in [("version", "resource_version"), ("uid", "uid")] {
+        type Change = fn(&mut ObjectMeta);
+        let others: [(&str, Change); 2] = [
+            ("version", |m| m.resource_version = Some("43".into())),
+            ("uid", |m| m.uid = Some("another".into())),
+        ];
+        for (what, change) in others {
             let mut obj = instance();
-            match other {
-                "uid" => obj.metadata.uid = Some("another".into()),
-                _ => obj.metadata.resource_version = Some("43".into()),
-            }
+            change(&mut obj.metadata);
             let watched = CachedInstance::of(obj);
             watched.take_confirmation_of(&written);
             assert!(!watched.confirmed_with(seven), "another {what}");
