@@ -2,10 +2,10 @@
 //! writing. One builder sets the layer order for every client, consumer or provider:
 //!
 //! ```text
-//! request ─▶ metrics ─▶ retry ─▶ hold check ─▶ write bound ─▶ kube's stack (auth, transport)
-//!            counted    429/503/504,  refused when   a write gives up
-//!            and timed  no answer;    the Lease that  before the margin
-//!            as waited  Retry-After   covers it       between renew
+//! request ─▶ metrics ─▶ retry ─▶ hold check ─▶ write bound ─▶ kube's layers ─▶ transport
+//!            counted    429/503/504,  refused when   a write gives up  (base URI,     HTTP/2,
+//!            and timed  no answer;    the Lease that  before the margin  auth,         one
+//!            as waited  Retry-After   covers it       between renew      headers)      connection
 //!                       honoured      lapsed          deadline and expiry
 //! ```
 //!
@@ -22,6 +22,7 @@ mod bound;
 pub mod hold;
 mod retry;
 mod shared_service;
+mod transport;
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -87,7 +88,7 @@ fn build(
 ) -> Result<kube::Client, kube::Error> {
     // Ours replaces it, inside the hold check's reach.
     config.default_retry = false;
-    let builder = kube::client::ClientBuilder::try_from(config)?;
+    let builder = transport::builder(config)?;
     let measured = RequestMetrics { cluster };
     let retry = tower::retry::RetryLayer::new(RetryPolicy::new(cluster));
     Ok(match fence {
