@@ -1,7 +1,8 @@
 //! The clients' transport against a real apiserver: requests share at most four HTTP/2
-//! connections however many are in flight, and each watch holds a connection of its own.
-//! Connections are counted from the kernel's table of this process's sockets, so this binary
-//! holds this one test: another test's clients would be counted with it.
+//! connections however many are in flight, each watch holds a connection of its own, and a
+//! kubeconfig's `tls-server-name` is the name the certificate is verified for. Connections are
+//! counted from the kernel's table of this process's sockets, so the tests of this binary run
+//! one at a time: another test's clients would be counted with them.
 
 use std::collections::HashSet;
 use std::fs;
@@ -11,6 +12,10 @@ use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::Namespace;
 use kbind_tests::testenv::shared_pair;
 use kube::api::{Api, ListParams, WatchParams};
+use tokio::sync::Mutex;
+
+/// Held by each test for its whole run.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::const_new(());
 
 /// The apiserver port of `server` (`https://127.0.0.1:PORT`).
 fn port_of(server: &str) -> Result<u16> {
@@ -63,6 +68,7 @@ fn connections_to(port: u16) -> Result<usize> {
 
 #[tokio::test]
 async fn requests_share_four_connections_and_each_watch_has_its_own() -> Result<()> {
+    let _alone = ONE_AT_A_TIME.lock().await;
     let pair = shared_pair()?;
     let port = port_of(&pair.consumer.server())?;
     let config = pair.consumer.admin().config().await?;
@@ -93,6 +99,35 @@ async fn requests_share_four_connections_and_each_watch_has_its_own() -> Result<
     ensure!(
         watching == requests + 3,
         "three watches beside {requests} request connections: {watching} connections"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_kubeconfig_tls_server_name_is_the_name_verified() -> Result<()> {
+    let _alone = ONE_AT_A_TIME.lock().await;
+    let pair = shared_pair()?;
+    let mut config = pair.consumer.admin().config().await?;
+    config.cluster_url =
+        format!("https://127.0.0.1:{}", port_of(&pair.consumer.server())?).parse()?;
+    let list = |name: &str| {
+        let mut config = config.clone();
+        config.tls_server_name = Some(name.to_string());
+        async move {
+            let client = konnector::fencing::client(config, "consumer")?;
+            Api::<Namespace>::all(client)
+                .list(&ListParams::default().limit(1))
+                .await
+                .map_err(anyhow::Error::from)
+        }
+    };
+    list("localhost")
+        .await
+        .context("the serving certificate holds localhost")?;
+    let refused = list("not-this-server.kbind.test").await;
+    ensure!(
+        refused.is_err(),
+        "a certificate without the kubeconfig's tls-server-name was accepted"
     );
     Ok(())
 }

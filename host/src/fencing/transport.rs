@@ -33,12 +33,13 @@ use std::time::Duration;
 
 use http::{Request, Response, Uri};
 use hyper::body::Incoming;
-use hyper_rustls::HttpsConnector;
+use hyper_rustls::{FixedServerNameResolver, HttpsConnector};
 use hyper_timeout::TimeoutConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::{Client as HyperClient, ResponseFuture};
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use kube::client::{Body, ClientBuilder, ConfigExt, DynBody};
+use rustls::pki_types::ServerName;
 use tower::util::BoxService;
 use tower::{BoxError, Service, ServiceBuilder, ServiceExt as _};
 use tower_http::ServiceExt as _;
@@ -65,6 +66,16 @@ pub(super) fn builder(config: kube::Config) -> Result<ClientBuilder<Transport>, 
         return ClientBuilder::try_from(config);
     }
     let tls = config.rustls_client_config()?;
+    // A kubeconfig's `tls-server-name` is the name the server's certificate is verified for.
+    let server_name = config
+        .tls_server_name
+        .clone()
+        .map(|name| {
+            ServerName::try_from(name).map_err(|e| {
+                kube::Error::RustlsTls(kube::client::RustlsTlsError::InvalidServerName(e))
+            })
+        })
+        .transpose()?;
     let https = |h2: bool| {
         let mut http = HttpConnector::new();
         http.enforce_http(false);
@@ -72,9 +83,12 @@ pub(super) fn builder(config: kube::Config) -> Result<ClientBuilder<Transport>, 
         // A request is a HEADERS and a DATA frame, often written apart: with Nagle's
         // algorithm the second waits for the server's delayed ACK of the first, 40 ms.
         http.set_nodelay(true);
-        let builder = hyper_rustls::HttpsConnectorBuilder::new()
+        let mut builder = hyper_rustls::HttpsConnectorBuilder::new()
             .with_tls_config(tls.clone())
             .https_or_http();
+        if let Some(name) = &server_name {
+            builder = builder.with_server_name_resolver(FixedServerNameResolver::new(name.clone()));
+        }
         let https = if h2 {
             builder.enable_all_versions().wrap_connector(http)
         } else {
