@@ -3,10 +3,10 @@
 //!
 //! ```text
 //! request ─▶ metrics ─▶ retry ─▶ hold check ─▶ write bound ─▶ kube's layers ─▶ transport
-//!            counted    429/503/504,  refused when   a write gives up  (base URI,     HTTP/2,
-//!            and timed  no answer;    the Lease that  before the margin  auth,         one
-//!            as waited  Retry-After   covers it       between renew      headers)      connection
-//!                       honoured      lapsed          deadline and expiry
+//!            counted    429/503/504,  refused when   a write gives up  (base URI,     requests on
+//!            and timed  no answer;    the Lease that  before the margin  auth,         4 HTTP/2
+//!            as waited  Retry-After   covers it       between renew      headers)      connections,
+//!                       honoured      lapsed          deadline and expiry              a watch on its own
 //! ```
 //!
 //! The retry layer sits above the hold check, so every attempt, retries included, is checked;

@@ -97,6 +97,7 @@ pub(super) fn builder(config: kube::Config) -> Result<ClientBuilder<Transport>, 
         let mut connector = TimeoutConnector::new(https);
         connector.set_read_timeout(config.read_timeout);
         connector.set_write_timeout(config.write_timeout);
+        connector.set_reset_reader_on_write(config.reset_reader_on_write);
         connector
     };
     let requests = https(true);
