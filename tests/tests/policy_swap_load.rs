@@ -34,6 +34,16 @@ fn failed_calls(metrics: &str) -> Vec<&str> {
         .collect()
 }
 
+/// The konnector log's lines about its watches expiring or failing (why one listed again).
+fn watch_lines(log: &std::path::Path) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_else(|e| format!("(no log: {e})"));
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("watch expired") || l.contains("watch failed"))
+        .collect();
+    lines.join("\n")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_module_swapped_during_a_1000_instance_sync_fails_no_call_and_lists_nothing_again()
 -> anyhow::Result<()> {
@@ -69,6 +79,12 @@ async fn a_module_swapped_during_a_1000_instance_sync_fails_no_call_and_lists_no
         let lists = |cluster: &str| {
             format!("kbind_watch_lists_total{{api=\"{name}\",cluster=\"{cluster}\"}}")
         };
+        // Both watches' first lists done (a list is counted once complete).
+        for cluster in ["consumer", "provider"] {
+            konnector
+                .wait_for_metric(&format!("{} 1", lists(cluster)))
+                .await?;
+        }
         let before = konnector.metrics().await?;
         let counted =
             |m: &str| [starts.clone(), lists("consumer"), lists("provider")].map(|s| sample(m, &s));
@@ -76,7 +92,7 @@ async fn a_module_swapped_during_a_1000_instance_sync_fails_no_call_and_lists_no
             let [s, c, p] = counted(&before);
             (s, (c, p))
         };
-        // Each counter read is a real sample: a started syncer listed both sides once.
+        // Each counter read is a real sample: a started syncer listed both sides.
         ensure!(
             starts_before >= 1.0 && lists_before.0 >= 1.0 && lists_before.1 >= 1.0,
             "no syncer started and listed:\n{before}"
@@ -109,7 +125,9 @@ async fn a_module_swapped_during_a_1000_instance_sync_fails_no_call_and_lists_no
         );
         ensure!(
             (consumer_lists, provider_lists) == lists_before,
-            "listed again: {lists_before:?} → ({consumer_lists}, {provider_lists})"
+            "listed again: {lists_before:?} → ({consumer_lists}, {provider_lists}); the watches \
+             logged:\n{}",
+            watch_lines(&log)
         );
         // The swapped-in module answered the instances created after the swap.
         let calls_after = sample(&after, calls);

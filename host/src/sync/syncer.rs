@@ -129,24 +129,44 @@ fn follow_denials<K>(
     }
 }
 
-/// Counts each full list a watch makes (`kbind_watch_lists_total`): the first, and every one
-/// after a watch that could not resume.
+/// Counts each full list a watch completes (`kbind_watch_lists_total`): the first, and every
+/// one after a watch that could not resume. A list that failed part-way is not counted (the
+/// watcher starts it over), and each watch error is logged with what the watcher does next,
+/// so that a rising count can be read against its cause.
 fn count_lists<K>(
     api: &str,
     cluster: &'static str,
 ) -> impl FnMut(watcher::Result<watcher::Event<K>>) -> watcher::Result<watcher::Event<K>> + use<K> {
+    let api = api.to_string();
     let lists = metrics()
         .watch_lists
         .get_or_create(&WatchLabels {
-            api: api.to_string(),
+            api: api.clone(),
             cluster,
         })
         .clone();
     move |event| {
-        if let Ok(watcher::Event::Init) = &event {
-            lists.inc();
+        match &event {
+            Ok(watcher::Event::InitDone) => {
+                lists.inc();
+            }
+            Err(watcher::Error::WatchError(status)) if status.code == 410 => {
+                info!(%api, cluster, "watch expired (410 Gone): listing again");
+            }
+            Err(error) => warn!(%api, cluster, %error, next = watch_retry(error), "watch failed"),
+            Ok(_) => {}
         }
         event
+    }
+}
+
+/// What kube-runtime's watcher does after `error`, in the words of the log line.
+fn watch_retry(error: &watcher::Error) -> &'static str {
+    match error {
+        watcher::Error::InitialListFailed(_) | watcher::Error::NoResourceVersion => {
+            "list again after backoff"
+        }
+        _ => "resume the watch after backoff",
     }
 }
 
@@ -334,4 +354,75 @@ fn key_of(obj: DynamicObject, cache_type: CacheType) -> Option<ObjectRef<CachedI
     let mut key = ObjectRef::new_with(&obj.name_any(), cache_type);
     key.namespace = obj.metadata.namespace;
     Some(key)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lists(api: &str) -> u64 {
+        let labels = WatchLabels {
+            api: api.to_string(),
+            cluster: "consumer",
+        };
+        metrics().watch_lists.get_or_create(&labels).get()
+    }
+
+    fn list_failed() -> watcher::Error {
+        watcher::Error::InitialListFailed(kube::Error::Api(
+            kube::core::Status::failure(
+                "the server is currently unable to handle the request",
+                "ServiceUnavailable",
+            )
+            .with_code(503)
+            .boxed(),
+        ))
+    }
+
+    #[test]
+    fn a_list_that_failed_part_way_is_not_counted() {
+        let api = "counted-once.syncer.kbind.io";
+        let mut count = count_lists::<()>(api, "consumer");
+        // The first attempt fails after its Init; the watcher starts over and completes.
+        for event in [
+            Ok(watcher::Event::Init),
+            Err(list_failed()),
+            Ok(watcher::Event::Init),
+            Ok(watcher::Event::InitApply(())),
+            Ok(watcher::Event::InitDone),
+            Ok(watcher::Event::Apply(())),
+        ] {
+            let _ = count(event);
+        }
+        assert_eq!(lists(api), 1);
+    }
+
+    #[test]
+    fn each_completed_list_is_counted() {
+        let api = "counted-twice.syncer.kbind.io";
+        let mut count = count_lists::<()>(api, "consumer");
+        let gone =
+            kube::core::Status::failure("too old resource version", "Expired").with_code(410);
+        for event in [
+            Ok(watcher::Event::Init),
+            Ok(watcher::Event::InitDone),
+            Err(watcher::Error::WatchError(gone.boxed())),
+            Ok(watcher::Event::Init),
+            Ok(watcher::Event::InitDone),
+        ] {
+            let _ = count(event);
+        }
+        assert_eq!(lists(api), 2);
+    }
+
+    #[test]
+    fn only_a_failed_list_is_listed_again() {
+        assert_eq!(watch_retry(&list_failed()), "list again after backoff");
+        assert_eq!(
+            watch_retry(&watcher::Error::WatchStartFailed(
+                kube::Error::LinesCodecMaxLineLengthExceeded
+            )),
+            "resume the watch after backoff"
+        );
+    }
 }

@@ -222,7 +222,7 @@ impl Metrics {
         );
         registry.register(
             "watch_lists",
-            "Full lists made by syncer watches (start, and each watch that could not resume)",
+            "Full lists completed by syncer watches (start, and each watch that could not resume)",
             metrics.watch_lists.clone(),
         );
         registry.register(

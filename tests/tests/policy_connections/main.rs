@@ -387,6 +387,11 @@ async fn a_spec_change_swaps_the_module_without_restarting_or_listing_again() ->
             sides.create("w1", json!({"size": 1})).await?;
             sides.wait_copies(1).await?;
             let api_name = api.name();
+            // A list is counted once complete: the consumer watch's first may still be paging.
+            wait_for("the consumer watch's first list", FAULT_WAIT, || async {
+                Ok((watch_lists(&api_name, "consumer") >= 1).then_some(()))
+            })
+            .await?;
             let (starts, lists) = (syncer_starts(&api_name), watch_lists(&api_name, "consumer"));
             ensure!(
                 starts >= 1 && lists >= 1,
