@@ -13,9 +13,10 @@
 //!
 //! - `supervisor` owns syncer lifetimes; a syncer never outlives its Connection's engagement
 //!   (spec: "When a Connection becomes not Ready ... its per-API instance syncers stop").
-//! - `syncer` wires the two watches into one kube-runtime `Controller` keyed by the consumer
-//!   object, which gives deduplication, bounded concurrency and no per-object tasks;
-//!   `context` is what its reconciles share.
+//! - `syncer` wires the two watches into one work queue keyed by the consumer object
+//!   (`queue`: deduplication, oldest first, handed over only as fast as reconciles start) and
+//!   kube-runtime's `applier` (bounded concurrency, retries, no per-object tasks); `context`
+//!   is what its reconciles share.
 //! - `reconcile` and `delete` are the per-object logic (`write` creates or applies the
 //!   provider copy); `desired` and `conflict` are the pure parts they are built from;
 //!   `placement` says where on the provider each copy lives; `cache/` holds what the two
@@ -37,6 +38,7 @@ mod desired;
 mod fields;
 mod instance_status;
 mod placement;
+mod queue;
 mod reconcile;
 mod recovery;
 mod report;

@@ -79,7 +79,7 @@ impl Sweep {
 }
 
 /// The instances of `store` that their periodic resync finds not in sync, spread over the
-/// syncer's resync interval, for `Controller::watches_stream_with`.
+/// syncer's resync interval, for the syncer's work queue.
 pub(super) fn sweep(
     store: Store<CachedInstance>,
     ctx: Arc<SyncContext>,

@@ -30,7 +30,7 @@ struct State {
 }
 
 /// A stream of the consumer objects (name and namespace only) that a binding change may
-/// have selected or deselected, for `Controller::watches_stream_with`.
+/// have selected or deselected, for the syncer's work queue.
 pub(super) fn selection_changes(
     index: SharedIndex,
     connection: String,

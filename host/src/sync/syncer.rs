@@ -1,10 +1,10 @@
-//! One syncer: a consumer watch and a provider watch of one API, feeding one kube-runtime
-//! `Controller` whose queue is keyed by the consumer object.
+//! One syncer: a consumer watch and a provider watch of one API, feeding one work queue keyed
+//! by the consumer object, which feeds kube-runtime's `applier`.
 //!
 //! ```text
 //! consumer watch (DynamicObject, all namespaces) ──────────────┐
-//! provider watch ──▶ provider cache ──▶ same namespace/name ───┼─▶ queue keyed by consumer object
-//! selection changes, resync sweep (not in sync) ────┘   (dedup, N at a time)
+//! provider watch ──▶ provider cache ──▶ same namespace/name ───┼─▶ work queue (dedup, oldest
+//! selection changes, resync sweep (not in sync), wakes ─────────┘   first) ──▶ applier (N at a time)
 //! ```
 //!
 //! Both caches hold what reconciles read and nothing more: the consumer cache keeps each
@@ -17,21 +17,25 @@
 //! object of the same name is still found: creating over it fails, and the live read that
 //! follows decides.
 //!
-//! The controller gives what the queue must: one entry per object however many
-//! events arrive, at most `concurrency` reconciles at once, never two for the same object,
-//! and no task per object. Watch restarts and `410 Gone` are handled by kube-runtime's
-//! `watcher`. Provider events are how drift on a provider copy gets reverted.
+//! The work queue (`queue`) keeps one entry per object however many events arrive and hands
+//! the applier keys only as fast as their reconciles start, so a first sync of every listed
+//! instance waits in its compact table, not in the applier's scheduler. The applier gives the
+//! rest: at most `concurrency` reconciles at once, never two for the same object, retries on
+//! the error policy's backoff, and no task per waiting object. Watch restarts and `410 Gone`
+//! are handled by kube-runtime's `watcher`. Provider events are how drift on a provider copy
+//! gets reverted.
 
 use std::sync::Arc;
 
 use futures::StreamExt;
 use kube::api::DynamicObject;
-use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
-use kube::runtime::reflector::{self, ObjectRef, reflector};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::controller::{self, Action, Config as ControllerConfig};
+use kube::runtime::reflector::{self, reflector};
+use kube::runtime::utils::CancelableJoinHandle;
+use kube::runtime::{WatchStreamExt, applier, watcher};
 use kube::{Api, ResourceExt};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::{Instrument, debug, info, warn};
 
 use crate::api::IsolationStrategy;
 use crate::api::names::own_copies_selector;
@@ -46,6 +50,7 @@ use super::cache::instance::CachedInstance;
 use super::cache::watched::Watched;
 use super::context::{SyncContext, SyncerSpec};
 use super::placement::Placements;
+use super::queue::Feed;
 use super::{Error, SyncConfig};
 
 /// A watch event with each object it carries turned into what a cache keeps of it.
@@ -260,6 +265,7 @@ pub(super) async fn run(
             ))
             .map(|event| event.map(|e| each_object(e, |obj| CachedInstance::of(obj.0)))),
     )
+    .default_backoff()
     .map(move |event| {
         if let Ok(event) = &event {
             listing.follow_listing(event);
@@ -322,22 +328,44 @@ pub(super) async fn run(
             }
         }
     });
-    let trigger_type = cache_type.clone();
-    Controller::for_stream_with(instances, consumer_store, cache_type)
-        .with_config(ControllerConfig::default().concurrency(ctx.settings.concurrency))
-        .watches_stream_with(
-            triggers,
-            move |obj: DynamicObject| key_of(obj, trigger_type.clone()),
-            ar.clone(),
+    // Everything that queues an instance, driven by the queue's feed: the watches flow as
+    // events come, and the applier gets keys only as fast as its reconciles start.
+    let feed = Feed::new(
+        Box::pin(
+            futures::stream::select(instances.map(|_| ()), triggers.map(|_| ()))
+                .take_until(shutdown.cancelled_owned()),
+        ),
+        ctx.queue.clone(),
+        cache_type,
+    );
+    let config = ControllerConfig::default().concurrency(ctx.settings.concurrency);
+    let spawned = |instance, ctx| {
+        CancelableJoinHandle::spawn(
+            super::reconcile::reconcile(instance, ctx).in_current_span(),
+            &tokio::runtime::Handle::current(),
         )
-        .graceful_shutdown_on(shutdown.cancelled_owned())
-        .run(super::reconcile::reconcile, error_policy, ctx.clone())
-        .for_each(|result| async move {
-            if let Err(e) = result {
-                debug!(error = %e, "syncer controller event");
+    };
+    let queue = ctx.queue.clone();
+    applier(
+        spawned,
+        error_policy,
+        ctx.clone(),
+        consumer_store,
+        feed,
+        config,
+    )
+    .for_each(|result| {
+        match result {
+            // A key whose object is gone by its turn (deleted) leaves the queue unreconciled.
+            Err(controller::Error::ObjectNotFound(obj_ref)) => {
+                queue.dropped(obj_ref.namespace.as_deref(), &obj_ref.name);
             }
-        })
-        .await;
+            Err(e) => debug!(error = %e, "syncer controller event"),
+            Ok(_) => {}
+        }
+        futures::future::ready(())
+    })
+    .await;
     ctx.forget_all_failures();
     info!(connection = %ctx.spec.connection, api = %ctx.spec.api, "syncer stopped");
 }
@@ -347,13 +375,6 @@ pub(super) async fn run(
 /// sync and do nothing.
 fn shows_own_settled_write(watched: &CachedInstance, ctx: &SyncContext) -> bool {
     ctx.newer_instance(watched).is_none() && super::reconcile::still_in_sync(watched, ctx)
-}
-
-/// The queue key of the consumer object with the same namespace and name as `obj`.
-fn key_of(obj: DynamicObject, cache_type: CacheType) -> Option<ObjectRef<CachedInstance>> {
-    let mut key = ObjectRef::new_with(&obj.name_any(), cache_type);
-    key.namespace = obj.metadata.namespace;
-    Some(key)
 }
 
 #[cfg(test)]

@@ -83,7 +83,7 @@ pub struct Metrics {
     /// the failed attempt got.
     pub client_retries: Family<ClientRetryLabels, Counter>,
     /// Keys waiting in a controller's queue for their reconcile, per controller and API
-    /// ([`super::WorkQueue`]).
+    /// (the syncer's work queue).
     pub workqueue_depth: Family<WorkQueueLabels, Gauge>,
     /// Events that queued a key (a key already waiting included).
     pub workqueue_adds: Family<WorkQueueLabels, Counter>,

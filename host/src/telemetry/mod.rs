@@ -7,7 +7,6 @@ mod logging;
 mod metrics;
 mod requests;
 mod server;
-mod workqueue;
 
 pub use labels::{
     ApiLabels, BuildLabels, ClientLatencyLabels, ClientRequestLabels, ClientRetryLabels,
@@ -19,4 +18,3 @@ pub use logging::{LogFormat, init_logging};
 pub use metrics::{Metrics, ReconcileTimer, metrics};
 pub use requests::RequestMetrics;
 pub use server::{Health, serve_health, serve_metrics};
-pub use workqueue::WorkQueue;

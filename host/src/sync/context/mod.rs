@@ -31,7 +31,14 @@ use crate::markers::{InstanceKey, key_of};
 use crate::registry::ApiKey;
 use crate::schema::ApiTarget;
 use crate::shared::Shared;
-use crate::telemetry::{ApiLabels, WorkQueue, metrics};
+use crate::telemetry::{ApiLabels, metrics};
+
+use super::queue::WorkQueue;
+
+/// Keys the work queue hands the applier ahead of their reconciles, per reconcile that may run
+/// at once: enough that a free slot always finds one ready, while every other waiting key stays
+/// in the queue's compact table.
+const QUEUE_AHEAD: usize = 4;
 
 use super::{Error, Result, SyncConfig};
 use crate::recent::RecentWrites;
@@ -61,8 +68,8 @@ pub(super) struct SyncContext {
     outcome_api: ApiKey,
     /// `kbind_in_sync_checks_total` of this API.
     in_sync_checks: Counter,
-    /// The controller's queue, counted at its edges (`kbind_workqueue_*`).
-    pub(crate) queue: WorkQueue,
+    /// The queue in front of the applier, counted at its edges (`kbind_workqueue_*`).
+    pub(crate) queue: Arc<WorkQueue>,
     /// Whether this API's status schema prunes the instance `Synced` condition.
     conditions_pruned: AtomicBool,
     /// Timings.
@@ -149,7 +156,11 @@ impl SyncContext {
             })
             .clone();
         Self {
-            queue: WorkQueue::new("sync", &spec.api),
+            queue: Arc::new(WorkQueue::new(
+                "sync",
+                &spec.api,
+                usize::from(settings.concurrency) * QUEUE_AHEAD,
+            )),
             ar: spec.target.api_resource(),
             cache_type,
             outcome_api: (spec.connection.clone(), spec.api.clone()),
