@@ -61,7 +61,9 @@ impl<K: Lookup + Clone> RecentWrites<K> {
 
     /// Forgets the copy at `namespace/name` (a write to it failed, or it was deleted).
     pub fn forget(&self, namespace: Option<&str>, name: &str) {
-        lock(&self.copies).remove(&(namespace.map(str::to_string), name.to_string()));
+        let mut copies = lock(&self.copies);
+        copies.remove(&(namespace.map(str::to_string), name.to_string()));
+        release_burst(&mut copies);
     }
 
     /// The newer of the cached object and the remembered write for `namespace/name`.
@@ -112,7 +114,20 @@ impl<K: Lookup + Clone> RecentWrites<K> {
             caught_up(written);
         }
         copies.remove(&key);
+        release_burst(&mut copies);
         None
+    }
+}
+
+/// Entries a map of remembered writes keeps room for once empty.
+const KEPT_CAPACITY: usize = 16;
+
+/// Frees the room a burst of writes took (a first sync remembers up to a write per reconcile
+/// slot and more), once all of them are forgotten: an entry holds the object itself, so an
+/// empty table of a thousand slots is half a megabyte per syncer.
+fn release_burst<V>(copies: &mut HashMap<Key, V>) {
+    if copies.is_empty() && copies.capacity() > KEPT_CAPACITY {
+        copies.shrink_to(KEPT_CAPACITY);
     }
 }
 
@@ -196,5 +211,29 @@ mod tests {
         let recent = wrote("12");
         recent.forget(Some("ns"), "w");
         assert_eq!(newest(&recent, None), None);
+    }
+
+    #[test]
+    fn a_burst_of_writes_gives_its_room_back_once_all_are_seen() {
+        let recent = RecentWrites::default();
+        let named = |i: usize| {
+            let mut c = copy("5");
+            c.metadata.name = Some(format!("w{i}"));
+            c
+        };
+        for i in 0..1000 {
+            recent.remember(&named(i));
+        }
+        for i in 0..999 {
+            let cached = named(i);
+            assert!(
+                recent
+                    .newer(Some("ns"), &format!("w{i}"), Some(&cached))
+                    .is_none()
+            );
+        }
+        assert!(lock(&recent.copies).capacity() >= 999, "still holding one");
+        recent.forget(Some("ns"), "w999");
+        assert!(lock(&recent.copies).capacity() <= 2 * KEPT_CAPACITY);
     }
 }

@@ -45,6 +45,9 @@ use crate::telemetry::{WorkQueueLabels, metrics};
 /// contain `/`), in one allocation shared by the table and the turn order.
 type Key = Arc<str>;
 
+/// Entries the queue's tables keep room for once empty; a burst's larger tables are freed.
+const KEPT_CAPACITY: usize = 64;
+
 /// The key of `namespace/name`.
 fn key(namespace: Option<&str>, name: &str) -> String {
     match namespace {
@@ -167,6 +170,11 @@ impl WorkQueue {
         if left.handed {
             state.handed -= 1;
             state.wake_feed();
+        }
+        if state.waiting.is_empty() && state.waiting.capacity() > KEPT_CAPACITY {
+            // A burst (a first sync, a re-list) is over: its tables go, not just its keys.
+            state.waiting.shrink_to(KEPT_CAPACITY);
+            state.turn.shrink_to(KEPT_CAPACITY);
         }
         Some(left.since)
     }
@@ -370,6 +378,30 @@ mod tests {
         queue.started(Some("ns"), "a");
         assert!(turns(&queue).is_empty());
         assert_eq!(queue.len(), 0);
+    }
+
+    #[test]
+    fn a_drained_queue_frees_the_room_a_burst_took() {
+        let queue = WorkQueue::new("sync", "burst.workqueue.test", 4096);
+        let names: Vec<String> = (0..2000).map(|i| format!("w{i}")).collect();
+        for name in &names {
+            queue.added(Some("ns"), name);
+        }
+        assert_eq!(turns(&queue).len(), 2000);
+        for name in &names {
+            queue.started(Some("ns"), name);
+        }
+        let state = queue.state();
+        assert!(
+            state.waiting.capacity() <= 2 * KEPT_CAPACITY,
+            "{}",
+            state.waiting.capacity()
+        );
+        assert!(
+            state.turn.capacity() <= 2 * KEPT_CAPACITY,
+            "{}",
+            state.turn.capacity()
+        );
     }
 
     #[test]

@@ -18,7 +18,7 @@
 use std::borrow::Cow;
 
 use kube::api::DynamicObject;
-use kube::runtime::reflector::Lookup;
+use kube::runtime::reflector::{Lookup, ObjectRef};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
@@ -256,6 +256,15 @@ impl Lookup for CachedCopy {
     fn uid(&self) -> Option<Cow<'_, str>> {
         // Not kept: nothing reads a copy's UID.
         None
+    }
+
+    /// The cache's key: type, namespace and name. The default would keep a second copy of
+    /// the resourceVersion in every key, which nothing reads (a key keeps the version of the
+    /// copy's first event however often it changes).
+    fn to_object_ref(&self, dyntype: CacheType) -> ObjectRef<Self> {
+        let mut key = ObjectRef::new_with(&self.name, dyntype);
+        key.namespace.clone_from(&self.namespace);
+        key
     }
 }
 
