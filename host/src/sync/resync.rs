@@ -17,15 +17,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{Stream, StreamExt, stream};
-use kube::api::DynamicObject;
-use kube::core::ApiResource;
 use kube::runtime::reflector::{Lookup, Store};
-use kube::runtime::watcher;
 use tokio::time::{Interval, MissedTickBehavior};
 
 use super::cache::instance::CachedInstance;
 use super::context::SyncContext;
 use super::reconcile::selected_still_in_sync;
+use super::recovery::Key;
 
 /// How often a slice of the interval's instances is checked.
 const TICK: Duration = Duration::from_secs(1);
@@ -34,7 +32,6 @@ const TICK: Duration = Duration::from_secs(1);
 struct Sweep {
     store: Store<CachedInstance>,
     ctx: Arc<SyncContext>,
-    ar: ApiResource,
     ticker: Interval,
     /// Ticks in one interval.
     ticks: u32,
@@ -46,8 +43,8 @@ struct Sweep {
 }
 
 impl Sweep {
-    /// The next tick's instances that need a reconcile, as controller triggers.
-    fn next_slice(&mut self) -> Vec<DynamicObject> {
+    /// The next tick's instances that need a reconcile, as work-queue keys.
+    fn next_slice(&mut self) -> Vec<Key> {
         if self.ticks_left == 0 {
             self.round = self.store.state();
             self.ticks_left = self.ticks;
@@ -72,7 +69,7 @@ impl Sweep {
             if selected_still_in_sync(&current, &self.ctx) {
                 continue;
             }
-            triggers.extend(current.trigger(&self.ar));
+            triggers.extend(current.key());
         }
         triggers
     }
@@ -83,8 +80,7 @@ impl Sweep {
 pub(super) fn sweep(
     store: Store<CachedInstance>,
     ctx: Arc<SyncContext>,
-    ar: ApiResource,
-) -> impl Stream<Item = Result<DynamicObject, watcher::Error>> + Send + 'static {
+) -> impl Stream<Item = Key> + Send + 'static {
     let interval = ctx.settings.resync_interval;
     let tick = TICK.min(interval).max(Duration::from_millis(10));
     let mut ticker = tokio::time::interval(tick);
@@ -92,7 +88,6 @@ pub(super) fn sweep(
     let state = Sweep {
         store,
         ctx,
-        ar,
         ticker,
         ticks: ticks_per_interval(interval, tick),
         round: Vec::new(),
@@ -101,7 +96,7 @@ pub(super) fn sweep(
     stream::unfold(state, |mut sweep| async move {
         sweep.ticker.tick().await;
         let triggers = sweep.next_slice();
-        Some((stream::iter(triggers.into_iter().map(Ok)), sweep))
+        Some((stream::iter(triggers), sweep))
     })
     .flatten()
 }

@@ -9,15 +9,13 @@
 //! ```
 
 use futures::{Stream, StreamExt, stream};
-use kube::api::DynamicObject;
-use kube::core::ApiResource;
 use kube::runtime::reflector::Store;
-use kube::runtime::watcher;
 use tokio::sync::watch;
 
 use crate::registry::{BindingIndex, Reach, Scopes, SharedIndex, reach};
 
 use super::cache::instance::CachedInstance;
+use super::recovery::Key;
 
 /// What the trigger stream carries between index changes.
 struct State {
@@ -26,7 +24,6 @@ struct State {
     api: String,
     last: Scopes,
     cache: Store<CachedInstance>,
-    ar: ApiResource,
 }
 
 /// A stream of the consumer objects (name and namespace only) that a binding change may
@@ -36,15 +33,13 @@ pub(super) fn selection_changes(
     connection: String,
     api: String,
     cache: Store<CachedInstance>,
-    ar: ApiResource,
-) -> impl Stream<Item = Result<DynamicObject, watcher::Error>> + Send + 'static {
+) -> impl Stream<Item = Key> + Send + 'static {
     let state = State {
         last: index.read(|i| i.scopes(&connection, &api)),
         index: index.subscribe(),
         connection,
         api,
         cache,
-        ar,
     };
     stream::unfold(state, |mut state| async move {
         state.index.changed().await.ok()?;
@@ -54,18 +49,14 @@ pub(super) fn selection_changes(
             .scopes(&state.connection, &state.api);
         let reached = reach(&state.last, &now);
         state.last = now;
-        let keys = reached_keys(&reached, &state.cache, &state.ar);
-        Some((stream::iter(keys.into_iter().map(Ok)), state))
+        let keys = reached_keys(&reached, &state.cache);
+        Some((stream::iter(keys), state))
     })
     .flatten()
 }
 
 /// The keys of the cached objects a change reaches.
-fn reached_keys(
-    reached: &Reach,
-    cache: &Store<CachedInstance>,
-    ar: &ApiResource,
-) -> Vec<DynamicObject> {
+fn reached_keys(reached: &Reach, cache: &Store<CachedInstance>) -> Vec<Key> {
     let selected = |obj: &CachedInstance| match reached {
         Reach::Nothing => false,
         Reach::Everything => true,
@@ -82,6 +73,6 @@ fn reached_keys(
         .state()
         .iter()
         .filter(|obj| selected(obj))
-        .filter_map(|obj| obj.trigger(ar))
+        .filter_map(|obj| obj.key())
         .collect()
 }

@@ -28,7 +28,6 @@
 use std::sync::Arc;
 
 use futures::StreamExt;
-use kube::api::DynamicObject;
 use kube::runtime::controller::{self, Action, Config as ControllerConfig};
 use kube::runtime::reflector::{self, reflector};
 use kube::runtime::utils::CancelableJoinHandle;
@@ -220,21 +219,9 @@ pub(super) async fn run(
     )
     .default_backoff()
     .touched_objects()
-    // A provider event concerns the consumer object the copy was copied from; the controller
-    // takes triggers as objects, so that object's key comes as one.
-    .map({
-        let ar = ar.clone();
-        move |copy| {
-            copy.map(|copy| {
-                let (namespace, name) = copy.origin(strategy);
-                let key = DynamicObject::new(&name, &ar);
-                match namespace {
-                    Some(ns) => key.within(&ns),
-                    None => key,
-                }
-            })
-        }
-    });
+    // A provider event concerns the consumer object the copy was copied from (a failed watch
+    // is logged and backed off above; it queues nothing).
+    .filter_map(move |copy| futures::future::ready(copy.ok().map(|c| c.origin(strategy))));
     // Instances queued now, not at the end of their backoff (the provider answers again).
     let (wake, woken) = futures::channel::mpsc::unbounded();
     let ctx = Arc::new(SyncContext::new(
@@ -297,19 +284,8 @@ pub(super) async fn run(
         ctx.spec.connection.clone(),
         ctx.spec.api.clone(),
         consumer_store.clone(),
-        ar.clone(),
     );
-    let resyncs = super::resync::sweep(consumer_store.clone(), ctx.clone(), ar.clone());
-    let woken = woken.map({
-        let ar = ar.clone();
-        move |(namespace, name): super::recovery::Key| {
-            let key = DynamicObject::new(&name, &ar);
-            Ok::<_, watcher::Error>(match namespace {
-                Some(ns) => key.within(&ns),
-                None => key,
-            })
-        }
-    });
+    let resyncs = super::resync::sweep(consumer_store.clone(), ctx.clone());
     // What else queues an instance, each as the instance's key: a provider event (for the
     // consumer object the copy was copied from), a binding change (for the instances whose
     // selection it changed), the periodic resync (instances its sweep finds not in sync) and
@@ -322,11 +298,7 @@ pub(super) async fn run(
     ])
     .inspect({
         let ctx = ctx.clone();
-        move |key| {
-            if let Ok(key) = key {
-                ctx.queue.added_object(&key.metadata);
-            }
-        }
+        move |(namespace, name)| ctx.queue.added(namespace.as_deref(), name)
     });
     // Everything that queues an instance, driven by the queue's feed: the watches flow as
     // events come, and the applier gets keys only as fast as its reconciles start.

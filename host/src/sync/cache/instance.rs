@@ -68,13 +68,9 @@ impl CachedInstance {
         }
     }
 
-    /// This instance as a controller trigger: a bare object of its name and namespace.
-    pub(crate) fn trigger(&self, ar: &kube::core::ApiResource) -> Option<DynamicObject> {
-        let key = DynamicObject::new(self.metadata.name.as_deref()?, ar);
-        Some(match &self.metadata.namespace {
-            Some(ns) => key.within(ns),
-            None => key,
-        })
+    /// This instance's work-queue key: its namespace and name.
+    pub(crate) fn key(&self) -> Option<(Option<String>, String)> {
+        Some((self.metadata.namespace.clone(), self.metadata.name.clone()?))
     }
 
     /// The instance as the rest of the reconcile reads it: the kept metadata, with `spec` and
